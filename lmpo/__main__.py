@@ -1,0 +1,5 @@
+import sys
+
+from lmpo.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,149 @@
+"""Outcome-reward advantage estimators: one scalar reward and one advantage per sequence.
+
+Every estimator has the signature ``fn(rewards: Tensor[N], group_ids: Tensor[N], **options)
+-> Tensor[N]``. A group is the set of completions sampled for one prompt; groups may have
+different sizes and ``group_ids`` may be any integers (not necessarily contiguous or sorted).
+Statistics are computed in float64 and the result is cast back to ``rewards.dtype``.
+
+A group whose rewards are all equal gets advantage exactly 0 for every member (it carries no
+policy-gradient signal); this is enforced explicitly, because ``x - mean(x, x, x)`` is not
+always exactly 0 in floating point and GRPO would then divide that rounding error by ~eps.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from lmpo.algos.registry import Registry
+
+ADVANTAGES = Registry("advantage estimator")
+
+
+def _check(rewards: Tensor, group_ids: Tensor) -> None:
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
+    if group_ids.shape != rewards.shape:
+        raise ValueError(
+            f"group_ids shape {tuple(group_ids.shape)} != rewards shape {tuple(rewards.shape)}"
+        )
+    if group_ids.dtype.is_floating_point or group_ids.dtype == torch.bool:
+        raise ValueError(f"group_ids must be an integer tensor, got {group_ids.dtype}")
+
+
+def _group_index(group_ids: Tensor) -> tuple[Tensor, int]:
+    """Dense group index in [0, num_groups) per sequence (groups ordered by sorted id)."""
+    unique_ids, inverse = torch.unique(group_ids, return_inverse=True)
+    return inverse, unique_ids.numel()
+
+
+def _group_sum(values: Tensor, index: Tensor, num_groups: int) -> Tensor:
+    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(
+        0, index, values
+    )
+
+
+def _group_stats(rewards: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(rewards as float64, group index per sequence, group sizes, group means), all float64."""
+    _check(rewards, group_ids)
+    r = rewards.detach().to(torch.float64)
+    index, num_groups = _group_index(group_ids)
+    counts = _group_sum(torch.ones_like(r), index, num_groups)
+    means = _group_sum(r, index, num_groups) / counts.clamp_min(1.0)
+    return r, index, counts, means
+
+
+def _zero_variance(r: Tensor, index: Tensor, num_groups: int) -> Tensor:
+    fill_hi = torch.full((num_groups,), float("inf"), dtype=r.dtype, device=r.device)
+    fill_lo = torch.full((num_groups,), float("-inf"), dtype=r.dtype, device=r.device)
+    group_min = fill_hi.scatter_reduce(0, index, r, reduce="amin")
+    group_max = fill_lo.scatter_reduce(0, index, r, reduce="amax")
+    return group_min == group_max
+
+
+def _std(squared_dev_sum: Tensor, count: Tensor, std: str) -> Tensor:
+    """Std from a sum of squared deviations; sample std of a single value is 0, not NaN."""
+    denom = (count - 1.0) if std == "sample" else count
+    return (squared_dev_sum / denom.clamp_min(1.0)).sqrt()
+
+
+def group_means(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """Per sequence, the mean reward of its group: ``mean_{j in group(i)} R_j`` (shape [N])."""
+    _, index, _, means = _group_stats(rewards, group_ids)
+    return means[index].to(rewards.dtype)
+
+
+def zero_variance_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """Bool [num_groups], True where all rewards of the group are equal.
+
+    Groups are ordered by sorted group id (the order of ``torch.unique(group_ids)``).
+    """
+    _check(rewards, group_ids)
+    index, num_groups = _group_index(group_ids)
+    return _zero_variance(rewards.detach().to(torch.float64), index, num_groups)
+
+
+def zero_variance_fraction(rewards: Tensor, group_ids: Tensor) -> float:
+    """Fraction of groups whose rewards are all equal (no signal); 0.0 for an empty batch."""
+    flags = zero_variance_groups(rewards, group_ids)
+    return float(flags.float().mean()) if flags.numel() else 0.0
+
+
+@ADVANTAGES.register("grpo")
+def grpo(
+    rewards: Tensor,
+    group_ids: Tensor,
+    *,
+    std: str = "sample",
+    scale: str = "group",
+    eps: float = 1e-6,
+) -> Tensor:
+    """GRPO (DeepSeekMath, Shao et al. 2024, arXiv:2402.03300).
+
+    ``A_i = (R_i - mean_{group} R) / (sigma + eps)`` where sigma is the group's reward std
+    (``scale="group"``, default), the std of all rewards in the batch (``scale="batch"``),
+    or 1 with no eps (``scale="none"``, which equals ``dr_grpo``). ``std="sample"`` (default)
+    uses Bessel's n-1 (a size-1 group has std 0, so advantage 0), ``"population"`` uses n.
+    """
+    if std not in ("sample", "population"):
+        raise ValueError(f"std must be 'sample' or 'population', got {std!r}")
+    r, index, counts, means = _group_stats(rewards, group_ids)
+    centered = r - means[index]
+    if scale == "group":
+        sq = _group_sum(centered.square(), index, counts.numel())
+        advantages = centered / (_std(sq, counts, std)[index] + eps)
+    elif scale == "batch":
+        batch_sq = (r - r.mean()).square().sum() if r.numel() else r.new_zeros(())
+        batch_std = _std(batch_sq, r.new_tensor(float(r.numel())), std)
+        advantages = centered / (batch_std + eps)
+    elif scale == "none":
+        advantages = centered
+    else:
+        raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
+    flat = _zero_variance(r, index, counts.numel())[index]
+    return torch.where(flat, 0.0, advantages).to(rewards.dtype)
+
+
+@ADVANTAGES.register("dr_grpo")
+def dr_grpo(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv:2503.20783).
+
+    ``A_i = R_i - mean_{group} R`` (no division by the std).
+    """
+    r, index, counts, means = _group_stats(rewards, group_ids)
+    flat = _zero_variance(r, index, counts.numel())[index]
+    return torch.where(flat, 0.0, r - means[index]).to(rewards.dtype)
+
+
+@ADVANTAGES.register("rloo")
+def rloo(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """RLOO (Ahmadian et al. 2024, "Back to Basics", arXiv:2402.14740).
+
+    ``A_i = R_i - (1/(G-1)) sum_{j != i} R_j`` (leave-one-out baseline); a group of size 1
+    has no baseline and gets advantage 0.
+    """
+    r, index, counts, means = _group_stats(rewards, group_ids)
+    n = counts[index]
+    others_mean = (means[index] * n - r) / (n - 1.0).clamp_min(1.0)
+    flat = _zero_variance(r, index, counts.numel())[index] | (n < 2)
+    return torch.where(flat, 0.0, r - others_mean).to(rewards.dtype)

@@ -1,0 +1,199 @@
+"""Typed configs from dataclasses: defaults < preset < YAML file < command-line flags.
+
+Flags and their help come from the dataclass itself: a field's type hint gives the parser,
+the docstring under the field gives the help text (CleanRL style). Nested dataclass fields
+become sections (`cpt:` in YAML, `--cpt.steps` on the command line). An unknown or ill-typed
+key is an error that names it, with the file and line for YAML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import textwrap
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring written under each field of a dataclass (and of its bases)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError):
+            continue
+        body = tree.body[0].body
+        for node, nxt in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                    and isinstance(nxt.value.value, str)):
+                docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def coerce(hint: Any, value: Any, where: str) -> Any:
+    """Check/convert `value` to the field type `hint`; strings (from flags) are parsed."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            return None
+        return coerce(args[0], value, where)
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            raise ConfigError(f"{where}: expected one of {', '.join(map(str, choices))}, got {value!r}")
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+            return value.lower() in ("true", "1", "yes", "on")
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.replace("_", ""))
+            except ValueError:
+                pass
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if hint is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    raise ConfigError(f"{where}: unsupported field type {hint}")
+
+
+def _flatten_fields(cls: type, prefix: str = "") -> dict[str, tuple[Any, str]]:
+    """Dotted name → (type hint, help) for every leaf field, nested sections included."""
+    out: dict[str, tuple[Any, str]] = {}
+    docs, hints = field_docs(cls), _hints(cls)
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            out.update(_flatten_fields(hint, f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = (hint, docs.get(f.name, ""))
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type, defaults: dict[str, Any] | None = None) -> None:
+    """One `--flag` per field (nested as `--section.field`), help from the field docstring."""
+    parser.add_argument("--config", metavar="FILE", help="YAML file of option values (flags win over it)")
+    current = defaults or {}
+    for name, (hint, doc) in _flatten_fields(cls).items():
+        kind = _type_name(hint)
+        default = current.get(name, _default_of(cls, name))
+        parser.add_argument(f"--{name}", dest=name, metavar=kind, default=argparse.SUPPRESS,
+                            help=f"{doc} (default: {default!r})".replace("%", "%%"))
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) is Literal:
+        return "{" + ",".join(map(str, typing.get_args(hint))) + "}"
+    return getattr(hint, "__name__", str(hint)).upper()
+
+
+def _default_of(cls: type, dotted: str) -> Any:
+    obj: Any = cls()
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def read_yaml(path: str | Path) -> tuple[dict, dict[str, int]]:
+    """The YAML mapping and the line number of each (dotted) key."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        node = yaml.compose(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if node is None:
+        return {}, {}
+    if not isinstance(node, yaml.MappingNode):
+        raise ConfigError(f"{path}: line {node.start_mark.line + 1}: expected a mapping of option: value")
+    lines: dict[str, int] = {}
+
+    def walk(n: yaml.MappingNode, prefix: str) -> dict:
+        out = {}
+        for key_node, value_node in n.value:
+            key = f"{prefix}{key_node.value}"
+            lines[key] = key_node.start_mark.line + 1
+            if isinstance(value_node, yaml.MappingNode):
+                out[key_node.value] = walk(value_node, f"{key}.")
+            else:
+                out[key_node.value] = yaml.SafeLoader("").construct_object(value_node, deep=True)
+        return out
+
+    return walk(node, ""), lines
+
+
+def build(cls: type, *, preset: dict[str, Any] | None = None, yaml_file: str | None = None,
+          flags: dict[str, Any] | None = None) -> Any:
+    """Construct `cls` from its defaults, a preset, a YAML file and flags, in that order."""
+    leaves = _flatten_fields(cls)
+    values: dict[str, Any] = dict(preset or {})
+    if yaml_file:
+        data, lines = read_yaml(yaml_file)
+        for key, value in _flatten_dict(data).items():
+            where = f"{yaml_file}: line {lines.get(key, '?')}: {key}"
+            if key not in leaves:
+                raise ConfigError(f"{where}: unknown option; valid options: {', '.join(sorted(leaves))}")
+            values[key] = coerce(leaves[key][0], value, where)
+    for key, value in (flags or {}).items():
+        if key not in leaves:
+            raise ConfigError(f"--{key}: unknown option")
+        values[key] = coerce(leaves[key][0], value, f"--{key}")
+    return _construct(cls, values, "")
+
+
+def _flatten_dict(data: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flatten_dict(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _construct(cls: type, values: dict[str, Any], prefix: str) -> Any:
+    kwargs = {}
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        name = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(hints[f.name]):
+            kwargs[f.name] = _construct(hints[f.name], values, f"{name}.")
+        elif name in values:
+            kwargs[f.name] = values[name]
+    return cls(**kwargs)

@@ -1,0 +1,160 @@
+"""The `lmpo` command: a table of command → typed function; flags come from config dataclasses."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+from lmpo.cli.config import ConfigError, add_arguments, build
+
+DESCRIPTION = """lmpo — language-model policy optimisation.
+
+Post-train language models with RL and preference optimisation. `lmpo pipeline` runs
+continued pre-training → SFT → GRPO on the embedded task and model, on a CPU, in minutes."""
+
+
+def _quiet_transformers() -> None:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
+    from lmpo.trainers.pipeline import PipelineConfig, run_pipeline
+    from lmpo.trainers.presets import rl_preset
+
+    first = build(PipelineConfig, yaml_file=args.config, flags=flags)
+    preset = {f"rl_stage.{k}": v for k, v in rl_preset(first.rl).settings.items()}
+    cfg = build(PipelineConfig, preset=preset, yaml_file=args.config, flags=flags)
+    results = run_pipeline(cfg)
+    _print_stage_table(results, Path(cfg.out))
+    from lmpo.reports import write_report
+
+    print(f"report: {write_report(cfg.out)}")
+    return 0
+
+
+def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
+    def run(args: argparse.Namespace, flags: dict) -> int:
+        if kind in ("cpt", "sft"):
+            from lmpo.trainers import supervised
+
+            cls, fn = (supervised.CPTConfig, supervised.train_cpt) if kind == "cpt" else (supervised.SFTConfig, supervised.train_sft)
+            cfg = build(cls, yaml_file=args.config, flags=flags)
+        else:
+            from lmpo.trainers.presets import rl_preset
+            from lmpo.trainers.rl import train_rl
+            from lmpo.trainers.rl_config import RLConfig
+
+            name = flags.pop("preset", None) or (kind if kind != "rl" else "grpo")
+            base_yaml = args.config
+            resumed_from = flags.get("resume")
+            preset = dict(rl_preset(name).settings)
+            if resumed_from and not base_yaml:
+                saved = Path(resumed_from) / "config.json"
+                if not saved.is_file():
+                    raise ConfigError(f"--resume {resumed_from}: no config.json there; is it an lmpo RL run directory?")
+                preset.update({k: v for k, v in json.loads(saved.read_text()).items() if k != "resume"})
+            cfg = build(RLConfig, preset=preset, yaml_file=base_yaml, flags=flags)
+            fn = train_rl
+        result = fn(cfg)
+        acc = "n/a" if result.accuracy is None else f"{100 * result.accuracy:.1f}%"
+        print(f"{result.name}: held-out accuracy {acc}, {result.seconds:.1f} s, model in {result.model_dir}")
+        return 0
+
+    return run
+
+
+def cmd_report(args: argparse.Namespace, flags: dict) -> int:
+    from lmpo.reports import write_report
+
+    print(write_report(args.run_dir))
+    return 0
+
+
+def cmd_presets(args: argparse.Namespace, flags: dict) -> int:
+    from lmpo.trainers.presets import RL_PRESETS
+
+    for name, preset in RL_PRESETS.items():
+        parts = ", ".join(f"{k}={v}" for k, v in preset.settings.items())
+        print(f"{name:10s} {parts}\n{'':10s} source: {preset.source}")
+    return 0
+
+
+def _print_stage_table(results, out: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"lmpo pipeline — run files in {out}")
+    for column in ("stage", "held-out accuracy", "format accuracy", "time (s)"):
+        table.add_column(column, justify="right" if column != "stage" else "left")
+    for r in results:
+        table.add_row(r.name, f"{100 * r.accuracy:.1f}%", f"{100 * r.format_accuracy:.1f}%", f"{r.seconds:.1f}")
+    Console().print(table)
+    print(f"summary: {out / 'summary.json'}")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    from lmpo.trainers.pipeline import PipelineConfig
+    from lmpo.trainers.presets import RL_PRESETS
+    from lmpo.trainers.rl_config import RLConfig
+    from lmpo.trainers.supervised import CPTConfig, SFTConfig
+
+    parser = argparse.ArgumentParser(prog="lmpo", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    p = sub.add_parser("pipeline", help="CPT → SFT → RL on the embedded task; prints held-out accuracy per stage",
+                       description="Run continued pre-training, SFT and an RL preset; write summary.json and a report.")
+    add_arguments(p, PipelineConfig)
+    p.set_defaults(func=cmd_pipeline, config_cls=PipelineConfig)
+
+    train = sub.add_parser("train", help="run one training stage", description="Run one training stage.")
+    train_sub = train.add_subparsers(dest="stage", metavar="STAGE", required=True)
+    stages = {"cpt": (CPTConfig, "continued pre-training on the task's corpus (loss on every token)"),
+              "sft": (SFTConfig, "supervised fine-tuning on demonstrations (loss on completion tokens only)")}
+    for name, (cls, text) in stages.items():
+        sp = train_sub.add_parser(name, help=text, description=text)
+        add_arguments(sp, cls)
+        sp.set_defaults(func=cmd_train(name), config_cls=cls)
+    for name, preset in {**RL_PRESETS, "rl": None}.items():
+        text = (f"RL with the {name} preset ({preset.source})" if preset
+                else "RL with any preset (--preset NAME) and any part overridden")
+        sp = train_sub.add_parser(name, help=text, description=text)
+        if preset is None:
+            sp.add_argument("--preset", default=argparse.SUPPRESS, choices=list(RL_PRESETS), help="preset to start from (default: grpo)")
+        add_arguments(sp, RLConfig, defaults=preset.settings if preset else None)
+        sp.set_defaults(func=cmd_train(name), config_cls=RLConfig)
+
+    p = sub.add_parser("report", help="draw a run's curves to PNG files and an HTML page",
+                       description="Write RUN_DIR/report/report.html and PNG plots from metrics.jsonl / summary.json.")
+    p.add_argument("run_dir", help="a run directory (or a pipeline directory)")
+    p.set_defaults(func=cmd_report)
+    p = sub.add_parser("presets", help="list the RL presets, their parts and their sources",
+                       description="List the RL presets, what each sets, and the paper it comes from.")
+    p.set_defaults(func=cmd_presets)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    flags = {k: v for k, v in vars(args).items() if k not in ("func", "config_cls", "command", "stage", "config", "run_dir")}
+    _quiet_transformers()
+    try:
+        return args.func(args, flags)
+    except (ConfigError, ValueError, FileNotFoundError) as err:
+        print(f"lmpo: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("lmpo: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""What a task is: problems with a held-out split, and one grader that serves both
+evaluation and reward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Problem:
+    prompt: str
+    answer: str
+    meta: dict = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Grade:
+    """`correct`: the answer is right and terminated. `well_formed`: the completion has the
+    task's answer format and ends with EOS, whether or not the answer is right."""
+
+    correct: bool
+    well_formed: bool
+
+
+class Task(Protocol):
+    name: str
+
+    def train_problems(self, n: int, seed: int) -> list[Problem]:
+        """`n` problems from the training split, reproducible from `seed`."""
+
+    def heldout_problems(self, n: int) -> list[Problem]:
+        """The first `n` problems of the held-out split; never in any training stage."""
+
+    def is_heldout(self, problem: Problem) -> bool: ...
+
+    def grade(self, problem: Problem, completion: str, terminated: bool) -> Grade:
+        """Strictly parse `completion` (text before EOS); malformed output is incorrect, never an error."""
+
+    def cpt_corpus(self, n_documents: int, seed: int) -> list[str]:
+        """Raw documents for continued pre-training, from the training split only."""
+
+    def sft_demonstrations(self, n: int, seed: int) -> list[Problem]:
+        """Problems whose `answer` is a demonstration for supervised fine-tuning."""

@@ -1,0 +1,10 @@
+"""Tokenizers and causal language models: embedded presets and any Hugging Face model."""
+
+from lmpo.models.loading import (count_parameters, is_preset, load_model, load_model_and_tokenizer,
+                                 load_tokenizer, save_model)
+from lmpo.models.logprobs import completion_logprobs, positions_from_mask
+from lmpo.models.presets import PRESETS, preset_config
+from lmpo.models.tokenizer import build_char_tokenizer
+
+__all__ = ["PRESETS", "completion_logprobs", "positions_from_mask", "build_char_tokenizer", "count_parameters", "is_preset", "load_model",
+           "load_model_and_tokenizer", "load_tokenizer", "preset_config", "save_model"]

@@ -1,0 +1,65 @@
+"""Load a causal LM and its tokenizer: an embedded preset (fresh weights) or any Hugging Face
+model directory or hub id through the ordinary `from_pretrained` path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from lmpo.models.presets import PRESETS, preset_config
+from lmpo.models.tokenizer import build_char_tokenizer
+
+
+def is_preset(name_or_path: str) -> bool:
+    return name_or_path in PRESETS and not Path(name_or_path).exists()
+
+
+def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
+    """The embedded tokenizer for a preset name, else `AutoTokenizer.from_pretrained`.
+
+    A tokenizer without a pad token gets its EOS token as pad, the usual convention."""
+    if is_preset(name_or_path):
+        return build_char_tokenizer()
+    tok = AutoTokenizer.from_pretrained(name_or_path)
+    if tok.pad_token is None:
+        if tok.eos_token is None:
+            raise ValueError(f"tokenizer at {name_or_path!r} has neither a pad nor an eos token")
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int = 0,
+               dtype: torch.dtype = torch.float32) -> PreTrainedModel:
+    """A fresh preset model (initialised from `seed`) or `AutoModelForCausalLM.from_pretrained`."""
+    if is_preset(name_or_path):
+        config = preset_config(name_or_path, len(tokenizer), tokenizer.pad_token_id,
+                               tokenizer.eos_token_id, tokenizer.bos_token_id)
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        return model
+    path = Path(name_or_path)
+    if path.exists() and not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path} is not a Hugging Face model directory: it has no config.json")
+    return AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
+
+
+def load_model_and_tokenizer(name_or_path: str, seed: int = 0, dtype: torch.dtype = torch.float32):
+    tokenizer = load_tokenizer(name_or_path)
+    return load_model(name_or_path, tokenizer, seed=seed, dtype=dtype), tokenizer
+
+
+def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> Path:
+    """Write an ordinary Hugging Face model directory (safetensors + tokenizer)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

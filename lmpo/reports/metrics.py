@@ -1,0 +1,125 @@
+"""Read ``metrics.jsonl`` files and turn rows into plottable series."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+Row = dict[str, Any]
+Series = tuple[list[float], list[float]]  # (steps, values), sorted by step
+
+
+def read_metrics(path: str | Path) -> list[Row]:
+    """Read one JSON object per line from ``path``.
+
+    Blank lines are ignored. A malformed line raises ``ValueError`` naming the
+    file and line number; a malformed *last* line (what a killed writer
+    leaves behind) is skipped with a warning instead.
+    """
+    path = Path(path)
+    lines = path.read_bytes().splitlines()
+    last = max((i for i, ln in enumerate(lines, 1) if ln.strip()), default=0)
+    rows: list[Row] = []
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            obj = _parse_line(raw)
+        except ValueError as exc:
+            if lineno == last:
+                warnings.warn(
+                    f"{path}: line {lineno}: skipping truncated last line ({exc})",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                continue
+            raise ValueError(f"{path}: line {lineno}: {exc}") from None
+        if not isinstance(obj, dict):
+            raise ValueError(
+                f"{path}: line {lineno}: expected a JSON object, "
+                f"got {type(obj).__name__}"
+            )
+        rows.append(obj)
+    return rows
+
+
+def _parse_line(raw: bytes) -> Any:
+    """Decode and parse one line; raise ``ValueError`` with a short reason."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"invalid UTF-8 ({exc.reason})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+
+
+def as_float(value: Any) -> float | None:
+    """Return ``value`` as a float if it is a JSON number (or bool), else None."""
+    if isinstance(value, (bool, int, float)):
+        return float(value)
+    return None
+
+
+def row_step(row: Row, index: int) -> float:
+    """The row's ``step``, falling back to its position in the file."""
+    step = as_float(row.get("step"))
+    return step if step is not None and math.isfinite(step) else float(index)
+
+
+def numeric_keys(rows: list[Row]) -> list[str]:
+    """Keys (other than ``step``) holding a number in at least one row."""
+    seen: dict[str, None] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key != "step" and key not in seen and as_float(value) is not None:
+                seen[key] = None
+    return list(seen)
+
+
+def series(rows: list[Row], key: str) -> Series:
+    """Finite ``(step, value)`` points for ``key``, sorted by step.
+
+    If a step appears twice (e.g. a resumed run re-logging a step), the later
+    row wins.
+    """
+    points: dict[float, float] = {}
+    for index, row in enumerate(rows):
+        value = as_float(row.get(key))
+        if value is not None and math.isfinite(value):
+            points[row_step(row, index)] = value
+    steps = sorted(points)
+    return steps, [points[s] for s in steps]
+
+
+def all_series(rows: list[Row]) -> dict[str, Series]:
+    """Every numeric key with at least one finite point."""
+    out: dict[str, Series] = {}
+    for key in numeric_keys(rows):
+        xs, ys = series(rows, key)
+        if xs:
+            out[key] = (xs, ys)
+    return out
+
+
+def ema(values: list[float], span: float | None = None) -> list[float]:
+    """Exponential moving average; by default the span scales with length."""
+    if span is None:
+        span = min(max(len(values) / 20.0, 1.0), 50.0)
+    alpha = 2.0 / (span + 1.0)
+    out: list[float] = []
+    state: float | None = None
+    for v in values:
+        state = v if state is None else alpha * v + (1.0 - alpha) * state
+        out.append(state)
+    return out
+
+
+def align(data: Series, steps: list[float], fill: float = 0.0) -> list[float]:
+    """Values of ``data`` at ``steps``, with ``fill`` where a step is missing."""
+    lookup = dict(zip(*data))
+    return [lookup.get(s, fill) for s in steps]

@@ -1,0 +1,126 @@
+"""Render :class:`~lmpo.reports.panels.Panel` specs to PNG files.
+
+Uses ``matplotlib.figure.Figure`` with the Agg canvas directly, so the
+user's global pyplot backend is never touched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import PercentFormatter
+
+from .metrics import Series, align, ema
+from .panels import Axis, Curve, Panel
+
+MIN_SMOOTH_POINTS = 10  # below this, draw raw points only
+RAW_ALPHA = 0.25
+DPI = 100
+
+
+def new_figure(n_rows: int, width: float = 8.0, row_height: float = 2.8) -> Figure:
+    """A constrained-layout figure attached to an Agg canvas."""
+    fig = Figure(figsize=(width, row_height * n_rows + 0.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save(fig: Figure, path: Path) -> Path:
+    fig.savefig(path, dpi=DPI)
+    return path
+
+
+def present_axes(panel: Panel, data: dict[str, Series]) -> list[Axis]:
+    """The panel's subplots that have at least one key with data."""
+    return [a for a in panel.axes if any(k in data for k in a.keys())]
+
+
+def render_panel(panel: Panel, data: dict[str, Series], out_dir: Path) -> Path | None:
+    """Write ``<out_dir>/<panel.name>.png``; None if the panel has no data."""
+    axes_specs = present_axes(panel, data)
+    if not axes_specs:
+        return None
+    fig = new_figure(len(axes_specs))
+    axs = fig.subplots(len(axes_specs), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, spec in zip(axs, axes_specs):
+        draw_axis(ax, spec, data)
+    axs[-1].set_xlabel("step")
+    fig.suptitle(panel.title)
+    return save(fig, out_dir / f"{panel.name}.png")
+
+
+def draw_axis(ax: Axes, spec: Axis, data: dict[str, Series]) -> None:
+    if spec.stacked:
+        draw_stacked(ax, spec, data)
+    else:
+        curves = [c for c in spec.curves if c.key in data]
+        for i, curve in enumerate(curves):
+            draw_curve(ax, curve, data, f"C{i}")
+    ax.set_title(spec.title, fontsize=10)
+    if spec.ylabel:
+        ax.set_ylabel(spec.ylabel)
+    if spec.percent:
+        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
+    ax.grid(True, alpha=0.3)
+    if not ax.get_legend_handles_labels()[0]:
+        return
+    if spec.stacked:  # a stack fills the axes: keep the legend outside it
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(fontsize=8, loc="best")
+
+
+def _smoothed(curve: Curve, ys: list[float]) -> bool:
+    return curve.smooth and not curve.sparse and len(ys) >= MIN_SMOOTH_POINTS
+
+
+def draw_curve(ax: Axes, curve: Curve, data: dict[str, Series], color: str) -> None:
+    """Raw points (faint) plus an EMA line, or markers for sparse/short series."""
+    xs, ys = data[curve.key]
+    if _smoothed(curve, ys):
+        ax.plot(xs, ys, color=color, alpha=RAW_ALPHA, lw=0.8)
+        line = ema(ys)
+        ax.plot(xs, line, color=color, lw=1.8, label=f"{curve.label} (EMA)")
+    elif curve.sparse or len(xs) < MIN_SMOOTH_POINTS:
+        line = ys
+        ax.plot(xs, ys, "o-", color=color, ms=3.5, lw=1.2, label=curve.label)
+    else:
+        line = ys
+        ax.plot(xs, ys, color=color, lw=1.5, label=curve.label)
+    if curve.band and curve.band in data:
+        draw_band(ax, (xs, line), data[curve.band], color, smooth=_smoothed(curve, ys))
+
+
+def draw_band(ax: Axes, center: Series, std: Series, color: str, smooth: bool) -> None:
+    """Shade ``center +- std`` at the steps where both are known."""
+    std_at = dict(zip(*std))
+    pairs = [(x, y, std_at[x]) for x, y in zip(*center) if x in std_at]
+    if not pairs:
+        return
+    xs = [p[0] for p in pairs]
+    sd = [p[2] for p in pairs]
+    if smooth and len(sd) >= MIN_SMOOTH_POINTS:
+        sd = ema(sd)
+    lo = [p[1] - s for p, s in zip(pairs, sd)]
+    hi = [p[1] + s for p, s in zip(pairs, sd)]
+    ax.fill_between(xs, lo, hi, color=color, alpha=0.15, lw=0, label="+-std")
+
+
+def draw_stacked(ax: Axes, spec: Axis, data: dict[str, Series]) -> None:
+    """Stacked areas of the curves (EMA-smoothed when long) plus the total."""
+    curves = [c for c in spec.curves if c.key in data]
+    if curves:
+        steps = sorted({x for c in curves for x in data[c.key][0]})
+        layers = [align(data[c.key], steps) for c in curves]
+        labels = [c.label for c in curves]
+        if len(steps) >= MIN_SMOOTH_POINTS:
+            layers = [ema(layer) for layer in layers]
+            labels = [f"{label} (EMA)" for label in labels]
+        ax.stackplot(steps, *layers, labels=labels, alpha=0.85)
+    if spec.total and spec.total in data:
+        xs, ys = data[spec.total]
+        ax.plot(xs, ys, color="black", lw=0.8, alpha=0.5, label="total step time")
+    ax.set_ylim(bottom=0)

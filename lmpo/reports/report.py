@@ -1,0 +1,214 @@
+"""``write_report``: a run directory -> ``report/*.png`` + ``report/report.html``."""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import page
+from .metrics import Row, Series, all_series, read_metrics
+from .panels import MAIN_KEYS, PANELS, Panel
+from .plots import render_panel
+from .stages import Stage, fmt_pct, fmt_seconds, read_summary, render_stages
+
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+REPORT_DIR = "report"
+HTML_FILE = "report.html"
+
+
+@dataclass
+class Report:
+    html: Path
+    images: list[Path] = field(default_factory=list)
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write plots and ``report.html`` into ``run_dir/report/``; return the HTML path.
+
+    ``run_dir`` may be a training run (``metrics.jsonl``), a pipeline
+    (``summary.json`` with per-stage ``run_dir``\\ s, whose own reports are
+    written too), or both.
+    """
+    return _write(Path(run_dir), seen=frozenset()).html
+
+
+def _write(run_dir: Path, seen: frozenset[Path]) -> Report:
+    metrics, summary = run_dir / METRICS_FILE, run_dir / SUMMARY_FILE
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run directory does not exist: {run_dir}")
+    if not metrics.is_file() and not summary.is_file():
+        raise FileNotFoundError(
+            f"{run_dir} has neither {METRICS_FILE} nor {SUMMARY_FILE}; nothing to report"
+        )
+    out = run_dir / REPORT_DIR
+    out.mkdir(exist_ok=True)
+    report = Report(html=out / HTML_FILE)
+    body: list[str] = []
+    if summary.is_file():
+        body += _pipeline_section(run_dir, summary, report, seen | {run_dir.resolve()})
+    if metrics.is_file():
+        body += _metrics_section(metrics, report)
+    title = f"Report: {run_dir.resolve().name}"
+    report.html.write_text(page.document(title, body), encoding="utf-8")
+    return report
+
+
+# --------------------------------------------------------------- single run
+
+
+def _metrics_section(metrics: Path, report: Report) -> list[str]:
+    rows = read_metrics(metrics)
+    data = all_series(rows)
+    body = [page.heading("Training metrics"), _run_overview(metrics, rows)]
+    if not data:
+        return body + [page.paragraph("No numeric metrics logged yet.", "note")]
+    body.append(_final_values_table(data))
+    for panel in _panel_order(data):
+        png = render_panel(panel, data, report.html.parent)
+        if png is not None:
+            report.images.append(png)
+            body.append(page.image(png.name, panel.title))
+    return body
+
+
+def _panel_order(data: dict[str, Series]) -> list[Panel]:
+    """Panels in display order; in an RL run the policy loss is a side show."""
+    if "reward_mean" not in data:
+        return list(PANELS)
+    return [p for p in PANELS if p.name != "loss"] + [p for p in PANELS if p.name == "loss"]
+
+
+def _run_overview(metrics: Path, rows: list[Row]) -> str:
+    return page.paragraph(f"{len(rows)} rows logged in {metrics.name}.")
+
+
+def _ordered_keys(data: dict[str, Series]) -> list[str]:
+    main = [k for k in MAIN_KEYS if k in data]
+    return main + sorted(k for k in data if k not in MAIN_KEYS)
+
+
+def fmt_value(x: float) -> str:
+    if x == 0 or (1e-3 <= abs(x) < 1e5):
+        return f"{x:.4g}"
+    return f"{x:.3e}"
+
+
+def _fmt_step(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _final_values_table(data: dict[str, Series]) -> str:
+    rows = []
+    for key in _ordered_keys(data):
+        xs, ys = data[key]
+        rows.append([
+            page.cell(key),
+            page.cell(fmt_value(ys[-1]), numeric=True),
+            page.cell(_fmt_step(xs[-1]), numeric=True),
+            page.cell(fmt_value(min(ys)), numeric=True),
+            page.cell(fmt_value(max(ys)), numeric=True),
+            page.cell(len(ys), numeric=True),
+        ])
+    headers = ["metric", "last", "at step", "min", "max", "points"]
+    return page.table(headers, rows)
+
+
+# ---------------------------------------------------------------- pipeline
+
+
+def _pipeline_section(
+    run_dir: Path, summary: Path, report: Report, seen: frozenset[Path]
+) -> list[str]:
+    stages, extras = read_summary(summary)
+    body = [page.heading("Pipeline stages")]
+    if not stages:
+        body.append(page.paragraph("summary.json lists no stages.", "note"))
+    sub_reports = {i: _stage_report(run_dir, s, seen) for i, s in enumerate(stages)}
+    body.append(_stage_table(stages, sub_reports, report.html.parent))
+    png = render_stages(stages, report.html.parent)
+    if png is not None:
+        report.images.append(png)
+        body.append(page.image(png.name, "Accuracy and time per stage"))
+    if extras:
+        body += [page.heading("Other summary values", 3), _extras_table(extras)]
+    for i, stage in enumerate(stages):
+        body += _stage_plots(stage, sub_reports[i], report.html.parent)
+    return body
+
+
+def _stage_dir(run_dir: Path, stage: Stage) -> Path | None:
+    if not stage.run_dir:
+        return None
+    path = Path(stage.run_dir)
+    return path if path.is_absolute() else run_dir / path
+
+
+def _stage_report(
+    run_dir: Path, stage: Stage, seen: frozenset[Path]
+) -> Report | str | None:
+    """The stage's own report, an error message, or None if it has no metrics."""
+    stage_dir = _stage_dir(run_dir, stage)
+    if stage_dir is None or not (stage_dir / METRICS_FILE).is_file():
+        return None
+    if stage_dir.resolve() in seen:
+        return None  # a stage pointing back at the pipeline dir: no recursion
+    try:
+        return _write(stage_dir, seen)
+    except (OSError, ValueError) as exc:
+        msg = f"could not write report for stage {stage.name!r}: {exc}"
+        warnings.warn(msg, RuntimeWarning, stacklevel=2)
+        return msg
+
+
+def _rel(target: Path, start: Path) -> str:
+    return Path(os.path.relpath(target, start)).as_posix()
+
+
+def _stage_table(
+    stages: list[Stage], subs: dict[int, Report | str | None], out_dir: Path
+) -> str:
+    rows = []
+    for i, s in enumerate(stages):
+        sub = subs[i]
+        if isinstance(sub, Report):
+            run = page.link(_rel(sub.html, out_dir), s.run_dir or "report")
+        else:
+            run = page.esc(s.run_dir or "")
+        rows.append([
+            page.cell(s.name),
+            page.cell(fmt_pct(s.accuracy), numeric=True),
+            page.cell(fmt_pct(s.format_accuracy), numeric=True),
+            page.cell(fmt_seconds(s.seconds), numeric=True),
+            page.cell(run, raw_html=True),
+        ])
+    headers = ["stage", "accuracy", "format accuracy", "time", "run"]
+    return page.table(headers, rows)
+
+
+def _extras_table(extras: dict[str, Any]) -> str:
+    rows = [[page.cell(k), page.cell(_fmt_extra(v))] for k, v in extras.items()]
+    return page.table(["key", "value"], rows)
+
+
+def _fmt_extra(value: Any) -> str:
+    if isinstance(value, float) and math.isfinite(value):
+        return fmt_value(value)
+    text = str(value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _stage_plots(stage: Stage, sub: Report | str | None, out_dir: Path) -> list[str]:
+    if sub is None:
+        return []
+    body = [page.heading(f"Stage: {stage.name}")]
+    if isinstance(sub, str):
+        return body + [page.paragraph(sub, "note")]
+    body.append(f"<p>{page.link(_rel(sub.html, out_dir), 'full stage report')}</p>")
+    for png in sub.images:
+        body.append(page.image(_rel(png, out_dir), f"{stage.name}: {png.stem}"))
+    return body

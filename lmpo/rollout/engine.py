@@ -1,0 +1,97 @@
+"""Batched sampling with a KV cache for any transformers causal LM."""
+
+from __future__ import annotations
+
+from typing import Literal, Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+from lmpo.rollout.decoders import FastLlamaDecoder, HFDecoder, fast_path_supported
+from lmpo.rollout.sampling import sample_next
+from lmpo.rollout.types import FINISH_EOS, FINISH_LENGTH, Rollout, SamplingParams
+
+Backend = Literal["auto", "fast", "hf"]
+COMPACT_BELOW = 0.75  # drop finished rows from the decoder once a quarter of them are done
+
+
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists into (input_ids, attention_mask)."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt must have at least one token")
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+        mask[row, width - len(prompt):] = 1
+    return ids, mask
+
+
+def make_decoder(model: PreTrainedModel, backend: Backend = "auto"):
+    if backend == "hf":
+        return HFDecoder(model)
+    if fast_path_supported(model):
+        return FastLlamaDecoder(model)
+    if backend == "fast":
+        raise ValueError(f"the fast decoder supports Llama/Qwen2/Mistral causal LMs, not {type(model).__name__}; use backend='hf'")
+    return HFDecoder(model)
+
+
+@torch.no_grad()
+def generate(model: PreTrainedModel, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
+             eos_id: int | Sequence[int], pad_id: int, generator: torch.Generator | None = None,
+             backend: Backend = "auto") -> Rollout:
+    """Sample one completion per prompt (repeat a prompt G times for a group).
+
+    Stops a sequence at its first EOS token (kept, with loss mask 1, so the policy learns to
+    stop) or after `params.max_new_tokens` tokens.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        device = next(model.parameters()).device
+        input_ids, attention_mask = (t.to(device) for t in left_pad(prompts, pad_id))
+        eos = torch.tensor([eos_id] if isinstance(eos_id, int) else list(eos_id), device=device)
+        decoder = make_decoder(model, backend)
+        batch, steps = input_ids.size(0), params.max_new_tokens
+        tokens_out = torch.full((batch, steps), pad_id, dtype=torch.long, device=device)
+        logprobs_out = torch.zeros((batch, steps), dtype=torch.float32, device=device)
+        rows = torch.arange(batch, device=device)  # decoder row -> output row
+        alive = torch.ones(batch, dtype=torch.bool, device=device)
+        logits = decoder.prefill(input_ids, attention_mask, steps)
+        for t in range(steps):
+            tokens, logprobs = sample_next(logits, params, generator)
+            tokens = torch.where(alive, tokens, torch.full_like(tokens, pad_id))
+            tokens_out[rows, t] = tokens
+            logprobs_out[rows, t] = torch.where(alive, logprobs, torch.zeros_like(logprobs))
+            alive = alive & ~torch.isin(tokens, eos)
+            n_alive = int(alive.sum())
+            if t + 1 == steps or n_alive == 0:
+                break
+            if n_alive <= COMPACT_BELOW * len(rows):
+                # stop spending compute on finished sequences
+                keep = alive.nonzero().squeeze(1)
+                decoder.keep(keep)
+                rows, tokens, alive = rows[keep], tokens[keep], alive[keep]
+            logits = decoder.step(tokens)
+        written = tokens_out[:, : t + 1]
+        ended_with_eos = torch.isin(written, eos).any(dim=1).tolist()
+        loss_mask = _mask_through_first_eos(written, eos)
+        return Rollout(
+            prompt_ids=[list(p) for p in prompts],
+            completion_ids=torch.where(loss_mask.bool(), written, torch.full_like(written, pad_id)).cpu(),
+            loss_mask=loss_mask.cpu(),
+            logprobs=(logprobs_out[:, : t + 1] * loss_mask).cpu(),
+            finish_reasons=[FINISH_EOS if e else FINISH_LENGTH for e in ended_with_eos],
+            pad_id=pad_id,
+            lengths=loss_mask.sum(dim=1).long().cpu(),
+        )
+    finally:
+        model.train(was_training)
+
+
+def _mask_through_first_eos(tokens: torch.Tensor, eos: torch.Tensor) -> torch.Tensor:
+    is_eos = torch.isin(tokens, eos).long()
+    eos_before = is_eos.cumsum(dim=1) - is_eos  # EOS tokens strictly before this position
+    return (eos_before == 0).float()

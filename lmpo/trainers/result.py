@@ -1,0 +1,20 @@
+"""What a training stage reports when it ends."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass
+class StageResult:
+    name: str
+    seconds: float
+    model_dir: str
+    run_dir: str
+    accuracy: float | None = None
+    format_accuracy: float | None = None
+
+    def write(self, path: str | Path, **extra) -> None:
+        Path(path).write_text(json.dumps({**asdict(self), **extra}, indent=2, default=str))

@@ -1,0 +1,109 @@
+"""The typed configuration of the RL loop. Names follow the papers (see ALGORITHMS.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from lmpo.trainers.runtime import Schedule
+
+
+@dataclass
+class RLConfig:
+    model: str = "runs/sft/model"
+    """Hugging Face model directory (or preset name) of the policy to start from; also the reference."""
+    task: str = "sort_digits"
+    """Task that supplies prompts, the verifier and the held-out evaluation."""
+    out: str = "runs/grpo"
+    """Run directory: metrics.jsonl, checkpoints/, the final model in `model/`, the report."""
+    resume: str = ""
+    """Run directory of an interrupted run to continue from its newest complete checkpoint."""
+    seed: int = 0
+    """Seed for prompt order and sampling."""
+    threads: int = 2
+    """Torch CPU threads (0 = one per core)."""
+    steps: int = 250
+    """Optimizer steps (one rollout batch each, times num_iterations x num_minibatches updates)."""
+    prompts_per_step: int = 8
+    """Distinct prompts per rollout batch."""
+    group_size: int = 8
+    """Completions sampled per prompt (G)."""
+    prompt_pool: int = 20_000
+    """Training prompts drawn from the task's training split; iterated in a shuffled order."""
+    temperature: float = 1.0
+    """Sampling temperature; log-probs in the loss use the same temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold (1 = off)."""
+    top_k: int = 0
+    """Top-k sampling (0 = off)."""
+    max_new_tokens: int = 12
+    """Completion token limit; a completion that hits it ends with reason 'length'."""
+    rewards: str = "correct=1.0"
+    """Reward functions and weights, e.g. `correct=1.0,format=0.1`."""
+    advantage: str = "grpo"
+    """Advantage estimator: grpo, dr_grpo or rloo."""
+    std: Literal["sample", "population"] = "sample"
+    """grpo: normalise by the sample (n-1) or population (n) standard deviation."""
+    scale: Literal["group", "batch", "none"] = "group"
+    """grpo: divide by the group's std, the batch's std, or not at all."""
+    loss: str = "ppo_clip"
+    """Policy loss: ppo_clip, gspo, gspo_token or cispo."""
+    clip_eps_low: float = 0.2
+    """Lower clip range of the ratio (1 - eps_low)."""
+    clip_eps_high: float = 0.2
+    """Upper clip range of the ratio (1 + eps_high); > eps_low is DAPO's clip-higher."""
+    dual_clip: float = 0.0
+    """Dual-clip constant c > 1 for negative advantages (0 = off)."""
+    aggregation: str = "seq_mean_token_mean"
+    """How token losses become one number: seq_mean_token_mean, token_mean or seq_mean_token_sum_norm."""
+    max_len_norm: int = 0
+    """The constant L_max of seq_mean_token_sum_norm (0 = max_new_tokens)."""
+    beta: float = 0.0
+    """KL coefficient toward the reference (0 = no reference model is held)."""
+    kl_estimator: str = "k3"
+    """KL estimator added to the loss: k1, k2 or k3."""
+    num_iterations: int = 1
+    """Passes (PPO epochs) over each rollout batch; > 1 makes the clip matter."""
+    num_minibatches: int = 1
+    """Optimizer steps per pass: the rollout batch is split into this many minibatches."""
+    micro_batch_size: int = 0
+    """Sequences per forward/backward within a minibatch, with gradient accumulation (0 = whole minibatch)."""
+    lr: float = 1e-4
+    """Peak learning rate of AdamW."""
+    warmup_steps: int = 10
+    """Optimizer updates of linear warm-up."""
+    lr_schedule: Schedule = "constant"
+    """Decay after warm-up: cosine, linear or constant."""
+    min_lr_ratio: float = 0.1
+    """Final learning rate as a fraction of the peak (cosine/linear)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay (matrices only)."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value (0 = off)."""
+    eval_every: int = 50
+    """Evaluate on held-out problems every this many steps (and at the end)."""
+    eval_problems: int = 500
+    """Held-out problems for greedy evaluation (0 = skip)."""
+    eval_max_new_tokens: int = 12
+    """Token limit for evaluation answers."""
+    save_every: int = 50
+    """Write a resumable checkpoint every this many steps (0 = only the final model)."""
+    keep_checkpoints: int = 2
+    """Complete checkpoints to keep."""
+
+    def validate(self) -> None:
+        """Fail before any model loads when the batch arithmetic cannot work."""
+        batch = self.prompts_per_step * self.group_size
+        problems = []
+        if self.group_size < 2 and self.advantage in ("grpo", "dr_grpo", "rloo"):
+            problems.append(f"group_size={self.group_size}: group-relative advantages need at least 2 completions per prompt")
+        if self.num_minibatches < 1 or batch % self.num_minibatches:
+            problems.append(f"num_minibatches={self.num_minibatches} must divide prompts_per_step x group_size = {batch}")
+        elif self.micro_batch_size and (batch // self.num_minibatches) % self.micro_batch_size:
+            problems.append(f"micro_batch_size={self.micro_batch_size} must divide the minibatch size {batch // self.num_minibatches}")
+        if self.num_iterations < 1 or self.steps < 1:
+            problems.append("steps and num_iterations must be >= 1")
+        if self.dual_clip and self.dual_clip <= 1:
+            problems.append(f"dual_clip={self.dual_clip} must be > 1 (or 0 = off)")
+        if problems:
+            raise ValueError("invalid RL config: " + "; ".join(problems))

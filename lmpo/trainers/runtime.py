@@ -1,0 +1,104 @@
+"""What every trainer shares: threads and seeds, optimizer and schedule, the metrics log."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+Schedule = Literal["cosine", "linear", "constant"]
+
+
+def setup_torch(threads: int, seed: int) -> int:
+    """Fix torch's thread count and seed every generator; returns the thread count used.
+
+    `threads <= 0` means one per available core. The count is chosen deliberately because a
+    2-thread run slows several-fold when another process holds a core.
+    """
+    if threads <= 0:
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    torch.set_num_threads(threads)
+    random.seed(seed)
+    torch.manual_seed(seed)
+    return threads
+
+
+def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float,
+                   betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.AdamW:
+    """AdamW; no weight decay on biases, norms and embeddings' 1-D parameters."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if p.ndim >= 2 else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int,
+                   schedule: Schedule = "cosine", min_lr_ratio: float = 0.1) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up for `warmup_steps`, then cosine/linear decay to `min_lr_ratio`·lr, or constant."""
+    if schedule not in ("cosine", "linear", "constant"):
+        raise ValueError(f"lr_schedule must be cosine, linear or constant, got {schedule!r}")
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        shape = 0.5 * (1 + math.cos(math.pi * progress)) if schedule == "cosine" else 1 - progress
+        return min_lr_ratio + (1 - min_lr_ratio) * shape
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def grad_norm_and_clip(model: torch.nn.Module, max_norm: float) -> float:
+    """Clip gradients to `max_norm` (0 = no clipping) and return the norm before clipping."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    if max_norm > 0:
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    return float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))) if params else 0.0
+
+
+class MetricsLog:
+    """Appends one JSON object per step to `metrics.jsonl`, flushed at once so a crash loses nothing.
+
+    On resume, rows after the checkpoint's step are dropped so no step appears twice.
+    """
+
+    def __init__(self, path: str | Path, resume_from_step: int | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_from_step is None:
+            self.path.write_text("")
+        elif self.path.exists():
+            kept = []
+            for line in self.path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by the crash
+                if row.get("step", 0) <= resume_from_step:
+                    kept.append(line)
+            self.path.write_text("".join(f"{line}\n" for line in kept))
+
+    def write(self, row: dict) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(_plain(row)) + "\n")
+            f.flush()
+
+
+def _plain(row: dict) -> dict:
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, torch.Tensor):
+            value = value.item()
+        if isinstance(value, float) and not math.isfinite(value):
+            value = str(value)
+        out[key] = value
+    return out

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Creates .venv in the repository and installs lmpo (editable) with what it needs.
+# PyTorch: the CPU build where no NVIDIA GPU is visible, so a CPU machine never downloads a
+# multi-GB CUDA build. Set LMPO_TORCH_INDEX to a PyTorch wheel index URL to choose where
+# torch comes from (e.g. PyTorch's CPU-only index on a machine whose pip has no CPU wheel).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+TORCH_VERSION=${LMPO_TORCH_VERSION:-2.13.0}
+
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
+
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  echo "setup: installing PyTorch into .venv" >&2
+  index=()
+  if [ -n "${LMPO_TORCH_INDEX:-}" ]; then index=(--index-url "$LMPO_TORCH_INDEX"); fi
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    "${PIP[@]}" install "${index[@]}" torch
+  else
+    "${PIP[@]}" install "${index[@]}" "torch==${TORCH_VERSION}"
+  fi
+fi
+
+stamp=.venv/.lmpo-installed
+want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: installing lmpo and its dependencies into .venv" >&2
+  "${PIP[@]}" install -e ".[test]"
+  echo "$want" > "$stamp"
+fi

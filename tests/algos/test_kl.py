@@ -1,0 +1,56 @@
+import math
+
+import pytest
+import torch
+
+from lmpo.algos import KL_ESTIMATORS, k1, k2, k3
+
+
+def test_hand_values():
+    logprobs = torch.tensor([-1.0, -2.0, -0.5])
+    ref = torch.tensor([-1.5, -1.0, -0.5])
+    # kappa = ref - logprobs = [-0.5, 1.0, 0.0]
+    torch.testing.assert_close(k1(logprobs, ref), torch.tensor([0.5, -1.0, 0.0]))
+    torch.testing.assert_close(k2(logprobs, ref), torch.tensor([0.125, 0.5, 0.0]))
+    expected_k3 = torch.tensor([math.exp(-0.5) - 1 + 0.5, math.e - 2.0, 0.0])
+    torch.testing.assert_close(k3(logprobs, ref), expected_k3)
+
+
+def test_k3_nonnegative_and_finite_for_extreme_values():
+    gen = torch.Generator().manual_seed(0)
+    logprobs = -torch.rand(1000, generator=gen) * 30
+    ref = -torch.rand(1000, generator=gen) * 30
+    assert (k3(logprobs, ref) >= 0).all()
+    extreme = k3(torch.tensor([0.0, -500.0, 0.0]), torch.tensor([-math.inf, 0.0, -500.0]))
+    assert torch.isfinite(extreme).all() and (extreme >= 0).all()
+    # kappa = 500 is clamped to 20
+    assert extreme[1].item() == pytest.approx(math.exp(20) - 21, rel=1e-6)
+
+
+def test_k3_gradient():
+    logprobs = torch.tensor([-1.0, -0.2], requires_grad=True)
+    ref = torch.tensor([-0.3, -0.9])
+    k3(logprobs, ref).sum().backward()
+    kappa = ref - logprobs.detach()
+    # d/dlogprobs (e^kappa - 1 - kappa) = -(e^kappa - 1)
+    torch.testing.assert_close(logprobs.grad, -(kappa.exp() - 1))
+
+
+def test_monte_carlo_estimates_of_true_kl():
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=torch.float64)  # pi_theta (sampling)
+    q = torch.tensor([0.25, 0.25, 0.25, 0.25], dtype=torch.float64)  # pi_ref
+    true_kl = (p * (p / q).log()).sum().item()
+    gen = torch.Generator().manual_seed(0)
+    samples = torch.multinomial(p, 200_000, replacement=True, generator=gen)
+    logprobs, ref = p.log()[samples], q.log()[samples]
+    assert k1(logprobs, ref).mean().item() == pytest.approx(true_kl, rel=0.03)
+    assert k3(logprobs, ref).mean().item() == pytest.approx(true_kl, rel=0.03)
+    # k1 is negative on some samples, k3 never
+    assert (k1(logprobs, ref) < 0).any() and (k3(logprobs, ref) >= 0).all()
+
+
+def test_registry():
+    assert KL_ESTIMATORS.names() == ["k1", "k2", "k3"]
+    assert KL_ESTIMATORS.get("k3") is k3
+    with pytest.raises(KeyError, match="choose one of: k1, k2, k3"):
+        KL_ESTIMATORS.get("k4")

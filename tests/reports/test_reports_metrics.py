@@ -1,0 +1,72 @@
+"""read_metrics and the series helpers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lmpo.reports import read_metrics
+from lmpo.reports.metrics import align, all_series, ema, series
+
+
+def test_reads_rows_and_skips_blank_lines(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 0, "loss": 1.0}\n\n{"step": 1, "loss": 0.5}\n')
+    assert read_metrics(path) == [{"step": 0, "loss": 1.0}, {"step": 1, "loss": 0.5}]
+
+
+def test_empty_file_gives_no_rows(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("")
+    assert read_metrics(path) == []
+
+
+def test_malformed_middle_line_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 0}\n{"step": 1,, }\n{"step": 2}\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl: line 2: invalid JSON"):
+        read_metrics(path)
+
+
+def test_non_object_line_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 0}\n[1, 2]\n{"step": 2}\n')
+    with pytest.raises(ValueError, match=r"line 2: expected a JSON object, got list"):
+        read_metrics(path)
+
+
+def test_truncated_last_line_is_skipped_with_warning(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 0, "loss": 1.0}\n{"step": 1, "loss": 0.5}\n{"step": 2, "lo')
+    with pytest.warns(RuntimeWarning, match=r"line 3: skipping truncated last line"):
+        rows = read_metrics(path)
+    assert [r["step"] for r in rows] == [0, 1]
+
+
+def test_truncated_multibyte_last_line_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    good = json.dumps({"step": 0, "note": "é"}, ensure_ascii=False).encode() + b"\n"
+    path.write_bytes(good + '{"step": 1, "note": "é'.encode()[:-1])
+    with pytest.warns(RuntimeWarning):
+        assert len(read_metrics(path)) == 1
+
+
+def test_series_filters_and_sorts() -> None:
+    rows = [
+        {"step": 2, "a": 2.0},
+        {"step": 0, "a": 0.0, "b": "text"},
+        {"step": 1, "a": float("nan")},
+        {"step": 2, "a": 3.0},  # resumed run re-logs step 2: later row wins
+        {"a": 9.0},  # no step: falls back to the row index (4)
+    ]
+    assert series(rows, "a") == ([0.0, 2.0, 4.0], [0.0, 3.0, 9.0])
+    assert "b" not in all_series(rows)
+
+
+def test_ema_and_align() -> None:
+    smoothed = ema([0.0, 10.0, 10.0, 10.0], span=3.0)
+    assert smoothed[0] == 0.0 and 0.0 < smoothed[1] < smoothed[2] < smoothed[3] < 10.0
+    assert ema([]) == []
+    assert align(([1.0, 3.0], [5.0, 7.0]), [1.0, 2.0, 3.0]) == [5.0, 0.0, 7.0]

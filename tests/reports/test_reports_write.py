@@ -1,0 +1,135 @@
+"""write_report on single runs, and the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from lmpo.reports import write_report
+from lmpo.reports.__main__ import main
+
+RL_PLOTS = ["reward", "accuracy", "kl", "entropy", "length", "zero_var",
+            "optim", "phase_time", "loss"]
+
+
+def test_rl_run_writes_all_panels(rl_report: Path, rh: SimpleNamespace) -> None:
+    assert rl_report.name == "report.html" and rl_report.parent.name == "report"
+    srcs = rh.img_srcs(rl_report)
+    for name in RL_PLOTS:
+        rh.assert_png(rl_report.parent / f"{name}.png")
+        assert f"{name}.png" in srcs
+    assert srcs[0] == "reward.png"  # RL runs lead with reward
+    assert "throughput.png" not in srcs  # tokens_per_s never logged
+
+
+def test_rl_html_has_final_values_table(rl_report: Path) -> None:
+    text = rl_report.read_text(encoding="utf-8")
+    assert "<title>Report: grpo</title>" in text
+    assert "<td>eval_accuracy</td>" in text and "<td>reward_mean</td>" in text
+    assert "<script" not in text and "<link" not in text  # self-contained
+    assert "http://" not in text and "https://" not in text
+
+
+def test_sft_run_writes_loss_and_skips_rl_panels(sft_run: Path, rh: SimpleNamespace) -> None:
+    html = write_report(str(sft_run))
+    srcs = rh.img_srcs(html)
+    assert srcs == ["loss.png", "accuracy.png", "optim.png", "throughput.png"]
+    for src in srcs:
+        rh.assert_png(html.parent / src)
+    for name in ["reward", "kl", "entropy", "length", "zero_var", "phase_time"]:
+        assert not (sft_run / "report" / f"{name}.png").exists()
+
+
+def test_sparse_and_missing_keys_do_not_crash(tmp_path: Path, rh: SimpleNamespace) -> None:
+    rows = rh.rl_rows(15)
+    for i, row in enumerate(rows):  # drop keys at scattered places
+        for key in list(row):
+            if key != "step" and (i + len(key)) % 3 == 0:
+                del row[key]
+    rows[3]["reward_std"] = None
+    rows[4]["kl"] = "nan?"
+    rows[5]["entropy"] = float("nan")
+    rows.append({"step": 15, "eval_accuracy": 0.5})
+    rh.write_jsonl(tmp_path / "metrics.jsonl", rows)
+    html = write_report(tmp_path)
+    assert len(rh.img_srcs(html)) >= 8
+    for src in rh.img_srcs(html):
+        rh.assert_png(html.parent / src)
+
+
+def test_single_row_and_only_reward_mean(tmp_path: Path, rh: SimpleNamespace) -> None:
+    rh.write_jsonl(tmp_path / "metrics.jsonl", [{"step": 1, "reward_mean": 0.5}])
+    html = write_report(tmp_path)
+    assert rh.img_srcs(html) == ["reward.png"]
+    rh.assert_png(tmp_path / "report" / "reward.png")
+
+
+def test_empty_metrics_file_still_writes_page(tmp_path: Path, rh: SimpleNamespace) -> None:
+    (tmp_path / "metrics.jsonl").write_text("")
+    html = write_report(tmp_path)
+    assert "No numeric metrics" in html.read_text(encoding="utf-8")
+    assert rh.img_srcs(html) == []
+
+
+def test_malformed_metrics_raise_with_line_number(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0}\nnot json\n{"step": 2}\n')
+    with pytest.raises(ValueError, match="line 2"):
+        write_report(tmp_path)
+
+
+def test_truncated_last_line_warns_but_reports(tmp_path: Path, rh: SimpleNamespace) -> None:
+    rows = [{"step": i, "reward_mean": 0.1 * i} for i in range(5)]
+    path = rh.write_jsonl(tmp_path / "metrics.jsonl", rows)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write('{"step": 5, "reward_me')
+    with pytest.warns(RuntimeWarning, match="truncated"):
+        html = write_report(tmp_path)
+    assert rh.img_srcs(html) == ["reward.png"]
+
+
+def test_empty_or_missing_directory_raises(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="neither metrics.jsonl nor summary.json"):
+        write_report(tmp_path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        write_report(tmp_path / "nope")
+    assert not (tmp_path / "report").exists()
+
+
+def test_cli_main(tmp_path: Path, rh: SimpleNamespace,
+                  capsys: pytest.CaptureFixture[str]) -> None:
+    rh.write_jsonl(tmp_path / "run" / "metrics.jsonl", [{"step": 0, "loss": 1.0}])
+    assert main([str(tmp_path / "run")]) == 0
+    assert capsys.readouterr().out.strip().endswith("report.html")
+    (tmp_path / "empty").mkdir()
+    assert main([str(tmp_path / "empty")]) == 1
+    assert "neither" in capsys.readouterr().err
+
+
+def test_python_dash_m(tmp_path: Path, rh: SimpleNamespace) -> None:
+    rh.write_jsonl(tmp_path / "metrics.jsonl", [{"step": 0, "loss": 1.0}])
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-m", "lmpo.reports", str(tmp_path)],
+        cwd=root, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("report.html")
+    rh.assert_png(tmp_path / "report" / "loss.png")
+
+
+def test_does_not_import_pyplot(tmp_path: Path, rh: SimpleNamespace) -> None:
+    """The user's global pyplot backend must stay untouched."""
+    rh.write_jsonl(tmp_path / "metrics.jsonl", [{"step": 0, "loss": 1.0}])
+    code = (
+        "import sys; from lmpo.reports import write_report; "
+        f"write_report({str(tmp_path)!r}); "
+        "assert 'matplotlib.pyplot' not in sys.modules"
+    )
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

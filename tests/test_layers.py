@@ -1,0 +1,53 @@
+"""The architecture's rule: each layer imports only from layers below it."""
+
+import ast
+from pathlib import Path
+
+import lmpo
+
+LAYERS = {"algos": 1, "models": 2, "rollout": 3, "envs": 4, "trainers": 5, "reports": 6, "cli": 7}
+ROOT = Path(lmpo.__file__).parent
+
+
+def _lmpo_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "lmpo" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+def test_every_package_is_assigned_a_layer():
+    packages = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages <= set(LAYERS), f"unassigned packages: {packages - set(LAYERS)}"
+
+
+def test_imports_point_downwards_only():
+    violations = []
+    for package, level in LAYERS.items():
+        for path in (ROOT / package).rglob("*.py"):
+            for target in _lmpo_imports(path):
+                if target in LAYERS and target != package and LAYERS[target] >= level:
+                    violations.append(f"{path.relative_to(ROOT)} imports lmpo.{target}")
+    assert not violations, "\n".join(violations)
+
+
+def test_algos_is_pure_tensor_math():
+    banned = {"transformers", "tokenizers", "safetensors", "yaml", "json", "pathlib", "os", "open"}
+    for path in (ROOT / "algos").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                assert not {a.name.split(".")[0] for a in node.names} & banned, path
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert node.module.split(".")[0] not in banned, path
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "open":
+                raise AssertionError(f"{path} does I/O")

@@ -1,0 +1,75 @@
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from lmpo.models import PRESETS, count_parameters, load_model_and_tokenizer, save_model
+
+
+def test_char_tokenizer_round_trip_and_reload(char_tokenizer, tmp_path):
+    text = "31415=11345 Hello, world!\n(x) = 42"
+    ids = char_tokenizer(text, add_special_tokens=False).input_ids
+    assert len(ids) == len(text)  # one token per character
+    assert char_tokenizer.decode(ids) == text
+    char_tokenizer.save_pretrained(tmp_path)
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert reloaded(text, add_special_tokens=False).input_ids == ids
+    assert (reloaded.pad_token, reloaded.eos_token) == ("<pad>", "<eos>")
+    chat = reloaded.apply_chat_template([{"role": "user", "content": "12="}, {"role": "assistant", "content": "3"}],
+                                        tokenize=False)
+    assert chat == "<|user|>12=<|assistant|>3<eos>"
+
+
+def test_presets_have_the_promised_sizes():
+    model, tok = load_model_and_tokenizer("tiny")
+    assert 1e6 <= count_parameters(model) <= 5e6
+    assert set(PRESETS) >= {"tiny", "small"}
+    assert model.config.pad_token_id == tok.pad_token_id and model.config.eos_token_id == tok.eos_token_id
+
+
+def test_preset_init_is_seeded():
+    a, _ = load_model_and_tokenizer("tiny", seed=3)
+    b, _ = load_model_and_tokenizer("tiny", seed=3)
+    c, _ = load_model_and_tokenizer("tiny", seed=4)
+    wa, wb, wc = (m.model.layers[0].mlp.up_proj.weight for m in (a, b, c))
+    assert torch.equal(wa, wb) and not torch.equal(wa, wc)
+
+
+def test_saved_model_loads_with_plain_transformers(tmp_path):
+    model, tok = load_model_and_tokenizer("tiny", seed=0)
+    save_model(model, tok, tmp_path / "m")
+    assert (tmp_path / "m" / "model.safetensors").exists()
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "m")
+    plain_tok = AutoTokenizer.from_pretrained(tmp_path / "m")
+    ids = torch.tensor([plain_tok("31415=").input_ids])
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, plain(ids).logits, atol=1e-6)
+
+
+def test_users_local_hf_model_directory_loads_through_the_same_path(tiny_qwen2, char_tokenizer, tmp_path):
+    tiny_qwen2.save_pretrained(tmp_path)
+    char_tokenizer.save_pretrained(tmp_path)
+    model, tok = load_model_and_tokenizer(str(tmp_path))
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    ids = torch.tensor([tok("12=").input_ids])
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, tiny_qwen2(ids).logits, atol=1e-6)
+
+
+def test_tokenizer_without_pad_token_uses_eos(tiny_llama, tmp_path):
+    from transformers import PreTrainedTokenizerFast
+    from lmpo.models import build_char_tokenizer
+
+    base = build_char_tokenizer()
+    no_pad = PreTrainedTokenizerFast(tokenizer_object=base.backend_tokenizer, eos_token="<eos>")
+    tiny_llama.save_pretrained(tmp_path)
+    no_pad.save_pretrained(tmp_path)
+    _, tok = load_model_and_tokenizer(str(tmp_path))
+    assert tok.pad_token == "<eos>"
+
+
+def test_a_directory_that_is_not_a_model_gives_a_clear_error(tmp_path):
+    import pytest
+
+    (tmp_path / "tokenizer.json").write_text("{}")
+    from lmpo.models import load_model, build_char_tokenizer
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        load_model(str(tmp_path), build_char_tokenizer())

@@ -1,0 +1,115 @@
+import pytest
+import torch
+
+from lmpo.models import completion_logprobs
+from lmpo.rollout import FINISH_EOS, FINISH_LENGTH, SamplingParams, generate, left_pad
+
+
+def _prompts(tok):
+    return [tok(s, add_special_tokens=False).input_ids for s in ["31415=", "9=", "1234567=", "ab"]]
+
+
+def _teacher_forced(model, rollout, temperature, pad_id):
+    prompt_ids, prompt_mask = left_pad(rollout.prompt_ids, pad_id)
+    with torch.no_grad():
+        logprobs, _ = completion_logprobs(model, prompt_ids, prompt_mask, rollout.completion_ids, temperature)
+    return logprobs * rollout.loss_mask
+
+
+def _full_forward_logprobs(model, rollout, temperature):
+    """Independent reference: one unpadded forward per sequence, full logits."""
+    rows = []
+    for prompt, completion in zip(rollout.prompt_ids, rollout.completion_token_lists()):
+        ids = torch.tensor([prompt + completion])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(ids).logits[0].double() / temperature, dim=-1)
+        rows.append([logp[len(prompt) - 1 + j, tok].item() for j, tok in enumerate(completion)])
+    return rows
+
+
+@pytest.mark.parametrize("backend", ["fast", "hf"])
+@pytest.mark.parametrize("model_name", ["tiny_llama", "tiny_qwen2"])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_rollout_logprobs_match_a_teacher_forced_forward(backend, model_name, temperature, char_tokenizer, request):
+    model = request.getfixturevalue(model_name)
+    tok = char_tokenizer
+    gen = torch.Generator().manual_seed(0)
+    rollout = generate(model, _prompts(tok), SamplingParams(temperature=temperature, max_new_tokens=10),
+                       eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, generator=gen, backend=backend)
+    reference = _full_forward_logprobs(model, rollout, temperature)
+    for row, ref in enumerate(reference):
+        got = rollout.logprobs[row, : len(ref)]
+        assert torch.allclose(got.double(), torch.tensor(ref, dtype=torch.float64), atol=1e-4)
+    assert torch.allclose(_teacher_forced(model, rollout, temperature, tok.pad_token_id), rollout.logprobs, atol=1e-4)
+    assert rollout.logprobs.dtype == torch.float32
+
+
+def test_fast_and_generic_backends_sample_the_same_tokens(tiny_qwen2, char_tokenizer):
+    tok = char_tokenizer
+    runs = [generate(tiny_qwen2, _prompts(tok), SamplingParams(max_new_tokens=8), eos_id=tok.eos_token_id,
+                     pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(5), backend=b)
+            for b in ("fast", "hf")]
+    assert torch.equal(runs[0].completion_ids, runs[1].completion_ids)
+
+
+def test_greedy_matches_transformers_generate(tiny_llama, char_tokenizer):
+    tok = char_tokenizer
+    prompt = tok("31415=", add_special_tokens=False).input_ids
+    ours = generate(tiny_llama, [prompt], SamplingParams(temperature=0, max_new_tokens=12),
+                    eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
+    ids = torch.tensor([prompt])
+    theirs = tiny_llama.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12,
+                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)[0, len(prompt):]
+    assert ours.completion_token_lists()[0] == theirs.tolist()[: len(ours.completion_token_lists()[0])]
+
+
+def test_eos_ends_a_sequence_and_padding_carries_no_loss(tiny_llama, char_tokenizer):
+    tok = char_tokenizer
+    stop_ids = list(range(10, 30))  # treat 20 ids as end-of-sequence so both endings occur
+    prompts = _prompts(tok) * 4
+    rollout = generate(tiny_llama, prompts, SamplingParams(temperature=1.0, max_new_tokens=3), eos_id=stop_ids,
+                       pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(3))
+    assert set(rollout.finish_reasons) == {FINISH_EOS, FINISH_LENGTH}
+    for row, reason in enumerate(rollout.finish_reasons):
+        tokens = rollout.completion_token_lists()[row]
+        if reason == FINISH_EOS:
+            assert tokens[-1] in stop_ids and not set(tokens[:-1]) & set(stop_ids)
+        else:
+            assert len(tokens) == 3 and not set(tokens) & set(stop_ids)
+        n = int(rollout.lengths[row])
+        assert n == len(tokens)
+        assert rollout.loss_mask[row, :n].eq(1).all() and rollout.loss_mask[row, n:].eq(0).all()
+        assert rollout.logprobs[row, n:].eq(0).all() and rollout.completion_ids[row, n:].eq(tok.pad_token_id).all()
+
+
+def test_all_sequences_stopping_early_ends_the_loop(char_tokenizer, tiny_llama):
+    tok = char_tokenizer
+    params = SamplingParams(temperature=1.0, top_k=1, max_new_tokens=30)
+    a = generate(tiny_llama, _prompts(tok), params, eos_id=list(range(len(tok))), pad_id=tok.pad_token_id)
+    assert a.completion_ids.shape[1] == 1 and all(r == FINISH_EOS for r in a.finish_reasons)
+
+
+def test_top_k_one_is_greedy_and_seeds_reproduce(tiny_llama, char_tokenizer):
+    tok = char_tokenizer
+    greedy = generate(tiny_llama, _prompts(tok), SamplingParams(temperature=0, max_new_tokens=8),
+                      eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
+    top1 = generate(tiny_llama, _prompts(tok), SamplingParams(temperature=1.3, top_k=1, max_new_tokens=8),
+                    eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(greedy.completion_ids, top1.completion_ids)
+    s1, s2 = (generate(tiny_llama, _prompts(tok), SamplingParams(top_p=0.9, max_new_tokens=8), eos_id=tok.eos_token_id,
+                       pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(7)) for _ in range(2))
+    assert torch.equal(s1.completion_ids, s2.completion_ids)
+
+
+def test_top_p_never_draws_outside_the_nucleus():
+    from lmpo.rollout.sampling import sample_next
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(2000, 1)
+    tokens, _ = sample_next(logits, SamplingParams(top_p=0.75), torch.Generator().manual_seed(0))
+    assert set(tokens.tolist()) == {0, 1}  # 0.5 + 0.3 covers 0.75; tokens 2 and 3 are cut
+
+
+@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_p=0), dict(top_k=-1), dict(max_new_tokens=0)])
+def test_bad_sampling_params_are_rejected(bad):
+    with pytest.raises(ValueError):
+        SamplingParams(**bad)
