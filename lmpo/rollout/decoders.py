@@ -61,35 +61,51 @@ class HFDecoder:
 
 
 class FastLlamaDecoder:
-    """Lean decoding for Llama-family models (RMSNorm, RoPE, SwiGLU, optional QKV bias)."""
+    """Lean decoding for Llama-family models (RMSNorm, RoPE, SwiGLU, optional QKV bias).
+
+    Rotary embeddings are applied as one complex multiplication: the query and key rows of the
+    fused QKV weight are permuted within each head so that the pairs (i, i + d/2) that RoPE
+    rotates together are adjacent. Queries and keys get the same permutation, so attention
+    scores are unchanged; the permuted keys never leave the decoder.
+    """
 
     def __init__(self, model: PreTrainedModel):
         cfg = model.config
-        self.model = model
         inner = model.model
         self.embed = inner.embed_tokens.weight
         self.rotary = inner.rotary_emb
-        self.final_norm = (inner.norm.weight, inner.norm.variance_epsilon)
-        self.lm_head = model.lm_head.weight
+        self.final_eps = inner.norm.variance_epsilon
+        with torch.no_grad():
+            self.lm_head = _linear(model.lm_head.weight * inner.norm.weight, None)
         self.n_heads = cfg.num_attention_heads
         self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
-        self.layers = [self._layer_weights(layer) for layer in inner.layers]
+        half = self.head_dim // 2
+        self.pair_order = torch.stack([torch.arange(half), torch.arange(half) + half], dim=1).flatten()
+        with torch.no_grad():
+            self.layers = [self._layer_weights(layer) for layer in inner.layers]
 
-    @staticmethod
-    def _layer_weights(layer) -> dict:
+    def _rope_rows(self, weight: torch.Tensor | None, heads: int) -> torch.Tensor | None:
+        if weight is None:
+            return None
+        shaped = weight.view(heads, self.head_dim, *weight.shape[1:])
+        return shaped[:, self.pair_order.to(weight.device)].reshape(weight.shape)
+
+    def _layer_weights(self, layer) -> dict:
         attn, mlp = layer.self_attn, layer.mlp
-        qkv_w = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+        ln1, ln2 = layer.input_layernorm, layer.post_attention_layernorm
+        q_w, k_w = self._rope_rows(attn.q_proj.weight, self.n_heads), self._rope_rows(attn.k_proj.weight, self.n_kv)
         qkv_b = None
         if attn.q_proj.bias is not None:
-            qkv_b = torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
+            qkv_b = torch.cat([self._rope_rows(attn.q_proj.bias, self.n_heads),
+                               self._rope_rows(attn.k_proj.bias, self.n_kv), attn.v_proj.bias])
+        # each RMSNorm's gain is folded into the projection that follows it
         return {
-            "ln1": (layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon),
-            "ln2": (layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon),
-            "qkv_w": qkv_w, "qkv_b": qkv_b,
-            "o_w": attn.o_proj.weight, "o_b": attn.o_proj.bias,
-            "gate_up_w": torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-            "down_w": mlp.down_proj.weight,
+            "eps1": ln1.variance_epsilon, "eps2": ln2.variance_epsilon,
+            "qkv": _linear(torch.cat([q_w, k_w, attn.v_proj.weight]) * ln1.weight, qkv_b),
+            "o": _linear(attn.o_proj.weight, attn.o_proj.bias),
+            "gate_up": _linear(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]) * ln2.weight, None),
+            "down": _linear(mlp.down_proj.weight, None),
         }
 
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
@@ -100,17 +116,21 @@ class FastLlamaDecoder:
         shape = (len(self.layers), batch * self.n_kv, total, self.head_dim)
         self.k_cache = torch.zeros(shape, dtype=dtype, device=device)
         self.v_cache = torch.zeros(shape, dtype=dtype, device=device)
+        # additive attention bias per cache row [B*kv, 1, total]: 0 for keys that may be seen
         self.key_bias = torch.full((batch, total), float("-inf"), dtype=dtype, device=device)
         self.key_bias[:, :prompt_len].masked_fill_(attention_mask.bool(), 0.0)
-        self.batch, self.length = batch, 0
+        self.key_bias = self.key_bias.repeat_interleave(self.n_kv, dim=0)[:, None]
+        self.length = 0
         self.next_pos = attention_mask.long().sum(dim=1)
-        positions = torch.arange(total, device=device)[None]
-        cos, sin = self.rotary(self.embed[:1][None], positions)
-        self.cos_table, self.sin_table = cos[0], sin[0]  # [total, head_dim]
+        cos, sin = self.rotary(self.embed[:1][None], torch.arange(total, device=device)[None])
+        half = self.head_dim // 2
+        self.rotation = torch.complex(cos[0, :, :half].float(), sin[0, :, :half].float())  # [total, d/2]
         causal = torch.ones(prompt_len, prompt_len, dtype=torch.bool, device=device).tril()
         # a padding query may see only itself, so that no attention row is empty (NaN)
         allowed = (causal[None] & attention_mask.bool()[:, None, :]) | torch.eye(prompt_len, dtype=torch.bool, device=device)
         bias = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
+        # rows (sequence, kv head); the query heads sharing a kv head are stacked along the query axis
+        bias = bias.repeat_interleave(self.n_kv, dim=0).repeat(1, self.n_heads // self.n_kv, 1)
         hidden = self._forward(input_ids, positions_from_mask(attention_mask), bias)
         return self._logits(hidden[:, -1])
 
@@ -119,59 +139,77 @@ class FastLlamaDecoder:
         cache_rows = (rows[:, None] * self.n_kv + torch.arange(self.n_kv, device=rows.device)).flatten()
         self.k_cache = self.k_cache[:, cache_rows]
         self.v_cache = self.v_cache[:, cache_rows]
-        self.key_bias, self.next_pos = self.key_bias[rows], self.next_pos[rows]
-        self.batch = len(rows)
+        self.key_bias, self.next_pos = self.key_bias[cache_rows], self.next_pos[rows]
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.key_bias[:, self.length] = 0.0
-        bias = self.key_bias[:, None, : self.length + 1]  # [B, 1, S]: shared by every layer
+        self.key_bias[:, :, self.length] = 0.0
+        bias = self.key_bias[:, :, : self.length + 1]  # shared by every layer and query head
         hidden = self._forward(tokens[:, None], self.next_pos[:, None], bias)
         self.next_pos = self.next_pos + 1
         return self._logits(hidden[:, -1])
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight, eps = self.final_norm
-        return F.linear(_rms_norm(hidden, weight, eps), self.lm_head)
+        return self.lm_head(_rms_norm(hidden, self.final_eps))
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        """`bias` [B, q, S]: 0 where a query may attend to a key, -inf elsewhere."""
+        """`bias` [B*kv, group*seq or 1, S]: 0 where a query may attend to a key, -inf elsewhere."""
         batch, seq = ids.shape
         start, end = self.length, self.length + seq
         heads, kv, dim = self.n_heads, self.n_kv, self.head_dim
-        group = heads // kv
+        group, rotated = heads // kv, (heads + kv) * dim
         x = F.embedding(ids, self.embed)
-        cos, sin = self.cos_table[positions][:, None], self.sin_table[positions][:, None]  # [B, 1, seq, dim]
-        # [B*kv, group*seq, S]: the query heads that share a kv head are stacked along the query axis
-        bias = bias.repeat_interleave(kv, dim=0).repeat(1, group, 1)
+        rotation = self.rotation[positions][:, :, None]  # [B, seq, 1, d/2]
         scale = dim ** -0.5
         for i, w in enumerate(self.layers):
-            h = _rms_norm(x, *w["ln1"])
-            qkv = F.linear(h, w["qkv_w"], w["qkv_b"])
-            q, k, v = qkv.split([heads * dim, kv * dim, kv * dim], dim=-1)
-            q = q.view(batch, seq, heads, dim).transpose(1, 2)
-            k = k.view(batch, seq, kv, dim).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            qkv = w["qkv"](_rms_norm(x, w["eps1"]))
+            pairs = torch.view_as_complex(qkv[..., :rotated].float().reshape(batch, seq, heads + kv, dim // 2, 2))
+            qk = torch.view_as_real(pairs * rotation).to(x.dtype).view(batch, seq, heads + kv, dim)
             keys, values = self.k_cache[i], self.v_cache[i]
-            keys.view(batch, kv, -1, dim)[:, :, start:end] = k
-            values.view(batch, kv, -1, dim)[:, :, start:end] = v.view(batch, seq, kv, dim).transpose(1, 2)
-            q = q.reshape(batch * kv, group * seq, dim)
+            keys.view(batch, kv, -1, dim)[:, :, start:end] = qk[:, :, heads:].transpose(1, 2)
+            values.view(batch, kv, -1, dim)[:, :, start:end] = qkv[..., rotated:].view(batch, seq, kv, dim).transpose(1, 2)
+            q = qk[:, :, :heads].transpose(1, 2).reshape(batch * kv, group * seq, dim)
             scores = torch.baddbmm(bias, q, keys[:, :end].transpose(1, 2), alpha=scale)
             attn = torch.bmm(torch.softmax(scores, dim=-1), values[:, :end])  # [B*kv, group*seq, dim]
             attn = attn.view(batch, heads, seq, dim).transpose(1, 2).reshape(batch, seq, heads * dim)
-            x = x + F.linear(attn, w["o_w"], w["o_b"])
-            gate, up = F.linear(_rms_norm(x, *w["ln2"]), w["gate_up_w"]).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, w["down_w"])
+            x = x + w["o"](attn)
+            gate, up = w["gate_up"](_rms_norm(x, w["eps2"])).chunk(2, dim=-1)
+            x.add_(w["down"](F.silu(gate).mul_(up)))
         self.length = end
         return x
 
 
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def _rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm without its gain (folded into the next projection), in fp32 as transformers does."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, x.shape[-1:], None, eps)
     x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(x.dtype)
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None):
+    """`x -> x @ weight.T + bias`; on CPU in fp32, with the weight prepacked for oneDNN once per
+    decoder, which multiplies small batches faster than repacking on every call."""
+    weight = weight.detach()
+    bias = None if bias is None else bias.detach()
+    if weight.device.type == "cpu" and weight.dtype == torch.float32 and _ONEDNN_LINEAR:
+        try:
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, 64)
+            return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+        except RuntimeError:
+            pass
+    return lambda x: F.linear(x, weight, bias)
+
+
+def _onednn_linear_works() -> bool:
+    """The packed path uses private oneDNN ops: use it only where it exists and agrees with F.linear."""
+    try:
+        gen = torch.Generator().manual_seed(0)
+        weight, x = torch.randn(24, 16, generator=gen), torch.randn(3, 16, generator=gen)
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, 3)
+        out = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+        return torch.backends.mkldnn.is_available() and torch.allclose(out, F.linear(x, weight), atol=1e-5)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+_ONEDNN_LINEAR = _onednn_linear_works()

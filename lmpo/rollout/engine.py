@@ -38,7 +38,6 @@ def make_decoder(model: PreTrainedModel, backend: Backend = "auto"):
     return HFDecoder(model)
 
 
-@torch.no_grad()
 def generate(model: PreTrainedModel, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
              eos_id: int | Sequence[int], pad_id: int, generator: torch.Generator | None = None,
              backend: Backend = "auto") -> Rollout:
@@ -53,42 +52,52 @@ def generate(model: PreTrainedModel, prompts: Sequence[Sequence[int]], params: S
         device = next(model.parameters()).device
         input_ids, attention_mask = (t.to(device) for t in left_pad(prompts, pad_id))
         eos = torch.tensor([eos_id] if isinstance(eos_id, int) else list(eos_id), device=device)
-        decoder = make_decoder(model, backend)
-        batch, steps = input_ids.size(0), params.max_new_tokens
-        tokens_out = torch.full((batch, steps), pad_id, dtype=torch.long, device=device)
-        logprobs_out = torch.zeros((batch, steps), dtype=torch.float32, device=device)
-        rows = torch.arange(batch, device=device)  # decoder row -> output row
-        alive = torch.ones(batch, dtype=torch.bool, device=device)
-        logits = decoder.prefill(input_ids, attention_mask, steps)
-        for t in range(steps):
-            tokens, logprobs = sample_next(logits, params, generator)
-            tokens = torch.where(alive, tokens, torch.full_like(tokens, pad_id))
-            tokens_out[rows, t] = tokens
-            logprobs_out[rows, t] = torch.where(alive, logprobs, torch.zeros_like(logprobs))
-            alive = alive & ~torch.isin(tokens, eos)
-            n_alive = int(alive.sum())
-            if t + 1 == steps or n_alive == 0:
-                break
-            if n_alive <= COMPACT_BELOW * len(rows):
-                # stop spending compute on finished sequences
-                keep = alive.nonzero().squeeze(1)
-                decoder.keep(keep)
-                rows, tokens, alive = rows[keep], tokens[keep], alive[keep]
-            logits = decoder.step(tokens)
-        written = tokens_out[:, : t + 1]
-        ended_with_eos = torch.isin(written, eos).any(dim=1).tolist()
-        loss_mask = _mask_through_first_eos(written, eos)
-        return Rollout(
-            prompt_ids=[list(p) for p in prompts],
-            completion_ids=torch.where(loss_mask.bool(), written, torch.full_like(written, pad_id)).cpu(),
-            loss_mask=loss_mask.cpu(),
-            logprobs=(logprobs_out[:, : t + 1] * loss_mask).cpu(),
-            finish_reasons=[FINISH_EOS if e else FINISH_LENGTH for e in ended_with_eos],
-            pad_id=pad_id,
-            lengths=loss_mask.sum(dim=1).long().cpu(),
-        )
+        # inference mode skips autograd bookkeeping on every small op of the decoding loop
+        with torch.inference_mode():
+            tokens, logprobs = _decode(make_decoder(model, backend), input_ids, attention_mask, params, eos,
+                                       pad_id, generator)
+        # leave inference mode with ordinary tensors that the trainer may use in autograd
+        tokens, logprobs = tokens.clone(), logprobs.clone()
     finally:
         model.train(was_training)
+    ended_with_eos = torch.isin(tokens, eos).any(dim=1).tolist()
+    loss_mask = _mask_through_first_eos(tokens, eos)
+    return Rollout(
+        prompt_ids=[list(p) for p in prompts],
+        completion_ids=torch.where(loss_mask.bool(), tokens, torch.full_like(tokens, pad_id)).cpu(),
+        loss_mask=loss_mask.cpu(),
+        logprobs=(logprobs * loss_mask).cpu(),
+        finish_reasons=[FINISH_EOS if e else FINISH_LENGTH for e in ended_with_eos],
+        pad_id=pad_id,
+        lengths=loss_mask.sum(dim=1).long().cpu(),
+    )
+
+
+def _decode(decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams,
+            eos: torch.Tensor, pad_id: int, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampling loop: returns tokens and behaviour log-probs [B, steps taken]."""
+    batch, steps, device = input_ids.size(0), params.max_new_tokens, input_ids.device
+    tokens_out = torch.full((batch, steps), pad_id, dtype=torch.long, device=device)
+    logprobs_out = torch.zeros((batch, steps), dtype=torch.float32, device=device)
+    rows = torch.arange(batch, device=device)  # decoder row -> output row
+    alive = torch.ones(batch, dtype=torch.bool, device=device)
+    logits = decoder.prefill(input_ids, attention_mask, steps)
+    for t in range(steps):
+        tokens, logprobs = sample_next(logits, params, generator)
+        tokens = torch.where(alive, tokens, torch.full_like(tokens, pad_id))
+        tokens_out[rows, t] = tokens
+        logprobs_out[rows, t] = torch.where(alive, logprobs, torch.zeros_like(logprobs))
+        alive = alive & ~torch.isin(tokens, eos)
+        n_alive = int(alive.sum())
+        if t + 1 == steps or n_alive == 0:
+            break
+        if n_alive <= COMPACT_BELOW * len(rows):
+            # stop spending compute on finished sequences
+            keep = alive.nonzero().squeeze(1)
+            decoder.keep(keep)
+            rows, tokens, alive = rows[keep], tokens[keep], alive[keep]
+        logits = decoder.step(tokens)
+    return tokens_out[:, : t + 1], logprobs_out[:, : t + 1]
 
 
 def _mask_through_first_eos(tokens: torch.Tensor, eos: torch.Tensor) -> torch.Tensor:

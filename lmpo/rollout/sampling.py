@@ -21,10 +21,23 @@ def sample_next(logits: torch.Tensor, params: SamplingParams,
     if params.greedy:
         tokens = logp.argmax(dim=-1)
     else:
-        filtered = _filter_top_k_top_p(scaled, params.top_k, params.top_p)
-        probs = torch.softmax(filtered, dim=-1)
-        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        if params.top_k or params.top_p < 1.0:
+            probs = torch.softmax(_filter_top_k_top_p(scaled, params.top_k, params.top_p), dim=-1)
+        else:
+            probs = logp.exp()
+        tokens = _inverse_cdf_sample(probs, generator)
     return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+
+
+def _inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One draw per row: the first token whose cumulative probability exceeds a uniform number.
+    Exact, and needs one random number per row rather than one per vocabulary entry."""
+    cdf = probs.cumsum(dim=-1)
+    u = torch.rand(probs.size(0), 1, generator=generator, device=probs.device) * cdf[:, -1:]
+    tokens = torch.searchsorted(cdf, u, right=True).squeeze(1)
+    # guard the float edge u == cdf[-1]; and never pick a token of probability 0
+    tokens = tokens.clamp(max=probs.size(-1) - 1)
+    return torch.where(probs.gather(1, tokens[:, None]).squeeze(1) > 0, tokens, probs.argmax(dim=-1))
 
 
 def _filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
