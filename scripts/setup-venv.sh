@@ -27,7 +27,11 @@ fi
 stamp=.venv/.lmpo-installed
 want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "setup: installing lmpo and its dependencies into .venv" >&2
-  "${PIP[@]}" install -e ".[test]"
+  echo "setup: installing lmpo and its dependencies into .venv (log: .venv/install.log)" >&2
+  if ! "${PIP[@]}" install -e ".[test]" > .venv/install.log 2>&1; then
+    tail -n 30 .venv/install.log >&2
+    echo "setup: pip install failed; the full log is in .venv/install.log" >&2
+    exit 1
+  fi
   echo "$want" > "$stamp"
 fi

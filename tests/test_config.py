@@ -98,3 +98,17 @@ def test_presets_command_lists_sources(capsys):
     assert main(["presets"]) == 0
     out = capsys.readouterr().out
     assert "grpo" in out and "arXiv:2402.03300" in out and "dr_grpo" in out
+
+
+def test_pipeline_rejects_stage_options_it_owns(tmp_path, capsys):
+    assert main(["pipeline", "--cpt.model", "small"]) == 2
+    assert "the pipeline sets each stage's model" in capsys.readouterr().err
+    f = tmp_path / "p.yaml"
+    f.write_text("rl_stage:\n  seed: 3\n")
+    assert main(["pipeline", "--config", str(f)]) == 2
+    assert "rl_stage.seed" in capsys.readouterr().err
+
+
+def test_missing_model_directory_is_a_clear_error(tmp_path, capsys):
+    assert main(["train", "grpo", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
+    assert "does not exist" in capsys.readouterr().err

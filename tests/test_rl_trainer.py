@@ -5,7 +5,8 @@ import torch
 from safetensors.torch import load_file
 
 from lmpo.trainers import rl as rl_module
-from lmpo.trainers.rl import Batch, micro_step, train_rl, update
+from lmpo.trainers.rl import Batch, train_rl
+from lmpo.trainers.rl_update import LossParts, micro_step
 from lmpo.trainers.rl_config import RLConfig
 
 
@@ -91,8 +92,6 @@ def test_same_seed_same_run(start_model, tmp_path):
 
 @pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
 def test_micro_batches_accumulate_to_the_whole_batch_gradient(tiny_llama, aggregation):
-    from lmpo.algos import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
-
     torch.manual_seed(0)
     n, width = 8, 5
     lengths = torch.tensor([5, 3, 1, 4, 5, 2, 2, 5])
@@ -101,18 +100,18 @@ def test_micro_batches_accumulate_to_the_whole_batch_gradient(tiny_llama, aggreg
                   completion_ids=torch.randint(10, 60, (n, width)), loss_mask=mask,
                   old_logprobs=-torch.rand(n, width) * 3, ref_logprobs=-torch.rand(n, width) * 3,
                   advantages=torch.randn(n, 1).expand(n, width).contiguous())
-    options = {"clip_eps_low": 0.2, "clip_eps_high": 0.2, "max_len": width}
     grads = []
     for micro in (0, 2, 1):
-        cfg = RLConfig(micro_batch_size=micro, prompts_per_step=2, group_size=4, beta=0.1, lr=0.0)
+        cfg = RLConfig(micro_batch_size=micro, prompts_per_step=2, group_size=4, beta=0.1, lr=0.0,
+                       aggregation=aggregation, max_new_tokens=width)
+        parts = LossParts.from_config(cfg)
         model = tiny_llama.train()
         model.zero_grad(set_to_none=True)
         counts = {"num_sequences": n, "num_tokens": mask.sum().item(), "max_len": width}
         step = micro or n
         for start in range(0, n, step):
             part = batch.select(torch.arange(start, start + step))
-            micro_step(model, part, cfg, POLICY_LOSSES.get("ppo_clip"), AGGREGATIONS.get(aggregation),
-                       KL_ESTIMATORS.get("k3"), options, counts)
+            micro_step(model, part, cfg, parts, counts, beta=0.1)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]).clone())
     tiny_llama.eval()
     assert torch.allclose(grads[0], grads[1], atol=1e-6) and torch.allclose(grads[0], grads[2], atol=1e-6)

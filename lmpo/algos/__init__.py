@@ -1,7 +1,9 @@
-"""Pure tensor math for RL post-training: advantages, policy losses, aggregation, KL, token ops.
+"""Pure tensor math for RL post-training: sequence and token advantage estimators, policy
+losses, loss aggregation, KL estimators and adaptive KL control, the value loss, DAPO's batch
+filters, and token ops (log-probs, entropy, masked cross-entropy).
 
 Tensors in, tensors out; each family is a `Registry` so configs can select methods by name.
-Formulas and sources: /work/shared/ALGORITHMS.md.
+Formulas and sources: ALGORITHMS.md in the project's shared notes.
 """
 
 from lmpo.algos.advantages import (
@@ -24,6 +26,17 @@ from lmpo.algos.kl import KL_ESTIMATORS, k1, k2, k3
 from lmpo.algos.policy_loss import POLICY_LOSSES, cispo, gspo, gspo_token, ppo_clip
 from lmpo.algos.registry import Registry, UnknownNameError
 from lmpo.algos.token_ops import entropy_from_logits, masked_cross_entropy, token_logprobs
+from lmpo.algos.batch_filters import groups_with_signal, overlong_penalty, truncation_mask
+from lmpo.algos.kl_control import adaptive_kl_coef
+from lmpo.algos.token_advantages import (
+    TOKEN_ADVANTAGES,
+    discounted_returns,
+    gae,
+    masked_whiten,
+    reinforce_pp,
+    token_rewards,
+)
+from lmpo.algos.value_loss import clipped_value_loss
 
 __all__ = [
     "ADVANTAGES",
@@ -52,4 +65,15 @@ __all__ = [
     "token_mean",
     "zero_variance_fraction",
     "zero_variance_groups",
+    "TOKEN_ADVANTAGES",
+    "adaptive_kl_coef",
+    "clipped_value_loss",
+    "discounted_returns",
+    "gae",
+    "groups_with_signal",
+    "masked_whiten",
+    "overlong_penalty",
+    "reinforce_pp",
+    "token_rewards",
+    "truncation_mask",
 ]

@@ -30,6 +30,7 @@ def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.trainers.pipeline import PipelineConfig, run_pipeline
     from lmpo.trainers.presets import rl_preset
 
+    _reject_stage_owned(flags, args.config)
     first = build(PipelineConfig, yaml_file=args.config, flags=flags)
     preset = {f"rl_stage.{k}": v for k, v in rl_preset(first.rl).settings.items()}
     cfg = build(PipelineConfig, preset=preset, yaml_file=args.config, flags=flags)
@@ -39,6 +40,23 @@ def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
 
     print(f"report: {write_report(cfg.out)}")
     return 0
+
+
+PIPELINE_OWNED = ("model", "out", "task", "seed", "threads", "resume")
+
+
+def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:
+    """Inside `lmpo pipeline`, each stage's model/out/task/seed/threads come from the pipeline."""
+    keys = list(flags)
+    if yaml_file:
+        from lmpo.cli.config import read_yaml, _flatten_dict
+
+        keys += list(_flatten_dict(read_yaml(yaml_file)[0]))
+    for key in keys:
+        section, dot, leaf = key.partition(".")
+        if dot and leaf in PIPELINE_OWNED:
+            raise ConfigError(f"{key}: the pipeline sets each stage's {leaf}; use the top-level --{leaf} "
+                              f"(or set it in the stage's own `lmpo train` command)")
 
 
 def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:

@@ -22,6 +22,7 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     A tokenizer without a pad token gets its EOS token as pad, the usual convention."""
     if is_preset(name_or_path):
         return build_char_tokenizer()
+    _check_local_path(name_or_path)
     tok = AutoTokenizer.from_pretrained(name_or_path)
     if tok.pad_token is None:
         if tok.eos_token is None:
@@ -41,10 +42,18 @@ def load_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int 
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         return model
+    _check_local_path(name_or_path)
+    return AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
+
+
+def _check_local_path(name_or_path: str) -> None:
+    """Fail clearly on a missing or non-model local directory instead of trying a model hub."""
     path = Path(name_or_path)
+    looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") >= 2
     if path.exists() and not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} is not a Hugging Face model directory: it has no config.json")
-    return AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
+    if not path.exists() and looks_local:
+        raise FileNotFoundError(f"model directory {path} does not exist (presets: {', '.join(PRESETS)})")
 
 
 def load_model_and_tokenizer(name_or_path: str, seed: int = 0, dtype: torch.dtype = torch.float32):

@@ -66,3 +66,31 @@ class Rollout:
     def completion_token_lists(self) -> list[list[int]]:
         lengths = self.lengths.tolist()
         return [row[:n] for row, n in zip(self.completion_ids.tolist(), lengths)]
+
+    def select(self, index: list[int]) -> "Rollout":
+        """The sequences at `index`, in that order."""
+        rows = torch.tensor(index, dtype=torch.long)
+        return Rollout([self.prompt_ids[i] for i in index], self.completion_ids[rows], self.loss_mask[rows],
+                       self.logprobs[rows], [self.finish_reasons[i] for i in index], self.pad_id,
+                       self.lengths[rows], dict(self.extras))
+
+
+def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
+    """One rollout of all sequences, completions right-padded to the widest."""
+    if not rollouts:
+        raise ValueError("nothing to concatenate")
+    width = max(r.completion_ids.size(1) for r in rollouts)
+
+    def pad(t: torch.Tensor, value: float) -> torch.Tensor:
+        return torch.nn.functional.pad(t, (0, width - t.size(1)), value=value)
+
+    first = rollouts[0]
+    return Rollout(
+        prompt_ids=[p for r in rollouts for p in r.prompt_ids],
+        completion_ids=torch.cat([pad(r.completion_ids, first.pad_id) for r in rollouts]),
+        loss_mask=torch.cat([pad(r.loss_mask, 0.0) for r in rollouts]),
+        logprobs=torch.cat([pad(r.logprobs, 0.0) for r in rollouts]),
+        finish_reasons=[f for r in rollouts for f in r.finish_reasons],
+        pad_id=first.pad_id,
+        lengths=torch.cat([r.lengths for r in rollouts]),
+    )

@@ -3,7 +3,7 @@ file written last, then published with an atomic rename. A directory without the
 never loaded; the newest complete checkpoint is never deleted before a newer one is complete.
 
 Layout of `RUN_DIR/checkpoints/step_000100/`: the model as an ordinary Hugging Face directory
-(safetensors) with its tokenizer, `optimizer.pt` and `scheduler.pt` (loaded with
+(safetensors) with its tokenizer, `critic.safetensors` when there is one, `optimizer.pt` and `scheduler.pt` (loaded with
 `weights_only=True`), `rng.pt` (torch generator states), `state.json` (step, data position,
 Python's random state), and `COMPLETE`.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, load_model, save_model
 
 MARKER = "COMPLETE"
 
@@ -41,7 +41,8 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 
 def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer, optimizer, scheduler,
-                    generators: dict[str, torch.Generator], state: dict, keep_last: int = 2) -> Path:
+                    generators: dict[str, torch.Generator], state: dict, keep_last: int = 2,
+                    extra_modules: dict[str, torch.nn.Module] | None = None) -> Path:
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
@@ -50,6 +51,8 @@ def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer, optimizer,
     tmp.mkdir()
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    for name, module in (extra_modules or {}).items():
+        save_model(module, str(tmp / f"{name}.safetensors"))
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     rng = {"torch": torch.get_rng_state(), **{f"gen_{k}": g.get_state() for k, g in generators.items()}}
@@ -64,17 +67,20 @@ def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer, optimizer,
     return final
 
 
-def load_checkpoint(path: Path, model, optimizer, scheduler, generators: dict[str, torch.Generator]) -> Resumed:
+def load_checkpoint(path: Path, model, optimizer, scheduler, generators: dict[str, torch.Generator],
+                    extra_modules: dict[str, torch.nn.Module] | None = None) -> Resumed:
     if not (path / MARKER).exists():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {MARKER} marker)")
     weights = {}
-    for file in sorted(path.glob("*.safetensors")):
+    for file in sorted(path.glob("model*.safetensors")):  # the policy; extra modules have their own files
         weights.update(load_file(file))
     missing, unexpected = model.load_state_dict(weights, strict=False)
     # tied weights are stored once; anything else missing means a different model
     missing = [k for k in missing if k not in _tied_keys(model)]
     if missing or unexpected:
         raise ValueError(f"checkpoint {path} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    for name, module in (extra_modules or {}).items():
+        load_model(module, str(path / f"{name}.safetensors"))
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
     rng = torch.load(path / "rng.pt", weights_only=True)

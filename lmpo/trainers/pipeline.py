@@ -28,9 +28,9 @@ class PipelineConfig:
     rl: str = "grpo"
     """RL preset of the last stage; the stage is named after it."""
     cpt: CPTConfig = field(default_factory=CPTConfig)
-    """Continued pre-training (model, out, task, seed and threads are set by the pipeline)."""
+    """Continued pre-training options (the pipeline sets model, out, task, seed and threads)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
-    """Supervised fine-tuning (model, out, task, seed and threads are set by the pipeline)."""
+    """Supervised fine-tuning options (the pipeline sets model, out, task, seed and threads)."""
     rl_stage: RLConfig = field(default_factory=RLConfig)
     """The RL stage, on top of the preset (model, out, task, seed and threads are set by the pipeline)."""
 

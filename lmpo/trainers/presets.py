@@ -1,4 +1,8 @@
-"""Published RL methods as presets of the one RL loop: each names its parts and its source."""
+"""Published RL methods as presets of the one RL loop: each names its parts and its source.
+
+A preset only sets parts of `RLConfig`; the budget (steps, prompts per step, group size, lr)
+stays common so that methods compare on the same footing. Any part can be overridden.
+"""
 
 from __future__ import annotations
 
@@ -15,16 +19,46 @@ RL_PRESETS: dict[str, Preset] = {
     "grpo": Preset(
         "DeepSeekMath, Shao et al. 2024, arXiv:2402.03300",
         {"advantage": "grpo", "std": "sample", "scale": "group", "loss": "ppo_clip", "clip_eps_low": 0.2,
-         "clip_eps_high": 0.2, "aggregation": "seq_mean_token_mean", "beta": 0.04, "kl_estimator": "k3"},
+         "clip_eps_high": 0.2, "aggregation": "seq_mean_token_mean", "beta": 0.04, "kl_estimator": "k3",
+         "kl_placement": "loss"},
     ),
     "dr_grpo": Preset(
         "Liu et al. 2025, Understanding R1-Zero-Like Training, arXiv:2503.20783",
         {"advantage": "dr_grpo", "loss": "ppo_clip", "clip_eps_low": 0.2, "clip_eps_high": 0.2,
          "aggregation": "seq_mean_token_sum_norm", "beta": 0.0},
     ),
+    "dapo": Preset(
+        "DAPO, Yu et al. 2025, arXiv:2503.14476",
+        {"advantage": "grpo", "std": "sample", "scale": "group", "loss": "ppo_clip", "clip_eps_low": 0.2,
+         "clip_eps_high": 0.28, "aggregation": "token_mean", "beta": 0.0, "dynamic_sampling": True,
+         "overlong": "penalty", "overlong_cache": 4},
+    ),
+    "gspo": Preset(
+        "GSPO, Zheng et al. 2025, arXiv:2507.18071",
+        {"advantage": "grpo", "std": "sample", "scale": "group", "loss": "gspo", "clip_eps_low": 3e-4,
+         "clip_eps_high": 4e-4, "aggregation": "seq_mean_token_mean", "beta": 0.0},
+    ),
     "rloo": Preset(
         "Ahmadian et al. 2024, Back to Basics, arXiv:2402.14740",
-        {"advantage": "rloo", "loss": "ppo_clip", "aggregation": "seq_mean_token_mean", "beta": 0.0},
+        {"advantage": "rloo", "loss": "ppo_clip", "clip_eps_low": 0.2, "clip_eps_high": 0.2,
+         "aggregation": "seq_mean_token_mean", "beta": 0.0},
+    ),
+    "reinforce_pp": Preset(
+        "REINFORCE++, Hu 2025, arXiv:2501.03262",
+        {"advantage": "reinforce_pp", "gamma": 1.0, "loss": "ppo_clip", "clip_eps_low": 0.2, "clip_eps_high": 0.2,
+         "aggregation": "token_mean", "beta": 0.01, "kl_estimator": "k1", "kl_placement": "reward"},
+    ),
+    "cispo": Preset(
+        "MiniMax-M1, 2025, arXiv:2506.13585 (no lower bound on the IS weight; upper bound ours: 0.28)",
+        {"advantage": "grpo", "std": "sample", "scale": "group", "loss": "cispo", "clip_eps_low": 1.0,
+         "clip_eps_high": 0.28, "aggregation": "token_mean", "beta": 0.0},
+    ),
+    "ppo": Preset(
+        "Schulman et al. 2017, arXiv:1707.06347; RLHF form: Ouyang et al. 2022, arXiv:2203.02155",
+        {"advantage": "gae", "critic": "separate", "gamma": 1.0, "gae_lambda": 0.95, "whiten_advantages": True,
+         "loss": "ppo_clip", "clip_eps_low": 0.2, "clip_eps_high": 0.2, "clip_eps_value": 0.2, "vf_coef": 0.5,
+         "aggregation": "token_mean", "beta": 0.05, "kl_estimator": "k1", "kl_placement": "reward",
+         "num_iterations": 2, "num_minibatches": 2},
     ),
 }
 

@@ -41,7 +41,7 @@ class RLConfig:
     rewards: str = "correct=1.0"
     """Reward functions and weights, e.g. `correct=1.0,format=0.1`."""
     advantage: str = "grpo"
-    """Advantage estimator: grpo, dr_grpo or rloo."""
+    """Advantage estimator: per sequence grpo, dr_grpo, rloo; per token gae (needs a critic), reinforce_pp."""
     std: Literal["sample", "population"] = "sample"
     """grpo: normalise by the sample (n-1) or population (n) standard deviation."""
     scale: Literal["group", "batch", "none"] = "group"
@@ -61,7 +61,37 @@ class RLConfig:
     beta: float = 0.0
     """KL coefficient toward the reference (0 = no reference model is held)."""
     kl_estimator: str = "k3"
-    """KL estimator added to the loss: k1, k2 or k3."""
+    """KL estimator added to the loss: k1, k2 or k3 (a reward penalty always uses k1)."""
+    kl_placement: Literal["loss", "reward"] = "loss"
+    """Where beta*KL goes: a term of the loss (GRPO) or a per-token reward penalty (PPO-RLHF)."""
+    target_kl: float = 0.0
+    """Adapt beta toward this per-token KL (Ziegler et al. 2019); 0 = fixed beta."""
+    kl_horizon: int = 10_000
+    """Horizon, in samples, of the adaptive KL controller."""
+    gamma: float = 1.0
+    """Discount of token-level returns (gae, reinforce_pp)."""
+    gae_lambda: float = 0.95
+    """GAE's lambda."""
+    whiten_advantages: bool = False
+    """Whiten advantages over the batch's loss tokens (PPO's usual choice)."""
+    critic: Literal["none", "head", "separate"] = "none"
+    """Value model for gae: a value head on the policy's trunk, or a separate model initialised from `model`."""
+    critic_lr: float = 5e-4
+    """Peak learning rate of the critic's parameters."""
+    vf_coef: float = 0.5
+    """Weight of the value loss in the total loss."""
+    clip_eps_value: float = 0.2
+    """Value-loss clipping range around the rollout's values (0 = no clipping)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus coefficient (subtracted from the loss)."""
+    dynamic_sampling: bool = False
+    """DAPO: keep sampling prompts and drop groups whose rewards are all equal until the batch is full."""
+    max_sampling_rounds: int = 4
+    """Dynamic sampling: rounds of prompts_per_step prompts before giving up with an error."""
+    overlong: Literal["none", "mask", "penalty"] = "none"
+    """Truncated completions: keep, mask out of the loss, or DAPO's soft length penalty."""
+    overlong_cache: int = 4
+    """Soft penalty ramp: completions longer than max_new_tokens - overlong_cache are penalised linearly."""
     num_iterations: int = 1
     """Passes (PPO epochs) over each rollout batch; > 1 makes the clip matter."""
     num_minibatches: int = 1
@@ -95,7 +125,7 @@ class RLConfig:
         """Fail before any model loads when the batch arithmetic cannot work."""
         batch = self.prompts_per_step * self.group_size
         problems = []
-        if self.group_size < 2 and self.advantage in ("grpo", "dr_grpo", "rloo"):
+        if self.group_size < 2 and (self.advantage in ("grpo", "dr_grpo", "rloo") or self.dynamic_sampling):
             problems.append(f"group_size={self.group_size}: group-relative advantages need at least 2 completions per prompt")
         if self.num_minibatches < 1 or batch % self.num_minibatches:
             problems.append(f"num_minibatches={self.num_minibatches} must divide prompts_per_step x group_size = {batch}")
@@ -103,6 +133,18 @@ class RLConfig:
             problems.append(f"micro_batch_size={self.micro_batch_size} must divide the minibatch size {batch // self.num_minibatches}")
         if self.num_iterations < 1 or self.steps < 1:
             problems.append("steps and num_iterations must be >= 1")
+        from lmpo.algos import ADVANTAGES, TOKEN_ADVANTAGES
+
+        if self.advantage not in ADVANTAGES and self.advantage not in TOKEN_ADVANTAGES:
+            problems.append(f"advantage={self.advantage!r} is not one of {ADVANTAGES.names() + TOKEN_ADVANTAGES.names()}")
+        if self.advantage == "gae" and self.critic == "none":
+            problems.append("advantage=gae needs a critic (critic=head or critic=separate)")
+        if self.critic != "none" and self.advantage != "gae":
+            problems.append(f"critic={self.critic} is only used by advantage=gae")
+        if self.dynamic_sampling and self.max_sampling_rounds < 1:
+            problems.append("max_sampling_rounds must be >= 1")
+        if self.overlong == "penalty" and not 0 < self.overlong_cache <= self.max_new_tokens:
+            problems.append(f"overlong_cache={self.overlong_cache} must be in 1..max_new_tokens={self.max_new_tokens}")
         if self.dual_clip and self.dual_clip <= 1:
             problems.append(f"dual_clip={self.dual_clip} must be > 1 (or 0 = off)")
         if problems:

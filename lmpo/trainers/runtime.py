@@ -29,13 +29,18 @@ def setup_torch(threads: int, seed: int) -> int:
 
 
 def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float,
-                   betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.AdamW:
-    """AdamW; no weight decay on biases, norms and embeddings' 1-D parameters."""
-    decay, no_decay = [], []
-    for p in model.parameters():
-        if p.requires_grad:
-            (decay if p.ndim >= 2 else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+                   betas: tuple[float, float] = (0.9, 0.999),
+                   extra: list[tuple[torch.nn.Module, float]] = ()) -> torch.optim.AdamW:
+    """AdamW; no weight decay on 1-D parameters (biases, norms). `extra` modules (a critic)
+    join with their own learning rate; the schedule scales every group alike."""
+    groups = []
+    for module, group_lr in [(model, lr), *extra]:
+        decay, no_decay = [], []
+        for p in module.parameters():
+            if p.requires_grad:
+                (decay if p.ndim >= 2 else no_decay).append(p)
+        groups += [{"params": decay, "weight_decay": weight_decay, "lr": group_lr},
+                   {"params": no_decay, "weight_decay": 0.0, "lr": group_lr}]
     return torch.optim.AdamW(groups, lr=lr, betas=betas)
 
 
@@ -57,9 +62,11 @@ def make_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, total_st
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def grad_norm_and_clip(model: torch.nn.Module, max_norm: float) -> float:
-    """Clip gradients to `max_norm` (0 = no clipping) and return the norm before clipping."""
-    params = [p for p in model.parameters() if p.grad is not None]
+def grad_norm_and_clip(params, max_norm: float) -> float:
+    """Clip gradients of `params` (a module or an iterable of parameters) to `max_norm`
+    (0 = no clipping) and return the norm before clipping."""
+    params = params.parameters() if isinstance(params, torch.nn.Module) else params
+    params = [p for p in params if p.grad is not None]
     if max_norm > 0:
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     return float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))) if params else 0.0
@@ -102,3 +109,12 @@ def _plain(row: dict) -> dict:
             value = str(value)
         out[key] = value
     return out
+
+
+def options_for(fn, available: dict) -> dict:
+    """The keyword options `fn` accepts, taken from `available` (config values by name), so
+    that every registered function of a family is called the same way."""
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    return {k: v for k, v in available.items() if k in params}

@@ -1,0 +1,149 @@
+"""The data of one RL step: sampling and scoring (with DAPO's dynamic sampling), the batch
+laid out for the loss, and the advantages."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from lmpo.algos import (ADVANTAGES, TOKEN_ADVANTAGES, groups_with_signal, masked_whiten, overlong_penalty,
+                        token_rewards, truncation_mask, zero_variance_groups)
+from lmpo.envs import REWARDS, Grade, Problem, decode_completions, encode_prompts, grade_all
+from lmpo.rollout import Rollout, concat_rollouts, generate, left_pad
+from lmpo.trainers.rl_config import RLConfig
+from lmpo.trainers.runtime import options_for
+
+
+@dataclass
+class Scored:
+    """Sampled completions with their rewards; `group_ids` ties each to its prompt."""
+
+    rollout: Rollout
+    problems: list[Problem]
+    group_ids: torch.Tensor
+    rewards: torch.Tensor
+    components: dict[str, torch.Tensor]
+    grades: list[Grade]
+    groups_sampled: int
+    groups_without_signal: int
+
+
+@dataclass
+class Batch:
+    """One rollout batch, laid out for the loss: prompts left-padded, completions right-padded."""
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    loss_mask: torch.Tensor
+    old_logprobs: torch.Tensor
+    ref_logprobs: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+
+    def select(self, index: torch.Tensor) -> "Batch":
+        return Batch(**{k: (v[index] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()})
+
+
+def make_batch(scored: Scored, cfg: RLConfig, pad_id: int) -> Batch:
+    rollout = scored.rollout
+    prompt_ids, prompt_mask = left_pad(rollout.prompt_ids, pad_id)
+    loss_mask = rollout.loss_mask
+    if cfg.overlong == "mask":
+        loss_mask = truncation_mask(loss_mask, rollout.truncated)
+    return Batch(prompt_ids, prompt_mask, rollout.completion_ids, loss_mask, rollout.logprobs)
+
+
+def collect(policy, tokenizer, task, stream, sampling, sampler: torch.Generator, weights: dict[str, float],
+            cfg: RLConfig, times: dict[str, float]) -> Scored:
+    """generate → score, repeated with fresh prompts under dynamic sampling until
+    `prompts_per_step` groups have reward variance (or the round cap is hit: an error)."""
+    kept: list[Scored] = []
+    n_kept = sampled = without_signal = 0
+    for round_ in range(cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
+        start = time.perf_counter()
+        problems = [p for p in stream.take(cfg.prompts_per_step) for _ in range(cfg.group_size)]
+        rollout = generate(policy, encode_prompts(tokenizer, problems), sampling, eos_id=tokenizer.eos_token_id,
+                           pad_id=tokenizer.pad_token_id, generator=sampler)
+        times["time_generate"] = times.get("time_generate", 0.0) + time.perf_counter() - start
+        start = time.perf_counter()
+        group_ids = torch.arange(cfg.prompts_per_step).repeat_interleave(cfg.group_size) + round_ * cfg.prompts_per_step
+        scored = score(rollout, problems, group_ids, tokenizer, task, weights, cfg)
+        sampled += cfg.prompts_per_step
+        without_signal += int(zero_variance_groups(scored.rewards, group_ids).sum())
+        times["time_score"] = times.get("time_score", 0.0) + time.perf_counter() - start
+        if not cfg.dynamic_sampling:
+            kept, n_kept = [scored], cfg.prompts_per_step
+            break
+        keep = groups_with_signal(scored.rewards, group_ids).nonzero().squeeze(1).tolist()
+        keep = keep[: (cfg.prompts_per_step - n_kept) * cfg.group_size]
+        if keep:
+            kept.append(_select(scored, keep))
+            n_kept += len(keep) // cfg.group_size
+        if n_kept == cfg.prompts_per_step:
+            break
+    if n_kept < cfg.prompts_per_step:
+        raise RuntimeError(f"dynamic sampling: after {cfg.max_sampling_rounds} rounds only {n_kept} of "
+                           f"{cfg.prompts_per_step} groups had rewards that differ; raise max_sampling_rounds, "
+                           f"lower prompts_per_step, or turn dynamic_sampling off")
+    merged = kept[0] if len(kept) == 1 else _merge(kept)
+    merged.groups_sampled, merged.groups_without_signal = sampled, without_signal
+    return merged
+
+
+def score(rollout: Rollout, problems: list[Problem], group_ids: torch.Tensor, tokenizer, task,
+          weights: dict[str, float], cfg: RLConfig) -> Scored:
+    texts, terminated = decode_completions(tokenizer, rollout)
+    grades = grade_all(task, problems, texts, terminated)
+    components = {name: torch.tensor(REWARDS[name](task, problems, texts, terminated)) for name in weights}
+    rewards = sum(w * components[name] for name, w in weights.items())
+    if cfg.overlong == "penalty":
+        components["overlong"] = overlong_penalty(rollout.lengths, cfg.max_new_tokens, cfg.overlong_cache).float()
+        rewards = rewards + components["overlong"]
+    return Scored(rollout, problems, group_ids, rewards.float(), components, grades, 0, 0)
+
+
+def _select(scored: Scored, index: list[int]) -> Scored:
+    rows = torch.tensor(index)
+    return Scored(scored.rollout.select(index), [scored.problems[i] for i in index], scored.group_ids[rows],
+                  scored.rewards[rows], {k: v[rows] for k, v in scored.components.items()},
+                  [scored.grades[i] for i in index], 0, 0)
+
+
+def _merge(parts: list[Scored]) -> Scored:
+    return Scored(concat_rollouts([p.rollout for p in parts]), [x for p in parts for x in p.problems],
+                  torch.cat([p.group_ids for p in parts]), torch.cat([p.rewards for p in parts]),
+                  {k: torch.cat([p.components[k] for p in parts]) for k in parts[0].components},
+                  [g for p in parts for g in p.grades], 0, 0)
+
+
+def compute_advantages(batch: Batch, scored: Scored, cfg: RLConfig, beta: float) -> dict[str, float]:
+    """Fill `batch.advantages` (and `returns` for token estimators); return figures to log.
+
+    With the KL as a reward penalty, each token's reward carries −β·k1 (π_old vs π_ref); a
+    per-sequence estimator receives the sequence's sum of it."""
+    mask = batch.loss_mask
+    kl_penalty = None
+    if cfg.kl_placement == "reward" and batch.ref_logprobs is not None:
+        kl_penalty = (batch.old_logprobs - batch.ref_logprobs) * mask  # k1 on the sampled tokens
+    rewards = scored.rewards
+    if cfg.advantage in ADVANTAGES:
+        if kl_penalty is not None:
+            rewards = rewards - beta * kl_penalty.sum(dim=1)
+        fn = ADVANTAGES.get(cfg.advantage)
+        seq_adv = fn(rewards, scored.group_ids, **options_for(fn, {"std": cfg.std, "scale": cfg.scale}))
+        batch.advantages = seq_adv[:, None].expand_as(mask).contiguous()
+    else:
+        per_token = token_rewards(rewards, mask, kl=kl_penalty, beta=beta if kl_penalty is not None else 0.0)
+        fn = TOKEN_ADVANTAGES.get(cfg.advantage)
+        batch.advantages, batch.returns = fn(per_token, mask, values=batch.old_values, gamma=cfg.gamma,
+                                             lam=cfg.gae_lambda)
+    if cfg.whiten_advantages:
+        batch.advantages = masked_whiten(batch.advantages, mask)
+    figures = {}
+    if kl_penalty is not None:
+        figures["kl_reward"] = (kl_penalty.sum() / mask.sum().clamp(min=1)).item()
+    return figures

@@ -1,0 +1,99 @@
+"""The update phase: several passes of minibatch steps over one rollout batch, each step
+accumulated over micro-batches with the minibatch's global denominators, so the gradient does
+not depend on `micro_batch_size`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from lmpo.algos import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, clipped_value_loss
+from lmpo.models import ValueHead, ValueModel, completion_outputs
+from lmpo.trainers.rl_batch import Batch
+from lmpo.trainers.rl_config import RLConfig
+from lmpo.trainers.runtime import grad_norm_and_clip, options_for
+
+
+@dataclass
+class LossParts:
+    """The named parts of the objective, resolved from a config once."""
+
+    policy_loss: object
+    aggregate: object
+    kl: object
+    options: dict
+    kl_in_loss: bool
+    critic: ValueHead | ValueModel | None = None
+
+    @classmethod
+    def from_config(cls, cfg: RLConfig, critic=None) -> "LossParts":
+        options = {"clip_eps_low": cfg.clip_eps_low, "clip_eps_high": cfg.clip_eps_high,
+                   "dual_clip": cfg.dual_clip or None, "max_len": cfg.max_len_norm or cfg.max_new_tokens}
+        return cls(POLICY_LOSSES.get(cfg.loss), AGGREGATIONS.get(cfg.aggregation), KL_ESTIMATORS.get(cfg.kl_estimator),
+                   options, cfg.kl_placement == "loss", critic)
+
+
+def update(policy, optimizer, scheduler, batch: Batch, cfg: RLConfig, parts: LossParts, beta: float) -> dict:
+    size = batch.completion_ids.size(0)
+    mb_size = size // cfg.num_minibatches
+    micro = cfg.micro_batch_size or mb_size
+    sums: dict[str, float] = {}
+    order_gen = torch.Generator().manual_seed(cfg.seed)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for _ in range(cfg.num_iterations):
+        order = torch.randperm(size, generator=order_gen) if cfg.num_minibatches > 1 else torch.arange(size)
+        for start in range(0, size, mb_size):
+            minibatch = batch.select(order[start:start + mb_size])
+            counts = {"num_sequences": int((minibatch.loss_mask.sum(dim=1) > 0).sum()),
+                      "num_tokens": minibatch.loss_mask.sum().item(), "max_len": parts.options["max_len"]}
+            optimizer.zero_grad(set_to_none=True)
+            for m_start in range(0, mb_size, micro):
+                part = minibatch.select(torch.arange(m_start, min(m_start + micro, mb_size)))
+                for key, value in micro_step(policy, part, cfg, parts, counts, beta).items():
+                    sums[key] = sums.get(key, 0.0) + value
+            sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm_and_clip(params, cfg.grad_clip)
+            optimizer.step()
+            scheduler.step()
+    updates = cfg.num_iterations * cfg.num_minibatches
+    return {k: v / updates for k, v in sums.items()}
+
+
+def micro_step(policy, part: Batch, cfg: RLConfig, parts: LossParts, counts: dict, beta: float) -> dict:
+    """Forward, loss and backward for one micro-batch; returns its share of the figures."""
+    head_on_trunk = isinstance(parts.critic, ValueHead)
+    out = completion_outputs(policy, part.prompt_ids, part.prompt_mask, part.completion_ids, cfg.temperature,
+                             entropy=True, entropy_grad=cfg.entropy_coef > 0, hidden=head_on_trunk)
+    mask = part.loss_mask
+    token_loss, info = parts.policy_loss(out.logprobs, part.old_logprobs, part.advantages, mask,
+                                         **options_for(parts.policy_loss, parts.options))
+    kl = None
+    if part.ref_logprobs is not None:
+        kl = parts.kl(out.logprobs, part.ref_logprobs)
+        if parts.kl_in_loss:
+            token_loss = token_loss + beta * torch.where(mask.bool(), kl, torch.zeros_like(kl))
+    if cfg.entropy_coef > 0:
+        token_loss = token_loss - cfg.entropy_coef * torch.where(mask.bool(), out.entropy, torch.zeros_like(out.entropy))
+    agg = options_for(parts.aggregate, counts)
+    loss = parts.aggregate(token_loss, mask, **agg)
+    share = {"policy_loss": loss.item()}
+    if parts.critic is not None:
+        values = parts.critic(out.hidden) if head_on_trunk else parts.critic(part.prompt_ids, part.prompt_mask,
+                                                                              part.completion_ids)
+        value_loss, value_info = clipped_value_loss(values, part.old_values, part.returns, mask,
+                                                    clip_eps_value=cfg.clip_eps_value or None)
+        value_loss = parts.aggregate(value_loss, mask, **agg)
+        loss = loss + cfg.vf_coef * value_loss
+        share["value_loss"] = value_loss.item()
+        share["value_clip_frac"] = _token_share(value_info["clipped"], mask, counts)
+    loss.backward()
+    share["loss"] = loss.item()
+    share["clip_frac"] = _token_share(info["clipped"], mask, counts)
+    share["entropy"] = _token_share(out.entropy, mask, counts)
+    if kl is not None:
+        share["kl"] = _token_share(kl, mask, counts)
+    return share
+
+
+def _token_share(per_token: torch.Tensor, mask: torch.Tensor, counts: dict) -> float:
+    return (per_token.detach() * mask).sum().item() / max(counts["num_tokens"], 1)
