@@ -95,10 +95,11 @@ def _accuracy_bars(ax: Axes, stages: list[Stage]) -> None:
         heights = [v if v is not None else 0.0 for v in values]
         bars = ax.bar(xs, heights, width, label=label, color=f"C{j}")
         ax.bar_label(bars, labels=[fmt_pct(v) for v in values], fontsize=8, padding=2)
-    ax.set_ylim(0, 1.15)
+    ax.set_ylim(0, 1.3)
+    ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
     ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
     ax.set_title("Held-out accuracy after each stage", fontsize=10)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="upper left", ncol=2, frameon=False)
     _stage_ticks(ax, stages)
 
 
