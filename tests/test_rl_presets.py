@@ -32,7 +32,7 @@ def _cfg(preset, model, out, **kw):
 def test_every_preset_runs_and_logs(preset, start_model, tmp_path):
     cfg = _cfg(preset, start_model, tmp_path / preset, dynamic_sampling=False)
     result = train_rl(cfg)
-    rows = [json.loads(line) for line in (tmp_path / preset / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (tmp_path / preset / "metrics.jsonl").read_text().splitlines()][1:]
     assert len(rows) == 2 and all(torch.isfinite(torch.tensor(r["loss"])) for r in rows)
     saved = json.loads((tmp_path / preset / "result.json").read_text())
     assert saved["models_held"]["reference"] == int(cfg.beta > 0)

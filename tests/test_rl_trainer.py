@@ -34,9 +34,9 @@ EXPECTED_KEYS = {"step", "reward_mean", "reward_std", "accuracy", "format_accura
 def test_rl_run_writes_metrics_model_and_checkpoints(start_model, tmp_path):
     result = train_rl(_cfg(start_model, tmp_path / "run"))
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    assert EXPECTED_KEYS <= set(rows[0])
-    assert "eval_accuracy" in rows[1] and "eval_accuracy" not in rows[0]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]  # step 0: the starting model's held-out accuracy
+    assert EXPECTED_KEYS <= set(rows[1])
+    assert "eval_accuracy" in rows[0] and "eval_accuracy" in rows[2] and "eval_accuracy" not in rows[1]
     assert result.accuracy == rows[-1]["eval_accuracy"]
     assert (tmp_path / "run" / "model" / "model.safetensors").exists()
     assert (tmp_path / "run" / "checkpoints" / "step_000002" / "COMPLETE").exists()
@@ -75,7 +75,7 @@ def test_resume_after_a_crash_gives_bit_identical_weights(start_model, tmp_path,
     assert whole.keys() == resumed.keys()
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
     rows = [json.loads(line) for line in (tmp_path / "crashed" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
 
 
 def _record(seen, problems):
@@ -123,3 +123,45 @@ def test_config_arithmetic_is_checked_before_any_model_loads(tmp_path):
         train_rl(RLConfig(model=str(tmp_path / "missing"), num_minibatches=3))
     with pytest.raises(ValueError, match="micro_batch_size=5 must divide"):
         RLConfig(micro_batch_size=5).validate()
+
+
+def test_nonfinite_loss_skips_the_update_and_repeated_ones_stop_the_run(start_model, tmp_path, monkeypatch):
+    from lmpo.algos import POLICY_LOSSES
+
+    real = POLICY_LOSSES.get("ppo_clip")
+    calls = {"n": 0}
+
+    def nan_first_call(*args, **kwargs):
+        calls["n"] += 1
+        loss, info = real(*args, **kwargs)
+        return (loss * float("nan") if calls["n"] == 1 else loss), info
+
+    monkeypatch.setitem(POLICY_LOSSES._entries, "ppo_clip", nan_first_call)
+    train_rl(_cfg(start_model, tmp_path / "once", steps=2, save_every=0, beta=0.0))
+    rows = [json.loads(line) for line in (tmp_path / "once" / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("skipped_updates") for r in rows[1:]] == [1, 0]
+    weights = _weights(tmp_path / "once")
+    assert all(torch.isfinite(w).all() for w in weights.values())
+
+    monkeypatch.setitem(POLICY_LOSSES._entries, "ppo_clip", lambda *a, **k: (real(*a, **k)[0] * float("nan"), real(*a, **k)[1]))
+    with pytest.raises(RuntimeError, match="not finite in 3 consecutive steps"):
+        train_rl(_cfg(start_model, tmp_path / "always", steps=5, save_every=0, beta=0.0))
+
+
+def test_sft_skips_a_nonfinite_step(tmp_path, monkeypatch, start_model):
+    from lmpo.trainers import supervised
+
+    real = supervised.masked_cross_entropy
+    calls = {"n": 0}
+
+    def nan_second(*args, **kwargs):
+        calls["n"] += 1
+        loss = real(*args, **kwargs)
+        return loss * float("nan") if calls["n"] == 2 else loss
+
+    monkeypatch.setattr(supervised, "masked_cross_entropy", nan_second)
+    cfg = supervised.SFTConfig(model=start_model, out=str(tmp_path / "sft"), epochs=1, demonstrations=96,
+                               eval_problems=0, log_every=1, threads=1)
+    supervised.train_sft(cfg)
+    rows = [json.loads(line) for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("skipped_updates") for r in rows] == [None, 1, None]  # 96 demonstrations, batch 32

@@ -72,6 +72,10 @@ def train_rl(cfg: RLConfig) -> StageResult:
 
     heldout = task.heldout_problems(cfg.eval_problems) if cfg.eval_problems else []
     last_eval = None
+    nonfinite_streak = 0
+    if heldout and start_step == 0:  # the starting point of the curves
+        first = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
+        log.write({"step": 0, "eval_accuracy": first.accuracy, "eval_format_accuracy": first.format_accuracy})
     policy.train()
     with StageProgress("rl", cfg.steps, initial=start_step) as progress:
         for step in range(start_step + 1, cfg.steps + 1):
@@ -88,6 +92,13 @@ def train_rl(cfg: RLConfig) -> StageResult:
             stats = update(policy, optimizer, scheduler, batch, cfg, parts, beta)
             times["time_update"] = time.perf_counter() - tick
             times["time_step"] = sum(times.values())
+            all_skipped = stats["skipped_updates"] == cfg.num_iterations * cfg.num_minibatches
+            nonfinite_streak = nonfinite_streak + 1 if all_skipped else 0
+            if nonfinite_streak >= cfg.max_nonfinite_steps:
+                log.write({"step": step, "skipped_updates": stats["skipped_updates"]})
+                raise RuntimeError(f"step {step}: the loss or gradients were not finite in {nonfinite_streak} consecutive "
+                                   f"steps; every update was skipped, so the weights are unchanged since step "
+                                   f"{step - nonfinite_streak} (see {out / 'metrics.jsonl'})")
 
             row = {"step": step, **step_figures(scored, batch), "beta": beta, "lr": scheduler.get_last_lr()[0],
                    **figures, **stats, **times}

@@ -120,6 +120,8 @@ class RLConfig:
     """Write a resumable checkpoint every this many steps (0 = only the final model)."""
     keep_checkpoints: int = 2
     """Complete checkpoints to keep."""
+    max_nonfinite_steps: int = 3
+    """Stop with an error after this many consecutive steps whose every update had a non-finite loss or gradient."""
 
     def validate(self) -> None:
         """Fail before any model loads when the batch arithmetic cannot work."""

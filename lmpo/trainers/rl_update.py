@@ -4,6 +4,7 @@ not depend on `micro_batch_size`."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +40,7 @@ def update(policy, optimizer, scheduler, batch: Batch, cfg: RLConfig, parts: Los
     mb_size = size // cfg.num_minibatches
     micro = cfg.micro_batch_size or mb_size
     sums: dict[str, float] = {}
+    skipped = 0
     order_gen = torch.Generator().manual_seed(cfg.seed)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     for _ in range(cfg.num_iterations):
@@ -48,15 +50,22 @@ def update(policy, optimizer, scheduler, batch: Batch, cfg: RLConfig, parts: Los
             counts = {"num_sequences": int((minibatch.loss_mask.sum(dim=1) > 0).sum()),
                       "num_tokens": minibatch.loss_mask.sum().item(), "max_len": parts.options["max_len"]}
             optimizer.zero_grad(set_to_none=True)
-            for m_start in range(0, mb_size, micro):
-                part = minibatch.select(torch.arange(m_start, min(m_start + micro, mb_size)))
-                for key, value in micro_step(policy, part, cfg, parts, counts, beta).items():
+            shares = [micro_step(policy, minibatch.select(torch.arange(m, min(m + micro, mb_size))), cfg, parts,
+                                 counts, beta) for m in range(0, mb_size, micro)]
+            grad_norm = grad_norm_and_clip(params, cfg.grad_clip)
+            if not (math.isfinite(grad_norm) and all(math.isfinite(s["loss"]) for s in shares)):
+                # a non-finite loss or gradient never reaches the weights: skip this update
+                optimizer.zero_grad(set_to_none=True)
+                skipped += 1
+                continue
+            for share in shares:
+                for key, value in share.items():
                     sums[key] = sums.get(key, 0.0) + value
-            sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm_and_clip(params, cfg.grad_clip)
+            sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
             optimizer.step()
             scheduler.step()
-    updates = cfg.num_iterations * cfg.num_minibatches
-    return {k: v / updates for k, v in sums.items()}
+    applied = cfg.num_iterations * cfg.num_minibatches - skipped
+    return {**{k: v / max(applied, 1) for k, v in sums.items()}, "skipped_updates": skipped}
 
 
 def micro_step(policy, part: Batch, cfg: RLConfig, parts: LossParts, counts: dict, beta: float) -> dict:

@@ -3,6 +3,7 @@ builders. Phases per step: batch → forward → loss → update."""
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -52,6 +53,8 @@ class SupervisedConfig:
     """Write a metrics row every this many steps."""
     threads: int = 2
     """Torch CPU threads (0 = one per core)."""
+    max_nonfinite_steps: int = 3
+    """Stop with an error after this many consecutive steps with a non-finite loss or gradient (each is skipped)."""
 
 
 @dataclass
@@ -151,6 +154,7 @@ def _train(cfg: SupervisedConfig, name: str, make_batches, total_steps: int, tas
     log = MetricsLog(out / "metrics.jsonl")
     print(f"[{name}] {cfg.model}: {count_parameters(model) / 1e6:.2f}M parameters, {threads} threads, "
           f"{total_steps} steps, run dir {out}")
+    skipped = streak = 0
     with StageProgress(name, total_steps) as progress:
         for step, (ids, mask) in enumerate(make_batches(tokenizer), start=1):
             t0 = time.perf_counter()
@@ -159,10 +163,21 @@ def _train(cfg: SupervisedConfig, name: str, make_batches, total_steps: int, tas
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = grad_norm_and_clip(model, cfg.grad_clip)
-            optimizer.step()
-            scheduler.step()
             row = {"step": step, "loss": loss.item(), "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
                    "tokens_per_s": mask[:, 1:].sum().item() / (time.perf_counter() - t0)}
+            if math.isfinite(row["loss"]) and math.isfinite(grad_norm):
+                optimizer.step()
+                scheduler.step()
+                streak = 0
+            else:  # never let a non-finite update reach the weights
+                optimizer.zero_grad(set_to_none=True)
+                skipped, streak = skipped + 1, streak + 1
+                row["skipped_updates"] = skipped
+                log.write(row)
+                if streak >= cfg.max_nonfinite_steps:
+                    raise RuntimeError(f"[{name}] step {step}: the loss or gradients were not finite in {streak} "
+                                       f"consecutive steps (each was skipped); see {out / 'metrics.jsonl'}")
+                continue
             if step % cfg.log_every == 0 or step == total_steps:
                 log.write(row)
             progress.update(step, loss=row["loss"])
