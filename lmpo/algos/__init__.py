@@ -1,6 +1,7 @@
 """Pure tensor math for RL post-training: sequence and token advantage estimators, policy
 losses, loss aggregation, KL estimators and adaptive KL control, the value loss, DAPO's batch
-filters, and token ops (log-probs, entropy, masked cross-entropy).
+filters, token ops (log-probs, entropy, masked cross-entropy), preference losses (DPO, cDPO,
+IPO, SimPO) and the Bradley–Terry reward-model loss.
 
 Tensors in, tensors out; each family is a `Registry` so configs can select methods by name.
 Formulas and sources: ALGORITHMS.md in the project's shared notes.
@@ -37,6 +38,8 @@ from lmpo.algos.token_advantages import (
     token_rewards,
 )
 from lmpo.algos.value_loss import clipped_value_loss
+from lmpo.algos.preference import PREFERENCE_LOSSES, cdpo, dpo, ipo, simpo
+from lmpo.algos.reward_model import bradley_terry_loss, gather_last, last_token_index
 
 __all__ = [
     "ADVANTAGES",
@@ -76,4 +79,12 @@ __all__ = [
     "reinforce_pp",
     "token_rewards",
     "truncation_mask",
+    "PREFERENCE_LOSSES",
+    "bradley_terry_loss",
+    "cdpo",
+    "dpo",
+    "gather_last",
+    "ipo",
+    "last_token_index",
+    "simpo",
 ]

@@ -1,0 +1,154 @@
+"""Messages and chat templates: validating message lists, rendering them with the
+tokenizer's own template, and finding which tokens belong to assistant turns.
+
+Assistant tokens are found by rendering the conversation prefix by prefix (the turns before
+an assistant reply with the generation prompt, then the turns through that reply) and
+diffing the token ids against the whole conversation's. A turn's loss span runs from the
+end of the generation prompt through the last eos the template renders in that turn, so
+formatting the template adds after its end-of-turn token (a newline, say) carries no loss.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from lmpo.envs.data.records import DataError, Record, short_repr, type_name
+
+try:
+    from jinja2 import TemplateError  # what templates raise for messages they refuse
+except ImportError:  # transformers then cannot render templates at all
+    TemplateError = ValueError
+
+ROLES = ("system", "user", "assistant")
+MESSAGES = "a list of {role, content} objects"
+
+
+def encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """Token ids without added special tokens, as rollout encodes prompts; chat templates
+    write BOS themselves where the model wants it."""
+    return tokenizer(text, add_special_tokens=False).input_ids
+
+
+def has_chat_template(tokenizer: PreTrainedTokenizerBase | None) -> bool:
+    return tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
+
+
+def message(rec: Record, where: str, value: Any) -> dict[str, str]:
+    """A validated {role, content} message, keeping only those two keys (columnar formats
+    give every message every key seen in the column, filled with nulls)."""
+    if not isinstance(value, dict):
+        raise rec.error(where, "a {role, content} object", type_name(value))
+    role, content = value.get("role"), value.get("content")
+    if role not in ROLES:
+        raise rec.error(f"{where}.role", "one of 'system', 'user', 'assistant'", short_repr(role))
+    if not isinstance(content, str):
+        raise rec.error(f"{where}.content", "a string", type_name(content))
+    if role == "assistant" and not content:
+        raise rec.error(f"{where}.content", "a non-empty string in an assistant turn", "''")
+    return {"role": role, "content": content}
+
+
+def messages(rec: Record, field: str, value: Any) -> list[dict[str, str]]:
+    if not isinstance(value, list):
+        raise rec.error(field, MESSAGES, type_name(value))
+    if not value:
+        raise rec.error(field, MESSAGES, "an empty list")
+    return [message(rec, f"{field}[{i}]", m) for i, m in enumerate(value)]
+
+
+def conversation(rec: Record, field: str, value: Any) -> list[dict[str, str]]:
+    """Messages for SFT: at least one assistant turn, and none before the first prompt turn."""
+    msgs = messages(rec, field, value)
+    roles = [m["role"] for m in msgs]
+    if "assistant" not in roles:
+        raise rec.error(field, "at least one assistant turn", f"roles {', '.join(roles)}")
+    if roles[0] == "assistant":
+        raise rec.error(f"{field}[0].role", "a system or user turn before the first assistant turn", "'assistant'")
+    return msgs
+
+
+def reply(rec: Record, field: str, value: Any, prompt: list[dict[str, str]]) -> dict[str, str]:
+    """The assistant reply in a completion/chosen/rejected field: a string, one assistant
+    message, or a list holding one assistant message, optionally after the prompt's messages."""
+    if isinstance(value, str):
+        if not value:
+            raise rec.error(field, "a non-empty string", "''")
+        msg = {"role": "assistant", "content": value}
+    elif isinstance(value, dict):
+        msg = message(rec, field, value)
+    elif isinstance(value, list):
+        msgs = messages(rec, field, value)
+        if len(msgs) > 1 and msgs[:-1] != prompt:
+            raise rec.error(field, "one assistant message, or the prompt's messages then one assistant message",
+                            f"{len(msgs)} messages that do not start with the prompt")
+        msg = msgs[-1]
+        field = f"{field}[{len(msgs) - 1}]"
+    else:
+        raise rec.error(field, "a string, an assistant message or a list of messages", type_name(value))
+    if msg["role"] != "assistant":
+        raise rec.error(f"{field}.role", "'assistant'", short_repr(msg["role"]))
+    return msg
+
+
+def render(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, msgs: list[dict[str, str]],
+           *, generation_prompt: bool) -> str:
+    if not has_chat_template(tokenizer):
+        raise rec.error(field, "a tokenizer with a chat template to render messages", "a tokenizer without one")
+    try:
+        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=generation_prompt)
+    except (TemplateError, ValueError) as e:
+        raise DataError(rec.path, f"the tokenizer's chat template rejects these messages: {e}",
+                        row=rec.row, field=field) from e
+
+
+def encode_conversation(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase,
+                        msgs: list[dict[str, str]]) -> tuple[list[int], list[int]]:
+    """The rendered conversation's ids, and a mask that is 1 on each assistant turn."""
+    text = render(rec, field, tokenizer, msgs, generation_prompt=False)
+    ids = encode(tokenizer, text)
+    mask = [0] * len(ids)
+    for i, msg in enumerate(msgs):
+        if msg["role"] == "assistant":
+            start = _prefix_length(rec, field, tokenizer, msgs[:i], True, text, ids)
+            end = _prefix_length(rec, field, tokenizer, msgs[:i + 1], False, text, ids)
+            span = _through_last_eos(rec, f"{field}[{i}]", tokenizer, ids[start:end])
+            mask[start:start + len(span)] = [1] * len(span)
+    return ids, mask
+
+
+def encode_reply(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, prompt: list[dict[str, str]],
+                 answer: dict[str, str]) -> tuple[list[int], list[int]]:
+    """(prompt ids ending with the generation prompt, reply ids through eos)."""
+    text = render(rec, field, tokenizer, [*prompt, answer], generation_prompt=False)
+    ids = encode(tokenizer, text)
+    start = _prefix_length(rec, field, tokenizer, prompt, True, text, ids)
+    return ids[:start], _through_last_eos(rec, field, tokenizer, ids[start:])
+
+
+def _prefix_length(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, prefix: list[dict[str, str]],
+                   generation_prompt: bool, full_text: str, full_ids: list[int]) -> int:
+    """How many leading tokens of the whole conversation the rendered `prefix` accounts for."""
+    text = render(rec, field, tokenizer, prefix, generation_prompt=generation_prompt)
+    if not full_text.startswith(text):
+        raise DataError(rec.path, f"the tokenizer's chat template renders the first {len(prefix)} messages "
+                                  "differently alone than inside the whole conversation, so the assistant "
+                                  "tokens cannot be located", row=rec.row, field=field)
+    ids = encode(tokenizer, text)
+    n = 0
+    # Stops early only where a token merges across the boundary; that token then counts
+    # as the later part's.
+    while n < len(ids) and n < len(full_ids) and ids[n] == full_ids[n]:
+        n += 1
+    return n
+
+
+def _through_last_eos(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, span: list[int]) -> list[int]:
+    eos = tokenizer.eos_token_id
+    if eos not in span:
+        raise DataError(rec.path, f"the chat template ends this assistant turn without the tokenizer's eos token "
+                                  f"{tokenizer.eos_token!r}, so a model trained on it would not learn to stop; "
+                                  "set tokenizer.eos_token to the template's end-of-turn token",
+                        row=rec.row, field=field)
+    return span[:len(span) - span[::-1].index(eos)]

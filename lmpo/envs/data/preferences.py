@@ -1,0 +1,92 @@
+"""Preference pairs (`prompt`, `chosen`, `rejected`) from users' files.
+
+When all three fields are strings they are tokenized as they are, with eos appended to
+each reply. Otherwise the row is a chat row, rendered with the tokenizer's chat template:
+`prompt` is a list of messages or a string taken as one user message; `chosen` and
+`rejected` are each a string, one assistant message, or a list ending with the assistant
+message (either that message alone or the prompt's messages followed by it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import PreTrainedTokenizerBase
+
+from lmpo.envs.data import chat
+from lmpo.envs.data.records import DataError, Record, ShapeCheck, read_records
+from lmpo.envs.data.report import LoadReport, Overlong, check_options, finish, overlong_error
+from lmpo.envs.data.sft import prompt_messages
+
+FIELDS = ("prompt", "chosen", "rejected")
+
+
+@dataclass
+class PreferencePair:
+    prompt_ids: list[int]
+    chosen_ids: list[int]  # ends with eos unless truncated
+    rejected_ids: list[int]
+
+
+def load_preferences(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, max_length: int,
+                     overlong: Overlong = "error") -> tuple[list[PreferencePair], LoadReport]:
+    """Pairs from `path` (see `read_records`). A pair's length is its prompt plus its longer
+    reply; "truncate" keeps the whole prompt and cuts both replies to fit, and skips a pair
+    whose prompt leaves no room or whose cut replies become identical."""
+    check_options(max_length, overlong)
+    records = read_records(path)
+    shapes = ShapeCheck()
+    report = LoadReport(str(path), "", len(records), 0, 0, 0, max_length=max_length, overlong=overlong)
+    pairs = []
+    for rec in records:
+        shape, field = _shape(rec)
+        shapes.check(rec, shape, field)
+        pair = _tokenize(rec, shape, tokenizer)
+        length = len(pair.prompt_ids) + max(len(pair.chosen_ids), len(pair.rejected_ids))
+        if length > max_length:
+            if overlong == "error":
+                raise overlong_error(rec, field, length, max_length)
+            pair = _truncate(pair, max_length) if overlong == "truncate" else None
+            if pair is None:
+                report.skipped_overlong += 1
+                continue
+            report.truncated += 1
+        pairs.append(pair)
+    report.shape, report.shape_field, report.kept = shapes.shape or "", shapes.field, len(pairs)
+    return pairs, finish(report)
+
+
+def _shape(rec: Record) -> tuple[str, str]:
+    for field in FIELDS:
+        if rec.get(field) is None:
+            raise rec.missing(field, "a string or messages")
+    for field in FIELDS:
+        if not isinstance(rec.get(field), str):
+            return "prompt/chosen/rejected (chat)", field
+    return "prompt/chosen/rejected", "prompt"
+
+
+def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> PreferencePair:
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise DataError(rec.path, "the tokenizer has no eos token")
+    if shape == "prompt/chosen/rejected":
+        prompt_ids = chat.encode(tokenizer, rec.require_str("prompt"))
+        chosen, rejected = (chat.encode(tokenizer, rec.require_str(f)) + [eos] for f in FIELDS[1:])
+    else:
+        prompt = prompt_messages(rec, "prompt")
+        prompt_ids, chosen = chat.encode_reply(rec, "chosen", tokenizer, prompt,
+                                               chat.reply(rec, "chosen", rec.get("chosen"), prompt))
+        _, rejected = chat.encode_reply(rec, "rejected", tokenizer, prompt,
+                                        chat.reply(rec, "rejected", rec.get("rejected"), prompt))
+    if chosen == rejected:
+        raise rec.error("rejected", "a reply different from 'chosen'", "the same reply")
+    return PreferencePair(prompt_ids, chosen, rejected)
+
+
+def _truncate(pair: PreferencePair, max_length: int) -> PreferencePair | None:
+    room = max_length - len(pair.prompt_ids)
+    if room < 1 or pair.chosen_ids[:room] == pair.rejected_ids[:room]:
+        return None
+    return PreferencePair(pair.prompt_ids, pair.chosen_ids[:room], pair.rejected_ids[:room])

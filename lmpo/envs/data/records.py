@@ -1,0 +1,172 @@
+"""Reading users' data files into rows, and the error every loader raises for a bad row."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+SUPPORTED = ".jsonl, .parquet, or a directory saved with datasets' save_to_disk ('dir::split' for a DatasetDict)"
+
+
+class DataError(ValueError):
+    """A file or row that cannot be loaded. The message names the file, then the 1-based row
+    and the field when they are known: `data/train.jsonl: row 17: field 'messages': expected ...`.
+    The same parts are kept as `path`, `row` and `field` for callers."""
+
+    def __init__(self, path: str | Path, message: str, *, row: int | None = None, field: str | None = None):
+        self.path, self.row, self.field = str(path), row, field
+        parts = [self.path]
+        if row is not None:
+            parts.append(f"row {row}")
+        if field is not None:
+            parts.append(f"field '{field}'")
+        super().__init__(": ".join([*parts, message]))
+
+
+def type_name(value: Any) -> str:
+    """A value's type as a user writing JSON would call it."""
+    if value is None:
+        return "null"
+    return {dict: "object", list: "list", str: "str", bool: "bool", int: "int", float: "float"}.get(
+        type(value), type(value).__name__)
+
+
+def short_repr(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class Record:
+    """One row of a data file: its user fields and where it came from. `row` is the line
+    number in a JSONL file (blank lines are skipped but counted) and the 1-based index in
+    Parquet files and saved datasets."""
+
+    path: str
+    row: int
+    fields: dict[str, Any]
+
+    def get(self, name: str) -> Any:
+        """The field's value; None when it is absent or null (Parquet and datasets fill
+        columns a row lacks with nulls, so the two must mean the same)."""
+        return self.fields.get(name)
+
+    def error(self, field: str | None, expected: str, got: str) -> DataError:
+        return DataError(self.path, f"expected {expected}, got {got}", row=self.row, field=field)
+
+    def present(self) -> str:
+        """The names of the row's non-null fields, for messages."""
+        return ", ".join(k for k, v in self.fields.items() if v is not None) or "none"
+
+    def missing(self, field: str, expected: str) -> DataError:
+        return self.error(field, expected, f"no such field (the row has: {self.present()})")
+
+    def require_str(self, field: str) -> str:
+        """A non-empty string field."""
+        value = self.get(field)
+        if value is None:
+            raise self.missing(field, "a non-empty string")
+        if not isinstance(value, str):
+            raise self.error(field, "a non-empty string", type_name(value))
+        if not value:
+            raise self.error(field, "a non-empty string", "''")
+        return value
+
+
+class ShapeCheck:
+    """The first row decides a dataset's shape; every later row must share it."""
+
+    def __init__(self) -> None:
+        self.shape: str | None = None
+        self.field = ""
+        self.row = 0
+
+    def check(self, rec: Record, shape: str, field: str) -> None:
+        if self.shape is None:
+            self.shape, self.field, self.row = shape, field, rec.row
+        elif shape != self.shape:
+            raise rec.error(field, f"every row in the shape '{self.shape}' of row {self.row} "
+                                   f"(decided by field '{self.field}')", f"a row of shape '{shape}'")
+
+
+def read_records(path: str | Path) -> list[Record]:
+    """The rows of a `.jsonl` file (one JSON object per line), a `.parquet` file, or a
+    directory written by `datasets` `save_to_disk`. A saved DatasetDict needs its split
+    named as `dir::split`. Raises DataError for anything unreadable."""
+    label = str(path)
+    base, sep, split = label.rpartition("::")
+    if sep and Path(base).is_dir():
+        return _read_saved_dataset(Path(base), split, label)
+    p = Path(label)
+    if p.is_dir():
+        return _read_saved_dataset(p, None, label)
+    if not p.exists():
+        raise DataError(label, "no such file or directory")
+    suffix = p.suffix.lower()
+    if suffix == ".jsonl":
+        return _read_jsonl(p, label)
+    if suffix == ".parquet":
+        return _read_parquet(p, label)
+    raise DataError(label, f"unsupported file type '{suffix or p.name}'; supported: {SUPPORTED}")
+
+
+def _read_jsonl(path: Path, label: str) -> list[Record]:
+    records = []
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(label, f"not valid UTF-8 ({e.reason} at byte {e.start})", row=line_no) from None
+            if line_no == 1:
+                line = line.removeprefix("\ufeff")
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(label, f"not valid JSON ({e.msg} at column {e.colno})", row=line_no) from None
+            if not isinstance(value, dict):
+                raise DataError(label, f"expected a JSON object, got {type_name(value)}", row=line_no)
+            records.append(Record(label, line_no, value))
+    return records
+
+
+def _read_parquet(path: Path, label: str) -> list[Record]:
+    pq = _require("pyarrow.parquet", "pyarrow", "Parquet files")
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise DataError(label, f"cannot read Parquet: {e}") from e
+    return [Record(label, i, row) for i, row in enumerate(rows, start=1)]
+
+
+def _read_saved_dataset(directory: Path, split: str | None, label: str) -> list[Record]:
+    datasets = _require("datasets", "datasets", "saved dataset directories")
+    try:
+        ds = datasets.load_from_disk(str(directory))
+    except (OSError, ValueError) as e:
+        raise DataError(label, f"a directory must be saved with datasets' save_to_disk ({e}); "
+                               f"supported: {SUPPORTED}") from e
+    if isinstance(ds, datasets.DatasetDict):
+        names = ", ".join(ds)
+        if split is None:
+            raise DataError(label, f"holds a DatasetDict with splits {names}; name one as "
+                                   f"'{directory}::{next(iter(ds), 'train')}'")
+        if split not in ds:
+            raise DataError(label, f"no split '{split}'; the DatasetDict has {names}")
+        ds = ds[split]
+    elif split is not None:
+        raise DataError(label, f"'::{split}' names a split, but the directory holds a single Dataset")
+    return [Record(label, i, row) for i, row in enumerate(ds.to_list(), start=1)]
+
+
+def _require(module: str, package: str, what: str) -> ModuleType:
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"reading {what} needs the '{package}' package: pip install {package}") from e

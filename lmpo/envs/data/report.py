@@ -1,0 +1,55 @@
+"""What a loader did with a file: its shape and what the over-long policy dropped or cut."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from lmpo.envs.data.records import DataError, Record
+
+Overlong = Literal["error", "skip", "truncate"]
+
+
+@dataclass
+class LoadReport:
+    """`rows` read; `kept` examples returned; `skipped_overlong` dropped for length (with
+    overlong="skip", or cut by "truncate" until no loss token was left); `truncated` kept
+    but cut to `max_length`. `shape_field` is the field that decided `shape`."""
+
+    path: str
+    shape: str
+    rows: int
+    kept: int
+    skipped_overlong: int
+    truncated: int
+    shape_field: str = ""
+    max_length: int = 0
+    overlong: str = "error"
+
+    def summary(self) -> str:
+        decided = f" (field '{self.shape_field}')" if self.shape_field else ""
+        return (f"{self.path}: {self.rows} rows, shape '{self.shape}'{decided}, kept {self.kept}; "
+                f"over max_length {self.max_length} ({self.overlong}): "
+                f"{self.skipped_overlong} skipped, {self.truncated} truncated")
+
+
+def check_options(max_length: int, overlong: str) -> None:
+    if max_length < 1:
+        raise ValueError(f"max_length must be at least 1, got {max_length}")
+    if overlong not in get_args(Overlong):
+        raise ValueError(f"overlong must be one of {', '.join(get_args(Overlong))}, got {overlong!r}")
+
+
+def overlong_error(rec: Record, field: str, length: int, max_length: int) -> DataError:
+    return DataError(rec.path, f"{length} tokens, over max_length {max_length} "
+                               "(pass overlong='skip' or 'truncate' to load such rows)", row=rec.row, field=field)
+
+
+def finish(report: LoadReport) -> LoadReport:
+    """Refuses a file that yields nothing to train on."""
+    if report.rows == 0:
+        raise DataError(report.path, "no rows")
+    if report.kept == 0:
+        raise DataError(report.path, f"no examples left: all {report.rows} rows are over max_length "
+                                     f"{report.max_length} (overlong='{report.overlong}')")
+    return report

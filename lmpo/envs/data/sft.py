@@ -1,0 +1,122 @@
+"""Supervised fine-tuning and continued pre-training examples from users' files.
+
+Shapes, decided by the first row and required of every row:
+  - `messages`: a list of {role, content}; loss on each assistant turn through its eos.
+  - `prompt`/`completion` strings: tokenized as they are (no template); loss on the
+    completion and an appended eos.
+  - `prompt`/`completion (chat)`: either field holds messages (see `chat.reply`); rendered
+    with the tokenizer's chat template, a string prompt being one user message.
+  - `text`: documents for continued pre-training; every token carries loss, eos appended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import PreTrainedTokenizerBase
+
+from lmpo.envs.data import chat
+from lmpo.envs.data.records import DataError, Record, ShapeCheck, read_records, type_name
+from lmpo.envs.data.report import LoadReport, Overlong, check_options, finish, overlong_error
+
+
+@dataclass
+class TokenizedExample:
+    input_ids: list[int]
+    loss_mask: list[int]  # 1 on tokens that carry loss
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def load_sft(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, max_length: int,
+             overlong: Overlong = "error") -> tuple[list[TokenizedExample], LoadReport]:
+    """Tokenized examples from `path` (see `read_records`), and what was done to get them."""
+    check_options(max_length, overlong)
+    records = read_records(path)
+    shapes = ShapeCheck()
+    report = LoadReport(str(path), "", len(records), 0, 0, 0, max_length=max_length, overlong=overlong)
+    examples = []
+    for rec in records:
+        shape, field = sft_shape(rec)
+        shapes.check(rec, shape, field)
+        example = _tokenize(rec, shape, tokenizer)
+        if len(example) > max_length:
+            if overlong == "error":
+                raise overlong_error(rec, field, len(example), max_length)
+            example = _truncate(example, max_length) if overlong == "truncate" else None
+            if example is None:
+                report.skipped_overlong += 1
+                continue
+            report.truncated += 1
+        examples.append(example)
+    report.shape, report.shape_field, report.kept = shapes.shape or "", shapes.field, len(examples)
+    return examples, finish(report)
+
+
+def pack(examples: list[TokenizedExample], seq_len: int) -> list[TokenizedExample]:
+    """Concatenates the examples (documents already end with eos) and cuts them into rows of
+    `seq_len` tokens; the last row holds the remainder and may be shorter. Rows do not reset
+    attention at document boundaries."""
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be at least 1, got {seq_len}")
+    ids = [t for ex in examples for t in ex.input_ids]
+    mask = [m for ex in examples for m in ex.loss_mask]
+    return [TokenizedExample(ids[i:i + seq_len], mask[i:i + seq_len]) for i in range(0, len(ids), seq_len)]
+
+
+def sft_shape(rec: Record) -> tuple[str, str]:
+    """(shape, the field that decided it) for one row."""
+    if rec.get("messages") is not None:
+        return "messages", "messages"
+    prompt, completion = rec.get("prompt"), rec.get("completion")
+    if prompt is not None or completion is not None:
+        for field, value in (("prompt", prompt), ("completion", completion)):
+            if isinstance(value, (list, dict)):
+                return "prompt/completion (chat)", field
+        return "prompt/completion", "prompt" if prompt is not None else "completion"
+    if rec.get("text") is not None:
+        return "text", "text"
+    raise rec.error(None, "a 'messages', 'prompt'/'completion' or 'text' field", f"fields {rec.present()}")
+
+
+def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> TokenizedExample:
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise DataError(rec.path, "the tokenizer has no eos token")
+    if shape == "messages":
+        msgs = chat.conversation(rec, "messages", rec.get("messages"))
+        return TokenizedExample(*chat.encode_conversation(rec, "messages", tokenizer, msgs))
+    if shape == "text":
+        ids = chat.encode(tokenizer, rec.require_str("text")) + [eos]
+        return TokenizedExample(ids, [1] * len(ids))
+    if shape == "prompt/completion":
+        prompt_ids = chat.encode(tokenizer, rec.require_str("prompt"))
+        completion_ids = chat.encode(tokenizer, rec.require_str("completion")) + [eos]
+    else:
+        prompt = prompt_messages(rec, "prompt")
+        completion = rec.get("completion")
+        if completion is None:
+            raise rec.missing("completion", "the assistant reply")
+        reply = chat.reply(rec, "completion", completion, prompt)
+        prompt_ids, completion_ids = chat.encode_reply(rec, "completion", tokenizer, prompt, reply)
+    return TokenizedExample(prompt_ids + completion_ids, [0] * len(prompt_ids) + [1] * len(completion_ids))
+
+
+def prompt_messages(rec: Record, field: str) -> list[dict[str, str]]:
+    """A chat prompt: a list of messages, or a string taken as one user message."""
+    value = rec.get(field)
+    if value is None:
+        raise rec.missing(field, "a string or a list of messages")
+    if isinstance(value, str):
+        return [{"role": "user", "content": rec.require_str(field)}]
+    if not isinstance(value, list):
+        raise rec.error(field, "a string or a list of messages", type_name(value))
+    return chat.messages(rec, field, value)
+
+
+def _truncate(example: TokenizedExample, max_length: int) -> TokenizedExample | None:
+    """The first `max_length` tokens, or None when no loss token is left."""
+    cut = TokenizedExample(example.input_ids[:max_length], example.loss_mask[:max_length])
+    return cut if any(cut.loss_mask) else None

@@ -1,0 +1,213 @@
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lmpo.envs.data import DataError, TokenizedExample, load_preferences, load_prompts, load_sft, pack, read_records
+
+SYSTEM, USER, ASSISTANT = "<|system|>", "<|user|>", "<|assistant|>"
+
+
+def write(path, rows):
+    """Rows to `path` as JSONL or Parquet by its suffix; `path` back."""
+    if path.suffix == ".parquet":
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def decode(tok, ids):
+    return tok.decode(ids, skip_special_tokens=False)
+
+
+def loss_text(tok, ex: TokenizedExample) -> str:
+    """The characters that carry loss, in order."""
+    return decode(tok, [t for t, m in zip(ex.input_ids, ex.loss_mask) if m])
+
+
+def msg(role, content):
+    return {"role": role, "content": content}
+
+
+CHAT = [msg("system", "be brief"), msg("user", "2+2"), msg("assistant", "4"), msg("user", "and 3+3?"),
+        msg("assistant", "six")]
+
+
+@pytest.fixture(params=["jsonl", "parquet"])
+def ext(request):
+    return request.param
+
+
+def test_messages_put_loss_on_assistant_turns_and_their_eos(char_tokenizer, tmp_path, ext):
+    path = write(tmp_path / f"chat.{ext}", [{"messages": CHAT, "id": 7}])
+    examples, report = load_sft(path, char_tokenizer, max_length=64)
+    (ex,) = examples
+    assert decode(char_tokenizer, ex.input_ids) == (f"{SYSTEM}be brief{USER}2+2{ASSISTANT}4<eos>"
+                                                    f"{USER}and 3+3?{ASSISTANT}six<eos>")
+    assert loss_text(char_tokenizer, ex) == "4<eos>six<eos>"
+    # the mask sits on those exact positions, not just the right characters
+    assert ex.loss_mask[-4:] == [1, 1, 1, 1] and ex.loss_mask[-5] == 0
+    assert (report.shape, report.shape_field, report.rows, report.kept) == ("messages", "messages", 1, 1)
+    assert "messages" in report.summary() and str(path) in report.summary()
+
+
+def test_prompt_completion_strings_are_not_templated(char_tokenizer, tmp_path, ext):
+    path = write(tmp_path / f"pc.{ext}", [{"prompt": "31=", "completion": "13"}, {"prompt": "9=", "completion": "9"}])
+    examples, report = load_sft(path, char_tokenizer, max_length=16)
+    assert decode(char_tokenizer, examples[0].input_ids) == "31=13<eos>"
+    assert examples[0].loss_mask == [0, 0, 0, 1, 1, 1]
+    assert [loss_text(char_tokenizer, ex) for ex in examples] == ["13<eos>", "9<eos>"]
+    assert report.shape == "prompt/completion"
+
+
+@pytest.mark.parametrize("completion", ["hey", msg("assistant", "hey"), [msg("assistant", "hey")],
+                                        [msg("user", "hi"), msg("assistant", "hey")]])
+def test_prompt_completion_messages_use_the_chat_template(char_tokenizer, tmp_path, completion):
+    path = write(tmp_path / "pc.jsonl", [{"prompt": [msg("user", "hi")], "completion": completion}])
+    (ex,), report = load_sft(path, char_tokenizer, max_length=16)
+    assert decode(char_tokenizer, ex.input_ids) == f"{USER}hi{ASSISTANT}hey<eos>"
+    assert loss_text(char_tokenizer, ex) == "hey<eos>" and report.shape == "prompt/completion (chat)"
+
+
+def test_text_documents_carry_loss_everywhere_and_pack(char_tokenizer, tmp_path, ext):
+    path = write(tmp_path / f"cpt.{ext}", [{"text": "abc"}, {"text": "de"}])
+    examples, report = load_sft(path, char_tokenizer, max_length=8)
+    assert [decode(char_tokenizer, ex.input_ids) for ex in examples] == ["abc<eos>", "de<eos>"]
+    assert all(all(ex.loss_mask) for ex in examples) and report.shape == "text"
+    rows = pack(examples, 3)
+    assert [decode(char_tokenizer, r.input_ids) for r in rows] == ["abc", "<eos>de", "<eos>"]
+    assert [len(r.loss_mask) for r in rows] == [3, 3, 1]
+
+
+def test_saved_dataset_directory_and_its_splits(char_tokenizer, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = {"prompt": ["1=", "2="], "completion": ["1", "2"]}
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "single"))
+    examples, _ = load_sft(tmp_path / "single", char_tokenizer, max_length=8)
+    assert [loss_text(char_tokenizer, ex) for ex in examples] == ["1<eos>", "2<eos>"]
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows)}).save_to_disk(str(tmp_path / "dict"))
+    with pytest.raises(DataError, match="splits train.*::train"):
+        read_records(tmp_path / "dict")
+    assert [r.row for r in read_records(f"{tmp_path / 'dict'}::train")] == [1, 2]
+    with pytest.raises(DataError, match="no split 'test'"):
+        read_records(f"{tmp_path / 'dict'}::test")
+
+
+def test_preferences_from_strings_and_messages(char_tokenizer, tmp_path, ext):
+    path = write(tmp_path / f"p.{ext}", [{"prompt": "3=", "chosen": "3", "rejected": "4"}])
+    (pair,), report = load_preferences(path, char_tokenizer, max_length=8)
+    assert [decode(char_tokenizer, ids) for ids in (pair.prompt_ids, pair.chosen_ids, pair.rejected_ids)] == [
+        "3=", "3<eos>", "4<eos>"]
+    assert report.shape == "prompt/chosen/rejected"
+    chat_rows = [{"prompt": "q", "chosen": [msg("user", "q"), msg("assistant", "yes")],
+                  "rejected": msg("assistant", "no")}]
+    (pair,), report = load_preferences(write(tmp_path / f"c.{ext}", chat_rows), char_tokenizer, max_length=32)
+    assert [decode(char_tokenizer, ids) for ids in (pair.prompt_ids, pair.chosen_ids, pair.rejected_ids)] == [
+        f"{USER}q{ASSISTANT}", "yes<eos>", "no<eos>"]
+    assert (report.shape, report.shape_field) == ("prompt/chosen/rejected (chat)", "chosen")
+
+
+def test_prompts_keep_extra_columns_for_rewards(char_tokenizer, tmp_path, ext):
+    rows = [{"prompt": "31=", "answer": "13", "reference": "thirteen", "level": 2},
+            {"prompt": "7=", "answer": None, "reference": "seven", "level": 1}]
+    problems = load_prompts(write(tmp_path / f"rl.{ext}", rows))
+    assert [(p.prompt, p.answer) for p in problems] == [("31=", "13"), ("7=", "")]
+    assert problems[0].meta == {"reference": "thirteen", "level": 2}
+    chat_rows = [{"question": [msg("user", "hi")], "answer": 5}]
+    (p,) = load_prompts(write(tmp_path / f"q.{ext}", chat_rows), prompt_field="question", tokenizer=char_tokenizer)
+    assert (p.prompt, p.answer, p.meta) == (f"{USER}hi{ASSISTANT}", "5", {})
+    with pytest.raises(DataError, match="tokenizer="):
+        load_prompts(tmp_path / f"q.{ext}", prompt_field="question")
+
+
+GOOD_PC = {"prompt": "1=", "completion": "1"}
+GOOD_CHAT = {"messages": [msg("user", "a"), msg("assistant", "b")]}
+BAD_ROWS = {  # name: (loader, second line of the JSONL file, field named in the error)
+    "invalid json": ("sft", '{"prompt": "1=", ', None),
+    "non-object line": ("sft", "[1, 2]", None),
+    "missing field": ("sft", {"prompt": "2="}, "completion"),
+    "wrong type": ("sft", {"messages": "hi"}, "messages"),
+    "message not an object": ("sft", {"messages": ["hi"]}, "messages[0]"),
+    "bad role": ("sft", {"messages": [msg("user", "a"), msg("bot", "b")]}, "messages[1].role"),
+    "no assistant turn": ("sft", {"messages": [msg("user", "a")]}, "messages"),
+    "empty completion": ("sft", {"prompt": "2=", "completion": ""}, "completion"),
+    "mixed shapes": ("sft", {"text": "abc"}, "text"),
+    "identical chosen/rejected": ("pref", {"prompt": "q", "chosen": "a", "rejected": "a"}, "rejected"),
+    "missing rejected": ("pref", {"prompt": "q", "chosen": "a"}, "rejected"),
+    "missing prompt": ("prompts", {"question": "q"}, "prompt"),
+    "answer of wrong type": ("prompts", {"prompt": "q", "answer": [1]}, "answer"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_ROWS)
+def test_bad_rows_name_file_row_and_field(char_tokenizer, tmp_path, name):
+    loader, bad, field = BAD_ROWS[name]
+    chat = isinstance(bad, dict) and "messages" in bad
+    first = {"sft": GOOD_CHAT if chat else GOOD_PC, "pref": {"prompt": "q", "chosen": "a",
+             "rejected": "b"}, "prompts": {"prompt": "p"}}[loader]
+    bad_line = bad if isinstance(bad, str) else json.dumps(bad)
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps(first) + "\n\n" + bad_line + "\n")  # a blank line still counts as a row number
+    load = {"sft": lambda: load_sft(path, char_tokenizer, max_length=32),
+            "pref": lambda: load_preferences(path, char_tokenizer, max_length=32),
+            "prompts": lambda: load_prompts(path)}[loader]
+    with pytest.raises(DataError) as info:
+        load()
+    text = str(info.value)
+    assert text.startswith(f"{path}: row 3: ") and info.value.row == 3, text
+    if field is not None:
+        assert f"field '{field}'" in text and info.value.field == field, text
+    assert "expected" in text or "not valid JSON" in text, text
+
+
+def test_bad_row_in_parquet_names_its_row(char_tokenizer, tmp_path):
+    path = write(tmp_path / "t.parquet", [GOOD_PC, {"prompt": "2=", "completion": None}])
+    with pytest.raises(DataError, match=r"t\.parquet: row 2: field 'completion': expected a non-empty string"):
+        load_sft(path, char_tokenizer, max_length=32)
+
+
+def test_wrong_type_error_reads_naturally(char_tokenizer, tmp_path):
+    path = write(tmp_path / "data.jsonl", [{"messages": "hi"}])
+    with pytest.raises(DataError) as info:
+        load_sft(path, char_tokenizer, max_length=32)
+    assert str(info.value) == (f"{path}: row 1: field 'messages': expected a list of {{role, content}} objects, "
+                               "got str")
+
+
+def test_unsupported_file_and_missing_file(tmp_path):
+    (tmp_path / "x.csv").write_text("a,b\n")
+    with pytest.raises(DataError, match=r"unsupported file type '\.csv'.*\.jsonl, \.parquet"):
+        read_records(tmp_path / "x.csv")
+    with pytest.raises(DataError, match="no such file"):
+        read_records(tmp_path / "nope.jsonl")
+
+
+def test_overlong_policies_and_report_counts(char_tokenizer, tmp_path):
+    # lengths: 4+1 eos, 8+1 eos, and a prompt that alone fills max_length
+    rows = [{"prompt": "ab", "completion": "cd"}, {"prompt": "abcd", "completion": "efgh"},
+            {"prompt": "abcdefgh", "completion": "x"}]
+    path = write(tmp_path / "long.jsonl", rows)
+    with pytest.raises(DataError, match=r"long\.jsonl: row 2: field 'prompt': 9 tokens, over max_length 6"):
+        load_sft(path, char_tokenizer, max_length=6)
+    kept, report = load_sft(path, char_tokenizer, max_length=6, overlong="skip")
+    assert len(kept) == 1 and (report.rows, report.kept, report.skipped_overlong, report.truncated) == (3, 1, 2, 0)
+    cut, report = load_sft(path, char_tokenizer, max_length=6, overlong="truncate")
+    assert (report.kept, report.skipped_overlong, report.truncated) == (2, 1, 1)
+    assert decode(char_tokenizer, cut[1].input_ids) == "abcdef" and loss_text(char_tokenizer, cut[1]) == "ef"
+    assert "1 skipped, 1 truncated" in report.summary() and "truncate" in report.summary()
+    with pytest.raises(DataError, match="no examples left"):
+        load_sft(path, char_tokenizer, max_length=2, overlong="skip")
+
+
+def test_overlong_preference_pairs_keep_the_prompt(char_tokenizer, tmp_path):
+    rows = [{"prompt": "ab", "chosen": "cdex", "rejected": "cdey"},
+            {"prompt": "ab", "chosen": "xyz", "rejected": "xyw"}]
+    path = write(tmp_path / "p.jsonl", rows)
+    with pytest.raises(DataError, match="row 1: field 'prompt': 7 tokens, over max_length 5"):
+        load_preferences(path, char_tokenizer, max_length=5)
+    pairs, report = load_preferences(path, char_tokenizer, max_length=5, overlong="truncate")
+    # row 1's replies become identical once cut to 3 tokens, so it is skipped
+    assert (report.kept, report.skipped_overlong, report.truncated) == (1, 1, 1)
+    assert [decode(char_tokenizer, ids) for ids in (pairs[0].chosen_ids, pairs[0].rejected_ids)] == ["xyz", "xyw"]
