@@ -211,3 +211,31 @@ def test_overlong_preference_pairs_keep_the_prompt(char_tokenizer, tmp_path):
     # row 1's replies become identical once cut to 3 tokens, so it is skipped
     assert (report.kept, report.skipped_overlong, report.truncated) == (1, 1, 1)
     assert [decode(char_tokenizer, ids) for ids in (pairs[0].chosen_ids, pairs[0].rejected_ids)] == ["xyz", "xyw"]
+
+
+def test_sft_and_cpt_train_on_a_users_jsonl_file(tmp_path):
+    """`lmpo train sft/cpt --data FILE` end to end on the embedded tiny preset."""
+    from lmpo.cli.main import main
+
+    sft = tmp_path / "chat.jsonl"
+    rows = [{"messages": [{"role": "user", "content": f"{i}+{i}="}, {"role": "assistant", "content": str(2 * i)}]}
+            for i in range(40)]
+    sft.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert main(["train", "sft", "--model", "tiny", "--data", str(sft), "--out", str(tmp_path / "sft"),
+                 "--epochs", "1", "--batch_size", "8", "--threads", "1"]) == 0
+    saved = json.loads((tmp_path / "sft" / "result.json").read_text())
+    assert saved["accuracy"] is None and (tmp_path / "sft" / "model" / "model.safetensors").exists()
+    text = tmp_path / "text.jsonl"
+    text.write_text("\n".join(json.dumps({"text": "lorem ipsum dolor sit amet " * 3}) for _ in range(30)) + "\n")
+    assert main(["train", "cpt", "--model", "tiny", "--data", str(text), "--out", str(tmp_path / "cpt"),
+                 "--steps", "2", "--seq_len", "32", "--batch_size", "4", "--threads", "1"]) == 0
+
+
+def test_a_bad_row_stops_training_with_its_location(tmp_path, capsys):
+    from lmpo.cli.main import main
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n" + json.dumps({"prompt": "a", "completion": 3}) + "\n")
+    assert main(["train", "sft", "--model", "tiny", "--data", str(bad), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.jsonl" in err and "row 2" in err and "completion" in err

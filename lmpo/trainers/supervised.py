@@ -8,12 +8,13 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Literal
 
 import torch
 
 from lmpo.algos import masked_cross_entropy
 from lmpo.envs import Problem, evaluate, make_task
+from lmpo.envs.data import TokenizedExample, load_sft
 from lmpo.models import count_parameters, load_model_and_tokenizer, save_model
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.runtime import (MetricsLog, Schedule, grad_norm_and_clip, make_optimizer, make_scheduler,
@@ -55,6 +56,12 @@ class SupervisedConfig:
     """Torch CPU threads (0 = one per core)."""
     max_nonfinite_steps: int = 3
     """Stop with an error after this many consecutive steps with a non-finite loss or gradient (each is skipped)."""
+    data: str = ""
+    """Train on this file instead of the task's data: JSONL, Parquet, or a saved `datasets` directory (`DIR::split`)."""
+    max_length: int = 1024
+    """Longest example from `data`, in tokens."""
+    overlong: Literal["error", "skip", "truncate"] = "error"
+    """What to do with a longer example from `data`: stop with an error naming it, skip it, or truncate it."""
 
 
 @dataclass
@@ -83,14 +90,10 @@ class SFTConfig(SupervisedConfig):
     """Steps of linear learning-rate warm-up."""
 
 
-def cpt_batches(tokenizer, documents: list[str], seq_len: int, batch_size: int, steps: int,
-                seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Pack documents, separated by EOS, into rows of `seq_len + 1` tokens; loss on every token."""
-    eos = tokenizer.eos_token_id
-    stream: list[int] = []
-    for ids in tokenizer(documents, add_special_tokens=False).input_ids:
-        stream.extend(ids)
-        stream.append(eos)
+def cpt_batches(stream: list[int], seq_len: int, batch_size: int, steps: int,
+                seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, None]]:
+    """Cut a token stream (documents each ending with EOS) into rows of `seq_len + 1` tokens,
+    shuffled each pass; loss on every token."""
     rows = torch.tensor(stream[: len(stream) // (seq_len + 1) * (seq_len + 1)]).view(-1, seq_len + 1)
     if len(rows) < batch_size:
         raise ValueError(f"the corpus packs into {len(rows)} rows of {seq_len + 1} tokens, fewer than one batch of {batch_size}")
@@ -102,53 +105,82 @@ def cpt_batches(tokenizer, documents: list[str], seq_len: int, batch_size: int, 
             order, position = torch.randperm(len(rows), generator=gen), 0
         batch = rows[order[position:position + batch_size]]
         position += batch_size
-        yield batch, torch.ones_like(batch, dtype=torch.float32)
+        yield batch, torch.ones_like(batch, dtype=torch.float32), None
 
 
-def sft_batches(tokenizer, problems: list[Problem], batch_size: int, epochs: int,
-                seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Prompt + answer + EOS, right-padded; the mask marks the answer and EOS tokens only."""
+def task_examples(tokenizer, problems: list[Problem]) -> list[TokenizedExample]:
+    """Prompt (no loss) + answer + EOS (loss), in the task's own layout."""
     examples = []
     for p in problems:
         prompt = tokenizer(p.prompt, add_special_tokens=False).input_ids
         answer = tokenizer(p.answer, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
-        examples.append((prompt, answer))
+        examples.append(TokenizedExample(prompt + answer, [0] * len(prompt) + [1] * len(answer)))
+    return examples
+
+
+def sft_batches(examples: list[TokenizedExample], pad_id: int, batch_size: int, epochs: int,
+                seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Right-padded batches in a fresh shuffled order each epoch: ids, loss mask, attention mask."""
     rng = random.Random(f"sft-order:{seed}")
     for _ in range(epochs):
         order = list(range(len(examples)))
         rng.shuffle(order)
         for start in range(0, len(order), batch_size):
             chunk = [examples[i] for i in order[start:start + batch_size]]
-            width = max(len(a) + len(b) for a, b in chunk)
-            ids = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)
+            width = max(len(e) for e in chunk)
+            ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
             mask = torch.zeros((len(chunk), width))
-            for row, (prompt, answer) in enumerate(chunk):
-                ids[row, : len(prompt) + len(answer)] = torch.tensor(prompt + answer)
-                mask[row, len(prompt): len(prompt) + len(answer)] = 1
-            yield ids, mask
+            for row, e in enumerate(chunk):
+                ids[row, : len(e)] = torch.tensor(e.input_ids)
+                mask[row, : len(e)] = torch.tensor(e.loss_mask, dtype=torch.float32)
+            attention = (torch.arange(width)[None] < torch.tensor([len(e) for e in chunk])[:, None]).long()
+            yield ids, mask, attention
 
 
 def train_cpt(cfg: CPTConfig) -> StageResult:
     task = make_task(cfg.task)
-    docs = task.cpt_corpus(cfg.corpus_documents, cfg.seed)
-    return _train(cfg, "cpt", lambda tok: cpt_batches(tok, docs, cfg.seq_len, cfg.batch_size, cfg.steps, cfg.seed),
-                  cfg.steps, task)
+
+    def prepare(tok):
+        if cfg.data:
+            examples = _load_data(cfg, tok)
+            stream = [t for e in examples for t in e.input_ids]
+        else:
+            stream = []
+            for ids in tok(task.cpt_corpus(cfg.corpus_documents, cfg.seed), add_special_tokens=False).input_ids:
+                stream.extend([*ids, tok.eos_token_id])
+        return cpt_batches(stream, cfg.seq_len, cfg.batch_size, cfg.steps, cfg.seed), cfg.steps
+
+    return _train(cfg, "cpt", prepare, task)
 
 
 def train_sft(cfg: SFTConfig) -> StageResult:
     task = make_task(cfg.task)
-    demos = task.sft_demonstrations(cfg.demonstrations, cfg.seed)
-    steps = cfg.epochs * -(-len(demos) // cfg.batch_size)
-    return _train(cfg, "sft", lambda tok: sft_batches(tok, demos, cfg.batch_size, cfg.epochs, cfg.seed), steps, task)
+
+    def prepare(tok):
+        if cfg.data:
+            examples = _load_data(cfg, tok)
+        else:
+            examples = task_examples(tok, task.sft_demonstrations(cfg.demonstrations, cfg.seed))
+        steps = cfg.epochs * -(-len(examples) // cfg.batch_size)
+        return sft_batches(examples, tok.pad_token_id, cfg.batch_size, cfg.epochs, cfg.seed), steps
+
+    return _train(cfg, "sft", prepare, task)
 
 
-def _train(cfg: SupervisedConfig, name: str, make_batches, total_steps: int, task) -> StageResult:
+def _load_data(cfg: SupervisedConfig, tokenizer) -> list[TokenizedExample]:
+    examples, report = load_sft(cfg.data, tokenizer, max_length=cfg.max_length, overlong=cfg.overlong)
+    print(f"[data] {report.summary()}")
+    return examples
+
+
+def _train(cfg: SupervisedConfig, name: str, prepare, task) -> StageResult:
     started = time.perf_counter()
     threads = setup_torch(cfg.threads, cfg.seed)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     model, tokenizer = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
     model.train()
+    batches, total_steps = prepare(tokenizer)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, total_steps, cfg.lr_schedule, cfg.min_lr_ratio)
     log = MetricsLog(out / "metrics.jsonl")
@@ -156,9 +188,9 @@ def _train(cfg: SupervisedConfig, name: str, make_batches, total_steps: int, tas
           f"{total_steps} steps, run dir {out}")
     skipped = streak = 0
     with StageProgress(name, total_steps) as progress:
-        for step, (ids, mask) in enumerate(make_batches(tokenizer), start=1):
+        for step, (ids, mask, attention) in enumerate(batches, start=1):
             t0 = time.perf_counter()
-            logits = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long() if name == "sft" else None).logits
+            logits = model(input_ids=ids, attention_mask=attention).logits
             loss = masked_cross_entropy(logits[:, :-1], ids[:, 1:], mask[:, 1:])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -183,7 +215,7 @@ def _train(cfg: SupervisedConfig, name: str, make_batches, total_steps: int, tas
             progress.update(step, loss=row["loss"])
     save_model(model, tokenizer, out / "model")
     result = StageResult(name=name, seconds=0.0, model_dir=str(out / "model"), run_dir=str(out))
-    if cfg.eval_problems > 0:
+    if cfg.eval_problems > 0 and not cfg.data:  # the task's held-out set says nothing about a user's data
         ev = evaluate(model, tokenizer, task, task.heldout_problems(cfg.eval_problems),
                       max_new_tokens=cfg.eval_max_new_tokens)
         result.accuracy, result.format_accuracy = ev.accuracy, ev.format_accuracy
