@@ -14,13 +14,17 @@ fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
-  echo "setup: installing PyTorch into .venv" >&2
+  echo "setup: installing PyTorch into .venv (log: .venv/install-torch.log)" >&2
   index=()
   if [ -n "${LMPO_TORCH_INDEX:-}" ]; then index=(--index-url "$LMPO_TORCH_INDEX"); fi
+  torch_spec="torch==${TORCH_VERSION}"
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-    "${PIP[@]}" install "${index[@]}" torch
-  else
-    "${PIP[@]}" install "${index[@]}" "torch==${TORCH_VERSION}"
+    torch_spec=torch
+  fi
+  if ! "${PIP[@]}" install "${index[@]}" "$torch_spec" > .venv/install-torch.log 2>&1; then
+    tail -n 30 .venv/install-torch.log >&2
+    echo "setup: installing $torch_spec failed; the full log is in .venv/install-torch.log" >&2
+    exit 1
   fi
 fi
 

@@ -61,7 +61,11 @@ def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:
 
 def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
     def run(args: argparse.Namespace, flags: dict) -> int:
-        if kind in ("cpt", "sft"):
+        if kind == "rm":
+            from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
+
+            cfg, fn = build(RewardModelConfig, yaml_file=args.config, flags=flags), train_reward_model
+        elif kind in ("cpt", "sft"):
             from lmpo.trainers import supervised
 
             cls, fn = (supervised.CPTConfig, supervised.train_cpt) if kind == "cpt" else (supervised.SFTConfig, supervised.train_sft)
@@ -140,6 +144,12 @@ def make_parser() -> argparse.ArgumentParser:
         sp = train_sub.add_parser(name, help=text, description=text)
         add_arguments(sp, cls)
         sp.set_defaults(func=cmd_train(name), config_cls=cls)
+    from lmpo.trainers.reward_model import RewardModelConfig
+
+    text = "reward model (Bradley–Terry) on the task's preference pairs; held-out pairwise accuracy"
+    sp = train_sub.add_parser("rm", help=text, description=text)
+    add_arguments(sp, RewardModelConfig)
+    sp.set_defaults(func=cmd_train("rm"), config_cls=RewardModelConfig)
     for name, preset in {**RL_PRESETS, "rl": None}.items():
         text = (f"RL with the {name} preset ({preset.source})" if preset
                 else "RL with any preset (--preset NAME) and any part overridden")

@@ -99,3 +99,33 @@ class SortDigits:
         """Correct demonstrations on digit strings without repeats (format, not the fix)."""
         rng = random.Random(f"sft:{seed}")
         return [self.make(self._random_train_digits(rng, distinct=True)) for _ in range(n)]
+
+    # -- preference data ----------------------------------------------------------------------
+    def preference_pairs(self, n: int, seed: int, heldout: bool = False) -> list[tuple[Problem, str, str]]:
+        """(problem, chosen, rejected): chosen is the right answer; rejected a wrong one, often
+        a near miss (the flawed sorter's output, two digits swapped, one digit off by one, a
+        digit dropped, or the input unsorted). Held-out pairs come from held-out problems."""
+        rng = random.Random(f"pairs:{seed}:{heldout}")
+        problems = self.heldout_problems(n) if heldout else self.train_problems(n, seed)
+        return [(p, p.answer, self._wrong_answer(p, rng)) for p in problems]
+
+    def _wrong_answer(self, problem: Problem, rng: random.Random) -> str:
+        right = problem.answer
+        digits = problem.meta["digits"]
+        while True:
+            kind = rng.randrange(5)
+            if kind == 0:
+                wrong = "".join(sorted(set(digits)))
+            elif kind == 1:
+                i = rng.randrange(len(right) - 1)
+                wrong = right[:i] + right[i + 1] + right[i] + right[i + 2:]
+            elif kind == 2:
+                i = rng.randrange(len(right))
+                wrong = right[:i] + str((int(right[i]) + rng.choice((1, 9))) % 10) + right[i + 1:]
+            elif kind == 3:
+                i = rng.randrange(len(right))
+                wrong = right[:i] + right[i + 1:]
+            else:
+                wrong = digits
+            if wrong != right:
+                return wrong
