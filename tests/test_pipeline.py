@@ -7,18 +7,19 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from lmpo.cli.main import main
 
 
-def test_small_pipeline_end_to_end_through_the_cli(tmp_path, capsys):
+@pytest.mark.parametrize("rl", ["grpo", "ppo"])
+def test_small_pipeline_end_to_end_through_the_cli(rl, tmp_path, capsys):
     out = tmp_path / "pipe"
     config = tmp_path / "small.yaml"
     config.write_text(
         "cpt:\n  steps: 20\n  corpus_documents: 3000\n  eval_problems: 50\n"
         "sft:\n  epochs: 1\n  demonstrations: 64\n  eval_problems: 50\n"
         "rl_stage:\n  steps: 3\n  prompts_per_step: 2\n  group_size: 4\n  eval_problems: 50\n  prompt_pool: 100\n")
-    assert main(["pipeline", "--config", str(config), "--out", str(out), "--threads", "1"]) == 0
+    assert main(["pipeline", "--config", str(config), "--out", str(out), "--threads", "1", "--rl", rl]) == 0
     printed = capsys.readouterr().out
     assert "held-out accuracy" in printed and "summary.json" in printed
     summary = json.loads((out / "summary.json").read_text())
-    assert [s["name"] for s in summary["stages"]] == ["cpt", "sft", "grpo"]
+    assert [s["name"] for s in summary["stages"]] == ["cpt", "sft", rl]  # the last stage is named after the preset
     for stage in summary["stages"]:
         assert 0 <= stage["accuracy"] <= 1 and stage["seconds"] > 0
         model_dir = out / stage["run_dir"] / "model"
@@ -26,7 +27,7 @@ def test_small_pipeline_end_to_end_through_the_cli(tmp_path, capsys):
         tok = AutoTokenizer.from_pretrained(model_dir)
         assert model(torch.tensor([tok("12=").input_ids])).logits.shape[-1] == len(tok)
     assert (out / "report" / "report.html").exists()
-    assert (out / "grpo" / "report" / "reward.png").exists()
+    assert (out / rl / "report" / "reward.png").exists()
 
 
 @pytest.mark.slow
