@@ -61,7 +61,11 @@ def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:
 
 def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
     def run(args: argparse.Namespace, flags: dict) -> int:
-        if kind == "rm":
+        if kind == "dpo":
+            from lmpo.trainers.preference import PreferenceConfig, train_preference
+
+            cfg, fn = build(PreferenceConfig, yaml_file=args.config, flags=flags), train_preference
+        elif kind == "rm":
             from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
 
             cfg, fn = build(RewardModelConfig, yaml_file=args.config, flags=flags), train_reward_model
@@ -150,6 +154,12 @@ def make_parser() -> argparse.ArgumentParser:
     sp = train_sub.add_parser("rm", help=text, description=text)
     add_arguments(sp, RewardModelConfig)
     sp.set_defaults(func=cmd_train("rm"), config_cls=RewardModelConfig)
+    from lmpo.trainers.preference import PreferenceConfig
+
+    text = "offline preference optimisation (--loss dpo|cdpo|ipo|simpo) on the task's preference pairs"
+    sp = train_sub.add_parser("dpo", help=text, description=text)
+    add_arguments(sp, PreferenceConfig)
+    sp.set_defaults(func=cmd_train("dpo"), config_cls=PreferenceConfig)
     for name, preset in {**RL_PRESETS, "rl": None}.items():
         text = (f"RL with the {name} preset ({preset.source})" if preset
                 else "RL with any preset (--preset NAME) and any part overridden")
