@@ -1,5 +1,6 @@
 import json
 
+import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -35,3 +36,30 @@ def test_reward_model_trains_and_loads_with_plain_transformers(tmp_path, tiny_ll
         # one unpadded sequence at a time: the score of the last token, no pooling involved
         single = torch.stack([model(input_ids=ids[i : i + 1, : int(mask[i].sum())]).logits[0, 0] for i in range(len(ids))])
     assert torch.allclose(ours, single, atol=1e-5)
+
+
+def test_a_trained_reward_model_drives_rl(tmp_path, tiny_llama, char_tokenizer):
+    from lmpo.trainers.rl import train_rl
+    from lmpo.trainers.rl_config import RLConfig
+
+    start = tmp_path / "start"
+    tiny_llama.save_pretrained(start)
+    char_tokenizer.save_pretrained(start)
+    assert main(["train", "rm", "--model", str(start), "--out", str(tmp_path / "rm"), "--pairs", "32",
+                 "--heldout_pairs", "8", "--epochs", "1", "--batch_size", "16", "--threads", "1"]) == 0
+    cfg = RLConfig(model=str(start), out=str(tmp_path / "ppo"), rewards="rm=1.0,format=0.5",
+                   reward_model=str(tmp_path / "rm" / "model"), advantage="rloo", steps=2, prompts_per_step=2,
+                   group_size=4, max_new_tokens=6, eval_problems=0, save_every=0, threads=1)
+    train_rl(cfg)
+    rows = [json.loads(line) for line in (tmp_path / "ppo" / "metrics.jsonl").read_text().splitlines()]
+    assert "reward_rm" in rows[0] and rows[0]["reward_rm"] != 0.0
+    # the total is the weighted sum of the components
+    assert rows[0]["reward_mean"] == pytest.approx(rows[0]["reward_rm"] + 0.5 * rows[0]["reward_format"], abs=1e-5)
+
+
+def test_rm_reward_without_a_model_directory_is_a_clear_error(tmp_path):
+    from lmpo.trainers.rl import train_rl
+    from lmpo.trainers.rl_config import RLConfig
+
+    with pytest.raises(ValueError, match="reward 'rm' needs reward_model"):
+        train_rl(RLConfig(model="tiny", rewards="rm=1.0", out=str(tmp_path / "x")))

@@ -24,6 +24,7 @@ def format_reward(task: Task, problems, completions, terminated) -> list[float]:
 
 
 REWARDS: dict[str, RewardFn] = {"correct": correct_reward, "format": format_reward}
+LEARNED_REWARD = "rm"  # a trained reward model; its directory is given separately
 
 
 def parse_reward_weights(spec: str) -> dict[str, float]:
@@ -32,8 +33,9 @@ def parse_reward_weights(spec: str) -> dict[str, float]:
     for item in filter(None, (s.strip() for s in spec.split(","))):
         name, eq, value = item.partition("=")
         name = name.strip()
-        if name not in REWARDS:
-            raise ValueError(f"unknown reward function {name!r} in {spec!r}; choose from: {', '.join(REWARDS)}")
+        if name not in REWARDS and name != LEARNED_REWARD:
+            raise ValueError(f"unknown reward function {name!r} in {spec!r}; choose from: "
+                             f"{', '.join([*REWARDS, LEARNED_REWARD])}")
         try:
             weights[name] = float(value) if eq else 1.0
         except ValueError:
@@ -41,3 +43,18 @@ def parse_reward_weights(spec: str) -> dict[str, float]:
     if not weights:
         raise ValueError("at least one reward function is needed, e.g. 'correct=1.0'")
     return weights
+
+
+def reward_functions(weights: dict[str, float], reward_model: str = "") -> dict[str, RewardFn]:
+    """The callable for each named reward; `rm` loads the reward model at `reward_model`."""
+    fns: dict[str, RewardFn] = {}
+    for name in weights:
+        if name == LEARNED_REWARD:
+            if not reward_model:
+                raise ValueError("reward 'rm' needs reward_model: the directory of a trained reward model")
+            from lmpo.envs.reward_model import RewardModelReward
+
+            fns[name] = RewardModelReward(reward_model)
+        else:
+            fns[name] = REWARDS[name]
+    return fns

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from lmpo.algos import adaptive_kl_coef
-from lmpo.envs import evaluate, make_task, parse_reward_weights
+from lmpo.envs import evaluate, make_task, parse_reward_weights, reward_functions
 from lmpo.models import ValueHead, ValueModel, completion_outputs, load_model, load_tokenizer, save_model
 from lmpo.rollout import SamplingParams
 from lmpo.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -38,6 +38,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     out = Path(cfg.resume or cfg.out)
     task = make_task(cfg.task)
     weights = parse_reward_weights(cfg.rewards)
+    rewards = {name: (fn, weights[name]) for name, fn in reward_functions(weights, cfg.reward_model).items()}
     threads = setup_torch(cfg.threads, cfg.seed)
     tokenizer = load_tokenizer(cfg.model)
     policy = load_model(cfg.model, tokenizer, seed=cfg.seed)
@@ -80,7 +81,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     with StageProgress("rl", cfg.steps, initial=start_step) as progress:
         for step in range(start_step + 1, cfg.steps + 1):
             times: dict[str, float] = {}
-            scored = collect(policy, tokenizer, task, stream, sampling, sampler, weights, cfg, times)  # generate, score
+            scored = collect(policy, tokenizer, task, stream, sampling, sampler, rewards, cfg, times)  # generate, score
             tick = time.perf_counter()
             batch = make_batch(scored, cfg, tokenizer.pad_token_id)
             old_log_probs_and_values(batch, reference, critic, policy, cfg)  # π_old is the sampler's own

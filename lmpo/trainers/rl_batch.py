@@ -10,7 +10,7 @@ import torch
 
 from lmpo.algos import (ADVANTAGES, TOKEN_ADVANTAGES, groups_with_signal, masked_whiten, overlong_penalty,
                         token_rewards, truncation_mask, zero_variance_groups)
-from lmpo.envs import REWARDS, Grade, Problem, decode_completions, encode_prompts, grade_all
+from lmpo.envs import Grade, Problem, decode_completions, encode_prompts, grade_all
 from lmpo.rollout import Rollout, concat_rollouts, generate, left_pad
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.runtime import options_for
@@ -57,7 +57,7 @@ def make_batch(scored: Scored, cfg: RLConfig, pad_id: int) -> Batch:
     return Batch(prompt_ids, prompt_mask, rollout.completion_ids, loss_mask, rollout.logprobs)
 
 
-def collect(policy, tokenizer, task, stream, sampling, sampler: torch.Generator, weights: dict[str, float],
+def collect(policy, tokenizer, task, stream, sampling, sampler: torch.Generator, rewards: dict[str, tuple],
             cfg: RLConfig, times: dict[str, float]) -> Scored:
     """generate → score, repeated with fresh prompts under dynamic sampling until
     `prompts_per_step` groups have reward variance (or the round cap is hit: an error)."""
@@ -71,7 +71,7 @@ def collect(policy, tokenizer, task, stream, sampling, sampler: torch.Generator,
         times["time_generate"] = times.get("time_generate", 0.0) + time.perf_counter() - start
         start = time.perf_counter()
         group_ids = torch.arange(cfg.prompts_per_step).repeat_interleave(cfg.group_size) + round_ * cfg.prompts_per_step
-        scored = score(rollout, problems, group_ids, tokenizer, task, weights, cfg)
+        scored = score(rollout, problems, group_ids, tokenizer, task, rewards, cfg)
         sampled += cfg.prompts_per_step
         without_signal += int(zero_variance_groups(scored.rewards, group_ids).sum())
         times["time_score"] = times.get("time_score", 0.0) + time.perf_counter() - start
@@ -95,15 +95,16 @@ def collect(policy, tokenizer, task, stream, sampling, sampler: torch.Generator,
 
 
 def score(rollout: Rollout, problems: list[Problem], group_ids: torch.Tensor, tokenizer, task,
-          weights: dict[str, float], cfg: RLConfig) -> Scored:
+          rewards: dict[str, tuple], cfg: RLConfig) -> Scored:
+    """`rewards`: name → (reward function, weight); the total is the weighted sum."""
     texts, terminated = decode_completions(tokenizer, rollout)
     grades = grade_all(task, problems, texts, terminated)
-    components = {name: torch.tensor(REWARDS[name](task, problems, texts, terminated)) for name in weights}
-    rewards = sum(w * components[name] for name, w in weights.items())
+    components = {name: torch.tensor(fn(task, problems, texts, terminated)) for name, (fn, _) in rewards.items()}
+    total = sum(weight * components[name] for name, (_, weight) in rewards.items())
     if cfg.overlong == "penalty":
         components["overlong"] = overlong_penalty(rollout.lengths, cfg.max_new_tokens, cfg.overlong_cache).float()
-        rewards = rewards + components["overlong"]
-    return Scored(rollout, problems, group_ids, rewards.float(), components, grades, 0, 0)
+        total = total + components["overlong"]
+    return Scored(rollout, problems, group_ids, total.float(), components, grades, 0, 0)
 
 
 def _select(scored: Scored, index: list[int]) -> Scored:

@@ -39,7 +39,9 @@ class RLConfig:
     max_new_tokens: int = 12
     """Completion token limit; a completion that hits it ends with reason 'length'."""
     rewards: str = "correct=1.0"
-    """Reward functions and weights, e.g. `correct=1.0,format=0.1`."""
+    """Reward functions and weights, e.g. `correct=1.0,format=0.1`; `rm=1.0` uses `reward_model`."""
+    reward_model: str = ""
+    """Directory of a trained reward model (`lmpo train rm`) for the `rm` reward."""
     advantage: str = "grpo"
     """Advantage estimator: per sequence grpo, dr_grpo, rloo; per token gae (needs a critic), reinforce_pp."""
     std: Literal["sample", "population"] = "sample"
