@@ -28,11 +28,13 @@ def _quiet_transformers() -> None:
 
 def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.trainers.pipeline import PipelineConfig, run_pipeline
-    from lmpo.trainers.presets import rl_preset
+    from lmpo.trainers.presets import RL_PRESETS, rl_preset
 
     _reject_stage_owned(flags, args.config)
     first = build(PipelineConfig, yaml_file=args.config, flags=flags)
-    preset = {f"rl_stage.{k}": v for k, v in rl_preset(first.rl).settings.items()}
+    preset_name = "ppo" if first.rl == "ppo_rm" else first.rl
+    settings = rl_preset(preset_name).settings if preset_name in RL_PRESETS else {}
+    preset = {f"rl_stage.{k}": v for k, v in settings.items()}
     cfg = build(PipelineConfig, preset=preset, yaml_file=args.config, flags=flags)
     results = run_pipeline(cfg)
     _print_stage_table(results, Path(cfg.out))
@@ -61,7 +63,11 @@ def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:
 
 def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
     def run(args: argparse.Namespace, flags: dict) -> int:
-        if kind == "dpo":
+        if kind == "online_dpo":
+            from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
+
+            cfg, fn = build(OnlineDPOConfig, yaml_file=args.config, flags=flags), train_online_dpo
+        elif kind == "dpo":
             from lmpo.trainers.preference import PreferenceConfig, train_preference
 
             cfg, fn = build(PreferenceConfig, yaml_file=args.config, flags=flags), train_preference
@@ -160,6 +166,12 @@ def make_parser() -> argparse.ArgumentParser:
     sp = train_sub.add_parser("dpo", help=text, description=text)
     add_arguments(sp, PreferenceConfig)
     sp.set_defaults(func=cmd_train("dpo"), config_cls=PreferenceConfig)
+    from lmpo.trainers.online_dpo import OnlineDPOConfig
+
+    text = "online (iterative) DPO: sample, rank by verifier or reward model, best vs worst pairs, train, repeat"
+    sp = train_sub.add_parser("online_dpo", help=text, description=text)
+    add_arguments(sp, OnlineDPOConfig)
+    sp.set_defaults(func=cmd_train("online_dpo"), config_cls=OnlineDPOConfig)
     for name, preset in {**RL_PRESETS, "rl": None}.items():
         text = (f"RL with the {name} preset ({preset.source})" if preset
                 else "RL with any preset (--preset NAME) and any part overridden")

@@ -7,7 +7,11 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
+from lmpo.trainers.preference import PreferenceConfig, train_preference
+from lmpo.trainers.presets import RL_PRESETS
 from lmpo.trainers.result import StageResult
+from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
 from lmpo.trainers.rl import train_rl
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.supervised import CPTConfig, SFTConfig, train_cpt, train_sft
@@ -26,13 +30,19 @@ class PipelineConfig:
     threads: int = 2
     """Torch CPU threads for every stage (0 = one per core)."""
     rl: str = "grpo"
-    """RL preset of the last stage; the stage is named after it."""
+    """Last stage: an RL preset (see `lmpo presets`), dpo, online_dpo, or ppo_rm (reward model, then PPO on it); the stage is named after it."""
     cpt: CPTConfig = field(default_factory=CPTConfig)
     """Continued pre-training options (the pipeline sets model, out, task, seed and threads)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
     """Supervised fine-tuning options (the pipeline sets model, out, task, seed and threads)."""
     rl_stage: RLConfig = field(default_factory=RLConfig)
     """The RL stage, on top of the preset (model, out, task, seed and threads are set by the pipeline)."""
+    dpo: PreferenceConfig = field(default_factory=PreferenceConfig)
+    """The last stage when --rl dpo (the pipeline sets model, out, task, seed and threads)."""
+    online_dpo: OnlineDPOConfig = field(default_factory=OnlineDPOConfig)
+    """The last stage when --rl online_dpo (the pipeline sets model, out, task, seed and threads)."""
+    rm: RewardModelConfig = field(default_factory=RewardModelConfig)
+    """The reward model trained when --rl ppo_rm (the pipeline sets model, out, task, seed and threads)."""
 
 
 def run_pipeline(cfg: PipelineConfig) -> list[StageResult]:
@@ -41,19 +51,39 @@ def run_pipeline(cfg: PipelineConfig) -> list[StageResult]:
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
     shared = {"task": cfg.task, "seed": cfg.seed, "threads": cfg.threads}
     cpt = replace(cfg.cpt, model=cfg.model, out=str(out / "cpt"), **shared)
-    cfg.rl_stage.validate()
+    if cfg.rl not in LAST_STAGES:
+        raise ValueError(f"unknown last stage --rl {cfg.rl!r}; choose one of: {', '.join(LAST_STAGES)}")
+    if cfg.rl not in ("dpo", "online_dpo"):
+        cfg.rl_stage.validate()
     results = [train_cpt(cpt)]
     _report_stage(results[-1])
     sft = replace(cfg.sft, model=results[-1].model_dir, out=str(out / "sft"), **shared)
     results.append(train_sft(sft))
     _report_stage(results[-1])
-    rl = replace(cfg.rl_stage, model=results[-1].model_dir, out=str(out / cfg.rl), resume="", **shared)
-    result = train_rl(rl)
+    result = last_stage(cfg, results[-1].model_dir, out, shared)
     result.name = cfg.rl
     results.append(result)
     _report_stage(result)
     write_summary(out, results)
     return results
+
+
+LAST_STAGES = (*RL_PRESETS, "dpo", "online_dpo", "ppo_rm")
+
+
+def last_stage(cfg: PipelineConfig, sft_model: str, out: Path, shared: dict) -> StageResult:
+    """The stage after SFT: an RL preset, offline or online DPO, or PPO on a learned reward."""
+    stage_out = str(out / cfg.rl)
+    if cfg.rl == "dpo":
+        return train_preference(replace(cfg.dpo, model=sft_model, out=stage_out, **shared))
+    if cfg.rl == "online_dpo":
+        return train_online_dpo(replace(cfg.online_dpo, model=sft_model, out=stage_out, **shared))
+    extra = {}
+    if cfg.rl == "ppo_rm":
+        rm = train_reward_model(replace(cfg.rm, model=sft_model, out=str(out / "rm"), **shared))
+        print(f"[pipeline] reward model: held-out pairwise accuracy {100 * rm.accuracy:.1f}%, {rm.seconds:.1f} s")
+        extra = {"rewards": "rm=1.0", "reward_model": rm.model_dir}
+    return train_rl(replace(cfg.rl_stage, model=sft_model, out=stage_out, resume="", **extra, **shared))
 
 
 def _report_stage(result: StageResult) -> None:

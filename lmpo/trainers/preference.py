@@ -80,21 +80,28 @@ class EncodedPairs:
 
 
 def encode_pairs(tokenizer, pairs) -> EncodedPairs:
-    prompt_ids, prompt_mask = left_pad([tokenizer(p.prompt, add_special_tokens=False).input_ids for p, _, _ in pairs],
-                                       tokenizer.pad_token_id)
+    """(problem, chosen text, rejected text) pairs; each answer gets EOS appended."""
+    eos = tokenizer.eos_token_id
+    return encode_pair_ids([tokenizer(p.prompt, add_special_tokens=False).input_ids for p, _, _ in pairs],
+                           [tokenizer(c, add_special_tokens=False).input_ids + [eos] for _, c, _ in pairs],
+                           [tokenizer(r, add_special_tokens=False).input_ids + [eos] for _, _, r in pairs],
+                           tokenizer.pad_token_id)
 
-    def completions(texts):
-        ids = [tokenizer(t, add_special_tokens=False).input_ids + [tokenizer.eos_token_id] for t in texts]
-        width = max(map(len, ids))
-        out = torch.full((len(ids), width), tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros(len(ids), width)
-        for row, seq in enumerate(ids):
-            out[row, : len(seq)], mask[row, : len(seq)] = torch.tensor(seq), 1.0
+
+def encode_pair_ids(prompts: list[list[int]], chosen: list[list[int]], rejected: list[list[int]],
+                    pad_id: int) -> EncodedPairs:
+    """Prompts left-padded; chosen and rejected completions right-padded with loss masks."""
+    prompt_ids, prompt_mask = left_pad(prompts, pad_id)
+
+    def completions(seqs):
+        width = max(map(len, seqs))
+        out = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+        mask = torch.zeros(len(seqs), width)
+        for row, seq in enumerate(seqs):
+            out[row, : len(seq)], mask[row, : len(seq)] = torch.tensor(seq, dtype=torch.long), 1.0
         return out, mask
 
-    chosen, chosen_mask = completions([c for _, c, _ in pairs])
-    rejected, rejected_mask = completions([r for _, _, r in pairs])
-    return EncodedPairs(prompt_ids, prompt_mask, chosen, chosen_mask, rejected, rejected_mask)
+    return EncodedPairs(prompt_ids, prompt_mask, *completions(chosen), *completions(rejected))
 
 
 def sequence_logps(model, enc: EncodedPairs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,6 +109,23 @@ def sequence_logps(model, enc: EncodedPairs) -> tuple[torch.Tensor, torch.Tensor
     chosen = completion_outputs(model, enc.prompt_ids, enc.prompt_mask, enc.chosen).logprobs
     rejected = completion_outputs(model, enc.prompt_ids, enc.prompt_mask, enc.rejected).logprobs
     return (chosen * enc.chosen_mask).sum(1), (rejected * enc.rejected_mask).sum(1)
+
+
+def preference_step(policy, optimizer, scheduler, enc: EncodedPairs, ref, loss_fn, cfg, options: dict) -> dict:
+    """One optimizer step of a preference loss on a batch of pairs; returns its figures."""
+    chosen, rejected = sequence_logps(policy, enc)
+    ref_chosen, ref_rejected = ref if ref is not None else (None, None)
+    loss, figures = loss_fn(chosen, rejected, ref_chosen, ref_rejected, beta=cfg.beta,
+                            chosen_lengths=enc.chosen_mask.sum(1), rejected_lengths=enc.rejected_mask.sum(1), **options)
+    loss = loss.mean()
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = grad_norm_and_clip(policy, cfg.grad_clip)
+    optimizer.step()
+    scheduler.step()
+    return {"loss": loss.item(), "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0],
+            "chosen_logps": chosen.mean().item(), "rejected_logps": rejected.mean().item(),
+            **{k: v.float().mean().item() for k, v in figures.items()}}
 
 
 def train_preference(cfg: PreferenceConfig) -> StageResult:
@@ -140,20 +164,8 @@ def train_preference(cfg: PreferenceConfig) -> StageResult:
     policy.train()
     with StageProgress(cfg.loss, len(batches)) as progress:
         for step, (enc, ref) in enumerate(zip(batches, reference_logps), start=1):
-            chosen, rejected = sequence_logps(policy, enc)
-            ref_chosen, ref_rejected = ref if ref is not None else (None, None)
-            loss, figures = loss_fn(chosen, rejected, ref_chosen, ref_rejected, beta=cfg.beta,
-                                    chosen_lengths=enc.chosen_mask.sum(1), rejected_lengths=enc.rejected_mask.sum(1),
-                                    **options)
-            loss = loss.mean()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = grad_norm_and_clip(policy, cfg.grad_clip)
-            optimizer.step()
-            scheduler.step()
-            row = {"step": step, "loss": loss.item(), "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0],
-                   "chosen_logps": chosen.mean().item(), "rejected_logps": rejected.mean().item(),
-                   **{k: v.float().mean().item() for k, v in figures.items()}}
+            row = preference_step(policy, optimizer, scheduler, enc, ref, loss_fn, cfg, options)
+            row["step"] = step
             if step % cfg.log_every == 0 or step == len(batches):
                 log.write(row)
             progress.update(step, loss=row["loss"], acc=row["accuracy"])

@@ -1,0 +1,128 @@
+"""Online (iterative) DPO: sample several completions per prompt from the current policy,
+rank them with the verifier or a reward model, pair the best with the worst (ties skipped),
+take DPO steps on those pairs, and repeat with fresh prompts."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from lmpo.algos import PREFERENCE_LOSSES
+from lmpo.envs import decode_completions, encode_prompts, evaluate, make_task, parse_reward_weights, reward_functions
+from lmpo.models import load_model, load_tokenizer, save_model
+from lmpo.rollout import SamplingParams, generate
+from lmpo.trainers.preference import PreferenceConfig, encode_pair_ids, preference_step, sequence_logps
+from lmpo.trainers.progress import StageProgress
+from lmpo.trainers.prompts import PromptStream
+from lmpo.trainers.result import StageResult
+from lmpo.trainers.runtime import MetricsLog, make_optimizer, make_scheduler, options_for, setup_torch
+
+
+@dataclass
+class OnlineDPOConfig(PreferenceConfig):
+    out: str = "runs/online_dpo"
+    """Run directory: metrics.jsonl, the final model in `model/`, result.json."""
+    rounds: int = 40
+    """Sample → rank → train rounds."""
+    prompts_per_round: int = 64
+    """Prompts sampled each round."""
+    samples_per_prompt: int = 4
+    """Completions per prompt; the best and the worst form a pair."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    max_new_tokens: int = 12
+    """Completion token limit."""
+    rewards: str = "correct=1.0"
+    """How completions are ranked: reward functions and weights, as in RL (`rm=1.0` uses `reward_model`)."""
+    reward_model: str = ""
+    """Directory of a trained reward model for the `rm` reward."""
+    prompt_pool: int = 20_000
+    """Training prompts drawn from the task's training split."""
+    eval_every: int = 10
+    """Evaluate on held-out problems every this many rounds (and at the end)."""
+
+
+def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
+    started = time.perf_counter()
+    threads = setup_torch(cfg.threads, cfg.seed)
+    loss_fn = PREFERENCE_LOSSES.get(cfg.loss)
+    task = make_task(cfg.task)
+    weights = parse_reward_weights(cfg.rewards)
+    rank_by = reward_functions(weights, cfg.reward_model)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = load_tokenizer(cfg.model)
+    policy = load_model(cfg.model, tokenizer, seed=cfg.seed)
+    reference = None if cfg.loss == "simpo" else load_model(cfg.model, tokenizer, seed=cfg.seed).eval().requires_grad_(False)
+    stream = PromptStream(task.train_problems(cfg.prompt_pool, cfg.seed), cfg.seed)
+    sampler = torch.Generator().manual_seed(cfg.seed)
+    sampling = SamplingParams(cfg.temperature, 1.0, 0, cfg.max_new_tokens)
+    max_steps = cfg.rounds * cfg.epochs * -(-cfg.prompts_per_round // cfg.batch_size)
+    optimizer = make_optimizer(policy, cfg.lr, cfg.weight_decay)
+    scheduler = make_scheduler(optimizer, cfg.warmup_steps, max_steps, cfg.lr_schedule, cfg.min_lr_ratio)
+    options = options_for(loss_fn, {"label_smoothing": cfg.label_smoothing, "gamma": cfg.gamma})
+    heldout = task.heldout_problems(cfg.eval_problems) if cfg.eval_problems else []
+    log = MetricsLog(out / "metrics.jsonl")
+    last_eval = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens) if heldout else None
+    if last_eval:
+        log.write({"step": 0, "eval_accuracy": last_eval.accuracy, "eval_format_accuracy": last_eval.format_accuracy})
+    print(f"[online_{cfg.loss}] {cfg.rounds} rounds of {cfg.prompts_per_round} prompts x {cfg.samples_per_prompt} "
+          f"samples, ranked by {cfg.rewards}, {threads} threads, run dir {out}")
+    step = 0
+    with StageProgress(f"online_{cfg.loss}", cfg.rounds) as progress:
+        for round_ in range(1, cfg.rounds + 1):
+            problems = [p for p in stream.take(cfg.prompts_per_round) for _ in range(cfg.samples_per_prompt)]
+            rollout = generate(policy, encode_prompts(tokenizer, problems), sampling, eos_id=tokenizer.eos_token_id,
+                               pad_id=tokenizer.pad_token_id, generator=sampler)
+            texts, terminated = decode_completions(tokenizer, rollout)
+            scores = sum(w * torch.tensor(rank_by[name](task, problems, texts, terminated), dtype=torch.float32)
+                         for name, w in weights.items())
+            prompts, chosen, rejected = best_vs_worst(rollout, scores, cfg.samples_per_prompt)
+            row = {"step": step, "round": round_, "reward_mean": scores.mean().item(),
+                   "pairs": len(prompts), "tie_frac": 1 - len(prompts) / cfg.prompts_per_round}
+            if prompts:
+                policy.train()
+                for _ in range(cfg.epochs):
+                    for start in range(0, len(prompts), cfg.batch_size):
+                        sl = slice(start, start + cfg.batch_size)
+                        enc = encode_pair_ids(prompts[sl], chosen[sl], rejected[sl], tokenizer.pad_token_id)
+                        ref = None
+                        if reference is not None:
+                            with torch.no_grad():
+                                ref = sequence_logps(reference, enc)
+                        row.update(preference_step(policy, optimizer, scheduler, enc, ref, loss_fn, cfg, options))
+                        step += 1
+                row["step"] = step
+            if heldout and (round_ % cfg.eval_every == 0 or round_ == cfg.rounds):
+                last_eval = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens)
+                row["eval_accuracy"], row["eval_format_accuracy"] = last_eval.accuracy, last_eval.format_accuracy
+            log.write(row)
+            progress.update(round_, reward=row["reward_mean"], pairs=row["pairs"],
+                            **({"eval": last_eval.accuracy} if last_eval else {}))
+    save_model(policy, tokenizer, out / "model")
+    result = StageResult(name="online_dpo", seconds=time.perf_counter() - started, model_dir=str(out / "model"),
+                         run_dir=str(out))
+    if last_eval:
+        result.accuracy, result.format_accuracy = last_eval.accuracy, last_eval.format_accuracy
+    result.write(out / "result.json", config=asdict(cfg),
+                 models_held={"policy": 1, "reference": int(reference is not None)})
+    return result
+
+
+def best_vs_worst(rollout, scores: torch.Tensor, group: int) -> tuple[list, list, list]:
+    """Per prompt (consecutive groups of `group` samples): the highest- and lowest-scored
+    completions as (prompt ids, chosen ids, rejected ids); prompts whose scores all tie give none."""
+    tokens = rollout.completion_token_lists()
+    prompts, chosen, rejected = [], [], []
+    for start in range(0, len(tokens), group):
+        s = scores[start:start + group]
+        if bool((s == s[0]).all()):
+            continue
+        best, worst = start + int(s.argmax()), start + int(s.argmin())
+        prompts.append(rollout.prompt_ids[best])
+        chosen.append(tokens[best])
+        rejected.append(tokens[worst])
+    return prompts, chosen, rejected
