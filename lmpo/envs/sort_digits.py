@@ -104,7 +104,7 @@ class SortDigits:
     def preference_pairs(self, n: int, seed: int, heldout: bool = False) -> list[tuple[Problem, str, str]]:
         """(problem, chosen, rejected): chosen is the right answer; rejected a wrong one, often
         a near miss (the flawed sorter's output, two digits swapped, one digit off by one, a
-        digit dropped or inserted, or the input unsorted). Held-out pairs come from held-out problems."""
+        digit dropped or inserted, sorted digits that are not the input's, or the input unsorted). Held-out pairs come from held-out problems."""
         rng = random.Random(f"pairs:{seed}:{heldout}")
         problems = self.heldout_problems(n) if heldout else self.train_problems(n, seed)
         return [(p, p.answer, self._wrong_answer(p, rng)) for p in problems]
@@ -113,7 +113,7 @@ class SortDigits:
         right = problem.answer
         digits = problem.meta["digits"]
         while True:
-            kind = rng.randrange(6)
+            kind = rng.randrange(7)
             if kind == 0:
                 wrong = "".join(sorted(set(digits)))
             elif kind == 1:
@@ -128,6 +128,8 @@ class SortDigits:
             elif kind == 4:
                 i = rng.randrange(len(right) + 1)
                 wrong = right[:i] + rng.choice("0123456789") + right[i:]
+            elif kind == 5:  # sorted and the right length, but not these digits
+                wrong = "".join(sorted(rng.choice("0123456789") for _ in right))
             else:
                 wrong = digits
             if wrong != right:
