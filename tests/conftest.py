@@ -38,3 +38,12 @@ def tiny_qwen2(char_tokenizer):
                          max_position_embeddings=128, tie_word_embeddings=False,
                          pad_token_id=char_tokenizer.pad_token_id, eos_token_id=char_tokenizer.eos_token_id)
     return Qwen2ForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="session")
+def start_model(tmp_path_factory, tiny_llama, char_tokenizer):
+    """`tiny_llama` and the embedded tokenizer saved as a Hugging Face model directory."""
+    path = tmp_path_factory.mktemp("start")
+    tiny_llama.save_pretrained(path)
+    char_tokenizer.save_pretrained(path)
+    return str(path)

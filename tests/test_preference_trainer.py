@@ -6,14 +6,6 @@ import pytest
 from lmpo.cli.main import main
 
 
-@pytest.fixture(scope="module")
-def start_model(tmp_path_factory, tiny_llama, char_tokenizer):
-    path = tmp_path_factory.mktemp("start")
-    tiny_llama.save_pretrained(path)
-    char_tokenizer.save_pretrained(path)
-    return str(path)
-
-
 @pytest.mark.parametrize("loss", ["dpo", "cdpo", "ipo", "simpo"])
 def test_preference_training_runs_for_every_loss(loss, start_model, tmp_path):
     out = tmp_path / loss

@@ -12,14 +12,6 @@ from lmpo.trainers.rl_config import RLConfig
 from lmpo.rollout import Rollout
 
 
-@pytest.fixture(scope="module")
-def start_model(tmp_path_factory, tiny_llama, char_tokenizer):
-    path = tmp_path_factory.mktemp("start")
-    tiny_llama.save_pretrained(path)
-    char_tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def _cfg(preset, model, out, **kw):
     base = dict(RL_PRESETS[preset].settings)
     base.update(model=model, out=str(out), steps=2, prompts_per_step=2, group_size=4, prompt_pool=64,

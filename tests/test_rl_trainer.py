@@ -10,14 +10,6 @@ from lmpo.trainers.rl_update import LossParts, micro_step
 from lmpo.trainers.rl_config import RLConfig
 
 
-@pytest.fixture(scope="module")
-def start_model(tmp_path_factory, tiny_llama, char_tokenizer):
-    path = tmp_path_factory.mktemp("start")
-    tiny_llama.save_pretrained(path)
-    char_tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def _cfg(model, out, **kw):
     base = dict(model=model, out=str(out), steps=4, prompts_per_step=2, group_size=4, prompt_pool=64,
                 max_new_tokens=6, eval_problems=16, eval_every=2, save_every=2, lr=1e-3, warmup_steps=1,
