@@ -8,6 +8,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from lmpo.envs.base import Problem, Task
+from lmpo.rollout import right_pad
 
 
 class RewardModelReward:
@@ -30,12 +31,7 @@ class RewardModelReward:
         ids = [tok(p.prompt + c, add_special_tokens=False).input_ids + ([tok.eos_token_id] if t else [])
                for p, c, t in zip(problems, completions, terminated)]
         for start in range(0, len(ids), self.batch_size):
-            chunk = ids[start:start + self.batch_size]
-            width = max(map(len, chunk))
-            input_ids = torch.full((len(chunk), width), tok.pad_token_id, dtype=torch.long)
-            mask = torch.zeros_like(input_ids)
-            for row, seq in enumerate(chunk):
-                input_ids[row, : len(seq)], mask[row, : len(seq)] = torch.tensor(seq), 1
+            input_ids, mask = right_pad(ids[start:start + self.batch_size], tok.pad_token_id)
             logits = self.model(input_ids=input_ids, attention_mask=mask).logits
             scores.extend(logits[:, 0].float().tolist())
         return scores

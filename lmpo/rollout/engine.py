@@ -28,6 +28,20 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tenso
     return ids, mask
 
 
+def right_pad(seqs: Sequence[Sequence[float]], pad_value: float,
+              dtype: torch.dtype = torch.long) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad lists into (values, mask) where mask is 1 on real entries."""
+    if not seqs:
+        raise ValueError("nothing to pad")
+    width = max(len(s) for s in seqs)
+    values = torch.full((len(seqs), width), pad_value, dtype=dtype)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        values[row, : len(seq)] = torch.tensor(seq, dtype=dtype)
+        mask[row, : len(seq)] = 1
+    return values, mask
+
+
 def make_decoder(model: PreTrainedModel, backend: Backend = "auto"):
     if backend == "hf":
         return HFDecoder(model)

@@ -16,7 +16,7 @@ import torch
 from lmpo.algos import PREFERENCE_LOSSES
 from lmpo.envs import evaluate, make_task
 from lmpo.models import completion_outputs, load_model, load_tokenizer, save_model
-from lmpo.rollout import left_pad
+from lmpo.rollout import left_pad, right_pad
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.runtime import (MetricsLog, Schedule, grad_norm_and_clip, make_optimizer, make_scheduler,
@@ -92,16 +92,9 @@ def encode_pair_ids(prompts: list[list[int]], chosen: list[list[int]], rejected:
                     pad_id: int) -> EncodedPairs:
     """Prompts left-padded; chosen and rejected completions right-padded with loss masks."""
     prompt_ids, prompt_mask = left_pad(prompts, pad_id)
-
-    def completions(seqs):
-        width = max(map(len, seqs))
-        out = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-        mask = torch.zeros(len(seqs), width)
-        for row, seq in enumerate(seqs):
-            out[row, : len(seq)], mask[row, : len(seq)] = torch.tensor(seq, dtype=torch.long), 1.0
-        return out, mask
-
-    return EncodedPairs(prompt_ids, prompt_mask, *completions(chosen), *completions(rejected))
+    chosen_ids, chosen_mask = right_pad(chosen, pad_id)
+    rejected_ids, rejected_mask = right_pad(rejected, pad_id)
+    return EncodedPairs(prompt_ids, prompt_mask, chosen_ids, chosen_mask.float(), rejected_ids, rejected_mask.float())
 
 
 def sequence_logps(model, enc: EncodedPairs) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,6 +18,7 @@ from transformers import AutoModelForSequenceClassification
 from lmpo.algos import bradley_terry_loss
 from lmpo.envs import make_task
 from lmpo.models import is_preset, load_tokenizer, preset_config, save_model
+from lmpo.rollout import right_pad
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.runtime import (MetricsLog, Schedule, grad_norm_and_clip, make_optimizer, make_scheduler,
@@ -78,13 +79,7 @@ def encode_pair_batch(tokenizer, pairs) -> tuple[torch.Tensor, torch.Tensor]:
     """Chosen rows then rejected rows: prompt + answer + EOS, right-padded."""
     texts = [p.prompt + c for p, c, _ in pairs] + [p.prompt + r for p, _, r in pairs]
     ids = [tokenizer(t, add_special_tokens=False).input_ids + [tokenizer.eos_token_id] for t in texts]
-    width = max(map(len, ids))
-    input_ids = torch.full((len(ids), width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(input_ids)
-    for row, seq in enumerate(ids):
-        input_ids[row, : len(seq)] = torch.tensor(seq)
-        mask[row, : len(seq)] = 1
-    return input_ids, mask
+    return right_pad(ids, tokenizer.pad_token_id)
 
 
 def scores(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ from lmpo.algos import masked_cross_entropy
 from lmpo.envs import Problem, evaluate, make_task
 from lmpo.envs.data import TokenizedExample, load_sft
 from lmpo.models import count_parameters, load_model_and_tokenizer, save_model
+from lmpo.rollout import right_pad
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.runtime import (MetricsLog, Schedule, grad_norm_and_clip, make_optimizer, make_scheduler,
                                    setup_torch)
@@ -127,14 +128,9 @@ def sft_batches(examples: list[TokenizedExample], pad_id: int, batch_size: int, 
         rng.shuffle(order)
         for start in range(0, len(order), batch_size):
             chunk = [examples[i] for i in order[start:start + batch_size]]
-            width = max(len(e) for e in chunk)
-            ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-            mask = torch.zeros((len(chunk), width))
-            for row, e in enumerate(chunk):
-                ids[row, : len(e)] = torch.tensor(e.input_ids)
-                mask[row, : len(e)] = torch.tensor(e.loss_mask, dtype=torch.float32)
-            attention = (torch.arange(width)[None] < torch.tensor([len(e) for e in chunk])[:, None]).long()
-            yield ids, mask, attention
+            ids, attention = right_pad([e.input_ids for e in chunk], pad_id)
+            loss_mask, _ = right_pad([e.loss_mask for e in chunk], 0.0, dtype=torch.float32)
+            yield ids, loss_mask, attention
 
 
 def train_cpt(cfg: CPTConfig) -> StageResult:
