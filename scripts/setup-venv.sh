@@ -39,3 +39,4 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   fi
   echo "$want" > "$stamp"
 fi
+[ -f .venv/.lmpo-sandbox-checked ] || { bash scripts/install-sandbox.sh >> .venv/install-sandbox.log 2>&1; touch .venv/.lmpo-sandbox-checked; } || true

@@ -239,3 +239,51 @@ def test_a_bad_row_stops_training_with_its_location(tmp_path, capsys):
     assert main(["train", "sft", "--model", "tiny", "--data", str(bad), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "bad.jsonl" in err and "row 2" in err and "completion" in err
+
+
+def _preference_rows(n):
+    rows = []
+    for i in range(n):
+        if i % 2:  # strings
+            rows.append({"prompt": f"{i}+{i}=", "chosen": str(2 * i), "rejected": str(2 * i + 1)})
+        else:  # message lists
+            rows.append({"prompt": [msg("user", f"{i}+{i}=")], "chosen": [msg("assistant", str(2 * i))],
+                         "rejected": [msg("assistant", "no idea")]})
+    return rows
+
+
+@pytest.mark.parametrize("shape", ["strings", "messages"])
+def test_dpo_and_reward_model_train_on_a_users_file(tmp_path, start_model, ext, shape):
+    """`lmpo train dpo --data FILE` and `lmpo train rm --data FILE` (held-out split from the file)."""
+    from lmpo.cli.main import main
+
+    rows = [r for r in _preference_rows(48) if isinstance(r["prompt"], str) == (shape == "strings")]
+    path = write(tmp_path / f"pairs.{ext}", rows)
+    assert main(["train", "dpo", "--model", start_model, "--data", str(path), "--out", str(tmp_path / "dpo"),
+                 "--batch_size", "8", "--threads", "1", "--save_every", "0"]) == 0
+    dpo = [json.loads(line) for line in open(tmp_path / "dpo" / "metrics.jsonl")]
+    assert dpo and "eval_accuracy" not in dpo[0]  # the task's held-out set says nothing about a user's data
+    assert main(["train", "rm", "--model", start_model, "--data", str(path), "--heldout_pairs", "8",
+                 "--out", str(tmp_path / "rm"), "--batch_size", "8", "--threads", "1", "--save_every", "0"]) == 0
+    rm = json.loads((tmp_path / "rm" / "result.json").read_text())
+    assert 0 <= rm["accuracy"] <= 1
+
+
+def test_a_bad_preference_row_stops_training_with_its_location(tmp_path, start_model, capsys):
+    from lmpo.cli.main import main
+
+    path = write(tmp_path / "pairs.parquet", [{"prompt": "1=", "chosen": "1", "rejected": "2"},
+                                              {"prompt": "2=", "chosen": "2", "rejected": "2"}])
+    for command in ("dpo", "rm"):
+        assert main(["train", command, "--model", start_model, "--data", str(path),
+                     "--out", str(tmp_path / command)]) == 2
+        err = capsys.readouterr().err
+        assert "pairs.parquet: row 2: field 'rejected'" in err, err
+
+
+def test_too_few_pairs_to_hold_out_is_a_clear_error(tmp_path, start_model, capsys):
+    from lmpo.cli.main import main
+
+    path = write(tmp_path / "pairs.jsonl", _preference_rows(4)[1::2])
+    assert main(["train", "rm", "--model", start_model, "--data", str(path), "--out", str(tmp_path / "rm")]) == 2
+    assert "too few to hold out 500" in capsys.readouterr().err

@@ -6,7 +6,8 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from lmpo.cli.main import main
 from lmpo.envs import SortDigits
-from lmpo.trainers.reward_model import encode_pair_batch, scores
+from lmpo.trainers.pairs import embedded_pairs, scoring_rows
+from lmpo.trainers.reward_model import scores
 
 
 def test_embedded_preference_pairs_are_right_vs_wrong_and_split():
@@ -29,8 +30,7 @@ def test_reward_model_trains_and_loads_with_plain_transformers(tmp_path, tiny_ll
     assert 0 <= result["accuracy"] <= 1
     model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "rm" / "model")
     tok = AutoTokenizer.from_pretrained(tmp_path / "rm" / "model")
-    pairs = SortDigits().preference_pairs(4, seed=1)
-    ids, mask = encode_pair_batch(tok, pairs)
+    ids, mask = scoring_rows(embedded_pairs(SortDigits(), tok, 4, seed=1), tok.pad_token_id)
     with torch.no_grad():
         ours = scores(model, ids, mask)
         # one unpadded sequence at a time: the score of the last token, no pooling involved

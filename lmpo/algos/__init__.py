@@ -9,6 +9,7 @@ Formulas and sources: ALGORITHMS.md in the project's shared notes.
 
 from lmpo.algos.advantages import (
     ADVANTAGES,
+    advantages_of_valid,
     dr_grpo,
     group_means,
     grpo,
@@ -44,6 +45,7 @@ from lmpo.algos.reward_model import bradley_terry_loss, gather_last, last_token_
 __all__ = [
     "ADVANTAGES",
     "AGGREGATIONS",
+    "advantages_of_valid",
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
     "Registry",

@@ -147,3 +147,18 @@ def rloo(rewards: Tensor, group_ids: Tensor) -> Tensor:
     others_mean = (means[index] * n - r) / (n - 1.0).clamp_min(1.0)
     flat = _zero_variance(r, index, counts.numel())[index] | (n < 2)
     return torch.where(flat, 0.0, r - others_mean).to(rewards.dtype)
+
+
+def advantages_of_valid(estimator, rewards: Tensor, group_ids: Tensor, valid: Tensor, **options) -> Tensor:
+    """Run a sequence-level `estimator` on the valid completions only; the others get 0.
+
+    A completion whose reward could not be computed must not move its group's baseline (its
+    reward is unknown, not 0), so it is left out of the statistics and receives no gradient.
+    """
+    _check(rewards, group_ids)
+    if valid.shape != rewards.shape or valid.dtype != torch.bool:
+        raise ValueError(f"valid must be a bool tensor of shape {tuple(rewards.shape)}")
+    out = torch.zeros_like(rewards)
+    if valid.any():
+        out[valid] = estimator(rewards[valid], group_ids[valid], **options)
+    return out

@@ -12,13 +12,21 @@ from torch import Tensor
 from lmpo.algos.advantages import _check, _group_index, _zero_variance
 
 
-def groups_with_signal(rewards: Tensor, group_ids: Tensor) -> Tensor:
+def groups_with_signal(rewards: Tensor, group_ids: Tensor, valid: Tensor | None = None) -> Tensor:
     """Bool [N]: True for members of groups whose rewards are not all equal (DAPO dynamic sampling).
 
     A group with all-equal rewards has advantage 0 under every group estimator; a group of
-    size 1 counts as all-equal.
+    size 1 counts as all-equal. With `valid` (bool [N]), only valid members' rewards count, and
+    every member of a group with signal is True, valid or not.
     """
     _check(rewards, group_ids)
+    if valid is not None:
+        if valid.shape != rewards.shape or valid.dtype != torch.bool:
+            raise ValueError(f"valid must be a bool tensor of shape {tuple(rewards.shape)}")
+        if not valid.any():
+            return torch.zeros_like(valid)
+        signal_groups = group_ids[valid][groups_with_signal(rewards[valid], group_ids[valid])]
+        return torch.isin(group_ids, signal_groups)
     index, num_groups = _group_index(group_ids)
     return ~_zero_variance(rewards.detach().to(torch.float64), index, num_groups)[index]
 

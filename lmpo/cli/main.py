@@ -27,13 +27,15 @@ def _quiet_transformers() -> None:
 
 
 def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
-    from lmpo.trainers.pipeline import PipelineConfig, run_pipeline
+    from lmpo.trainers.pipeline import PPO_RM_SETTINGS, PipelineConfig, run_pipeline
     from lmpo.trainers.presets import RL_PRESETS, rl_preset
 
     _reject_stage_owned(flags, args.config)
     first = build(PipelineConfig, yaml_file=args.config, flags=flags)
     preset_name = "ppo" if first.rl == "ppo_rm" else first.rl
-    settings = rl_preset(preset_name).settings if preset_name in RL_PRESETS else {}
+    settings = dict(rl_preset(preset_name).settings) if preset_name in RL_PRESETS else {}
+    if first.rl == "ppo_rm":
+        settings.update(PPO_RM_SETTINGS)
     preset = {f"rl_stage.{k}": v for k, v in settings.items()}
     cfg = build(PipelineConfig, preset=preset, yaml_file=args.config, flags=flags)
     results = run_pipeline(cfg)
@@ -61,47 +63,67 @@ def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:
                               f"(or set it in the stage's own `lmpo train` command)")
 
 
+NOT_RL = ("cpt", "sft", "dpo", "online_dpo", "rm")  # their options are kept in their checkpoints
+
+
 def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
     def run(args: argparse.Namespace, flags: dict) -> int:
-        if kind == "online_dpo":
-            from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
-
-            cfg, fn = build(OnlineDPOConfig, yaml_file=args.config, flags=flags), train_online_dpo
-        elif kind == "dpo":
-            from lmpo.trainers.preference import PreferenceConfig, train_preference
-
-            cfg, fn = build(PreferenceConfig, yaml_file=args.config, flags=flags), train_preference
-        elif kind == "rm":
-            from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
-
-            cfg, fn = build(RewardModelConfig, yaml_file=args.config, flags=flags), train_reward_model
-        elif kind in ("cpt", "sft"):
-            from lmpo.trainers import supervised
-
-            cls, fn = (supervised.CPTConfig, supervised.train_cpt) if kind == "cpt" else (supervised.SFTConfig, supervised.train_sft)
-            cfg = build(cls, yaml_file=args.config, flags=flags)
-        else:
-            from lmpo.trainers.presets import rl_preset
-            from lmpo.trainers.rl import train_rl
-            from lmpo.trainers.rl_config import RLConfig
-
-            name = flags.pop("preset", None) or (kind if kind != "rl" else "grpo")
-            base_yaml = args.config
-            resumed_from = flags.get("resume")
-            preset = dict(rl_preset(name).settings)
-            if resumed_from and not base_yaml:
-                saved = Path(resumed_from) / "config.json"
-                if not saved.is_file():
-                    raise ConfigError(f"--resume {resumed_from}: no config.json there; is it an lmpo RL run directory?")
-                preset.update({k: v for k, v in json.loads(saved.read_text()).items() if k != "resume"})
-            cfg = build(RLConfig, preset=preset, yaml_file=base_yaml, flags=flags)
-            fn = train_rl
+        cls, fn, preset = _trainer(kind, flags)
+        resumed_from = flags.get("resume")
+        if resumed_from and not args.config:  # continue with the interrupted run's own options
+            preset.update(_saved_options(resumed_from, required=kind not in NOT_RL))
+        cfg = build(cls, preset=preset, yaml_file=args.config, flags=flags)
         result = fn(cfg)
         acc = "n/a" if result.accuracy is None else f"{100 * result.accuracy:.1f}%"
         print(f"{result.name}: held-out accuracy {acc}, {result.seconds:.1f} s, model in {result.model_dir}")
         return 0
 
     return run
+
+
+def _trainer(kind: str, flags: dict) -> tuple[type, Callable, dict]:
+    """(config class, train function, preset values) of `lmpo train KIND`."""
+    if kind == "online_dpo":
+        from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
+
+        return OnlineDPOConfig, train_online_dpo, {}
+    if kind == "dpo":
+        from lmpo.trainers.preference import PreferenceConfig, train_preference
+
+        return PreferenceConfig, train_preference, {}
+    if kind == "rm":
+        from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
+
+        return RewardModelConfig, train_reward_model, {}
+    if kind in ("cpt", "sft"):
+        from lmpo.trainers import supervised
+
+        if kind == "cpt":
+            return supervised.CPTConfig, supervised.train_cpt, {}
+        return supervised.SFTConfig, supervised.train_sft, {}
+    from lmpo.trainers.presets import rl_preset
+    from lmpo.trainers.rl import train_rl
+    from lmpo.trainers.rl_config import RLConfig
+
+    name = flags.pop("preset", None) or (kind if kind != "rl" else "grpo")
+    return RLConfig, train_rl, dict(rl_preset(name).settings)
+
+
+def _saved_options(run_dir: str, required: bool) -> dict:
+    """The options an interrupted run was started with: its `config.json` (RL) or the config
+    stored in its newest complete checkpoint (the other trainers)."""
+    from lmpo.trainers.checkpoint import MARKER, checkpoint_dir
+
+    saved = Path(run_dir) / "config.json"
+    if saved.is_file():
+        options = json.loads(saved.read_text())
+    else:
+        done = sorted(p for p in checkpoint_dir(run_dir).glob("step_*") if (p / MARKER).exists())
+        options = json.loads((done[-1] / "state.json").read_text()).get("config", {}) if done else {}
+        if not options and required:
+            raise ConfigError(f"--resume {run_dir}: no config.json there; is it an lmpo RL run directory?")
+    options.pop("resume", None)
+    return options
 
 
 def cmd_report(args: argparse.Namespace, flags: dict) -> int:

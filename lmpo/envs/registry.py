@@ -1,13 +1,15 @@
-"""Tasks by name, with options: `sort_digits` or `sort_digits:length=6,flaw_rate=0.5`."""
+"""Tasks by name, with options: `sort_digits` or `sort_digits:length=6,flaw_rate=0.5`;
+`exact_match` grades users' prompt files against their answer column."""
 
 from __future__ import annotations
 
 from typing import Callable
 
 from lmpo.envs.base import Task
+from lmpo.envs.exact_match import ExactMatch
 from lmpo.envs.sort_digits import SortDigits
 
-TASKS: dict[str, Callable[..., Task]] = {"sort_digits": SortDigits}
+TASKS: dict[str, Callable[..., Task]] = {"sort_digits": SortDigits, "exact_match": ExactMatch}
 
 
 def make_task(spec: str) -> Task:

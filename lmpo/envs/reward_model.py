@@ -17,19 +17,30 @@ class RewardModelReward:
     score is read at the last non-padding token, as the reward model was trained."""
 
     def __init__(self, path: str, batch_size: int = 256):
-        self.model = AutoModelForSequenceClassification.from_pretrained(path).eval().requires_grad_(False)
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.path, self.batch_size = path, batch_size
+        self.model = self.tokenizer = None
+
+    def setup(self) -> None:
+        """Load the model (on first use, so that a worker process, not the trainer, holds it)."""
+        if self.model is not None:
+            return
+        self.model = AutoModelForSequenceClassification.from_pretrained(self.path).eval().requires_grad_(False)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        self.batch_size = batch_size
+
+    def __getstate__(self) -> dict:  # sent to a worker as its path; the worker loads the weights
+        return {"path": self.path, "batch_size": self.batch_size, "model": None, "tokenizer": None}
 
     @torch.no_grad()
     def __call__(self, task: Task, problems: Sequence[Problem], completions: Sequence[str],
                  terminated: Sequence[bool]) -> list[float]:
+        self.setup()
         tok, scores = self.tokenizer, []
-        ids = [tok(p.prompt + c, add_special_tokens=False).input_ids + ([tok.eos_token_id] if t else [])
-               for p, c, t in zip(problems, completions, terminated)]
+        # prompt and reply tokenised apart, as in training (lmpo.trainers.pairs.scoring_rows)
+        ids = [tok(p.prompt, add_special_tokens=False).input_ids + tok(c, add_special_tokens=False).input_ids
+               + ([tok.eos_token_id] if t else []) for p, c, t in zip(problems, completions, terminated)]
         for start in range(0, len(ids), self.batch_size):
             input_ids, mask = right_pad(ids[start:start + self.batch_size], tok.pad_token_id)
             logits = self.model(input_ids=input_ids, attention_mask=mask).logits

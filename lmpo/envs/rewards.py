@@ -1,11 +1,15 @@
 """Reward functions: `fn(task, problems, completions, terminated) -> list[float]`.
 
-They call the task's grader, the same one that scores evaluation, so a reward can never
-disagree with the reported accuracy.
+The built-in ones call the task's grader, the same one that scores evaluation, so a reward can
+never disagree with the reported accuracy. A user's own function is named by its import path,
+`package.module:function` (each problem's extra data columns are in `problem.meta`). A score
+may be None or NaN for a completion the function cannot judge; see `reward_runner`.
 """
 
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
 from typing import Callable, Sequence
 
 from lmpo.envs.base import Problem, Task
@@ -33,9 +37,9 @@ def parse_reward_weights(spec: str) -> dict[str, float]:
     for item in filter(None, (s.strip() for s in spec.split(","))):
         name, eq, value = item.partition("=")
         name = name.strip()
-        if name not in REWARDS and name != LEARNED_REWARD:
+        if name not in REWARDS and name != LEARNED_REWARD and ":" not in name:
             raise ValueError(f"unknown reward function {name!r} in {spec!r}; choose from: "
-                             f"{', '.join([*REWARDS, LEARNED_REWARD])}")
+                             f"{', '.join([*REWARDS, LEARNED_REWARD])}, or give your own as module:function")
         try:
             weights[name] = float(value) if eq else 1.0
         except ValueError:
@@ -52,9 +56,26 @@ def reward_functions(weights: dict[str, float], reward_model: str = "") -> dict[
         if name == LEARNED_REWARD:
             if not reward_model:
                 raise ValueError("reward 'rm' needs reward_model: the directory of a trained reward model")
+            if not (Path(reward_model) / "config.json").is_file():
+                raise FileNotFoundError(f"reward_model {reward_model!r} is not a model directory (no config.json)")
             from lmpo.envs.reward_model import RewardModelReward
 
             fns[name] = RewardModelReward(reward_model)
-        else:
+        elif name in REWARDS:
             fns[name] = REWARDS[name]
+        else:
+            fns[name] = import_reward(name)
     return fns
+
+
+def import_reward(path: str) -> RewardFn:
+    """`package.module:function` → the function, with errors that say which part is wrong."""
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"reward function {path!r}: cannot import module {module_name!r}: {err}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"reward function {path!r}: module {module_name!r} has no function {attr!r}")
+    return fn

@@ -104,7 +104,8 @@ class SortDigits:
     def preference_pairs(self, n: int, seed: int, heldout: bool = False) -> list[tuple[Problem, str, str]]:
         """(problem, chosen, rejected): chosen is the right answer; rejected a wrong one, often
         a near miss (the flawed sorter's output, two digits swapped, one digit off by one, a
-        digit dropped or inserted, sorted digits that are not the input's, or the input unsorted). Held-out pairs come from held-out problems."""
+        digit dropped or inserted, sorted digits that are not the input's, the sorted input with one
+        digit replaced, or the input unsorted). Held-out pairs come from held-out problems."""
         rng = random.Random(f"pairs:{seed}:{heldout}")
         problems = self.heldout_problems(n) if heldout else self.train_problems(n, seed)
         return [(p, p.answer, self._wrong_answer(p, rng)) for p in problems]
@@ -113,7 +114,7 @@ class SortDigits:
         right = problem.answer
         digits = problem.meta["digits"]
         while True:
-            kind = rng.randrange(7)
+            kind = rng.randrange(8)
             if kind == 0:
                 wrong = "".join(sorted(set(digits)))
             elif kind == 1:
@@ -130,6 +131,9 @@ class SortDigits:
                 wrong = right[:i] + rng.choice("0123456789") + right[i:]
             elif kind == 5:  # sorted and the right length, but not these digits
                 wrong = "".join(sorted(rng.choice("0123456789") for _ in right))
+            elif kind == 6:  # sorted, one digit replaced: the hardest near miss to tell apart
+                i = rng.randrange(len(right))
+                wrong = "".join(sorted(right[:i] + rng.choice("0123456789") + right[i + 1:]))
             else:
                 wrong = digits
             if wrong != right:

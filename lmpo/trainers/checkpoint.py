@@ -4,8 +4,10 @@ never loaded; the newest complete checkpoint is never deleted before a newer one
 
 Layout of `RUN_DIR/checkpoints/step_000100/`: the model as an ordinary Hugging Face directory
 (safetensors) with its tokenizer, `critic.safetensors` when there is one, `optimizer.pt` and `scheduler.pt` (loaded with
-`weights_only=True`), `rng.pt` (torch generator states), `state.json` (step, data position,
-Python's random state), and `COMPLETE`.
+`weights_only=True`), `rng.pt` (torch generator states), `data.pt` (the data order's state,
+when the trainer has one), `state.json` (step, data position, Python's random state), and
+`COMPLETE`. Resuming removes what a crash left behind: temporary directories and any
+directory without the marker.
 """
 
 from __future__ import annotations
@@ -13,19 +15,24 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, load_model, save_model
 
+from lmpo.trainers.faults import fault_point
+
 MARKER = "COMPLETE"
+# Options that may differ between a run and its resumption without changing what it trains.
+RESUME_MAY_CHANGE = frozenset({"out", "resume", "save_every", "keep_checkpoints", "threads", "log_every"})
 
 
 @dataclass
 class Resumed:
     step: int
     state: dict
+    data: dict | None = None
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
@@ -33,16 +40,24 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint of a run being resumed; what a crash left incomplete is removed."""
     root = checkpoint_dir(run_dir)
     if not root.is_dir():
         return None
+    for leftover in [*root.glob(".tmp-step_*"), *root.glob(".old-step_*"),
+                     *(p for p in root.glob("step_*") if not (p / MARKER).exists())]:
+        print(f"[checkpoint] removing incomplete {leftover}")
+        shutil.rmtree(leftover, ignore_errors=True)
     done = sorted(p for p in root.glob("step_*") if (p / MARKER).exists())
     return done[-1] if done else None
 
 
 def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer, optimizer, scheduler,
                     generators: dict[str, torch.Generator], state: dict, keep_last: int = 2,
-                    extra_modules: dict[str, torch.nn.Module] | None = None) -> Path:
+                    extra_modules: dict[str, torch.nn.Module] | None = None, data_state: dict | None = None) -> Path:
+    modules = [model, *(extra_modules or {}).values()]
+    if not all(bool(torch.isfinite(p).all()) for m in modules for p in m.parameters()):
+        raise RuntimeError(f"step {step}: the weights are not finite; refusing to write them as a checkpoint")
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
@@ -57,11 +72,14 @@ def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer, optimizer,
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     rng = {"torch": torch.get_rng_state(), **{f"gen_{k}": g.get_state() for k, g in generators.items()}}
     torch.save(rng, tmp / "rng.pt")
+    if data_state is not None:
+        torch.save(data_state, tmp / "data.pt")
     full_state = {**state, "step": step, "python_random": _jsonable(random.getstate())}
     (tmp / "state.json").write_text(json.dumps(full_state))
+    fault_point("checkpoint_write", step)
     (tmp / MARKER).write_text("ok\n")
     if final.exists():
-        shutil.rmtree(final)
+        _remove(final)
     tmp.rename(final)
     _prune(root, keep_last)
     return final
@@ -89,7 +107,36 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, generators: dict[st
         gen.set_state(rng[f"gen_{name}"])
     state = json.loads((path / "state.json").read_text())
     random.setstate(_tupled(state.pop("python_random")))
-    return Resumed(step=state["step"], state=state)
+    data = torch.load(path / "data.pt", weights_only=True) if (path / "data.pt").exists() else None
+    return Resumed(step=state["step"], state=state, data=data)
+
+
+def resume_training(cfg, out: Path, name: str, model, optimizer, scheduler,
+                    generators: dict[str, torch.Generator] | None = None) -> Resumed | None:
+    """For a config with `resume`: load the newest complete checkpoint in `out` into the model,
+    optimizer, scheduler and generators, after checking the options match the interrupted
+    run's. None when not resuming or when no checkpoint was completed (start afresh)."""
+    if not cfg.resume:
+        return None
+    path = latest_checkpoint(out)
+    if path is None:
+        print(f"[{name}] no complete checkpoint in {out}; starting from the beginning")
+        return None
+    saved = json.loads((path / "state.json").read_text()).get("config", {})
+    check_same_config(saved, json.loads(json.dumps(asdict(cfg))), out)
+    resumed = load_checkpoint(path, model, optimizer, scheduler, generators or {})
+    print(f"[{name}] resumed from {path} at step {resumed.step}")
+    return resumed
+
+
+def check_same_config(saved: dict, current: dict, run_dir: str | Path) -> None:
+    """A resumed run must train what the interrupted one did; only `RESUME_MAY_CHANGE` may differ."""
+    changed = sorted(k for k in saved.keys() | current.keys()
+                     if k not in RESUME_MAY_CHANGE and saved.get(k) != current.get(k))
+    if changed:
+        parts = ", ".join(f"{k}={current.get(k)!r} (was {saved.get(k)!r})" for k in changed)
+        raise ValueError(f"--resume {run_dir}: options differ from the interrupted run: {parts}; "
+                         f"repeat the run's own options")
 
 
 def _tied_keys(model) -> set[str]:
@@ -101,9 +148,18 @@ def _tied_keys(model) -> set[str]:
 def _prune(root: Path, keep_last: int) -> None:
     done = sorted(p for p in root.glob("step_*") if (p / MARKER).exists())
     for old in done[:-keep_last] if keep_last > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in root.glob(".tmp-step_*"):
+        _remove(old)
+    for stale in [*root.glob(".tmp-step_*"), *root.glob(".old-step_*")]:
         shutil.rmtree(stale, ignore_errors=True)
+
+
+def _remove(checkpoint: Path) -> None:
+    """Delete a checkpoint; renamed aside first (atomic) so a crash while deleting never leaves a
+    half-deleted directory that still has its marker."""
+    aside = checkpoint.parent / f".old-{checkpoint.name}"
+    shutil.rmtree(aside, ignore_errors=True)
+    checkpoint.rename(aside)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _jsonable(obj):

@@ -4,20 +4,30 @@ take DPO steps on those pairs, and repeat with fresh prompts."""
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 
 from lmpo.algos import PREFERENCE_LOSSES
-from lmpo.envs import decode_completions, encode_prompts, evaluate, make_task, parse_reward_weights, reward_functions
+from lmpo.envs import (REWARDS, decode_completions, encode_prompts, evaluate, make_task, parse_reward_weights,
+                       reward_functions)
+from lmpo.envs.reward_runner import RewardRunner
 from lmpo.models import load_model, load_tokenizer, save_model
 from lmpo.rollout import SamplingParams, generate
-from lmpo.trainers.preference import PreferenceConfig, encode_pair_ids, preference_step, sequence_logps
+from lmpo.trainers.checkpoint import resume_training, save_checkpoint
+from lmpo.trainers.faults import fault_point
+from lmpo.trainers.preference import (PreferenceConfig, encode_pair_ids, preference_problems, preference_step,
+                                      sequence_logps)
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.prompts import PromptStream
 from lmpo.trainers.result import StageResult
+from lmpo.trainers.validation import at_least, raise_if_any, reward_problems
 from lmpo.trainers.runtime import MetricsLog, make_optimizer, make_scheduler, options_for, setup_torch
 
 
@@ -39,20 +49,39 @@ class OnlineDPOConfig(PreferenceConfig):
     """How completions are ranked: reward functions and weights, as in RL (`rm=1.0` uses `reward_model`)."""
     reward_model: str = ""
     """Directory of a trained reward model for the `rm` reward."""
+    reward_timeout: float = 60.0
+    """Seconds a reward function may take per call; the reward model and your own functions run in their own process, killed when it overruns (0 = in this process, no timeout)."""
+    reward_failure: Literal["unscorable", "error"] = "unscorable"
+    """A completion whose reward fails (raises, times out, None/NaN) is left out of the ranking, or the run stops with an error."""
     prompt_pool: int = 20_000
     """Training prompts drawn from the task's training split."""
     eval_every: int = 10
     """Evaluate on held-out problems every this many rounds (and at the end)."""
+    save_every: int = 10
+    """Write a resumable checkpoint every this many rounds (0 = only the final model); checkpoints/step_N is round N."""
+
+    def validate(self) -> None:
+        problems = preference_problems(self) + at_least(self, 1, "rounds", "prompts_per_round", "eval_every",
+                                                        "max_new_tokens")
+        if self.samples_per_prompt < 2:
+            problems.append(f"samples_per_prompt={self.samples_per_prompt}: a pair is the best and the worst of a "
+                            f"prompt's samples, so at least 2 are needed")
+        if self.data:
+            problems.append("online DPO samples its own pairs; --data is for `lmpo train dpo`")
+        problems += reward_problems(self)
+        raise_if_any("online DPO", problems)
 
 
 def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
+    cfg.validate()
     started = time.perf_counter()
     threads = setup_torch(cfg.threads, cfg.seed)
     loss_fn = PREFERENCE_LOSSES.get(cfg.loss)
     task = make_task(cfg.task)
     weights = parse_reward_weights(cfg.rewards)
-    rank_by = reward_functions(weights, cfg.reward_model)
-    out = Path(cfg.out)
+    rank_by = RewardRunner({name: (fn, weights[name]) for name, fn in reward_functions(weights, cfg.reward_model).items()},
+                           cfg.reward_timeout, cfg.reward_failure, trusted=list(REWARDS))
+    out = Path(cfg.resume or cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(cfg.model)
     policy = load_model(cfg.model, tokenizer, seed=cfg.seed)
@@ -65,24 +94,33 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, max_steps, cfg.lr_schedule, cfg.min_lr_ratio)
     options = options_for(loss_fn, {"label_smoothing": cfg.label_smoothing, "gamma": cfg.gamma})
     heldout = task.heldout_problems(cfg.eval_problems) if cfg.eval_problems else []
-    log = MetricsLog(out / "metrics.jsonl")
-    last_eval = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens) if heldout else None
-    if last_eval:
+    resumed = resume_training(cfg, out, "online_dpo", policy, optimizer, scheduler, {"sampler": sampler})
+    start_round, step = (resumed.step, resumed.state["updates"]) if resumed else (0, 0)
+    if resumed:
+        stream.position = resumed.state["prompt_position"]
+        drop_rounds_after(out / "metrics.jsonl", start_round)
+    log = MetricsLog(out / "metrics.jsonl", resume_from_step=step if resumed else None)
+    last_eval = None
+    if heldout and not resumed:
+        last_eval = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens)
         log.write({"step": 0, "eval_accuracy": last_eval.accuracy, "eval_format_accuracy": last_eval.format_accuracy})
     print(f"[online_{cfg.loss}] {cfg.rounds} rounds of {cfg.prompts_per_round} prompts x {cfg.samples_per_prompt} "
           f"samples, ranked by {cfg.rewards}, {threads} threads, run dir {out}")
-    step = 0
-    with StageProgress(f"online_{cfg.loss}", cfg.rounds) as progress:
-        for round_ in range(1, cfg.rounds + 1):
+    with StageProgress(f"online_{cfg.loss}", cfg.rounds, initial=start_round) as progress:
+        for round_ in range(start_round + 1, cfg.rounds + 1):
+            first_prompt = stream.position
             problems = [p for p in stream.take(cfg.prompts_per_round) for _ in range(cfg.samples_per_prompt)]
             rollout = generate(policy, encode_prompts(tokenizer, problems), sampling, eos_id=tokenizer.eos_token_id,
                                pad_id=tokenizer.pad_token_id, generator=sampler)
             texts, terminated = decode_completions(tokenizer, rollout)
-            scores = sum(w * torch.tensor(rank_by[name](task, problems, texts, terminated), dtype=torch.float32)
-                         for name, w in weights.items())
+            ranked = rank_by.score(task, problems, texts, terminated)
+            scores = sum(w * ranked.components[name].float() for name, w in weights.items())
+            scores = torch.where(ranked.valid, scores, float("nan"))  # unscorable: never chosen nor rejected
             prompts, chosen, rejected = best_vs_worst(rollout, scores, cfg.samples_per_prompt)
-            row = {"step": step, "round": round_, "reward_mean": scores.mean().item(),
-                   "pairs": len(prompts), "tie_frac": 1 - len(prompts) / cfg.prompts_per_round}
+            fault_point("after_rollout", round_)
+            row = {"step": step, "round": round_, "reward_mean": scores[ranked.valid].mean().item() if ranked.valid.any() else 0.0,
+                   "pairs": len(prompts), "tie_frac": 1 - len(prompts) / cfg.prompts_per_round,
+                   "unscorable": int((~ranked.valid).sum()), "prompts": [first_prompt, stream.position]}
             if prompts:
                 policy.train()
                 for _ in range(cfg.epochs):
@@ -102,6 +140,12 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
             log.write(row)
             progress.update(round_, reward=row["reward_mean"], pairs=row["pairs"],
                             **({"eval": last_eval.accuracy} if last_eval else {}))
+            if cfg.save_every and round_ % cfg.save_every == 0 and round_ < cfg.rounds:
+                save_checkpoint(out, round_, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
+                                {"config": asdict(cfg), "updates": step, "prompt_position": stream.position},
+                                cfg.keep_checkpoints)
+            fault_point("step_end", round_)
+    rank_by.close()
     save_model(policy, tokenizer, out / "model")
     result = StageResult(name="online_dpo", seconds=time.perf_counter() - started, model_dir=str(out / "model"),
                          run_dir=str(out))
@@ -112,16 +156,37 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     return result
 
 
+def drop_rounds_after(path: Path, round_: int) -> None:
+    """Metrics rows of rounds after a checkpoint's: a round without pairs repeats the step count,
+    so dropping rows by step alone would keep some."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by the crash
+        if row.get("round", 0) <= round_:
+            kept.append(line)
+    tmp = path.with_suffix(".jsonl.tmp")  # a kill mid-rewrite must not lose the log
+    tmp.write_text("".join(f"{line}\n" for line in kept))
+    os.replace(tmp, path)
+
+
 def best_vs_worst(rollout, scores: torch.Tensor, group: int) -> tuple[list, list, list]:
     """Per prompt (consecutive groups of `group` samples): the highest- and lowest-scored
-    completions as (prompt ids, chosen ids, rejected ids); prompts whose scores all tie give none."""
+    completions as (prompt ids, chosen ids, rejected ids); prompts whose scores all tie give none.
+    A NaN score (unscorable) takes no part."""
     tokens = rollout.completion_token_lists()
     prompts, chosen, rejected = [], [], []
     for start in range(0, len(tokens), group):
         s = scores[start:start + group]
-        if bool((s == s[0]).all()):
+        scorable = ~s.isnan()
+        if scorable.sum() < 2 or s[scorable].max() == s[scorable].min():
             continue
-        best, worst = start + int(s.argmax()), start + int(s.argmin())
+        best = start + int(torch.where(scorable, s, -math.inf).argmax())
+        worst = start + int(torch.where(scorable, s, math.inf).argmin())
         prompts.append(rollout.prompt_ids[best])
         chosen.append(tokens[best])
         rejected.append(tokens[worst])

@@ -53,8 +53,7 @@ def run_pipeline(cfg: PipelineConfig) -> list[StageResult]:
     cpt = replace(cfg.cpt, model=cfg.model, out=str(out / "cpt"), **shared)
     if cfg.rl not in LAST_STAGES:
         raise ValueError(f"unknown last stage --rl {cfg.rl!r}; choose one of: {', '.join(LAST_STAGES)}")
-    if cfg.rl not in ("dpo", "online_dpo"):
-        cfg.rl_stage.validate()
+    validate_stages(cfg)  # every stage's arithmetic, before the first one spends minutes
     results = [train_cpt(cpt)]
     _report_stage(results[-1])
     sft = replace(cfg.sft, model=results[-1].model_dir, out=str(out / "sft"), **shared)
@@ -69,6 +68,25 @@ def run_pipeline(cfg: PipelineConfig) -> list[StageResult]:
 
 
 LAST_STAGES = (*RL_PRESETS, "dpo", "online_dpo", "ppo_rm")
+# PPO on a learned reward: the `ppo` preset, plus TRL's penalty on completions that never ended;
+# the reward model only ever saw finished answers, and without it PPO learns to ramble
+# (measured: a run without it fell below its SFT start by hacking unterminated strings).
+PPO_RM_SETTINGS = {"missing_eos_penalty": 10.0}
+
+
+def validate_stages(cfg: PipelineConfig) -> None:
+    cfg.cpt.validate()
+    cfg.sft.validate()
+    if cfg.rl == "dpo":
+        cfg.dpo.validate()
+    elif cfg.rl == "online_dpo":
+        cfg.online_dpo.validate()
+    else:
+        if cfg.rl == "ppo_rm":
+            cfg.rm.validate()
+            replace(cfg.rl_stage, rewards="rm=1.0", reward_model="(trained by the pipeline)").validate()
+        else:
+            cfg.rl_stage.validate()
 
 
 def last_stage(cfg: PipelineConfig, sft_model: str, out: Path, shared: dict) -> StageResult:

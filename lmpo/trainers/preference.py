@@ -10,15 +10,21 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 
 from lmpo.algos import PREFERENCE_LOSSES
 from lmpo.envs import evaluate, make_task
+from lmpo.envs.data import PreferencePair
 from lmpo.models import completion_outputs, load_model, load_tokenizer, save_model
 from lmpo.rollout import left_pad, right_pad
+from lmpo.trainers.checkpoint import resume_training, save_checkpoint
+from lmpo.trainers.faults import fault_point
+from lmpo.trainers.pairs import embedded_pairs, file_pairs
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
+from lmpo.trainers.validation import at_least, checkpoint_problems, optimizer_problems, raise_if_any
 from lmpo.trainers.runtime import (MetricsLog, Schedule, grad_norm_and_clip, make_optimizer, make_scheduler,
                                    options_for, setup_torch)
 
@@ -30,7 +36,9 @@ class PreferenceConfig:
     task: str = "sort_digits"
     """Task that supplies the embedded preference pairs and the held-out evaluation."""
     out: str = "runs/dpo"
-    """Run directory: metrics.jsonl, the final model in `model/`, result.json."""
+    """Run directory: metrics.jsonl, checkpoints/, the final model in `model/`, result.json."""
+    resume: str = ""
+    """Run directory of an interrupted run to continue from its newest complete checkpoint; repeat its options."""
     seed: int = 0
     """Seed for the pairs and their order."""
     threads: int = 2
@@ -67,6 +75,31 @@ class PreferenceConfig:
     """Token limit for evaluation answers."""
     log_every: int = 5
     """Write a metrics row every this many steps."""
+    save_every: int = 50
+    """Write a resumable checkpoint every this many steps (0 = only the final model)."""
+    keep_checkpoints: int = 2
+    """Complete checkpoints to keep."""
+    data: str = ""
+    """Train on the pairs of this file instead of the task's: JSONL, Parquet or a `datasets` directory (`DIR::split`) with `prompt`, `chosen`, `rejected` (strings, or message lists rendered with the chat template)."""
+    max_length: int = 1024
+    """Longest pair from `data` (prompt + longer reply), in tokens."""
+    overlong: Literal["error", "skip", "truncate"] = "error"
+    """What to do with a longer pair from `data`: stop with an error naming it, skip it, or truncate the replies."""
+
+    def validate(self) -> None:
+        raise_if_any("preference", preference_problems(self))
+
+
+def preference_problems(cfg: PreferenceConfig) -> list[str]:
+    problems = at_least(cfg, 1, "batch_size", "epochs", "pairs", "log_every", "max_length")
+    problems += at_least(cfg, 0, "eval_problems") + optimizer_problems(cfg) + checkpoint_problems(cfg)
+    if cfg.loss not in PREFERENCE_LOSSES:
+        problems.append(f"loss={cfg.loss!r} is not one of {PREFERENCE_LOSSES.names()}")
+    if not cfg.beta > 0:
+        problems.append(f"beta={cfg.beta} must be > 0")
+    if not 0 <= cfg.label_smoothing < 0.5:
+        problems.append(f"label_smoothing={cfg.label_smoothing} must be in [0, 0.5)")
+    return problems
 
 
 @dataclass
@@ -79,13 +112,9 @@ class EncodedPairs:
     rejected_mask: torch.Tensor
 
 
-def encode_pairs(tokenizer, pairs) -> EncodedPairs:
-    """(problem, chosen text, rejected text) pairs; each answer gets EOS appended."""
-    eos = tokenizer.eos_token_id
-    return encode_pair_ids([tokenizer(p.prompt, add_special_tokens=False).input_ids for p, _, _ in pairs],
-                           [tokenizer(c, add_special_tokens=False).input_ids + [eos] for _, c, _ in pairs],
-                           [tokenizer(r, add_special_tokens=False).input_ids + [eos] for _, _, r in pairs],
-                           tokenizer.pad_token_id)
+def encode_pairs(pairs: list[PreferencePair], pad_id: int) -> EncodedPairs:
+    return encode_pair_ids([p.prompt_ids for p in pairs], [p.chosen_ids for p in pairs],
+                           [p.rejected_ids for p in pairs], pad_id)
 
 
 def encode_pair_ids(prompts: list[list[int]], chosen: list[list[int]], rejected: list[list[int]],
@@ -122,46 +151,59 @@ def preference_step(policy, optimizer, scheduler, enc: EncodedPairs, ref, loss_f
 
 
 def train_preference(cfg: PreferenceConfig) -> StageResult:
+    cfg.validate()
     started = time.perf_counter()
     threads = setup_torch(cfg.threads, cfg.seed)
     loss_fn = PREFERENCE_LOSSES.get(cfg.loss)
     task = make_task(cfg.task)
-    if not hasattr(task, "preference_pairs"):
-        raise ValueError(f"task {cfg.task!r} has no embedded preference pairs")
-    out = Path(cfg.out)
+    out = Path(cfg.resume or cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(cfg.model)
     policy = load_model(cfg.model, tokenizer, seed=cfg.seed)
-    pairs = task.preference_pairs(cfg.pairs, cfg.seed)
+    if cfg.data:
+        pairs = file_pairs(cfg.data, tokenizer, cfg.max_length, cfg.overlong)
+    else:
+        pairs = embedded_pairs(task, tokenizer, cfg.pairs, cfg.seed)
     rng = random.Random(f"pref-order:{cfg.seed}")
     batches = []
     for _ in range(cfg.epochs):
         order = list(range(len(pairs)))
         rng.shuffle(order)
-        batches += [encode_pairs(tokenizer, [pairs[i] for i in order[s:s + cfg.batch_size]])
+        batches += [encode_pairs([pairs[i] for i in order[s:s + cfg.batch_size]], tokenizer.pad_token_id)
                     for s in range(0, len(order), cfg.batch_size)]
     reference_logps = [None] * len(batches)
     if cfg.loss != "simpo":  # reference log-probs once, up front; then the reference is gone
         policy.eval()
         with torch.no_grad():
             reference_logps = [sequence_logps(policy, enc) for enc in batches]
-    heldout = task.heldout_problems(cfg.eval_problems) if cfg.eval_problems else []
-    log = MetricsLog(out / "metrics.jsonl")
-    if heldout:
-        first = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
-        log.write({"step": 0, "eval_accuracy": first.accuracy, "eval_format_accuracy": first.format_accuracy})
+    # the task's held-out set says nothing about a user's data
+    heldout = task.heldout_problems(cfg.eval_problems) if cfg.eval_problems and not cfg.data else []
     optimizer = make_optimizer(policy, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, len(batches), cfg.lr_schedule, cfg.min_lr_ratio)
+    resumed = resume_training(cfg, out, cfg.loss, policy, optimizer, scheduler)  # after the reference log-probs
+    start_step = resumed.step if resumed else 0  # the batches' order is fixed by the seed: the step is the position
+    log = MetricsLog(out / "metrics.jsonl", resume_from_step=start_step if resumed else None)
+    if heldout and not resumed:
+        first = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
+        log.write({"step": 0, "eval_accuracy": first.accuracy, "eval_format_accuracy": first.format_accuracy})
     options = options_for(loss_fn, {"label_smoothing": cfg.label_smoothing, "gamma": cfg.gamma})
     print(f"[{cfg.loss}] {len(pairs)} pairs x {cfg.epochs} epochs, beta={cfg.beta}, {threads} threads, run dir {out}")
     policy.train()
-    with StageProgress(cfg.loss, len(batches)) as progress:
-        for step, (enc, ref) in enumerate(zip(batches, reference_logps), start=1):
-            row = preference_step(policy, optimizer, scheduler, enc, ref, loss_fn, cfg, options)
+    per_epoch = max(len(batches) // max(cfg.epochs, 1), 1)
+    with StageProgress(cfg.loss, len(batches), initial=start_step) as progress:
+        for step in range(start_step + 1, len(batches) + 1):
+            row = preference_step(policy, optimizer, scheduler, batches[step - 1], reference_logps[step - 1], loss_fn,
+                                  cfg, options)
             row["step"] = step
             if step % cfg.log_every == 0 or step == len(batches):
                 log.write(row)
             progress.update(step, loss=row["loss"], acc=row["accuracy"])
+            if cfg.save_every and step % cfg.save_every == 0 and step < len(batches):
+                save_checkpoint(out, step, policy, tokenizer, optimizer, scheduler, {}, {"config": asdict(cfg)},
+                                cfg.keep_checkpoints)
+            if step % per_epoch == 0:
+                fault_point("epoch_end", step)
+            fault_point("step_end", step)
     result = StageResult(name=cfg.loss, seconds=0.0, model_dir=str(out / "model"), run_dir=str(out))
     if heldout:
         final = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)

@@ -7,10 +7,10 @@ and scores with plain transformers.
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from transformers import AutoModelForSequenceClassification
@@ -18,11 +18,15 @@ from transformers import AutoModelForSequenceClassification
 from lmpo.algos import bradley_terry_loss
 from lmpo.envs import make_task
 from lmpo.models import is_preset, load_tokenizer, preset_config, save_model
-from lmpo.rollout import right_pad
+from lmpo.trainers.checkpoint import resume_training, save_checkpoint
+from lmpo.trainers.faults import fault_point
+from lmpo.trainers.pairs import embedded_pairs, file_pairs, scoring_rows, split_heldout
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
+from lmpo.trainers.validation import at_least, checkpoint_problems, optimizer_problems, raise_if_any
 from lmpo.trainers.runtime import (MetricsLog, Schedule, grad_norm_and_clip, make_optimizer, make_scheduler,
                                    setup_torch)
+from lmpo.trainers.supervised import EpochOrder
 
 
 @dataclass
@@ -32,7 +36,9 @@ class RewardModelConfig:
     task: str = "sort_digits"
     """Task that supplies the embedded preference pairs."""
     out: str = "runs/rm"
-    """Run directory: metrics.jsonl, the reward model in `model/`, result.json."""
+    """Run directory: metrics.jsonl, checkpoints/, the reward model in `model/`, result.json."""
+    resume: str = ""
+    """Run directory of an interrupted run to continue from its newest complete checkpoint; repeat its options."""
     seed: int = 0
     """Seed for the pairs and their order."""
     threads: int = 2
@@ -63,6 +69,23 @@ class RewardModelConfig:
     """Coefficient of the centering term c*(r_chosen + r_rejected)^2 (Eisenstein et al. 2023)."""
     log_every: int = 10
     """Write a metrics row every this many steps."""
+    save_every: int = 50
+    """Write a resumable checkpoint every this many steps (0 = only the final model)."""
+    keep_checkpoints: int = 2
+    """Complete checkpoints to keep."""
+    data: str = ""
+    """Train on the pairs of this file instead of the task's: JSONL, Parquet or a `datasets` directory (`DIR::split`) with `prompt`, `chosen`, `rejected` (strings, or message lists rendered with the chat template)."""
+    heldout_data: str = ""
+    """Measure pairwise accuracy on this file's pairs; without it, `heldout_pairs` pairs of `data` are held out (seeded)."""
+    max_length: int = 1024
+    """Longest pair from `data` (prompt + longer reply), in tokens."""
+    overlong: Literal["error", "skip", "truncate"] = "error"
+    """What to do with a longer pair from `data`: stop with an error naming it, skip it, or truncate the replies."""
+
+    def validate(self) -> None:
+        problems = at_least(self, 1, "pairs", "heldout_pairs", "batch_size", "epochs", "log_every", "max_length")
+        problems += at_least(self, 0, "margin", "center_coef") + optimizer_problems(self) + checkpoint_problems(self)
+        raise_if_any("reward model", problems)
 
 
 def load_reward_model(name_or_path: str, tokenizer, seed: int):
@@ -75,13 +98,6 @@ def load_reward_model(name_or_path: str, tokenizer, seed: int):
     return AutoModelForSequenceClassification.from_pretrained(name_or_path, num_labels=1)
 
 
-def encode_pair_batch(tokenizer, pairs) -> tuple[torch.Tensor, torch.Tensor]:
-    """Chosen rows then rejected rows: prompt + answer + EOS, right-padded."""
-    texts = [p.prompt + c for p, c, _ in pairs] + [p.prompt + r for p, _, r in pairs]
-    ids = [tokenizer(t, add_special_tokens=False).input_ids + [tokenizer.eos_token_id] for t in texts]
-    return right_pad(ids, tokenizer.pad_token_id)
-
-
 def scores(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     return model(input_ids=input_ids, attention_mask=attention_mask).logits.squeeze(-1).float()
 
@@ -92,54 +108,70 @@ def pairwise_accuracy(model, tokenizer, pairs, batch_size: int = 128) -> float:
     right = 0
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start:start + batch_size]
-        s = scores(model, *encode_pair_batch(tokenizer, chunk))
+        s = scores(model, *scoring_rows(chunk, tokenizer.pad_token_id))
         right += int((s[: len(chunk)] > s[len(chunk):]).sum())
     model.train()
     return right / max(len(pairs), 1)
 
 
+def reward_model_pairs(cfg: RewardModelConfig, task, tokenizer) -> tuple[list, list]:
+    """(training pairs, held-out pairs) from the task or from the user's files."""
+    if not cfg.data:
+        return (embedded_pairs(task, tokenizer, cfg.pairs, cfg.seed),
+                embedded_pairs(task, tokenizer, cfg.heldout_pairs, cfg.seed, heldout=True))
+    pairs = file_pairs(cfg.data, tokenizer, cfg.max_length, cfg.overlong)
+    if cfg.heldout_data:
+        return pairs, file_pairs(cfg.heldout_data, tokenizer, cfg.max_length, cfg.overlong)
+    return split_heldout(pairs, cfg.heldout_pairs, cfg.seed, cfg.data)
+
+
 def train_reward_model(cfg: RewardModelConfig) -> StageResult:
+    cfg.validate()
     started = time.perf_counter()
     threads = setup_torch(cfg.threads, cfg.seed)
     task = make_task(cfg.task)
-    if not hasattr(task, "preference_pairs"):
-        raise ValueError(f"task {cfg.task!r} has no embedded preference pairs")
-    out = Path(cfg.out)
+    out = Path(cfg.resume or cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(cfg.model)
     model = load_reward_model(cfg.model, tokenizer, cfg.seed)
     model.config.pad_token_id = tokenizer.pad_token_id
-    train_pairs = task.preference_pairs(cfg.pairs, cfg.seed)
-    heldout = task.preference_pairs(cfg.heldout_pairs, cfg.seed, heldout=True)
+    train_pairs, heldout = reward_model_pairs(cfg, task, tokenizer)
     steps = cfg.epochs * -(-len(train_pairs) // cfg.batch_size)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, steps, cfg.lr_schedule, cfg.min_lr_ratio)
-    log = MetricsLog(out / "metrics.jsonl")
-    print(f"[rm] {cfg.model}: {len(train_pairs)} pairs x {cfg.epochs} epochs, {threads} threads, run dir {out}")
-    rng = random.Random(f"rm-order:{cfg.seed}")
-    model.train()
+    order = EpochOrder(len(train_pairs), cfg.batch_size, cfg.epochs, f"rm-order:{cfg.seed}")
+    resumed = resume_training(cfg, out, "rm", model, optimizer, scheduler)
     step = 0
-    with StageProgress("rm", steps) as progress:
-        for _ in range(cfg.epochs):
-            order = list(range(len(train_pairs)))
-            rng.shuffle(order)
-            for start in range(0, len(order), cfg.batch_size):
-                chunk = [train_pairs[i] for i in order[start:start + cfg.batch_size]]
-                s = scores(model, *encode_pair_batch(tokenizer, chunk))
-                loss, figures = bradley_terry_loss(s[: len(chunk)], s[len(chunk):], margin=cfg.margin,
-                                                   center_coef=cfg.center_coef)
-                loss = loss.mean()
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = grad_norm_and_clip(model, cfg.grad_clip)
-                optimizer.step()
-                scheduler.step()
-                step += 1
-                row = {"step": step, "loss": loss.item(), "accuracy": figures["accuracy"].mean().item(),
-                       "margin": figures["margin"].mean().item(), "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
-                if step % cfg.log_every == 0 or step == steps:
-                    log.write(row)
-                progress.update(step, loss=row["loss"], acc=row["accuracy"])
+    if resumed is not None:
+        order.load_state_dict(resumed.data)
+        step = resumed.step
+    log = MetricsLog(out / "metrics.jsonl", resume_from_step=step if resumed else None)
+    print(f"[rm] {cfg.model}: {len(train_pairs)} pairs x {cfg.epochs} epochs, {threads} threads, run dir {out}")
+    model.train()
+    with StageProgress("rm", steps, initial=step) as progress:
+        for indices in order:
+            chunk = [train_pairs[i] for i in indices]
+            s = scores(model, *scoring_rows(chunk, tokenizer.pad_token_id))
+            loss, figures = bradley_terry_loss(s[: len(chunk)], s[len(chunk):], margin=cfg.margin,
+                                               center_coef=cfg.center_coef)
+            loss = loss.mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = grad_norm_and_clip(model, cfg.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            row = {"step": step, "loss": loss.item(), "accuracy": figures["accuracy"].mean().item(),
+                   "margin": figures["margin"].mean().item(), "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
+            if step % cfg.log_every == 0 or step == steps:
+                log.write(row)
+            progress.update(step, loss=row["loss"], acc=row["accuracy"])
+            if cfg.save_every and step % cfg.save_every == 0 and step < steps:
+                save_checkpoint(out, step, model, tokenizer, optimizer, scheduler, {}, {"config": asdict(cfg)},
+                                cfg.keep_checkpoints, data_state=order.state_dict())
+            if order.at_epoch_end:
+                fault_point("epoch_end", step)
+            fault_point("step_end", step)
     accuracy = pairwise_accuracy(model, tokenizer, heldout)
     log.write({"step": step, "eval_accuracy": accuracy})
     save_model(model, tokenizer, out / "model")

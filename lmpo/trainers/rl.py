@@ -11,16 +11,20 @@ from __future__ import annotations
 import json
 import resource
 import time
+import zlib
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from lmpo.algos import adaptive_kl_coef
-from lmpo.envs import evaluate, make_task, parse_reward_weights, reward_functions
+from lmpo.envs import REWARDS, evaluate, make_task, parse_reward_weights, reward_functions
+from lmpo.envs.data import load_prompts
+from lmpo.envs.reward_runner import RewardRunner
 from lmpo.models import ValueHead, ValueModel, completion_outputs, load_model, load_tokenizer, save_model
 from lmpo.rollout import SamplingParams
 from lmpo.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from lmpo.trainers.faults import fault_point
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.prompts import PromptStream
 from lmpo.trainers.result import StageResult
@@ -38,7 +42,8 @@ def train_rl(cfg: RLConfig) -> StageResult:
     out = Path(cfg.resume or cfg.out)
     task = make_task(cfg.task)
     weights = parse_reward_weights(cfg.rewards)
-    rewards = {name: (fn, weights[name]) for name, fn in reward_functions(weights, cfg.reward_model).items()}
+    rewards = RewardRunner({name: (fn, weights[name]) for name, fn in reward_functions(weights, cfg.reward_model).items()},
+                           cfg.reward_timeout, cfg.reward_failure, trusted=list(REWARDS))
     threads = setup_torch(cfg.threads, cfg.seed)
     tokenizer = load_tokenizer(cfg.model)
     policy = load_model(cfg.model, tokenizer, seed=cfg.seed)
@@ -49,12 +54,12 @@ def train_rl(cfg: RLConfig) -> StageResult:
     updates = cfg.steps * cfg.num_iterations * cfg.num_minibatches
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, updates, cfg.lr_schedule, cfg.min_lr_ratio)
     sampler = torch.Generator().manual_seed(cfg.seed)
-    stream = PromptStream(task.train_problems(cfg.prompt_pool, cfg.seed), cfg.seed)
+    stream = PromptStream(_prompt_pool(cfg, task, tokenizer), cfg.seed)
     sampling = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
     extra_modules = {"critic": critic} if critic is not None else {}
     beta = cfg.beta
 
-    start_step = 0
+    start_step = nonfinite_streak = 0
     checkpoint = latest_checkpoint(out) if cfg.resume else None
     if cfg.resume and checkpoint is None:
         print(f"[rl] no complete checkpoint in {out}; starting from the beginning")
@@ -62,6 +67,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
         resumed = load_checkpoint(checkpoint, policy, optimizer, scheduler, {"sampler": sampler}, extra_modules)
         start_step, stream.position = resumed.step, resumed.state["prompt_position"]
         beta = resumed.state.get("beta", beta)
+        nonfinite_streak = resumed.state.get("nonfinite_streak", 0)
         print(f"[rl] resumed from {checkpoint} at step {start_step}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
@@ -71,9 +77,8 @@ def train_rl(cfg: RLConfig) -> StageResult:
           f"({cfg.kl_placement}), critic={cfg.critic}; {cfg.prompts_per_step}x{cfg.group_size} samples per step, "
           f"{threads} threads, run dir {out}")
 
-    heldout = task.heldout_problems(cfg.eval_problems) if cfg.eval_problems else []
+    heldout = _heldout(cfg, task, tokenizer)
     last_eval = None
-    nonfinite_streak = 0
     if heldout and start_step == 0:  # the starting point of the curves
         first = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
         log.write({"step": 0, "eval_accuracy": first.accuracy, "eval_format_accuracy": first.format_accuracy})
@@ -81,7 +86,9 @@ def train_rl(cfg: RLConfig) -> StageResult:
     with StageProgress("rl", cfg.steps, initial=start_step) as progress:
         for step in range(start_step + 1, cfg.steps + 1):
             times: dict[str, float] = {}
+            first_prompt = stream.position
             scored = collect(policy, tokenizer, task, stream, sampling, sampler, rewards, cfg, times)  # generate, score
+            fault_point("after_rollout", step)
             tick = time.perf_counter()
             batch = make_batch(scored, cfg, tokenizer.pad_token_id)
             old_log_probs_and_values(batch, reference, critic, policy, cfg)  # π_old is the sampler's own
@@ -103,6 +110,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
 
             row = {"step": step, **step_figures(scored, batch), "beta": beta, "lr": scheduler.get_last_lr()[0],
                    **figures, **stats, **times}
+            row["prompts"], row["prompt_digest"] = [first_prompt, stream.position], prompt_digest(scored.problems)
             if cfg.target_kl > 0 and reference is not None:
                 observed = figures.get("kl_reward", stats.get("kl", 0.0))
                 beta = adaptive_kl_coef(beta, observed, cfg.target_kl, cfg.kl_horizon, len(scored.problems))
@@ -115,8 +123,11 @@ def train_rl(cfg: RLConfig) -> StageResult:
                             **({"eval": last_eval.accuracy} if last_eval else {}))
             if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
                 save_checkpoint(out, step, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
-                                {"prompt_position": stream.position, "beta": beta}, cfg.keep_checkpoints, extra_modules)
+                                {"prompt_position": stream.position, "beta": beta, "nonfinite_streak": nonfinite_streak},
+                                cfg.keep_checkpoints, extra_modules)
+            fault_point("step_end", step)
 
+    rewards.close()
     save_model(policy, tokenizer, out / "model")
     if critic is not None:
         from safetensors.torch import save_model as save_module
@@ -128,6 +139,22 @@ def train_rl(cfg: RLConfig) -> StageResult:
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result.write(out / "result.json", config=asdict(cfg), models_held=held, peak_rss_mb=round(peak_mb, 1))
     return result
+
+
+def _prompt_pool(cfg: RLConfig, task, tokenizer) -> list:
+    if not cfg.prompts:
+        return task.train_problems(cfg.prompt_pool, cfg.seed)
+    problems = load_prompts(cfg.prompts, tokenizer=tokenizer)
+    print(f"[rl] {len(problems)} training prompts from {cfg.prompts}")
+    return problems
+
+
+def _heldout(cfg: RLConfig, task, tokenizer) -> list:
+    if not cfg.eval_problems:
+        return []
+    if not cfg.eval_prompts:
+        return task.heldout_problems(cfg.eval_problems)
+    return load_prompts(cfg.eval_prompts, tokenizer=tokenizer)[: cfg.eval_problems]
 
 
 def make_critic(cfg: RLConfig, policy, tokenizer):
@@ -152,10 +179,18 @@ def old_log_probs_and_values(batch: Batch, reference, critic, policy, cfg: RLCon
         batch.old_values = critic(batch.prompt_ids, batch.prompt_mask, batch.completion_ids)
 
 
+def prompt_digest(problems) -> str:
+    """A short fingerprint of the prompts trained on in a step, to compare runs' prompt order."""
+    return f"{zlib.crc32(chr(31).join(p.prompt for p in problems).encode()):08x}"
+
+
 def step_figures(scored: Scored, batch: Batch) -> dict:
     rollout, n = scored.rollout, len(scored.grades)
-    figures = {"reward_mean": scored.rewards.mean().item(), "reward_std": scored.rewards.std().item(),
-               **{f"reward_{k}": v.mean().item() for k, v in scored.components.items()},
+    valid = scored.valid
+    scorable = scored.rewards[valid] if valid.any() else torch.zeros(1)
+    figures = {"reward_mean": scorable.mean().item(), "reward_std": scorable.std().item() if len(scorable) > 1 else 0.0,
+               **{f"reward_{k}": v[valid].mean().item() if valid.any() else 0.0 for k, v in scored.components.items()},
+               "unscorable": int((~valid).sum()), **{f"unscorable_{k}": v for k, v in scored.unscorable.items()},
                "accuracy": sum(g.correct for g in scored.grades) / n,
                "format_accuracy": sum(g.well_formed for g in scored.grades) / n,
                "zero_var_frac": scored.groups_without_signal / max(scored.groups_sampled, 1),

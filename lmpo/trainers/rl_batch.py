@@ -4,13 +4,14 @@ laid out for the loss, and the advantages."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from lmpo.algos import (ADVANTAGES, TOKEN_ADVANTAGES, groups_with_signal, masked_whiten, overlong_penalty,
-                        token_rewards, truncation_mask, zero_variance_groups)
+from lmpo.algos import (ADVANTAGES, TOKEN_ADVANTAGES, advantages_of_valid, groups_with_signal, masked_whiten,
+                        overlong_penalty, token_rewards, truncation_mask)
 from lmpo.envs import Grade, Problem, decode_completions, encode_prompts, grade_all
+from lmpo.envs.reward_runner import RewardRunner
 from lmpo.rollout import Rollout, concat_rollouts, generate, left_pad
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.runtime import options_for
@@ -18,7 +19,9 @@ from lmpo.trainers.runtime import options_for
 
 @dataclass
 class Scored:
-    """Sampled completions with their rewards; `group_ids` ties each to its prompt."""
+    """Sampled completions with their rewards; `group_ids` ties each to its prompt; `valid`
+    is False for an unscorable completion (a reward function failed on it), `unscorable`
+    counts them per reward function."""
 
     rollout: Rollout
     problems: list[Problem]
@@ -28,6 +31,12 @@ class Scored:
     grades: list[Grade]
     groups_sampled: int
     groups_without_signal: int
+    valid: torch.Tensor | None = None
+    unscorable: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.valid is None:
+            self.valid = torch.ones(len(self.rewards), dtype=torch.bool)
 
 
 @dataclass
@@ -57,7 +66,7 @@ def make_batch(scored: Scored, cfg: RLConfig, pad_id: int) -> Batch:
     return Batch(prompt_ids, prompt_mask, rollout.completion_ids, loss_mask, rollout.logprobs)
 
 
-def collect(policy, tokenizer, task, stream, sampling, sampler: torch.Generator, rewards: dict[str, tuple],
+def collect(policy, tokenizer, task, stream, sampling, sampler: torch.Generator, rewards: RewardRunner,
             cfg: RLConfig, times: dict[str, float]) -> Scored:
     """generate → score, repeated with fresh prompts under dynamic sampling until
     `prompts_per_step` groups have reward variance (or the round cap is hit: an error)."""
@@ -73,12 +82,13 @@ def collect(policy, tokenizer, task, stream, sampling, sampler: torch.Generator,
         group_ids = torch.arange(cfg.prompts_per_step).repeat_interleave(cfg.group_size) + round_ * cfg.prompts_per_step
         scored = score(rollout, problems, group_ids, tokenizer, task, rewards, cfg)
         sampled += cfg.prompts_per_step
-        without_signal += int(zero_variance_groups(scored.rewards, group_ids).sum())
+        signal = groups_with_signal(scored.rewards, group_ids, scored.valid)
+        without_signal += cfg.prompts_per_step - len(group_ids[signal].unique())
         times["time_score"] = times.get("time_score", 0.0) + time.perf_counter() - start
         if not cfg.dynamic_sampling:
             kept, n_kept = [scored], cfg.prompts_per_step
             break
-        keep = groups_with_signal(scored.rewards, group_ids).nonzero().squeeze(1).tolist()
+        keep = signal.nonzero().squeeze(1).tolist()
         keep = keep[: (cfg.prompts_per_step - n_kept) * cfg.group_size]
         if keep:
             kept.append(_select(scored, keep))
@@ -95,37 +105,53 @@ def collect(policy, tokenizer, task, stream, sampling, sampler: torch.Generator,
 
 
 def score(rollout: Rollout, problems: list[Problem], group_ids: torch.Tensor, tokenizer, task,
-          rewards: dict[str, tuple], cfg: RLConfig) -> Scored:
-    """`rewards`: name → (reward function, weight); the total is the weighted sum."""
+          rewards: RewardRunner, cfg: RLConfig) -> Scored:
+    """The total reward is the weighted sum of the reward functions (0 where unscorable)."""
     texts, terminated = decode_completions(tokenizer, rollout)
     grades = grade_all(task, problems, texts, terminated)
-    components = {name: torch.tensor(fn(task, problems, texts, terminated)) for name, (fn, _) in rewards.items()}
-    total = sum(weight * components[name] for name, (_, weight) in rewards.items())
+    scores = rewards.score(task, problems, texts, terminated)
+    components = scores.components
+    total = sum(weight * components[name] for name, weight in rewards.weights().items())
     if cfg.overlong == "penalty":
         components["overlong"] = overlong_penalty(rollout.lengths, cfg.max_new_tokens, cfg.overlong_cache).float()
         total = total + components["overlong"]
-    return Scored(rollout, problems, group_ids, total.float(), components, grades, 0, 0)
+    if cfg.missing_eos_penalty:
+        components["missing_eos"] = -cfg.missing_eos_penalty * (~torch.tensor(terminated)).float()
+        total = total + components["missing_eos"]
+    total = torch.where(scores.valid, total.float(), 0.0)
+    return Scored(rollout, problems, group_ids, total, components, grades, 0, 0, scores.valid, scores.failures)
 
 
 def _select(scored: Scored, index: list[int]) -> Scored:
     rows = torch.tensor(index)
     return Scored(scored.rollout.select(index), [scored.problems[i] for i in index], scored.group_ids[rows],
                   scored.rewards[rows], {k: v[rows] for k, v in scored.components.items()},
-                  [scored.grades[i] for i in index], 0, 0)
+                  [scored.grades[i] for i in index], 0, 0, scored.valid[rows], dict(scored.unscorable))
 
 
 def _merge(parts: list[Scored]) -> Scored:
+    unscorable: dict[str, int] = {}
+    for part in parts:
+        for name, n in part.unscorable.items():
+            unscorable[name] = unscorable.get(name, 0) + n
     return Scored(concat_rollouts([p.rollout for p in parts]), [x for p in parts for x in p.problems],
                   torch.cat([p.group_ids for p in parts]), torch.cat([p.rewards for p in parts]),
                   {k: torch.cat([p.components[k] for p in parts]) for k in parts[0].components},
-                  [g for p in parts for g in p.grades], 0, 0)
+                  [g for p in parts for g in p.grades], 0, 0, torch.cat([p.valid for p in parts]), unscorable)
 
 
 def compute_advantages(batch: Batch, scored: Scored, cfg: RLConfig, beta: float) -> dict[str, float]:
     """Fill `batch.advantages` (and `returns` for token estimators); return figures to log.
 
     With the KL as a reward penalty, each token's reward carries −β·k1 (π_old vs π_ref); a
-    per-sequence estimator receives the sequence's sum of it."""
+    per-sequence estimator receives the sequence's sum of it.
+
+    An unscorable completion is left out of its group's baseline and gets advantage 0 (per
+    sequence estimators); token estimators drop it from the loss mask, since its returns are
+    undefined and neither the policy nor the critic may learn from them."""
+    valid = scored.valid
+    if not valid.all() and cfg.advantage not in ADVANTAGES:
+        batch.loss_mask = batch.loss_mask * valid[:, None]
     mask = batch.loss_mask
     kl_penalty = None
     if cfg.kl_placement == "reward" and batch.ref_logprobs is not None:
@@ -135,7 +161,8 @@ def compute_advantages(batch: Batch, scored: Scored, cfg: RLConfig, beta: float)
         if kl_penalty is not None:
             rewards = rewards - beta * kl_penalty.sum(dim=1)
         fn = ADVANTAGES.get(cfg.advantage)
-        seq_adv = fn(rewards, scored.group_ids, **options_for(fn, {"std": cfg.std, "scale": cfg.scale}))
+        seq_adv = advantages_of_valid(fn, rewards, scored.group_ids, valid,
+                                      **options_for(fn, {"std": cfg.std, "scale": cfg.scale}))
         batch.advantages = seq_adv[:, None].expand_as(mask).contiguous()
     else:
         per_token = token_rewards(rewards, mask, kl=kl_penalty, beta=beta if kl_penalty is not None else 0.0)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lmpo.trainers.runtime import Schedule
+from lmpo.trainers.validation import at_least, checkpoint_problems, optimizer_problems, raise_if_any, reward_problems
 
 
 @dataclass
@@ -30,6 +31,10 @@ class RLConfig:
     """Completions sampled per prompt (G)."""
     prompt_pool: int = 20_000
     """Training prompts drawn from the task's training split; iterated in a shuffled order."""
+    prompts: str = ""
+    """Train on the prompts of this file instead of the task's (JSONL, Parquet or a `datasets` directory, `DIR::split`): a `prompt` column (text, or messages rendered with the chat template) and an `answer` column for the grader; other columns reach reward functions as `problem.meta`."""
+    eval_prompts: str = ""
+    """Evaluate on the prompts of this file (same columns) instead of the task's held-out split."""
     temperature: float = 1.0
     """Sampling temperature; log-probs in the loss use the same temperature."""
     top_p: float = 1.0
@@ -42,6 +47,12 @@ class RLConfig:
     """Reward functions and weights, e.g. `correct=1.0,format=0.1`; `rm=1.0` uses `reward_model`."""
     reward_model: str = ""
     """Directory of a trained reward model (`lmpo train rm`) for the `rm` reward."""
+    reward_timeout: float = 60.0
+    """Seconds a reward function may take per call; the reward model and your own functions each run in their own process, killed when it overruns (0 = call them in this process, without a timeout). The built-in graders always run in this process."""
+    missing_eos_penalty: float = 0.0
+    """Subtracted from the reward of a completion that hit max_new_tokens without EOS (TRL's missing_eos_penalty); a reward model never saw such text, so its score there is not to be trusted."""
+    reward_failure: Literal["unscorable", "error"] = "unscorable"
+    """When a reward raises, times out or returns None/NaN: mark the completion unscorable (left out of its group's baseline, zero advantage, counted in the metrics) or stop with an error naming the prompt and the function."""
     advantage: str = "grpo"
     """Advantage estimator: per sequence grpo, dr_grpo, rloo; per token gae (needs a critic), reinforce_pp."""
     std: Literal["sample", "population"] = "sample"
@@ -149,7 +160,10 @@ class RLConfig:
             problems.append("max_sampling_rounds must be >= 1")
         if self.overlong == "penalty" and not 0 < self.overlong_cache <= self.max_new_tokens:
             problems.append(f"overlong_cache={self.overlong_cache} must be in 1..max_new_tokens={self.max_new_tokens}")
+        problems += at_least(self, 0, "missing_eos_penalty")
+        problems += reward_problems(self) + optimizer_problems(self) + checkpoint_problems(self)
+        problems += at_least(self, 1, "prompts_per_step", "eval_every", "max_new_tokens", "max_nonfinite_steps")
+        problems += at_least(self, 0, "eval_problems")
         if self.dual_clip and self.dual_clip <= 1:
             problems.append(f"dual_clip={self.dual_clip} must be > 1 (or 0 = off)")
-        if problems:
-            raise ValueError("invalid RL config: " + "; ".join(problems))
+        raise_if_any("RL", problems)

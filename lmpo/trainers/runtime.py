@@ -92,7 +92,9 @@ class MetricsLog:
                     continue  # a line cut short by the crash
                 if row.get("step", 0) <= resume_from_step:
                     kept.append(line)
-            self.path.write_text("".join(f"{line}\n" for line in kept))
+            tmp = self.path.with_suffix(".jsonl.tmp")  # a kill mid-rewrite must not lose the log
+            tmp.write_text("".join(f"{line}\n" for line in kept))
+            os.replace(tmp, self.path)
 
     def write(self, row: dict) -> None:
         with self.path.open("a") as f:

@@ -1,5 +1,10 @@
 """Continued pre-training (every token) and SFT (completion tokens only): one loop, two data
-builders. Phases per step: batch → forward → loss → update."""
+builders. Phases per step: batch → forward → loss → update.
+
+`--resume RUN_DIR` continues from the newest complete checkpoint exactly as the uninterrupted
+run would have gone on: each checkpoint holds the data order's state (CPT: the permutation
+generator at the start of the current pass and the position in it; SFT: the epoch, the
+position in it and the order RNG at the epoch's start)."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Literal
 
 import torch
 
@@ -17,10 +22,13 @@ from lmpo.envs import Problem, evaluate, make_task
 from lmpo.envs.data import TokenizedExample, load_sft
 from lmpo.models import count_parameters, load_model_and_tokenizer, save_model
 from lmpo.rollout import right_pad
+from lmpo.trainers.checkpoint import resume_training, save_checkpoint
+from lmpo.trainers.faults import fault_point
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.runtime import (MetricsLog, Schedule, grad_norm_and_clip, make_optimizer, make_scheduler,
                                    setup_torch)
 from lmpo.trainers.result import StageResult
+from lmpo.trainers.validation import at_least, checkpoint_problems, optimizer_problems, raise_if_any
 
 
 @dataclass
@@ -30,7 +38,9 @@ class SupervisedConfig:
     task: str = "sort_digits"
     """Embedded task that supplies data and the held-out evaluation, e.g. `sort_digits:length=5`."""
     out: str = "runs/supervised"
-    """Run directory: metrics.jsonl, the final model in `model/`, the report."""
+    """Run directory: metrics.jsonl, checkpoints/, the final model in `model/`, the report."""
+    resume: str = ""
+    """Run directory of an interrupted run to continue from its newest complete checkpoint; repeat its options."""
     seed: int = 0
     """Seed for initialisation, data order and sampling."""
     batch_size: int = 32
@@ -57,6 +67,10 @@ class SupervisedConfig:
     """Torch CPU threads (0 = one per core)."""
     max_nonfinite_steps: int = 3
     """Stop with an error after this many consecutive steps with a non-finite loss or gradient (each is skipped)."""
+    save_every: int = 50
+    """Write a resumable checkpoint every this many steps (0 = only the final model)."""
+    keep_checkpoints: int = 2
+    """Complete checkpoints to keep."""
     data: str = ""
     """Train on this file instead of the task's data: JSONL, Parquet, or a saved `datasets` directory (`DIR::split`)."""
     max_length: int = 1024
@@ -68,7 +82,7 @@ class SupervisedConfig:
 @dataclass
 class CPTConfig(SupervisedConfig):
     out: str = "runs/cpt"
-    """Run directory: metrics.jsonl, the final model in `model/`, the report."""
+    """Run directory: metrics.jsonl, checkpoints/, the final model in `model/`, the report."""
     steps: int = 300
     """Optimizer steps."""
     seq_len: int = 128
@@ -76,11 +90,15 @@ class CPTConfig(SupervisedConfig):
     corpus_documents: int = 120_000
     """Documents generated for the corpus (each is one line of the task's text)."""
 
+    def validate(self) -> None:
+        problems = supervised_problems(self) + at_least(self, 1, "steps", "corpus_documents") + at_least(self, 2, "seq_len")
+        raise_if_any("CPT", problems)
+
 
 @dataclass
 class SFTConfig(SupervisedConfig):
     out: str = "runs/sft"
-    """Run directory: metrics.jsonl, the final model in `model/`, the report."""
+    """Run directory: metrics.jsonl, checkpoints/, the final model in `model/`, the report."""
     epochs: int = 3
     """Passes over the demonstrations."""
     demonstrations: int = 300
@@ -90,23 +108,110 @@ class SFTConfig(SupervisedConfig):
     warmup_steps: int = 5
     """Steps of linear learning-rate warm-up."""
 
+    def validate(self) -> None:
+        raise_if_any("SFT", supervised_problems(self) + at_least(self, 1, "epochs", "demonstrations"))
 
-def cpt_batches(stream: list[int], seq_len: int, batch_size: int, steps: int,
-                seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, None]]:
-    """Cut a token stream (documents each ending with EOS) into rows of `seq_len + 1` tokens,
-    shuffled each pass; loss on every token."""
-    rows = torch.tensor(stream[: len(stream) // (seq_len + 1) * (seq_len + 1)]).view(-1, seq_len + 1)
-    if len(rows) < batch_size:
-        raise ValueError(f"the corpus packs into {len(rows)} rows of {seq_len + 1} tokens, fewer than one batch of {batch_size}")
-    gen = torch.Generator().manual_seed(seed)
-    order = torch.randperm(len(rows), generator=gen)
-    position = 0
-    for _ in range(steps):
-        if position + batch_size > len(order):
-            order, position = torch.randperm(len(rows), generator=gen), 0
-        batch = rows[order[position:position + batch_size]]
-        position += batch_size
-        yield batch, torch.ones_like(batch, dtype=torch.float32), None
+
+def supervised_problems(cfg: SupervisedConfig) -> list[str]:
+    problems = at_least(cfg, 1, "batch_size", "log_every", "max_nonfinite_steps", "max_length")
+    problems += at_least(cfg, 0, "eval_problems") + optimizer_problems(cfg) + checkpoint_problems(cfg)
+    if cfg.overlong not in ("error", "skip", "truncate"):
+        problems.append(f"overlong={cfg.overlong!r} must be error, skip or truncate")
+    return problems
+
+
+class EpochOrder:
+    """Batches of indices into `size` items, in a fresh shuffled order each epoch.
+
+    Restorable exactly: the state is the epoch, the position within it and the order RNG's
+    state at the epoch's start (the epoch's order is shuffled again from it).
+    """
+
+    def __init__(self, size: int, batch_size: int, epochs: int, seed: str):
+        self.size, self.batch_size, self.epochs = size, batch_size, epochs
+        self._rng = random.Random(seed)
+        self.epoch, self.position = -1, size  # before the first epoch
+        self._epoch_start: tuple | None = None
+        self._order: list[int] = []
+
+    def __iter__(self) -> "EpochOrder":
+        return self
+
+    def __next__(self) -> list[int]:
+        while self.at_epoch_end:
+            if self.epoch + 1 >= self.epochs:
+                raise StopIteration
+            self._start_epoch(self.epoch + 1)
+        chunk = self._order[self.position:self.position + self.batch_size]
+        self.position += len(chunk)
+        return chunk
+
+    @property
+    def at_epoch_end(self) -> bool:
+        return self.position >= self.size
+
+    def _start_epoch(self, epoch: int) -> None:
+        self.epoch, self.position = epoch, 0
+        self._epoch_start = self._rng.getstate()
+        self._order = list(range(self.size))
+        self._rng.shuffle(self._order)
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position, "rng": self._epoch_start}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["epoch"] >= 0:
+            self._rng.setstate(state["rng"])
+            self._start_epoch(state["epoch"])
+        self.position = state["position"]
+
+
+class CPTBatches:
+    """A token stream (documents each ending with EOS) cut into rows of `seq_len + 1` tokens,
+    shuffled each pass; loss on every token. Yields (ids, loss mask, None) for `steps` steps.
+
+    Restorable exactly: the state is the permutation generator's state at the start of the
+    current pass (the pass's order is drawn again from it) and the position within the pass.
+    """
+
+    def __init__(self, stream: list[int], seq_len: int, batch_size: int, steps: int, seed: int):
+        self.rows = torch.tensor(stream[: len(stream) // (seq_len + 1) * (seq_len + 1)]).view(-1, seq_len + 1)
+        if len(self.rows) < batch_size:
+            raise ValueError(f"the corpus packs into {len(self.rows)} rows of {seq_len + 1} tokens, "
+                             f"fewer than one batch of {batch_size}")
+        self.batch_size, self.steps, self.taken = batch_size, steps, 0
+        self._gen = torch.Generator().manual_seed(seed)
+        self._new_pass()
+
+    def _new_pass(self) -> None:
+        self._pass_start = self._gen.get_state()
+        self._order = torch.randperm(len(self.rows), generator=self._gen)
+        self._position = 0
+
+    def __iter__(self) -> "CPTBatches":
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor, None]:
+        if self.taken >= self.steps:
+            raise StopIteration
+        if self.at_epoch_end:
+            self._new_pass()
+        batch = self.rows[self._order[self._position:self._position + self.batch_size]]
+        self._position += self.batch_size
+        self.taken += 1
+        return batch, torch.ones_like(batch, dtype=torch.float32), None
+
+    @property
+    def at_epoch_end(self) -> bool:
+        return self._position + self.batch_size > len(self._order)
+
+    def state_dict(self) -> dict:
+        return {"pass_start": self._pass_start, "position": self._position, "taken": self.taken}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._gen.set_state(state["pass_start"])
+        self._new_pass()
+        self._position, self.taken = state["position"], state["taken"]
 
 
 def task_examples(tokenizer, problems: list[Problem]) -> list[TokenizedExample]:
@@ -119,21 +224,35 @@ def task_examples(tokenizer, problems: list[Problem]) -> list[TokenizedExample]:
     return examples
 
 
-def sft_batches(examples: list[TokenizedExample], pad_id: int, batch_size: int, epochs: int,
-                seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+class SFTBatches:
     """Right-padded batches in a fresh shuffled order each epoch: ids, loss mask, attention mask."""
-    rng = random.Random(f"sft-order:{seed}")
-    for _ in range(epochs):
-        order = list(range(len(examples)))
-        rng.shuffle(order)
-        for start in range(0, len(order), batch_size):
-            chunk = [examples[i] for i in order[start:start + batch_size]]
-            ids, attention = right_pad([e.input_ids for e in chunk], pad_id)
-            loss_mask, _ = right_pad([e.loss_mask for e in chunk], 0.0, dtype=torch.float32)
-            yield ids, loss_mask, attention
+
+    def __init__(self, examples: list[TokenizedExample], pad_id: int, batch_size: int, epochs: int, seed: int):
+        self.examples, self.pad_id = examples, pad_id
+        self.order = EpochOrder(len(examples), batch_size, epochs, f"sft-order:{seed}")
+
+    def __iter__(self) -> "SFTBatches":
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        chunk = [self.examples[i] for i in next(self.order)]
+        ids, attention = right_pad([e.input_ids for e in chunk], self.pad_id)
+        loss_mask, _ = right_pad([e.loss_mask for e in chunk], 0.0, dtype=torch.float32)
+        return ids, loss_mask, attention
+
+    @property
+    def at_epoch_end(self) -> bool:
+        return self.order.at_epoch_end
+
+    def state_dict(self) -> dict:
+        return self.order.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.order.load_state_dict(state)
 
 
 def train_cpt(cfg: CPTConfig) -> StageResult:
+    cfg.validate()
     task = make_task(cfg.task)
 
     def prepare(tok):
@@ -144,12 +263,13 @@ def train_cpt(cfg: CPTConfig) -> StageResult:
             stream = []
             for ids in tok(task.cpt_corpus(cfg.corpus_documents, cfg.seed), add_special_tokens=False).input_ids:
                 stream.extend([*ids, tok.eos_token_id])
-        return cpt_batches(stream, cfg.seq_len, cfg.batch_size, cfg.steps, cfg.seed), cfg.steps
+        return CPTBatches(stream, cfg.seq_len, cfg.batch_size, cfg.steps, cfg.seed), cfg.steps
 
     return _train(cfg, "cpt", prepare, task)
 
 
 def train_sft(cfg: SFTConfig) -> StageResult:
+    cfg.validate()
     task = make_task(cfg.task)
 
     def prepare(tok):
@@ -158,7 +278,7 @@ def train_sft(cfg: SFTConfig) -> StageResult:
         else:
             examples = task_examples(tok, task.sft_demonstrations(cfg.demonstrations, cfg.seed))
         steps = cfg.epochs * -(-len(examples) // cfg.batch_size)
-        return sft_batches(examples, tok.pad_token_id, cfg.batch_size, cfg.epochs, cfg.seed), steps
+        return SFTBatches(examples, tok.pad_token_id, cfg.batch_size, cfg.epochs, cfg.seed), steps
 
     return _train(cfg, "sft", prepare, task)
 
@@ -169,46 +289,65 @@ def _load_data(cfg: SupervisedConfig, tokenizer) -> list[TokenizedExample]:
     return examples
 
 
+def _step(model, optimizer, scheduler, batch: tuple, step: int, grad_clip: float) -> tuple[dict, bool]:
+    """forward → loss → update; a non-finite loss or gradient skips the update (never reaches the weights)."""
+    ids, mask, attention = batch
+    t0 = time.perf_counter()
+    logits = model(input_ids=ids, attention_mask=attention).logits
+    loss = masked_cross_entropy(logits[:, :-1], ids[:, 1:], mask[:, 1:])
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = grad_norm_and_clip(model, grad_clip)
+    row = {"step": step, "loss": loss.item(), "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
+           "tokens_per_s": mask[:, 1:].sum().item() / (time.perf_counter() - t0)}
+    if not (math.isfinite(row["loss"]) and math.isfinite(grad_norm)):
+        optimizer.zero_grad(set_to_none=True)
+        return row, False
+    optimizer.step()
+    scheduler.step()
+    return row, True
+
+
 def _train(cfg: SupervisedConfig, name: str, prepare, task) -> StageResult:
     started = time.perf_counter()
     threads = setup_torch(cfg.threads, cfg.seed)
-    out = Path(cfg.out)
+    out = Path(cfg.resume or cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     model, tokenizer = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
     model.train()
     batches, total_steps = prepare(tokenizer)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, total_steps, cfg.lr_schedule, cfg.min_lr_ratio)
-    log = MetricsLog(out / "metrics.jsonl")
+    resumed = resume_training(cfg, out, name, model, optimizer, scheduler)
+    start_step, skipped, streak = 0, 0, 0
+    if resumed is not None:
+        batches.load_state_dict(resumed.data)
+        start_step, skipped, streak = resumed.step, resumed.state["skipped_updates"], resumed.state["nonfinite_streak"]
+    log = MetricsLog(out / "metrics.jsonl", resume_from_step=start_step if resumed else None)
     print(f"[{name}] {cfg.model}: {count_parameters(model) / 1e6:.2f}M parameters, {threads} threads, "
           f"{total_steps} steps, run dir {out}")
-    skipped = streak = 0
-    with StageProgress(name, total_steps) as progress:
-        for step, (ids, mask, attention) in enumerate(batches, start=1):
-            t0 = time.perf_counter()
-            logits = model(input_ids=ids, attention_mask=attention).logits
-            loss = masked_cross_entropy(logits[:, :-1], ids[:, 1:], mask[:, 1:])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = grad_norm_and_clip(model, cfg.grad_clip)
-            row = {"step": step, "loss": loss.item(), "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
-                   "tokens_per_s": mask[:, 1:].sum().item() / (time.perf_counter() - t0)}
-            if math.isfinite(row["loss"]) and math.isfinite(grad_norm):
-                optimizer.step()
-                scheduler.step()
+    with StageProgress(name, total_steps, initial=start_step) as progress:
+        for step, batch in enumerate(batches, start=start_step + 1):
+            row, updated = _step(model, optimizer, scheduler, batch, step, cfg.grad_clip)
+            if updated:
                 streak = 0
-            else:  # never let a non-finite update reach the weights
-                optimizer.zero_grad(set_to_none=True)
+            else:
                 skipped, streak = skipped + 1, streak + 1
                 row["skipped_updates"] = skipped
-                log.write(row)
                 if streak >= cfg.max_nonfinite_steps:
+                    log.write(row)
                     raise RuntimeError(f"[{name}] step {step}: the loss or gradients were not finite in {streak} "
                                        f"consecutive steps (each was skipped); see {out / 'metrics.jsonl'}")
-                continue
-            if step % cfg.log_every == 0 or step == total_steps:
+            if step % cfg.log_every == 0 or step == total_steps or "skipped_updates" in row:
                 log.write(row)
             progress.update(step, loss=row["loss"])
+            if cfg.save_every and step % cfg.save_every == 0 and step < total_steps:
+                save_checkpoint(out, step, model, tokenizer, optimizer, scheduler, {},
+                                {"config": asdict(cfg), "skipped_updates": skipped, "nonfinite_streak": streak},
+                                cfg.keep_checkpoints, data_state=batches.state_dict())
+            if batches.at_epoch_end:
+                fault_point("epoch_end", step)
+            fault_point("step_end", step)
     save_model(model, tokenizer, out / "model")
     result = StageResult(name=name, seconds=0.0, model_dir=str(out / "model"), run_dir=str(out))
     if cfg.eval_problems > 0 and not cfg.data:  # the task's held-out set says nothing about a user's data

@@ -1,0 +1,164 @@
+"""Calling reward functions safely: a reward that raises, hangs or returns None/NaN makes its
+completion *unscorable* instead of crashing the run or silently scoring 0.
+
+Each reward function runs in its own worker process, so that its timeout is enforced from
+outside the call: when a call overruns, the parent kills the worker (and starts a fresh one
+for the next call); no cooperation from the function is needed. A call covers the whole batch;
+if it fails as a whole, every completion is retried alone (each with the same timeout), so
+one bad completion does not take its batch-mates down with it.
+
+`timeout_s=0` calls the functions in this process instead (no isolation, no timeout): exceptions
+and None/NaN are still caught, but a hang is not. Functions named in `trusted` (the package's own
+graders, pure and bounded) are always called in this process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Literal, Sequence
+
+import torch
+
+from lmpo.envs.base import Problem, Task
+from lmpo.envs.reward_worker import as_float
+from lmpo.envs.rewards import RewardFn
+
+FailurePolicy = Literal["unscorable", "error"]
+STARTUP_TIMEOUT_S = 300.0
+
+
+class RewardFailure(RuntimeError):
+    """A reward function failed and the failure policy is "error"."""
+
+
+@dataclass
+class RewardScores:
+    """`components[name][i]`: reward `name` of completion i (0.0 where unscorable);
+    `valid[i]`: every reward of completion i is a finite number; `failures[name]`: how many
+    completions reward `name` could not score, and `reasons[name]` the first reason."""
+
+    components: dict[str, torch.Tensor]
+    valid: torch.Tensor
+    failures: dict[str, int] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
+class _Worker:
+    """One reward function in a child interpreter (`python -m lmpo.envs.reward_worker`), fed
+    through a pair of pipes. A fresh interpreter rather than a fork: the trainer's threads
+    (OpenMP, the rollout engine's) must not be copied into a process mid-lock."""
+
+    def __init__(self, fn: RewardFn):
+        self.fn, self.process, self.reader, self.writer = fn, None, None, None
+
+    def call(self, args: tuple, timeout_s: float) -> tuple[str, object]:
+        if self.process is None or self.process.poll() is not None:
+            self._start()
+        try:
+            self.writer.send(args)
+            if not self.reader.poll(timeout_s):
+                self.stop()
+                return "timeout", f"no answer within {timeout_s:g} s (the worker was killed)"
+            return self.reader.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError) as err:
+            code = self.process.poll() if self.process is not None else None
+            self.stop()
+            return "error", f"the worker process died (exit code {code}): {err!r}"
+
+    def _start(self) -> None:
+        to_child, from_parent = os.pipe()
+        to_parent, from_child = os.pipe()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "lmpo.envs.reward_worker", str(to_child), str(from_child)],
+            pass_fds=(to_child, from_child), start_new_session=True)  # its own group: killed as one
+        os.close(to_child)
+        os.close(from_child)
+        self.reader, self.writer = Connection(to_parent, writable=False), Connection(from_parent, readable=False)
+        self.writer.send((list(sys.path), torch.get_num_threads()))  # so that the function's module imports
+        self.writer.send(self.fn)
+        # the function's own start-up (imports, loading a reward model) is not charged to a call
+        if not self.reader.poll(STARTUP_TIMEOUT_S):
+            self.stop()
+            raise RuntimeError(f"the worker for reward function {self.fn!r} did not start within {STARTUP_TIMEOUT_S} s")
+        status, detail = self.reader.recv()
+        if status != "ready":
+            self.stop()
+            raise RuntimeError(f"the worker for reward function {self.fn!r} could not start: {detail}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait(timeout=10)
+            self.reader.close()
+            self.writer.close()
+        self.process = self.reader = self.writer = None
+
+
+class RewardRunner:
+    """Scores completions with named, weighted reward functions (see module docstring)."""
+
+    def __init__(self, rewards: dict[str, tuple[RewardFn, float]], timeout_s: float = 60.0,
+                 policy: FailurePolicy = "unscorable", trusted: Sequence[str] = ()):
+        if timeout_s < 0:
+            raise ValueError(f"reward timeout must be >= 0 seconds, got {timeout_s}")
+        if policy not in ("unscorable", "error"):
+            raise ValueError(f"reward failure policy must be 'unscorable' or 'error', got {policy!r}")
+        self.rewards, self.timeout_s, self.policy = rewards, timeout_s, policy
+        self._workers = {name: _Worker(fn) for name, (fn, _) in rewards.items()
+                         if timeout_s > 0 and name not in trusted}
+
+    def weights(self) -> dict[str, float]:
+        return {name: weight for name, (_, weight) in self.rewards.items()}
+
+    def score(self, task: Task, problems: Sequence[Problem], completions: Sequence[str],
+              terminated: Sequence[bool]) -> RewardScores:
+        n = len(problems)
+        valid = torch.ones(n, dtype=torch.bool)
+        scores = RewardScores({}, valid)
+        for name in self.rewards:
+            values, reason = self._call(name, (task, list(problems), list(completions), list(terminated)), n)
+            if reason is not None:  # the batch failed as a whole: find out which completions fail
+                values = [self._call(name, (task, [p], [c], [t]), 1)[0][0]
+                          for p, c, t in zip(problems, completions, terminated)]
+            bad = [i for i, v in enumerate(values) if v is None]
+            if bad:
+                first = reason or "returned None or a non-finite number"
+                if self.policy == "error":
+                    raise RewardFailure(f"reward function {name!r} could not score the completion "
+                                        f"{completions[bad[0]]!r} of prompt {problems[bad[0]].prompt!r}: {first}")
+                scores.failures[name], scores.reasons[name] = len(bad), first
+                valid[bad] = False
+            scores.components[name] = torch.tensor([0.0 if v is None else v for v in values])
+        return scores
+
+    def _call(self, name: str, args: tuple, n: int) -> tuple[list[float | None], str | None]:
+        if name in self._workers:
+            status, payload = self._workers[name].call(args, self.timeout_s)
+        else:
+            try:
+                status, payload = "ok", [as_float(x) for x in self.rewards[name][0](*args)]
+            except Exception as err:  # noqa: BLE001
+                status, payload = "error", f"{type(err).__name__}: {err}"
+        if status == "ok" and len(payload) != n:
+            status, payload = "error", f"returned {len(payload)} scores for {n} completions"
+        if status != "ok":
+            return [None] * n, str(payload)
+        return payload, None
+
+    def close(self) -> None:
+        for worker in self._workers.values():
+            worker.stop()
+
+    def __enter__(self) -> "RewardRunner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,50 @@
+"""Preference pairs for DPO and reward-model training, as token ids: the task's embedded
+pairs, or a user's file (`prompt`/`chosen`/`rejected`, strings or message lists)."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from lmpo.envs.data import PreferencePair, load_preferences
+from lmpo.rollout import right_pad
+
+
+def embedded_pairs(task, tokenizer, n: int, seed: int, heldout: bool = False) -> list[PreferencePair]:
+    """The task's generated pairs: chosen = a right answer, rejected = a wrong one; EOS ends each reply."""
+    if not hasattr(task, "preference_pairs"):
+        raise ValueError(f"task {task.name!r} has no embedded preference pairs; give a file with --data")
+    eos = tokenizer.eos_token_id
+
+    def ids(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False).input_ids
+
+    return [PreferencePair(ids(p.prompt), ids(chosen) + [eos], ids(rejected) + [eos])
+            for p, chosen, rejected in task.preference_pairs(n, seed, heldout=heldout)]
+
+
+def file_pairs(path: str, tokenizer, max_length: int, overlong: str) -> list[PreferencePair]:
+    pairs, report = load_preferences(path, tokenizer, max_length=max_length, overlong=overlong)
+    print(f"[data] {report.summary()}")
+    return pairs
+
+
+def split_heldout(pairs: list[PreferencePair], n_heldout: int, seed: int,
+                  source: str) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """A seeded random `n_heldout` of a file's pairs for evaluation; the rest for training."""
+    if n_heldout <= 0:
+        return pairs, []
+    if n_heldout >= len(pairs):
+        raise ValueError(f"{source} has {len(pairs)} pairs: too few to hold out {n_heldout} for evaluation "
+                         f"and train on the rest (lower heldout_pairs or give heldout_data)")
+    order = list(range(len(pairs)))
+    random.Random(f"heldout-pairs:{seed}").shuffle(order)
+    held = set(order[:n_heldout])
+    return [p for i, p in enumerate(pairs) if i not in held], [pairs[i] for i in sorted(held)]
+
+
+def scoring_rows(pairs: list[PreferencePair], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For a reward model: chosen rows (prompt + chosen) then rejected rows, right-padded."""
+    rows = [p.prompt_ids + p.chosen_ids for p in pairs] + [p.prompt_ids + p.rejected_ids for p in pairs]
+    return right_pad(rows, pad_id)

@@ -1,0 +1,46 @@
+"""Reward functions that misbehave, for tests/test_reward_failures.py. Kept free of heavy
+imports: the reward worker processes import this module by name."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+
+def raises(task, problems, completions, terminated):
+    raise ValueError("the grader crashed")
+
+
+def raises_on_seven(task, problems, completions, terminated):
+    if any("7" in c for c in completions):
+        raise ValueError("cannot grade a 7")
+    return [1.0] * len(completions)
+
+
+def hangs(task, problems, completions, terminated):
+    time.sleep(3600)
+
+
+def hangs_on_seven(task, problems, completions, terminated):
+    if any("7" in c for c in completions):
+        while True:  # busy, never yields to a signal handler that could stop it politely
+            pass
+    return [float(len(c)) for c in completions]
+
+
+def none_and_nan(task, problems, completions, terminated):
+    return [None if c == "a" else math.nan if c == "b" else 2.0 for c in completions]
+
+
+def wrong_length(task, problems, completions, terminated):
+    return [1.0] * (len(completions) + 1)
+
+
+def kills_itself(task, problems, completions, terminated):
+    os._exit(3)
+
+
+def half(task, problems, completions, terminated):
+    """Unscorable for every second completion: None, NaN or an exception by turns."""
+    return [None if i % 2 else 1.0 for i in range(len(completions))]

@@ -1,0 +1,124 @@
+"""Reward functions that raise, hang, or return None/NaN make their completions unscorable:
+left out of the group's baseline, zero advantage, counted; never a crash, never a silent 0."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+import pytest
+import torch
+
+from lmpo.algos import advantages_of_valid, groups_with_signal, grpo
+from lmpo.envs import make_task
+from lmpo.envs.reward_runner import RewardFailure, RewardRunner
+from lmpo.trainers.rl import train_rl
+from lmpo.trainers.rl_config import RLConfig
+
+from reward_fns import half, hangs_on_seven, kills_itself, none_and_nan, raises, raises_on_seven, wrong_length
+
+HERE = "reward_fns"  # a light module: a worker process imports it by name
+
+
+TASK = make_task("sort_digits")
+PROBLEMS = [TASK.make("12345") for _ in range(4)]
+
+
+def _score(fn, completions, timeout_s=5.0, policy="unscorable"):
+    with RewardRunner({"r": (fn, 1.0)}, timeout_s=timeout_s, policy=policy) as runner:
+        return runner.score(TASK, PROBLEMS[:len(completions)], completions, [True] * len(completions))
+
+
+@pytest.mark.parametrize("timeout_s", [5.0, 0.0], ids=["worker", "in-process"])
+def test_a_raising_reward_makes_every_completion_unscorable(timeout_s):
+    scores = _score(raises, ["1", "2"], timeout_s)
+    assert scores.valid.tolist() == [False, False]
+    assert scores.failures == {"r": 2} and "the grader crashed" in scores.reasons["r"]
+    assert scores.components["r"].tolist() == [0.0, 0.0]
+
+
+def test_a_failing_batch_is_retried_completion_by_completion():
+    scores = _score(raises_on_seven, ["12", "17", "33"])
+    assert scores.valid.tolist() == [True, False, True]
+    assert scores.components["r"].tolist() == [1.0, 0.0, 1.0]
+
+
+def test_none_and_nan_are_unscorable():
+    scores = _score(none_and_nan, ["a", "b", "c"])
+    assert scores.valid.tolist() == [False, False, True]
+    assert scores.components["r"].tolist() == [0.0, 0.0, 2.0]
+
+
+def test_a_hanging_reward_is_killed_from_outside_at_its_timeout():
+    start = time.perf_counter()
+    with RewardRunner({"r": (hangs_on_seven, 1.0)}, timeout_s=1.0) as runner:
+        worker = runner._workers["r"]
+        scores = runner.score(TASK, PROBLEMS[:3], ["12", "17", "333"], [True] * 3)
+        # the batch call and the lone "17" call overran; each time the worker was killed
+        assert scores.valid.tolist() == [True, False, True]
+        assert scores.components["r"].tolist() == [2.0, 0.0, 3.0]
+        assert "no answer within 1 s" in scores.reasons["r"]
+        pid = worker.process.pid
+    assert time.perf_counter() - start < 30
+    assert not os.path.exists(f"/proc/{pid}") or _is_zombie_or_gone(pid)
+
+
+def test_a_worker_that_dies_is_replaced():
+    with RewardRunner({"r": (kills_itself, 1.0), "ok": (half, 1.0)}, timeout_s=5.0, trusted=["ok"]) as runner:
+        for _ in range(2):
+            scores = runner.score(TASK, PROBLEMS[:2], ["1", "2"], [True, True])
+            assert scores.valid.tolist() == [False, False]
+            assert "died" in scores.reasons["r"]
+
+
+def test_a_reward_returning_the_wrong_number_of_scores_is_unscorable():
+    scores = _score(wrong_length, ["1", "2"])
+    assert scores.valid.tolist() == [False, False]
+
+
+def test_error_policy_names_the_prompt_and_the_function():
+    with pytest.raises(RewardFailure, match=r"'r'.*'17'.*'12345='"):
+        _score(raises_on_seven, ["12", "17"], policy="error")
+
+
+def test_unscorable_completions_are_left_out_of_the_baseline():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 5.0, 1.0, 1.0])
+    group_ids = torch.tensor([0, 0, 0, 0, 1, 1])
+    valid = torch.tensor([True, True, True, False, True, False])
+    adv = advantages_of_valid(grpo, rewards, group_ids, valid)
+    expected = grpo(rewards[:3], group_ids[:3])  # the group as if the unscorable one was never sampled
+    assert torch.equal(adv[:3], expected)
+    assert adv[3] == 0 and adv[4] == 0 and adv[5] == 0  # group 1 has one scorable member: no signal
+    signal = groups_with_signal(rewards, group_ids, valid)
+    assert signal.tolist() == [True, True, True, True, False, False]
+
+
+def _is_zombie_or_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_rl_counts_unscorable_completions_and_keeps_training(start_model, tmp_path):
+    cfg = RLConfig(model=str(start_model), out=str(tmp_path / "rl"), steps=3, prompts_per_step=2, group_size=4,
+                   max_new_tokens=6, eval_problems=0, save_every=0, threads=1,
+                   rewards=f"correct=1.0,{HERE}:half=0.5", reward_timeout=10.0)
+    result = train_rl(cfg)
+    rows = [json.loads(line) for line in open(tmp_path / "rl" / "metrics.jsonl")]
+    steps = [r for r in rows if "reward_mean" in r]
+    assert len(steps) == 3 and result.model_dir
+    for row in steps:
+        assert row["unscorable"] == 4 and row[f"unscorable_{HERE}:half"] == 4
+        assert math.isfinite(row["reward_mean"])
+
+
+def test_rl_error_policy_stops_with_the_prompt_and_function(start_model, tmp_path):
+    cfg = RLConfig(model=str(start_model), out=str(tmp_path / "rl"), steps=2, prompts_per_step=2, group_size=2,
+                   max_new_tokens=4, eval_problems=0, save_every=0, threads=1,
+                   rewards=f"{HERE}:raises=1.0", reward_timeout=0.0, reward_failure="error")
+    with pytest.raises(RewardFailure, match=rf"{HERE}:raises.*prompt"):
+        train_rl(cfg)

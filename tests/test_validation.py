@@ -1,0 +1,56 @@
+"""Config values that cannot work fail at start-up, before any model loads, naming the
+values that conflict."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmpo.cli.main import main
+from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
+from lmpo.trainers.pipeline import PipelineConfig, run_pipeline
+from lmpo.trainers.preference import PreferenceConfig, train_preference
+from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
+from lmpo.trainers.rl import train_rl
+from lmpo.trainers.rl_config import RLConfig
+from lmpo.trainers.supervised import CPTConfig, SFTConfig, train_cpt, train_sft
+from lmpo.trainers.validation import ConfigError
+
+NO_MODEL = "/nonexistent/model"  # loading it would fail differently: the check must come first
+
+CASES = [
+    (train_rl, RLConfig(model=NO_MODEL, prompts_per_step=3, group_size=5, num_minibatches=2),
+     r"num_minibatches=2 must divide prompts_per_step x group_size = 15"),
+    (train_rl, RLConfig(model=NO_MODEL, num_minibatches=2, micro_batch_size=5),
+     r"micro_batch_size=5 must divide the minibatch size 32"),
+    (train_rl, RLConfig(model=NO_MODEL, group_size=1), r"group_size=1: group-relative advantages need at least 2"),
+    (train_rl, RLConfig(model=NO_MODEL, lr=0, save_every=10, keep_checkpoints=0, reward_timeout=-1),
+     r"reward_timeout=-1 must be >= 0.*lr=0 must be > 0.*keep_checkpoints=0 must be >= 1"),
+    (train_rl, RLConfig(model=NO_MODEL, rewards="rm=1.0"), r"reward 'rm' needs reward_model"),
+    (train_sft, SFTConfig(model=NO_MODEL, batch_size=0, epochs=0), r"invalid SFT config: batch_size=0 must be >= 1.*epochs=0"),
+    (train_cpt, CPTConfig(model=NO_MODEL, seq_len=1, min_lr_ratio=2), r"min_lr_ratio=2 must be in \[0, 1\].*seq_len=1"),
+    (train_preference, PreferenceConfig(model=NO_MODEL, loss="kto", label_smoothing=0.5),
+     r"loss='kto' is not one of.*label_smoothing=0.5"),
+    (train_online_dpo, OnlineDPOConfig(model=NO_MODEL, samples_per_prompt=1), r"samples_per_prompt=1: a pair is the best"),
+    (train_reward_model, RewardModelConfig(model=NO_MODEL, heldout_pairs=0, batch_size=0),
+     r"heldout_pairs=0 must be >= 1.*batch_size=0"),
+]
+
+
+@pytest.mark.parametrize("train, cfg, message", CASES, ids=[f"{c[0].__name__}-{i}" for i, c in enumerate(CASES)])
+def test_impossible_values_fail_before_the_model_loads(train, cfg, message):
+    with pytest.raises(ConfigError, match=message):
+        train(cfg)
+
+
+def test_pipeline_checks_every_stage_before_the_first(tmp_path):
+    cfg = PipelineConfig(out=str(tmp_path / "p"), rl="dpo")
+    cfg.dpo.batch_size = 0
+    with pytest.raises(ConfigError, match="invalid preference config: batch_size=0"):
+        run_pipeline(cfg)
+    assert not (tmp_path / "p" / "cpt").exists()  # CPT never started
+
+
+def test_the_cli_prints_the_conflict_and_exits_2(capsys):
+    assert main(["train", "grpo", "--model", NO_MODEL, "--prompts_per_step", "3", "--group_size", "5",
+                 "--num_minibatches", "2"]) == 2
+    assert "num_minibatches=2 must divide prompts_per_step x group_size = 15" in capsys.readouterr().err
