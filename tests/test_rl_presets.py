@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 from lmpo.cli.main import main
 from lmpo.trainers.presets import RL_PRESETS
 from lmpo.trainers.rl import train_rl
-from lmpo.trainers.rl_batch import Batch, Scored, compute_advantages, make_batch
+from lmpo.trainers.rl_batch import Scored, compute_advantages, make_batch
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.rollout import Rollout
 

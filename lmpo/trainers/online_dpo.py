@@ -4,9 +4,7 @@ take DPO steps on those pairs, and repeat with fresh prompts."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,7 +26,8 @@ from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.prompts import PromptStream
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.validation import at_least, raise_if_any, reward_problems
-from lmpo.trainers.runtime import MetricsLog, make_optimizer, make_scheduler, options_for, setup_torch
+from lmpo.trainers.runtime import (MetricsLog, keep_rows_through, make_optimizer, make_scheduler, options_for,
+                                   setup_torch)
 
 
 @dataclass
@@ -159,19 +158,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
 def drop_rounds_after(path: Path, round_: int) -> None:
     """Metrics rows of rounds after a checkpoint's: a round without pairs repeats the step count,
     so dropping rows by step alone would keep some."""
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by the crash
-        if row.get("round", 0) <= round_:
-            kept.append(line)
-    tmp = path.with_suffix(".jsonl.tmp")  # a kill mid-rewrite must not lose the log
-    tmp.write_text("".join(f"{line}\n" for line in kept))
-    os.replace(tmp, path)
+    keep_rows_through(path, "round", round_)
 
 
 def best_vs_worst(rollout, scores: torch.Tensor, group: int) -> tuple[list, list, list]:

@@ -25,7 +25,7 @@ from lmpo.trainers.pairs import embedded_pairs, file_pairs
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.validation import at_least, checkpoint_problems, optimizer_problems, raise_if_any
-from lmpo.trainers.runtime import (MetricsLog, Schedule, grad_norm_and_clip, make_optimizer, make_scheduler,
+from lmpo.trainers.runtime import (MetricsLog, Schedule, backward_and_step, make_optimizer, make_scheduler,
                                    options_for, setup_torch)
 
 
@@ -140,11 +140,7 @@ def preference_step(policy, optimizer, scheduler, enc: EncodedPairs, ref, loss_f
     loss, figures = loss_fn(chosen, rejected, ref_chosen, ref_rejected, beta=cfg.beta,
                             chosen_lengths=enc.chosen_mask.sum(1), rejected_lengths=enc.rejected_mask.sum(1), **options)
     loss = loss.mean()
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    grad_norm = grad_norm_and_clip(policy, cfg.grad_clip)
-    optimizer.step()
-    scheduler.step()
+    grad_norm = backward_and_step(policy, optimizer, scheduler, loss, cfg.grad_clip)
     return {"loss": loss.item(), "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0],
             "chosen_logps": chosen.mean().item(), "rejected_logps": rejected.mean().item(),
             **{k: v.float().mean().item() for k, v in figures.items()}}

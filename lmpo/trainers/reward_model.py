@@ -24,7 +24,7 @@ from lmpo.trainers.pairs import embedded_pairs, file_pairs, scoring_rows, split_
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.validation import at_least, checkpoint_problems, optimizer_problems, raise_if_any
-from lmpo.trainers.runtime import (MetricsLog, Schedule, grad_norm_and_clip, make_optimizer, make_scheduler,
+from lmpo.trainers.runtime import (MetricsLog, Schedule, backward_and_step, make_optimizer, make_scheduler,
                                    setup_torch)
 from lmpo.trainers.supervised import EpochOrder
 
@@ -43,11 +43,11 @@ class RewardModelConfig:
     """Seed for the pairs and their order."""
     threads: int = 2
     """Torch CPU threads (0 = one per core)."""
-    pairs: int = 2000
-    """Training pairs drawn from the task's training split."""
+    pairs: int = 10_000
+    """Training pairs drawn from the task's training split (with 2000, PPO found wrong answers the reward model preferred)."""
     heldout_pairs: int = 500
     """Held-out pairs (from held-out problems) for pairwise accuracy."""
-    epochs: int = 2
+    epochs: int = 3
     """Passes over the training pairs."""
     batch_size: int = 32
     """Pairs per optimizer step."""
@@ -155,11 +155,7 @@ def train_reward_model(cfg: RewardModelConfig) -> StageResult:
             loss, figures = bradley_terry_loss(s[: len(chunk)], s[len(chunk):], margin=cfg.margin,
                                                center_coef=cfg.center_coef)
             loss = loss.mean()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = grad_norm_and_clip(model, cfg.grad_clip)
-            optimizer.step()
-            scheduler.step()
+            grad_norm = backward_and_step(model, optimizer, scheduler, loss, cfg.grad_clip)
             step += 1
             row = {"step": step, "loss": loss.item(), "accuracy": figures["accuracy"].mean().item(),
                    "margin": figures["margin"].mean().item(), "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}

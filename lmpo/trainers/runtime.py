@@ -72,6 +72,34 @@ def grad_norm_and_clip(params, max_norm: float) -> float:
     return float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))) if params else 0.0
 
 
+def keep_rows_through(path: Path, key: str, last: int) -> None:
+    """Drop the rows of a metrics file whose `key` is past `last` (a resumed run writes them
+    again), and any line a crash cut short."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get(key, 0) <= last:
+            kept.append(line)
+    tmp = path.with_suffix(".jsonl.tmp")  # a kill mid-rewrite must not lose the log
+    tmp.write_text("".join(f"{line}\n" for line in kept))
+    os.replace(tmp, path)
+
+
+def backward_and_step(model, optimizer, scheduler, loss: torch.Tensor, grad_clip: float) -> float:
+    """One plain optimizer step on `loss`; returns the gradient norm before clipping."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = grad_norm_and_clip(model, grad_clip)
+    optimizer.step()
+    scheduler.step()
+    return grad_norm
+
+
 class MetricsLog:
     """Appends one JSON object per step to `metrics.jsonl`, flushed at once so a crash loses nothing.
 
@@ -83,18 +111,8 @@ class MetricsLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_from_step is None:
             self.path.write_text("")
-        elif self.path.exists():
-            kept = []
-            for line in self.path.read_text().splitlines():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by the crash
-                if row.get("step", 0) <= resume_from_step:
-                    kept.append(line)
-            tmp = self.path.with_suffix(".jsonl.tmp")  # a kill mid-rewrite must not lose the log
-            tmp.write_text("".join(f"{line}\n" for line in kept))
-            os.replace(tmp, self.path)
+        else:
+            keep_rows_through(self.path, "step", resume_from_step)
 
     def write(self, row: dict) -> None:
         with self.path.open("a") as f:
