@@ -26,7 +26,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.supervised import CPTBatches, EpochOrder
 
 # The same run in every test of a trainer: tiny budgets, no evaluation, a checkpoint every few steps.
@@ -34,7 +33,8 @@ COMMON = ["--threads", "1"]
 RUNS = {
     "grpo": ["train", "grpo", "--steps", "6", "--prompts_per_step", "2", "--group_size", "4", "--prompt_pool", "5",
              "--max_new_tokens", "6", "--eval_problems", "0", "--save_every", "2", "--lr", "1e-3",
-             "--rewards", "rm=1.0", "--reward_model", "{scorer}"],  # a random scorer: rewards always differ
+             "--rewards", "rm=1.0", "--reward_model", "{scorer}",  # a random scorer: rewards always differ
+             "--reward_timeout", "0"],  # scored in this process: no reward worker to start per attempt
     "sft": ["train", "sft", "--log_every", "1", "--demonstrations", "24", "--batch_size", "8", "--epochs", "2",
             "--warmup_steps", "1", "--eval_problems", "0", "--save_every", "2"],  # 3 steps per epoch
     "cpt": ["train", "cpt", "--log_every", "1", "--corpus_documents", "40", "--seq_len", "15", "--batch_size", "8",
@@ -45,10 +45,8 @@ RUNS = {
            "--epochs", "2", "--save_every", "1"],
     "online_dpo": ["train", "online_dpo", "--rounds", "4", "--prompts_per_round", "4", "--samples_per_prompt", "3",
                    "--max_new_tokens", "6", "--batch_size", "4", "--eval_problems", "0", "--save_every", "1",
-                   "--lr", "1e-3", "--rewards", "rm=1.0", "--reward_model", "{scorer}"],
+                   "--lr", "1e-3", "--rewards", "rm=1.0", "--reward_model", "{scorer}", "--reward_timeout", "0"],
 }
-if "reward_timeout" in RLConfig.__dataclass_fields__:  # score in this process: no reward worker to start per run
-    RUNS["grpo"] += ["--reward_timeout", "0"]
 STEPS = {"grpo": 6, "sft": 6, "cpt": 6, "dpo": 4, "rm": 4, "online_dpo": 4}
 
 # (trainer, one kill per attempt, extra options): each attempt resumes the one before; a last

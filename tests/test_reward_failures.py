@@ -122,3 +122,47 @@ def test_rl_error_policy_stops_with_the_prompt_and_function(start_model, tmp_pat
                    rewards=f"{HERE}:raises=1.0", reward_timeout=0.0, reward_failure="error")
     with pytest.raises(RewardFailure, match=rf"{HERE}:raises.*prompt"):
         train_rl(cfg)
+
+
+def test_a_killed_trainer_leaves_no_reward_worker_behind(start_model, tmp_path):
+    """SIGKILL the trainer while its reward worker is stuck in a call: the worker dies with it
+    (it asked the kernel for SIGKILL when its parent dies), rather than hanging on forever."""
+    import subprocess
+    import sys
+    import uuid
+
+    marker = uuid.uuid4().hex
+    env = {**os.environ, "LMPO_TEST_MARKER": marker,
+           "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "lmpo", "train", "grpo", "--model", start_model,
+                             "--out", str(tmp_path / "rl"), "--steps", "2", "--prompts_per_step", "2",
+                             "--group_size", "2", "--max_new_tokens", "4", "--eval_problems", "0", "--threads", "1",
+                             "--rewards", "correct=1.0,reward_fns:hangs=0.5", "--reward_timeout", "600"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while not [p for p in _processes_with(marker) if p != proc.pid] and time.time() < deadline:
+            time.sleep(0.2)
+        workers = [p for p in _processes_with(marker) if p != proc.pid]
+        assert workers, "the reward worker never started"
+        time.sleep(1.0)  # inside its hanging call by now
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.time() + 10
+    while _processes_with(marker) and time.time() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(marker) == []
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if marker.encode() in f.read() and not _is_zombie_or_gone(int(entry)):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
