@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import weakref
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Literal, Sequence
@@ -102,6 +103,11 @@ class _Worker:
         self.process = self.reader = self.writer = None
 
 
+def _stop_all(workers: list[_Worker]) -> None:
+    for worker in workers:
+        worker.stop()
+
+
 class RewardRunner:
     """Scores completions with named, weighted reward functions (see module docstring)."""
 
@@ -114,6 +120,9 @@ class RewardRunner:
         self.rewards, self.timeout_s, self.policy = rewards, timeout_s, policy
         self._workers = {name: _Worker(fn) for name, (fn, _) in rewards.items()
                          if timeout_s > 0 and name not in trusted}
+        # workers also stop when the runner is garbage-collected or the interpreter exits,
+        # e.g. after a trainer raised before reaching close()
+        self._finalizer = weakref.finalize(self, _stop_all, list(self._workers.values()))
 
     def weights(self) -> dict[str, float]:
         return {name: weight for name, (_, weight) in self.rewards.items()}
@@ -154,8 +163,7 @@ class RewardRunner:
         return payload, None
 
     def close(self) -> None:
-        for worker in self._workers.values():
-            worker.stop()
+        self._finalizer()
 
     def __enter__(self) -> "RewardRunner":
         return self
