@@ -58,3 +58,12 @@ def test_a_bad_prompt_file_names_the_row_and_field(start_model, tmp_path):
                    eval_problems=0, steps=1, prompts_per_step=1, group_size=2, threads=1, reward_timeout=0)
     with pytest.raises(Exception, match=r"bad.jsonl: row 2: field 'prompt'"):
         train_rl(cfg)
+
+
+def test_an_unimportable_reward_function_is_a_clear_error():
+    from lmpo.envs import parse_reward_weights, reward_functions
+
+    with pytest.raises(ValueError, match="cannot import module 'no_such_module'"):
+        reward_functions(parse_reward_weights("no_such_module:fn=1.0"))
+    with pytest.raises(ValueError, match=f"module '{__name__}' has no function 'missing'"):
+        reward_functions(parse_reward_weights(f"{__name__}:missing=1.0"))

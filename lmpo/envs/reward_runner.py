@@ -27,7 +27,7 @@ import torch
 
 from lmpo.envs.base import Problem, Task
 from lmpo.envs.reward_worker import as_float
-from lmpo.envs.rewards import RewardFn
+from lmpo.envs.rewards import REWARDS, RewardFn, parse_reward_weights, reward_functions
 
 FailurePolicy = Literal["unscorable", "error"]
 STARTUP_TIMEOUT_S = 300.0
@@ -123,6 +123,14 @@ class RewardRunner:
         # workers also stop when the runner is garbage-collected or the interpreter exits,
         # e.g. after a trainer raised before reaching close()
         self._finalizer = weakref.finalize(self, _stop_all, list(self._workers.values()))
+
+    @classmethod
+    def from_spec(cls, spec: str, reward_model: str = "", timeout_s: float = 60.0,
+                  policy: FailurePolicy = "unscorable") -> "RewardRunner":
+        """From `--rewards` (`"correct=1.0,rm=0.5,my_mod:fn=0.2"`); the built-in graders are trusted."""
+        weights = parse_reward_weights(spec)
+        fns = reward_functions(weights, reward_model)
+        return cls({name: (fns[name], weights[name]) for name in weights}, timeout_s, policy, trusted=list(REWARDS))
 
     def weights(self) -> dict[str, float]:
         return {name: weight for name, (_, weight) in self.rewards.items()}

@@ -13,8 +13,7 @@ from typing import Literal
 import torch
 
 from lmpo.algos import PREFERENCE_LOSSES
-from lmpo.envs import (REWARDS, decode_completions, encode_prompts, evaluate, make_task, parse_reward_weights,
-                       reward_functions)
+from lmpo.envs import decode_completions, encode_prompts, evaluate, make_task
 from lmpo.envs.reward_runner import RewardRunner
 from lmpo.models import load_model, load_tokenizer, save_model
 from lmpo.rollout import SamplingParams, generate
@@ -77,9 +76,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     threads = setup_torch(cfg.threads, cfg.seed)
     loss_fn = PREFERENCE_LOSSES.get(cfg.loss)
     task = make_task(cfg.task)
-    weights = parse_reward_weights(cfg.rewards)
-    rank_by = RewardRunner({name: (fn, weights[name]) for name, fn in reward_functions(weights, cfg.reward_model).items()},
-                           cfg.reward_timeout, cfg.reward_failure, trusted=list(REWARDS))
+    rank_by = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
     out = Path(cfg.resume or cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(cfg.model)
@@ -113,7 +110,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
                                pad_id=tokenizer.pad_token_id, generator=sampler)
             texts, terminated = decode_completions(tokenizer, rollout)
             ranked = rank_by.score(task, problems, texts, terminated)
-            scores = sum(w * ranked.components[name].float() for name, w in weights.items())
+            scores = sum(w * ranked.components[name].float() for name, w in rank_by.weights().items())
             scores = torch.where(ranked.valid, scores, float("nan"))  # unscorable: never chosen nor rejected
             prompts, chosen, rejected = best_vs_worst(rollout, scores, cfg.samples_per_prompt)
             fault_point("after_rollout", round_)

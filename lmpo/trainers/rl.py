@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from lmpo.algos import adaptive_kl_coef
-from lmpo.envs import REWARDS, evaluate, make_task, parse_reward_weights, reward_functions
+from lmpo.envs import evaluate, make_task
 from lmpo.envs.data import load_prompts
 from lmpo.envs.reward_runner import RewardRunner
 from lmpo.models import ValueHead, ValueModel, completion_outputs, load_model, load_tokenizer, save_model
@@ -41,9 +41,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     started = time.perf_counter()
     out = Path(cfg.resume or cfg.out)
     task = make_task(cfg.task)
-    weights = parse_reward_weights(cfg.rewards)
-    rewards = RewardRunner({name: (fn, weights[name]) for name, fn in reward_functions(weights, cfg.reward_model).items()},
-                           cfg.reward_timeout, cfg.reward_failure, trusted=list(REWARDS))
+    rewards = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
     threads = setup_torch(cfg.threads, cfg.seed)
     tokenizer = load_tokenizer(cfg.model)
     policy = load_model(cfg.model, tokenizer, seed=cfg.seed)
