@@ -1,6 +1,6 @@
 """Rollout engine vs `model.generate`, side by side in one run, same model and sampling.
 
-    .venv/bin/python bench/rollout_speed.py [--preset tiny] [--batch 64] [--new-tokens 64]
+    .venv/bin/python bench/rollout_speed.py [--preset tiny] [--batch 64] [--new-tokens 64] [--no-kernels]
 
 Prints a table, and as its last line a JSON object with the `speedup`: the median, over
 repeats, of generate time divided by engine time, each pair measured back to back so that a
@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
 import torch
 
 from lmpo.models import load_model_and_tokenizer
-from lmpo.rollout import SamplingParams, generate
+from lmpo.rollout import SamplingParams, generate, kernels
 
 
 def main() -> None:
@@ -30,7 +31,11 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--no-kernels", action="store_true",
+                        help="measure the engine without its compiled decoding kernels (the PyTorch path)")
     args = parser.parse_args()
+    if args.no_kernels:
+        os.environ["LMPO_DECODE_KERNELS"] = "0"
 
     torch.set_num_threads(args.threads)
     model, tok = load_model_and_tokenizer(args.preset, seed=0)
@@ -74,7 +79,8 @@ def main() -> None:
     print(json.dumps({"speedup": round(speedup, 3), "engine_s": round(engine_s, 4), "generate_s": round(hf_s, 4),
                       "engine_tokens_per_s": round(engine_tps), "generate_tokens_per_s": round(hf_tps),
                       "preset": args.preset, "batch": args.batch, "new_tokens": args.new_tokens,
-                      "threads": args.threads, "torch": torch.__version__}))
+                      "threads": args.threads, "kernels": kernels.load() is not None,
+                      "torch": torch.__version__}))
 
 
 if __name__ == "__main__":

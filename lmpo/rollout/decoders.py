@@ -2,10 +2,11 @@
 
 `FastLlamaDecoder` is a lean re-implementation of the Llama/Qwen2/Mistral forward pass for
 decoding, reading the weights of the transformers model in place: a preallocated KV cache,
-fused QKV and gate/up projections and no per-step framework bookkeeping. On small models the
-per-step overhead of the generic path dominates, which is why this path exists (see
-`bench/rollout_speed.py`). `HFDecoder` works for any transformers causal LM.
-Both are checked against a teacher-forced forward pass of the model in the tests.
+fused QKV and gate/up projections, and on CPU the compiled kernels of `lmpo.rollout.kernels`
+for everything between the matmuls. On small models the per-step overhead of the generic path
+dominates, which is why this path exists (see `bench/rollout_speed.py`). `HFDecoder` works for
+any transformers causal LM. Both are checked against a teacher-forced forward pass of the
+model in the tests.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
 from lmpo.models.logprobs import positions_from_mask
+from lmpo.rollout import kernels
 
 FAST_MODEL_TYPES = {"llama", "qwen2", "mistral"}
 
@@ -63,10 +65,11 @@ class HFDecoder:
 class FastLlamaDecoder:
     """Lean decoding for Llama-family models (RMSNorm, RoPE, SwiGLU, optional QKV bias).
 
-    Rotary embeddings are applied as one complex multiplication: the query and key rows of the
-    fused QKV weight are permuted within each head so that the pairs (i, i + d/2) that RoPE
-    rotates together are adjacent. Queries and keys get the same permutation, so attention
-    scores are unchanged; the permuted keys never leave the decoder.
+    Each RMSNorm's gain is folded into the projection that follows it, q/k/v and gate/up are
+    each one matmul, and the residual additions are fused into the output and down projections.
+    On CPU in fp32 a decoding step runs the compiled kernels of `lmpo.rollout.kernels`
+    (RMSNorm, SwiGLU, and RoPE + cache write + attention, one call each); elsewhere, and for the
+    prompt (prefill), the same computation runs as PyTorch operations.
     """
 
     def __init__(self, model: PreTrainedModel):
@@ -75,47 +78,45 @@ class FastLlamaDecoder:
         self.embed = inner.embed_tokens.weight
         self.rotary = inner.rotary_emb
         self.final_eps = inner.norm.variance_epsilon
-        with torch.no_grad():
-            self.lm_head = _linear(model.lm_head.weight * inner.norm.weight, None)
         self.n_heads = cfg.num_attention_heads
         self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
-        half = self.head_dim // 2
-        self.pair_order = torch.stack([torch.arange(half), torch.arange(half) + half], dim=1).flatten()
+        self.q_width = self.n_heads * self.head_dim
+        self.rope_width = (self.n_heads + self.n_kv) * self.head_dim  # q and k: the rotated columns
+        on_cpu_fp32 = self.embed.device.type == "cpu" and self.embed.dtype == torch.float32
+        supported = on_cpu_fp32 and self.head_dim % kernels.KEY_BLOCK == 0
+        self.kernels = kernels.load() if supported else None
         with torch.no_grad():
+            self.lm_head = _linear(model.lm_head.weight * inner.norm.weight, None)
             self.layers = [self._layer_weights(layer) for layer in inner.layers]
-
-    def _rope_rows(self, weight: torch.Tensor | None, heads: int) -> torch.Tensor | None:
-        if weight is None:
-            return None
-        shaped = weight.view(heads, self.head_dim, *weight.shape[1:])
-        return shaped[:, self.pair_order.to(weight.device)].reshape(weight.shape)
 
     def _layer_weights(self, layer) -> dict:
         attn, mlp = layer.self_attn, layer.mlp
         ln1, ln2 = layer.input_layernorm, layer.post_attention_layernorm
-        q_w, k_w = self._rope_rows(attn.q_proj.weight, self.n_heads), self._rope_rows(attn.k_proj.weight, self.n_kv)
         qkv_b = None
         if attn.q_proj.bias is not None:
-            qkv_b = torch.cat([self._rope_rows(attn.q_proj.bias, self.n_heads),
-                               self._rope_rows(attn.k_proj.bias, self.n_kv), attn.v_proj.bias])
-        # each RMSNorm's gain is folded into the projection that follows it
+            qkv_b = torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
         return {
             "eps1": ln1.variance_epsilon, "eps2": ln2.variance_epsilon,
-            "qkv": _linear(torch.cat([q_w, k_w, attn.v_proj.weight]) * ln1.weight, qkv_b),
-            "o": _linear(attn.o_proj.weight, attn.o_proj.bias),
+            "qkv": _linear(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]) * ln1.weight,
+                           qkv_b),
+            "o_residual": _linear(attn.o_proj.weight, attn.o_proj.bias, residual=True),
             "gate_up": _linear(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]) * ln2.weight, None),
-            "down": _linear(mlp.down_proj.weight, None),
+            "down_residual": _linear(mlp.down_proj.weight, None, residual=True),
         }
 
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
         batch, prompt_len = input_ids.shape
-        total = prompt_len + max_new_tokens
+        # the kernel scores keys in blocks of 16: a cache length that is a multiple of 16 keeps every
+        # block inside the cache (positions not yet written are masked by -inf)
+        total = -(-(prompt_len + max_new_tokens) // kernels.KEY_BLOCK) * kernels.KEY_BLOCK
         device, dtype = input_ids.device, self.embed.dtype
-        # cache rows are (sequence, kv-head) pairs so that decoding attention is one batched matmul
-        shape = (len(self.layers), batch * self.n_kv, total, self.head_dim)
-        self.k_cache = torch.zeros(shape, dtype=dtype, device=device)
-        self.v_cache = torch.zeros(shape, dtype=dtype, device=device)
+        # cache rows are (sequence, kv-head) pairs so that decoding attention is one batched matmul;
+        # keys are stored transposed [d, T], the layout of q @ K^T (the kernels' blocked layout
+        # after the prompt)
+        rows = (len(self.layers), batch * self.n_kv)
+        self.k_cache = torch.zeros(*rows, self.head_dim, total, dtype=dtype, device=device)
+        self.v_cache = torch.zeros(*rows, total, self.head_dim, dtype=dtype, device=device)
         # additive attention bias per cache row [B*kv, 1, total]: 0 for keys that may be seen
         self.key_bias = torch.full((batch, total), float("-inf"), dtype=dtype, device=device)
         self.key_bias[:, :prompt_len].masked_fill_(attention_mask.bool(), 0.0)
@@ -123,8 +124,7 @@ class FastLlamaDecoder:
         self.length = 0
         self.next_pos = attention_mask.long().sum(dim=1)
         cos, sin = self.rotary(self.embed[:1][None], torch.arange(total, device=device)[None])
-        half = self.head_dim // 2
-        self.rotation = torch.complex(cos[0, :, :half].float(), sin[0, :, :half].float())  # [total, d/2]
+        self.cos, self.sin = cos[0].to(dtype).contiguous(), sin[0].to(dtype).contiguous()  # [total, head_dim]
         causal = torch.ones(prompt_len, prompt_len, dtype=torch.bool, device=device).tril()
         # a padding query may see only itself, so that no attention row is empty (NaN)
         allowed = (causal[None] & attention_mask.bool()[:, None, :]) | torch.eye(prompt_len, dtype=torch.bool, device=device)
@@ -132,6 +132,8 @@ class FastLlamaDecoder:
         # rows (sequence, kv head); the query heads sharing a kv head are stacked along the query axis
         bias = bias.repeat_interleave(self.n_kv, dim=0).repeat(1, self.n_heads // self.n_kv, 1)
         hidden = self._forward(input_ids, positions_from_mask(attention_mask), bias)
+        if self.kernels is not None:
+            self.k_cache = kernels.blocked_keys(self.k_cache)
         return self._logits(hidden[:, -1])
 
     def keep(self, rows: torch.Tensor) -> None:
@@ -143,37 +145,57 @@ class FastLlamaDecoder:
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         self.key_bias[:, :, self.length] = 0.0
-        bias = self.key_bias[:, :, : self.length + 1]  # shared by every layer and query head
-        hidden = self._forward(tokens[:, None], self.next_pos[:, None], bias)
+        if self.kernels is not None:
+            hidden = self._kernel_step(tokens)
+        else:
+            bias = self.key_bias[:, :, : self.length + 1]  # shared by every layer and query head
+            hidden = self._forward(tokens[:, None], self.next_pos[:, None], bias)[:, -1]
         self.next_pos = self.next_pos + 1
-        return self._logits(hidden[:, -1])
+        return self._logits(hidden)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.kernels is not None:
+            return self.lm_head(self.kernels.rms_norm(hidden.contiguous(), self.final_eps))
         return self.lm_head(_rms_norm(hidden, self.final_eps))
+
+    def _kernel_step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """One token per sequence through the compiled kernels: hidden state [B, hidden]."""
+        kern, rope = self.kernels, self.rope_width
+        x = F.embedding(tokens, self.embed)
+        for i, w in enumerate(self.layers):
+            qkv = w["qkv"](kern.rms_norm(x, w["eps1"]))
+            attn = kern.decode_attention(qkv, self.q_width, rope, self.next_pos, self.cos, self.sin,
+                                         self.k_cache[i], self.v_cache[i], self.key_bias, self.length,
+                                         self.n_heads, self.n_kv)
+            x = w["o_residual"](attn, x)
+            x = w["down_residual"](kern.silu_mul(w["gate_up"](kern.rms_norm(x, w["eps2"]))), x)
+        self.length += 1
+        return x
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """`bias` [B*kv, group*seq or 1, S]: 0 where a query may attend to a key, -inf elsewhere."""
         batch, seq = ids.shape
         start, end = self.length, self.length + seq
         heads, kv, dim = self.n_heads, self.n_kv, self.head_dim
-        group, rotated = heads // kv, (heads + kv) * dim
+        group, q_width, rope, half = heads // kv, self.q_width, self.rope_width, dim // 2
         x = F.embedding(ids, self.embed)
-        rotation = self.rotation[positions][:, :, None]  # [B, seq, 1, d/2]
+        cos, sin = self.cos[positions][:, :, None], self.sin[positions][:, :, None]  # [B, seq, 1, dim]
         scale = dim ** -0.5
         for i, w in enumerate(self.layers):
             qkv = w["qkv"](_rms_norm(x, w["eps1"]))
-            pairs = torch.view_as_complex(qkv[..., :rotated].float().reshape(batch, seq, heads + kv, dim // 2, 2))
-            qk = torch.view_as_real(pairs * rotation).to(x.dtype).view(batch, seq, heads + kv, dim)
+            qk = qkv[..., :rope].view(batch, seq, heads + kv, dim)
+            rotated = torch.cat([-qk[..., half:], qk[..., :half]], dim=-1)  # transformers' rotate_half
+            qk = torch.addcmul(qk * cos, rotated, sin)
             keys, values = self.k_cache[i], self.v_cache[i]
-            keys.view(batch, kv, -1, dim)[:, :, start:end] = qk[:, :, heads:].transpose(1, 2)
-            values.view(batch, kv, -1, dim)[:, :, start:end] = qkv[..., rotated:].view(batch, seq, kv, dim).transpose(1, 2)
+            keys.view(batch, kv, dim, -1)[..., start:end] = qk[:, :, heads:].permute(0, 2, 3, 1)
+            values.view(batch, kv, -1, dim)[:, :, start:end] = qkv[..., rope:].view(batch, seq, kv, dim).transpose(1, 2)
             q = qk[:, :, :heads].transpose(1, 2).reshape(batch * kv, group * seq, dim)
-            scores = torch.baddbmm(bias, q, keys[:, :end].transpose(1, 2), alpha=scale)
+            scores = torch.baddbmm(bias, q, keys[..., :end], alpha=scale)
             attn = torch.bmm(torch.softmax(scores, dim=-1), values[:, :end])  # [B*kv, group*seq, dim]
-            attn = attn.view(batch, heads, seq, dim).transpose(1, 2).reshape(batch, seq, heads * dim)
-            x = x + w["o"](attn)
+            attn = attn.view(batch, heads, seq, dim).transpose(1, 2).reshape(batch, seq, q_width)
+            x = w["o_residual"](attn, x)
             gate, up = w["gate_up"](_rms_norm(x, w["eps2"])).chunk(2, dim=-1)
-            x.add_(w["down"](F.silu(gate).mul_(up)))
+            x = w["down_residual"](F.silu(gate).mul_(up), x)
         self.length = end
         return x
 
@@ -186,17 +208,22 @@ def _rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
     return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
-def _linear(weight: torch.Tensor, bias: torch.Tensor | None):
-    """`x -> x @ weight.T + bias`; on CPU in fp32, with the weight prepacked for oneDNN once per
-    decoder, which multiplies small batches faster than repacking on every call."""
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None, residual: bool = False):
+    """`x -> x @ weight.T + bias`, or with `residual` `(x, r) -> x @ weight.T + bias + r`; on CPU in
+    fp32, with the weight prepacked for oneDNN once per decoder, which multiplies small batches
+    faster than repacking on every call, and the residual addition fused into the matmul."""
     weight = weight.detach()
     bias = None if bias is None else bias.detach()
     if weight.device.type == "cpu" and weight.dtype == torch.float32 and _ONEDNN_LINEAR:
         try:
             packed = torch.ops.mkldnn._reorder_linear_weight(weight, 64)
+            if residual:
+                return lambda x, r: torch.ops.mkldnn._linear_pointwise.binary(x, r, packed, bias, "add")
             return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
         except RuntimeError:
             pass
+    if residual:
+        return lambda x, r: F.linear(x, weight, bias).add_(r)
     return lambda x: F.linear(x, weight, bias)
 
 
@@ -207,7 +234,9 @@ def _onednn_linear_works() -> bool:
         weight, x = torch.randn(24, 16, generator=gen), torch.randn(3, 16, generator=gen)
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, 3)
         out = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-        return torch.backends.mkldnn.is_available() and torch.allclose(out, F.linear(x, weight), atol=1e-5)
+        summed = torch.ops.mkldnn._linear_pointwise.binary(x, out, packed, None, "add")
+        return torch.backends.mkldnn.is_available() and torch.allclose(out, F.linear(x, weight), atol=1e-5) \
+            and torch.allclose(summed, 2 * out, atol=1e-5)
     except (AttributeError, RuntimeError):
         return False
 

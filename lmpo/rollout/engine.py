@@ -80,7 +80,7 @@ def generate(model: PreTrainedModel, prompts: Sequence[Sequence[int]], params: S
         prompt_ids=[list(p) for p in prompts],
         completion_ids=torch.where(loss_mask.bool(), tokens, torch.full_like(tokens, pad_id)).cpu(),
         loss_mask=loss_mask.cpu(),
-        logprobs=(logprobs * loss_mask).cpu(),
+        logprobs=torch.where(loss_mask.bool(), logprobs, torch.zeros_like(logprobs)).cpu(),
         finish_reasons=[FINISH_EOS if e else FINISH_LENGTH for e in ended_with_eos],
         pad_id=pad_id,
         lengths=loss_mask.sum(dim=1).long().cpu(),
@@ -98,9 +98,10 @@ def _decode(decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor, para
     logits = decoder.prefill(input_ids, attention_mask, steps)
     for t in range(steps):
         tokens, logprobs = sample_next(logits, params, generator)
-        tokens = torch.where(alive, tokens, torch.full_like(tokens, pad_id))
+        # rows that ended but are not yet compacted away also get a token here: everything after a
+        # row's first EOS is masked out by the caller, so they need no masking in the loop
         tokens_out[rows, t] = tokens
-        logprobs_out[rows, t] = torch.where(alive, logprobs, torch.zeros_like(logprobs))
+        logprobs_out[rows, t] = logprobs
         alive = alive & ~torch.isin(tokens, eos)
         n_alive = int(alive.sum())
         if t + 1 == steps or n_alive == 0:

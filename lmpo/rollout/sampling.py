@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from lmpo.rollout import kernels
 from lmpo.rollout.types import SamplingParams
 
 
@@ -16,6 +17,11 @@ def sample_next(logits: torch.Tensor, params: SamplingParams,
     which tokens may be drawn.
     """
     logits = logits.float()
+    kern = kernels.load() if logits.device.type == "cpu" and not (params.top_k or params.top_p < 1.0) else None
+    if kern is not None:
+        # one compiled call instead of a dozen small operations; the same uniform numbers are drawn
+        uniform = None if params.greedy else torch.rand(logits.size(0), 1, generator=generator)
+        return kern.sample_rows(logits.contiguous(), uniform, 1.0 if params.greedy else 1.0 / params.temperature)
     scaled = logits / params.temperature if not params.greedy else logits
     logp = torch.log_softmax(scaled, dim=-1)
     if params.greedy:
