@@ -43,7 +43,7 @@ def _rotate_half(x):
 @pytest.mark.parametrize("length", [0, 5, 15, 16, 17, 40])
 def test_decode_attention_matches_a_pytorch_reference(n_heads, n_kv, dim, length):
     gen = torch.Generator().manual_seed(length)
-    batch, total = 3, 48
+    batch, total = 5, 48
     qkv = torch.randn(batch, (n_heads + 2 * n_kv) * dim, generator=gen)
     keys = torch.randn(batch * n_kv, total, dim, generator=gen)  # already rotated
     values = torch.randn(batch * n_kv, total, dim, generator=gen)
@@ -52,13 +52,18 @@ def test_decode_attention_matches_a_pytorch_reference(n_heads, n_kv, dim, length
     bias[: n_kv, :, :2] = float("-inf")  # the first sequence's prompt starts with two pads
     if length < 2:
         bias[: n_kv, :, length] = 0.0
-    position = torch.tensor([length, length + 3, 7])
+    position = torch.tensor([length, length + 3, 7, 1, length])
     cos, sin = torch.randn(total + 8, dim, generator=gen), torch.randn(total + 8, dim, generator=gen)
 
     k_cache = kernels.blocked_keys(keys.transpose(1, 2).contiguous())
     v_cache = values.clone()
     out = KERNELS.decode_attention(qkv, n_heads * dim, (n_heads + n_kv) * dim, position, cos, sin, k_cache,
                                    v_cache, bias, length, n_heads, n_kv)
+    # the same step again with two threads sharing the sequences: bit for bit the same
+    k_again, v_again = kernels.blocked_keys(keys.transpose(1, 2).contiguous()), values.clone()
+    split = KERNELS.decode_attention(qkv, n_heads * dim, (n_heads + n_kv) * dim, position, cos, sin, k_again,
+                                     v_again, bias, length, n_heads, n_kv, threads=2)
+    assert torch.equal(split, out) and torch.equal(k_again, k_cache) and torch.equal(v_again, v_cache)
 
     c, s = cos[position][:, None], sin[position][:, None]
     q = qkv[:, : n_heads * dim].view(batch, n_heads, dim)
@@ -131,3 +136,35 @@ def test_build_is_cached_and_a_failing_compiler_falls_back(monkeypatch, tmp_path
         assert kernels.load() is None
     finally:
         kernels.load.cache_clear()
+
+
+@needs_kernels
+def test_attention_threads_and_forked_children():
+    """Thousands of calls sharing rows among threads, with pauses between them, give what one
+    thread gives; a forked child (whose OpenMP pool is gone) still computes it, single-threaded."""
+    import os
+    import signal
+    import time
+
+    batch, n_heads, dim, total = 4, 2, 16, 32
+    qkv = torch.randn(batch, 4 * n_heads * dim)
+    k_cache, v_cache = torch.zeros(batch * n_heads, total // 16, dim, 16), torch.zeros(batch * n_heads, total, dim)
+    bias = torch.zeros(batch * n_heads, 1, total)
+    position = torch.zeros(batch, dtype=torch.long)
+    cos, sin = torch.ones(total, dim), torch.zeros(total, dim)
+
+    def step(threads):
+        return KERNELS.decode_attention(qkv, n_heads * dim, 2 * n_heads * dim, position, cos, sin, k_cache, v_cache,
+                                        bias, 3, n_heads, n_heads, threads=threads)
+
+    expected = step(1)
+    for i in range(2000):
+        assert torch.equal(step(2), expected)
+        if i == 1000:
+            time.sleep(0.01)  # the pool's threads go to sleep and must be woken
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)  # a hang in the child fails the test instead of stalling it
+        os._exit(0 if torch.equal(step(2), expected) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -10,6 +10,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* e^x within a few ulp (Cody-Waite range reduction and Cephes' expf polynomial), written
  * without branches so that loops calling it vectorise, which libm's expf prevents.
@@ -183,14 +186,30 @@ static void attention_rows(const attention_args *a, int64_t first, int64_t last)
  * key_bias [B * n_kv, bias_stride]: 0 for keys that may be seen, -inf for padding and for
  *          every position not yet written.
  * out      [B, n_heads * d]: attention output, heads concatenated (the o_proj input).
+ * threads  how many threads share the sequences: OpenMP threads of the runtime PyTorch loaded
+ *          (libgomp.so.1 is shared by soname), so the same pool that runs PyTorch's operations,
+ *          with nothing of its own spinning between calls. The attention reads every layer's
+ *          cache once per step, which is bound by each core's memory bandwidth: a second core
+ *          nearly halves it.
  */
 void decode_attention(const float *qkv, int64_t qkv_stride, int64_t k_offset, int64_t v_offset,
                       const int64_t *position, const float *cos, const float *sin,
                       float *k_cache, float *v_cache, const float *key_bias, int64_t bias_stride,
                       float *out, int64_t batch, int64_t n_heads, int64_t n_kv, int64_t d,
-                      int64_t T, int64_t length, float scale) {
+                      int64_t T, int64_t length, float scale, int64_t threads) {
     attention_args a = {qkv, cos, sin, key_bias, position, k_cache, v_cache, out,
                         qkv_stride, k_offset, v_offset, bias_stride, n_heads, n_kv, d, T, length, scale};
+#ifdef _OPENMP
+    if (threads > 1 && batch > 1) {
+#pragma omp parallel num_threads(threads)
+        {
+            int64_t id = omp_get_thread_num(), n = omp_get_num_threads();
+            attention_rows(&a, batch * id / n, batch * (id + 1) / n);
+        }
+        return;
+    }
+#endif
+    (void)threads;
     attention_rows(&a, 0, batch);
 }
 

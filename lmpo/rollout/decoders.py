@@ -166,7 +166,7 @@ class FastLlamaDecoder:
             qkv = w["qkv"](kern.rms_norm(x, w["eps1"]))
             attn = kern.decode_attention(qkv, self.q_width, rope, self.next_pos, self.cos, self.sin,
                                          self.k_cache[i], self.v_cache[i], self.key_bias, self.length,
-                                         self.n_heads, self.n_kv)
+                                         self.n_heads, self.n_kv, threads=torch.get_num_threads())
             x = w["o_residual"](attn, x)
             x = w["down_residual"](kern.silu_mul(w["gate_up"](kern.rms_norm(x, w["eps2"]))), x)
         self.length += 1

@@ -33,14 +33,17 @@ import torch
 SOURCE = Path(__file__).with_name("decode_kernels.c")
 # -fassociative-math lets dot products vectorise; finite-math-only is not set, -inf stays -inf
 FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-fassociative-math",
-         "-fno-signed-zeros", "-fno-trapping-math", "-std=c99"]
+         "-fno-signed-zeros", "-fno-trapping-math", "-std=c11"]
+# attention shares its rows among the OpenMP threads of the runtime PyTorch loaded; a compiler
+# without OpenMP builds the kernels single-threaded
+OPENMP = ["-fopenmp"]
 _i64, _f32, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
 SIGNATURES = {
     "rms_norm": [_ptr, _ptr, _i64, _i64, _f32],
     "silu_mul": [_ptr, _ptr, _i64, _i64],
     "sample_rows": [_ptr, _ptr, _f32, _i64, _i64, _i64, _ptr, _ptr, _ptr],
     "decode_attention": [_ptr, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _ptr,
-                         _i64, _i64, _i64, _i64, _i64, _i64, _f32],
+                         _i64, _i64, _i64, _i64, _i64, _i64, _f32, _i64],
 }
 
 
@@ -81,20 +84,34 @@ class DecodeKernels:
 
     def decode_attention(self, qkv: torch.Tensor, k_offset: int, v_offset: int, position: torch.Tensor,
                          cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                         key_bias: torch.Tensor, length: int, n_heads: int, n_kv: int) -> torch.Tensor:
+                         key_bias: torch.Tensor, length: int, n_heads: int, n_kv: int, threads: int = 1) -> torch.Tensor:
         """RoPE on the new token's q and k, k and v written to the cache at `length`, attention
         over keys 0..length. qkv [B, width]; k_cache [B * n_kv, T / 16, d, 16] (see
-        `blocked_keys`), v_cache [B * n_kv, T, d]; key_bias [B * n_kv, T]."""
+        `blocked_keys`), v_cache [B * n_kv, T, d]; key_bias [B * n_kv, T]. The sequences are shared
+        among `threads` OpenMP threads (PyTorch's own pool)."""
         batch, (_, total, dim) = qkv.size(0), v_cache.shape
         out = qkv.new_empty(batch, n_heads * dim)
         self._lib.decode_attention(qkv.data_ptr(), qkv.stride(0), k_offset, v_offset, position.data_ptr(),
                                    cos.data_ptr(), sin.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
                                    key_bias.data_ptr(), key_bias.stride(0), out.data_ptr(), batch, n_heads,
-                                   n_kv, dim, total, length, dim ** -0.5)
+                                   n_kv, dim, total, length, dim ** -0.5, 1 if _forked else threads)
         return out
 
 
 KEY_BLOCK = 16  # LANES in decode_kernels.c
+
+# GNU OpenMP cannot start threads in a forked child of a process that used them (it waits for
+# the parent's pool forever), so after a fork the kernels run single-threaded
+_forked = False
+
+
+def _note_fork() -> None:
+    global _forked
+    _forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_note_fork)
 
 
 def blocked_keys(keys_transposed: torch.Tensor) -> torch.Tensor:
@@ -139,9 +156,12 @@ def build(compiler: str) -> Path:
     fd, partial = tempfile.mkstemp(dir=cache, suffix=".so.partial")
     os.close(fd)
     try:
-        result = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", partial, "-lm"], capture_output=True,
-                                text=True, timeout=120)
-        if result.returncode != 0:
+        for extra in (OPENMP, []):
+            result = subprocess.run([compiler, *FLAGS, *extra, str(SOURCE), "-o", partial, "-lm"],
+                                    capture_output=True, text=True, timeout=120)
+            if result.returncode == 0:
+                break
+        else:
             raise RuntimeError(f"{compiler} failed on {SOURCE.name}:\n{result.stderr.strip()}")
         os.replace(partial, target)
     finally:
@@ -164,6 +184,6 @@ def load() -> DecodeKernels | None:
     try:
         path = build(compiler)
         return DecodeKernels(ctypes.CDLL(str(path)), path)
-    except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+    except (OSError, RuntimeError, AttributeError, subprocess.SubprocessError) as error:
         warnings.warn(f"lmpo: decoding kernels unavailable, using the PyTorch path: {error}", stacklevel=2)
         return None
