@@ -26,6 +26,14 @@ def test_rms_norm_and_silu_mul_match_pytorch():
 
 
 @needs_kernels
+def test_kernels_refuse_tensors_they_would_misread():
+    with pytest.raises(ValueError, match="'x': expected a contiguous torch.float32 CPU tensor"):
+        KERNELS.rms_norm(torch.randn(8, 4).t(), 1e-5)
+    with pytest.raises(ValueError, match="'gate_up'"):
+        KERNELS.silu_mul(torch.randn(2, 8, dtype=torch.float64))
+
+
+@needs_kernels
 def test_exp_is_exact_at_minus_infinity_and_keeps_nan():
     gate_up = torch.tensor([[float("nan"), float("-inf"), float("inf"), 1.0, 1.0, 1.0, 1.0, 1.0]])
     out = KERNELS.silu_mul(gate_up)  # silu(g) = g / (1 + exp(-g))

@@ -59,12 +59,14 @@ class DecodeKernels:
 
     def rms_norm(self, x: torch.Tensor, eps: float) -> torch.Tensor:
         """RMSNorm of each row without the gain: x / sqrt(mean(x^2) + eps)."""
+        _check(x=x)
         out = torch.empty_like(x)
         self._lib.rms_norm(x.data_ptr(), out.data_ptr(), x.numel() // x.size(-1), x.size(-1), eps)
         return out
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """`[gate | up]` rows -> silu(gate) * up."""
+        _check(gate_up=gate_up)
         dim = gate_up.size(-1) // 2
         out = gate_up.new_empty(*gate_up.shape[:-1], dim)
         self._lib.silu_mul(gate_up.data_ptr(), out.data_ptr(), gate_up.numel() // gate_up.size(-1), dim)
@@ -74,6 +76,7 @@ class DecodeKernels:
                     inv_temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Tokens [B] and their log-probs [B] from logits [B, V] (see `sample_next`): inverse-CDF
         draws with `uniform` [B, 1], or the most likely token where `uniform` is None."""
+        _check(logits=logits, **({} if uniform is None else {"uniform": uniform}))
         rows, vocab = logits.shape
         tokens = torch.empty(rows, dtype=torch.long)
         logprobs, scratch = torch.empty(rows), torch.empty(vocab)
@@ -89,6 +92,8 @@ class DecodeKernels:
         over keys 0..length. qkv [B, width]; k_cache [B * n_kv, T / 16, d, 16] (see
         `blocked_keys`), v_cache [B * n_kv, T, d]; key_bias [B * n_kv, T]. The sequences are shared
         among `threads` OpenMP threads (PyTorch's own pool)."""
+        _check(qkv=qkv, cos=cos, sin=sin, k_cache=k_cache, v_cache=v_cache, key_bias=key_bias)
+        _check(position=position, dtype=torch.int64)
         batch, (_, total, dim) = qkv.size(0), v_cache.shape
         out = qkv.new_empty(batch, n_heads * dim)
         self._lib.decode_attention(qkv.data_ptr(), qkv.stride(0), k_offset, v_offset, position.data_ptr(),
@@ -96,6 +101,14 @@ class DecodeKernels:
                                    key_bias.data_ptr(), key_bias.stride(0), out.data_ptr(), batch, n_heads,
                                    n_kv, dim, total, length, dim ** -0.5, 1 if _forked else threads)
         return out
+
+
+def _check(dtype: torch.dtype = torch.float32, **tensors: torch.Tensor) -> None:
+    """The C code reads raw memory: refuse what it would misread rather than return garbage."""
+    for name, tensor in tensors.items():
+        if tensor.dtype != dtype or tensor.device.type != "cpu" or not tensor.is_contiguous():
+            raise ValueError(f"decoding kernel argument {name!r}: expected a contiguous {dtype} CPU tensor, "
+                             f"got {tensor.dtype} on {tensor.device} with strides {tensor.stride()}")
 
 
 KEY_BLOCK = 16  # LANES in decode_kernels.c
