@@ -228,18 +228,20 @@ void sample_rows(const float *logits, const float *u, float inv_temperature, int
             if (scratch[v] > best) best = scratch[v], arg = v;
         }
         float total = 0.0f;
-        for (int64_t v = 0; v < vocab; v++) total += exp_vec(scratch[v] - best);
-        float log_total = best + logf(total);
+        for (int64_t v = 0; v < vocab; v++) {
+            scratch[v] = exp_vec(scratch[v] - best);  /* unnormalised probabilities from here on */
+            total += scratch[v];
+        }
         int64_t token = arg;
         if (!greedy) {
             float target = u[r] * total, cumulative = 0.0f;
             for (token = 0; token < vocab - 1; token++) {
-                cumulative += exp_vec(scratch[token] - best);
+                cumulative += scratch[token];
                 if (cumulative > target) break;
             }
-            if (exp_vec(scratch[token] - best) == 0.0f) token = arg;  /* never a token of probability 0 */
+            if (scratch[token] == 0.0f) token = arg;  /* never a token of probability 0 */
         }
         tokens[r] = token;
-        logprobs[r] = scratch[token] - log_total;
+        logprobs[r] = x[token] * inv_temperature - (best + logf(total));
     }
 }
