@@ -81,7 +81,8 @@ def _sft_accuracy(model_dir: Path) -> float:
     result = model_dir.parent / "result.json"
     if result.is_file() and json.loads(result.read_text()).get("accuracy") is not None:
         return json.loads(result.read_text())["accuracy"]
-    from lmpo.envs import evaluate, make_task
+    from lmpo.envs import make_task
+    from lmpo.rollout.evaluation import evaluate
     from lmpo.models import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(str(model_dir))

@@ -75,7 +75,7 @@ def test_task_and_reward_specs_give_clear_errors():
 
 
 def test_evaluate_scores_greedy_outputs(tiny_llama, char_tokenizer, task):
-    from lmpo.envs import evaluate
+    from lmpo.rollout.evaluation import evaluate
 
     result = evaluate(tiny_llama, char_tokenizer, task, task.heldout_problems(20), max_new_tokens=6)
     assert result.n == 20 and 0 <= result.accuracy <= result.format_accuracy <= 1

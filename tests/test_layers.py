@@ -5,7 +5,7 @@ from pathlib import Path
 
 import lmpo
 
-LAYERS = {"algos": 1, "models": 2, "rollout": 3, "envs": 4, "trainers": 5, "reports": 6, "cli": 7}
+LAYERS = {"algos": 1, "models": 2, "envs": 3, "rollout": 4, "trainers": 5, "reports": 6, "cli": 7}
 ROOT = Path(lmpo.__file__).parent
 
 
@@ -51,3 +51,17 @@ def test_algos_is_pure_tensor_math():
                 assert node.module.split(".")[0] not in banned, path
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "open":
                 raise AssertionError(f"{path} does I/O")
+
+
+def test_envs_needs_no_torch():
+    """Tasks, tools, verifiers and the sandbox import without torch or transformers, so a reward
+    worker or a tool process starts in milliseconds."""
+    import subprocess
+    import sys
+
+    code = ("import sys, pkgutil, importlib, lmpo.envs\n"
+            "for m in pkgutil.walk_packages(lmpo.envs.__path__, 'lmpo.envs.'):\n"
+            "    importlib.import_module(m.name)\n"
+            "heavy = sorted(n for n in ('torch', 'transformers') if n in sys.modules)\n"
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)

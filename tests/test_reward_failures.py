@@ -13,7 +13,7 @@ import torch
 
 from lmpo.algos import advantages_of_valid, groups_with_signal, grpo
 from lmpo.envs import make_task
-from lmpo.envs.reward_runner import RewardFailure, RewardRunner
+from lmpo.rollout.reward_runner import RewardFailure, RewardRunner
 from lmpo.trainers.rl import train_rl
 from lmpo.trainers.rl_config import RLConfig
 

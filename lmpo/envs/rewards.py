@@ -58,7 +58,7 @@ def reward_functions(weights: dict[str, float], reward_model: str = "") -> dict[
                 raise ValueError("reward 'rm' needs reward_model: the directory of a trained reward model")
             if not (Path(reward_model) / "config.json").is_file():
                 raise FileNotFoundError(f"reward_model {reward_model!r} is not a model directory (no config.json)")
-            from lmpo.envs.reward_model import RewardModelReward
+            from lmpo.models.reward_scorer import RewardModelReward
 
             fns[name] = RewardModelReward(reward_model)
         elif name in REWARDS:

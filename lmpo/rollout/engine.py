@@ -7,39 +7,13 @@ from typing import Literal, Sequence
 import torch
 from transformers import PreTrainedModel
 
+from lmpo.models.padding import left_pad, right_pad
 from lmpo.rollout.decoders import FastLlamaDecoder, HFDecoder, fast_path_supported
 from lmpo.rollout.sampling import sample_next
 from lmpo.rollout.types import FINISH_EOS, FINISH_LENGTH, Rollout, SamplingParams
 
 Backend = Literal["auto", "fast", "hf"]
 COMPACT_BELOW = 0.75  # drop finished rows from the decoder once a quarter of them are done
-
-
-def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token lists into (input_ids, attention_mask)."""
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("every prompt must have at least one token")
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-        mask[row, width - len(prompt):] = 1
-    return ids, mask
-
-
-def right_pad(seqs: Sequence[Sequence[float]], pad_value: float,
-              dtype: torch.dtype = torch.long) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad lists into (values, mask) where mask is 1 on real entries."""
-    if not seqs:
-        raise ValueError("nothing to pad")
-    width = max(len(s) for s in seqs)
-    values = torch.full((len(seqs), width), pad_value, dtype=dtype)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for row, seq in enumerate(seqs):
-        values[row, : len(seq)] = torch.tensor(seq, dtype=dtype)
-        mask[row, : len(seq)] = 1
-    return values, mask
 
 
 def make_decoder(model: PreTrainedModel, backend: Backend = "auto"):

@@ -13,8 +13,9 @@ from typing import Literal
 import torch
 
 from lmpo.algos import PREFERENCE_LOSSES
-from lmpo.envs import decode_completions, encode_prompts, evaluate, make_task
-from lmpo.envs.reward_runner import RewardRunner
+from lmpo.envs import make_task
+from lmpo.rollout.evaluation import decode_completions, encode_prompts, evaluate
+from lmpo.rollout.reward_runner import RewardRunner
 from lmpo.models import load_model, load_tokenizer, save_model
 from lmpo.rollout import SamplingParams, generate
 from lmpo.trainers.checkpoint import resume_training, save_checkpoint

@@ -15,7 +15,8 @@ from typing import Literal
 import torch
 
 from lmpo.algos import PREFERENCE_LOSSES
-from lmpo.envs import evaluate, make_task
+from lmpo.envs import make_task
+from lmpo.rollout.evaluation import evaluate
 from lmpo.envs.data import PreferencePair
 from lmpo.models import completion_outputs, load_model, load_tokenizer, save_model
 from lmpo.rollout import left_pad, right_pad

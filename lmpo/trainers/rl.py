@@ -18,9 +18,10 @@ from pathlib import Path
 import torch
 
 from lmpo.algos import adaptive_kl_coef
-from lmpo.envs import evaluate, make_task
+from lmpo.envs import make_task
+from lmpo.rollout.evaluation import evaluate
 from lmpo.envs.data import load_prompts
-from lmpo.envs.reward_runner import RewardRunner
+from lmpo.rollout.reward_runner import RewardRunner
 from lmpo.models import ValueHead, ValueModel, completion_outputs, load_model, load_tokenizer, save_model
 from lmpo.rollout import SamplingParams
 from lmpo.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint

@@ -10,8 +10,9 @@ import torch
 
 from lmpo.algos import (ADVANTAGES, TOKEN_ADVANTAGES, advantages_of_valid, groups_with_signal, masked_whiten,
                         overlong_penalty, token_rewards, truncation_mask)
-from lmpo.envs import Grade, Problem, decode_completions, encode_prompts, grade_all
-from lmpo.envs.reward_runner import RewardRunner
+from lmpo.envs import Grade, Problem
+from lmpo.rollout.evaluation import decode_completions, encode_prompts, grade_all
+from lmpo.rollout.reward_runner import RewardRunner
 from lmpo.rollout import Rollout, concat_rollouts, generate, left_pad
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.runtime import options_for

@@ -18,7 +18,8 @@ from typing import Literal
 import torch
 
 from lmpo.algos import masked_cross_entropy
-from lmpo.envs import Problem, evaluate, make_task
+from lmpo.envs import Problem, make_task
+from lmpo.rollout.evaluation import evaluate
 from lmpo.envs.data import TokenizedExample, load_sft
 from lmpo.models import count_parameters, load_model_and_tokenizer, save_model
 from lmpo.rollout import right_pad

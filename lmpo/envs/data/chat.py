@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 from lmpo.envs.data.records import DataError, Record, short_repr, type_name
 

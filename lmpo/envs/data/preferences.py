@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 from lmpo.envs.data import chat
 from lmpo.envs.data.records import DataError, Record, ShapeCheck, read_records

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 from lmpo.envs.base import Problem
 from lmpo.envs.data import chat

@@ -7,8 +7,8 @@ from typing import Sequence
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from lmpo.envs.base import Problem, Task
-from lmpo.rollout import right_pad
+
+from lmpo.models.padding import right_pad
 
 
 class RewardModelReward:
@@ -34,7 +34,7 @@ class RewardModelReward:
         return {"path": self.path, "batch_size": self.batch_size, "model": None, "tokenizer": None}
 
     @torch.no_grad()
-    def __call__(self, task: Task, problems: Sequence[Problem], completions: Sequence[str],
+    def __call__(self, task, problems: Sequence, completions: Sequence[str],
                  terminated: Sequence[bool]) -> list[float]:
         self.setup()
         tok, scores = self.tokenizer, []
