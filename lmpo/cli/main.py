@@ -27,7 +27,7 @@ def _quiet_transformers() -> None:
 
 def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.trainers.pipeline import PPO_RM_SETTINGS, PipelineConfig, run_pipeline
-    from lmpo.trainers.presets import RL_PRESETS, rl_preset
+    from lmpo.trainers.presets import RL_PRESETS, pipeline_task_settings, rl_preset
 
     _reject_stage_owned(flags, args.config)
     first = build(PipelineConfig, yaml_file=args.config, flags=flags)
@@ -35,7 +35,7 @@ def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
     settings = dict(rl_preset(preset_name).settings) if preset_name in RL_PRESETS else {}
     if first.rl == "ppo_rm":
         settings.update(PPO_RM_SETTINGS)
-    preset = {f"rl_stage.{k}": v for k, v in settings.items()}
+    preset = {**pipeline_task_settings(first.task), **{f"rl_stage.{k}": v for k, v in settings.items()}}
     cfg = build(PipelineConfig, preset=preset, yaml_file=args.config, flags=flags)
     results = run_pipeline(cfg)
     _print_stage_table(results, Path(cfg.out))
@@ -68,6 +68,11 @@ NOT_RL = ("cpt", "sft", "dpo", "online_dpo", "rm")  # their options are kept in 
 def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
     def run(args: argparse.Namespace, flags: dict) -> int:
         cls, fn, preset = _trainer(kind, flags)
+        from lmpo.trainers.presets import task_settings
+
+        task = flags.get("task") or getattr(cls, "task", "")
+        suggested = task_settings(task, "rl" if cls.__name__ == "RLConfig" else kind) if isinstance(task, str) else {}
+        preset = {**{k: v for k, v in suggested.items() if k in cls.__dataclass_fields__}, **preset}
         resumed_from = flags.get("resume")
         if resumed_from and not args.config:  # continue with the interrupted run's own options
             preset.update(_saved_options(resumed_from, required=kind not in NOT_RL))
@@ -129,6 +134,24 @@ def cmd_report(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.reports import write_report
 
     print(write_report(args.run_dir))
+    return 0
+
+
+def cmd_trajectories(args: argparse.Namespace, flags: dict) -> int:
+    """Print the last --last trajectories of a run (or a pipeline's stage), sources colour-coded."""
+    from rich.console import Console
+
+    from lmpo.reports.trajectories import find_trajectories, read_trajectories, render_terminal
+
+    if args.last < 0:
+        raise ValueError(f"--last must be 0 (all) or more, got {args.last}")
+    path = find_trajectories(args.run_dir, stage=args.stage)
+    rows = read_trajectories(path, step=args.step, phase=args.phase, failed_only=args.failed)
+    shown = rows[-args.last:] if args.last else rows
+    console = Console()
+    console.print(f"{path}: showing {len(shown)} of {len(rows)} matching trajectories",
+                  style="dim", highlight=False, markup=False, soft_wrap=True)
+    render_terminal(shown, console)
     return 0
 
 
@@ -206,6 +229,17 @@ def make_parser() -> argparse.ArgumentParser:
                        description="Write RUN_DIR/report/report.html and PNG plots from metrics.jsonl / summary.json.")
     p.add_argument("run_dir", help="a run directory (or a pipeline directory)")
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("trajectories", help="print an agent run's saved trajectories, sources colour-coded",
+                       description="Print trajectories from RUN_DIR/trajectories.jsonl: prompt, template, model "
+                                   "and environment text told apart (by colour, or by «model» and ⟦env⟧ markers "
+                                   "without colour).")
+    p.add_argument("run_dir", help="a run directory (or a pipeline directory: its last stage with trajectories)")
+    p.add_argument("--step", type=int, default=None, metavar="N", help="only trajectories of this RL step")
+    p.add_argument("--last", type=int, default=3, metavar="K", help="show the last K matching ones (0: all; default 3)")
+    p.add_argument("--phase", choices=["train", "eval"], default=None, help="only training or only evaluation episodes")
+    p.add_argument("--failed", action="store_true", help="only episodes not graded correct")
+    p.add_argument("--stage", default=None, metavar="NAME", help="in a pipeline directory, the stage to show")
+    p.set_defaults(func=cmd_trajectories)
     p = sub.add_parser("presets", help="list the RL presets, their parts and their sources",
                        description="List the RL presets, what each sets, and the paper it comes from.")
     p.set_defaults(func=cmd_presets)

@@ -8,8 +8,10 @@ from typing import Callable
 from lmpo.envs.base import Task
 from lmpo.envs.exact_match import ExactMatch
 from lmpo.envs.sort_digits import SortDigits
+from lmpo.envs.tool_tasks import Calculator, Vault
 
-TASKS: dict[str, Callable[..., Task]] = {"sort_digits": SortDigits, "exact_match": ExactMatch}
+TASKS: dict[str, Callable[..., Task]] = {"sort_digits": SortDigits, "exact_match": ExactMatch, "vault": Vault,
+                                         "calculator": Calculator}
 
 
 def make_task(spec: str) -> Task:

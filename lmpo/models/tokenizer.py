@@ -14,12 +14,13 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 PAD, EOS, BOS, UNK = "<pad>", "<eos>", "<bos>", "<unk>"
-ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
+ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", "<|tool|>")
 SPECIAL_TOKENS = (PAD, EOS, BOS, UNK, *ROLE_TOKENS)
 ALPHABET = "\n" + string.printable[:95]  # digits, letters, punctuation, space
 
 # Role markers then content; an assistant turn ends with <eos>, so training on assistant
-# tokens teaches the model to stop.
+# tokens teaches the model to stop. Tool output is a `tool` turn. Prefix-preserving: earlier
+# turns render the same whatever follows (multi-turn rollouts append to what they hold).
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "<|{{ message['role'] }}|>{{ message['content'] }}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -80,6 +81,25 @@ PANELS: tuple[Panel, ...] = (
             Curve("truncated_frac", "truncated fraction"),
         ), percent=True),
     )),
+    # Agent (multi-turn, tool-using) runs only: absent keys draw no figure.
+    Panel("agent", "Agent episodes", (
+        Axis("Turns and tool calls per episode (mean)", (
+            Curve("turns_mean", "turns"),
+            Curve("tool_calls_mean", "tool calls"),
+            Curve("eval_turns_mean", "eval turns", sparse=True),
+        ), ylabel="per episode"),
+        Axis("Parse errors per episode (mean)", (
+            Curve("parse_errors_mean", "parse errors"),
+        ), ylabel="per episode"),
+        Axis("Held-out episodes with a tool call", (
+            Curve("eval_tool_call_rate", "held-out eval", sparse=True),
+        ), percent=True),
+    )),
+    Panel("obs_tokens", "Observation tokens", (
+        Axis("Share of tokens after the prompt from the environment or template", (
+            Curve("obs_token_frac", "observation fraction"),
+        ), percent=True),
+    )),
     Panel("zero_var", "Groups with zero reward variance (no learning signal)", (
         Axis("Zero-variance groups", (
             Curve("zero_var_frac", "fraction of groups"),
@@ -110,6 +130,62 @@ MAIN_KEYS: tuple[str, ...] = (
     "loss", "eval_loss", "reward_mean", "reward_std", "accuracy",
     "eval_accuracy", "format_accuracy", "eval_format_accuracy", "kl",
     "entropy", "completion_len_mean", "completion_len_max", "truncated_frac",
-    "zero_var_frac", "clip_frac", "grad_norm", "lr", "tokens_per_s",
-    "time_step",
+    "zero_var_frac", "turns_mean", "tool_calls_mean", "parse_errors_mean",
+    "obs_token_frac", "eval_turns_mean", "eval_tool_call_rate", "clip_frac",
+    "grad_norm", "lr", "tokens_per_s", "time_step",
 )
+
+# Why an agent episode ended; logged as ``termination_<reason>`` (train batch)
+# and ``eval_termination_<reason>`` (held-out), each the fraction of episodes.
+TERMINATION_REASONS: tuple[str, ...] = (
+    "answered", "env_done", "max_turns", "token_budget", "turn_length",
+    "context_overflow", "parse_error_limit", "tool_timeout", "env_error",
+)
+TERMINATION_PREFIX = "termination_"
+EVAL_TERMINATION_PREFIX = "eval_termination_"
+
+
+def _reasons(keys: Iterable[str], prefix: str) -> list[str]:
+    """Reasons logged under ``prefix``: the known ones in order, then others sorted."""
+    found = {k[len(prefix):] for k in keys if k.startswith(prefix) and len(k) > len(prefix)}
+    known = [r for r in TERMINATION_REASONS if r in found]
+    return known + sorted(found - set(known))
+
+
+def termination_panel(keys: Iterable[str]) -> Panel | None:
+    """Episode end reasons over steps (stacked for the train batch, lines for eval).
+
+    Built from whichever ``termination_<reason>`` keys were logged, so new
+    reasons show up without a code change; None when there are none.
+    """
+    keys = list(keys)
+    train = _reasons(keys, TERMINATION_PREFIX)
+    held_out = _reasons(keys, EVAL_TERMINATION_PREFIX)
+    axes = []
+    if train:
+        axes.append(Axis(
+            "Train episodes by end reason",
+            tuple(Curve(TERMINATION_PREFIX + r, r) for r in train),
+            percent=True, stacked=True,
+        ))
+    if held_out:
+        axes.append(Axis(
+            "Held-out episodes by end reason",
+            tuple(Curve(EVAL_TERMINATION_PREFIX + r, r, sparse=True) for r in held_out),
+            percent=True,
+        ))
+    return Panel("termination", "How episodes ended", tuple(axes)) if axes else None
+
+
+def panels_for(keys: Iterable[str]) -> list[Panel]:
+    """:data:`PANELS` plus, when termination keys exist, the termination panel
+    (placed after the observation-token panel)."""
+    extra = termination_panel(keys)
+    if extra is None:
+        return list(PANELS)
+    out: list[Panel] = []
+    for panel in PANELS:
+        out.append(panel)
+        if panel.name == "obs_tokens":
+            out.append(extra)
+    return out

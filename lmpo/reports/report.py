@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import warnings
@@ -10,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from . import page
-from .metrics import Row, Series, all_series, read_metrics
-from .panels import MAIN_KEYS, PANELS, Panel
+from .metrics import Row, Series, all_series, as_float, read_metrics
+from .panels import MAIN_KEYS, Panel, panels_for
 from .plots import render_panel
 from .stages import Stage, fmt_pct, fmt_seconds, read_summary, render_stages
+from .trajectories import TRAJECTORIES_FILE, html_section
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -53,6 +55,8 @@ def _write(run_dir: Path, seen: frozenset[Path]) -> Report:
         body += _pipeline_section(run_dir, summary, report, seen | {run_dir.resolve()})
     if metrics.is_file():
         body += _metrics_section(metrics, report)
+    if (run_dir / TRAJECTORIES_FILE).is_file():
+        body += html_section(run_dir)
     title = f"Report: {run_dir.resolve().name}"
     report.html.write_text(page.document(title, body), encoding="utf-8")
     return report
@@ -78,9 +82,10 @@ def _metrics_section(metrics: Path, report: Report) -> list[str]:
 
 def _panel_order(data: dict[str, Series]) -> list[Panel]:
     """Panels in display order; in an RL run the policy loss is a side show."""
+    panels = panels_for(data)
     if "reward_mean" not in data:
-        return list(PANELS)
-    return [p for p in PANELS if p.name != "loss"] + [p for p in PANELS if p.name == "loss"]
+        return panels
+    return [p for p in panels if p.name != "loss"] + [p for p in panels if p.name == "loss"]
 
 
 def _run_overview(metrics: Path, rows: list[Row]) -> str:
@@ -129,7 +134,8 @@ def _pipeline_section(
     if not stages:
         body.append(page.paragraph("summary.json lists no stages.", "note"))
     sub_reports = {i: _stage_report(run_dir, s, seen) for i, s in enumerate(stages)}
-    body.append(_stage_table(stages, sub_reports, report.html.parent))
+    agent = _stage_agent_fields(summary, len(stages))
+    body.append(_stage_table(stages, sub_reports, report.html.parent, agent))
     png = render_stages(stages, report.html.parent)
     if png is not None:
         report.images.append(png)
@@ -169,9 +175,42 @@ def _rel(target: Path, start: Path) -> str:
     return Path(os.path.relpath(target, start)).as_posix()
 
 
+# (tool-call rate, {termination reason: fraction}) of one stage
+AgentFields = tuple[float | None, dict[str, float]]
+MAIN_TERMINATIONS = 3  # reasons shown per stage in the table
+
+
+def _stage_agent_fields(summary: Path, n: int) -> list[AgentFields]:
+    """Per stage: its ``tool_call_rate`` and ``terminations``, where present.
+
+    ``read_summary`` has already checked that ``stages`` is a list of objects.
+    """
+    raw = json.loads(summary.read_text(encoding="utf-8")).get("stages", [])
+    out: list[AgentFields] = []
+    for stage in raw[:n]:
+        rate = as_float(stage.get("tool_call_rate"))
+        ends = stage.get("terminations")
+        ends = ends if isinstance(ends, dict) else {}
+        fracs = {str(k): float(v) for k, v in ends.items()
+                 if as_float(v) is not None and math.isfinite(float(v))}
+        out.append((rate if rate is not None and math.isfinite(rate) else None, fracs))
+    return out + [(None, {})] * (n - len(out))
+
+
+def _fmt_terminations(fracs: dict[str, float]) -> str:
+    main = sorted(((v, k) for k, v in fracs.items() if v > 0), key=lambda p: -p[0])
+    return ", ".join(f"{k} {fmt_pct(v)}" for v, k in main[:MAIN_TERMINATIONS]) or "n/a"
+
+
 def _stage_table(
-    stages: list[Stage], subs: dict[int, Report | str | None], out_dir: Path
+    stages: list[Stage],
+    subs: dict[int, Report | str | None],
+    out_dir: Path,
+    agent: list[AgentFields] | None = None,
 ) -> str:
+    agent = agent or [(None, {})] * len(stages)
+    has_rate = any(rate is not None for rate, _ in agent)
+    has_ends = any(ends for _, ends in agent)
     rows = []
     for i, s in enumerate(stages):
         sub = subs[i]
@@ -184,10 +223,15 @@ def _stage_table(
             page.cell(fmt_pct(s.accuracy), numeric=True),
             page.cell(fmt_pct(s.format_accuracy), numeric=True),
             page.cell(fmt_seconds(s.seconds), numeric=True),
-            page.cell(run, raw_html=True),
         ])
-    headers = ["stage", "accuracy", "format accuracy", "time", "run"]
-    return page.table(headers, rows)
+        if has_rate:
+            rows[-1].append(page.cell(fmt_pct(agent[i][0]), numeric=True))
+        if has_ends:
+            rows[-1].append(page.cell(_fmt_terminations(agent[i][1])))
+        rows[-1].append(page.cell(run, raw_html=True))
+    headers = ["stage", "accuracy", "format accuracy", "time"]
+    headers += ["tool-call rate"] * has_rate + ["episode endings"] * has_ends
+    return page.table(headers + ["run"], rows)
 
 
 def _extras_table(extras: dict[str, Any]) -> str:

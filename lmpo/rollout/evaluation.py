@@ -1,15 +1,17 @@
-"""Held-out evaluation with greedy decoding, graded by the task's own grader."""
+"""Held-out evaluation: greedy episodes through the agent loop, graded by the task's own grader."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lmpo.envs.base import Grade, Problem, Task
-from lmpo.rollout import FINISH_EOS, Rollout, SamplingParams, generate
+from lmpo.rollout.agent_loop import EpisodeRunner
+from lmpo.rollout.trajectory import Trajectory
+from lmpo.rollout.types import SamplingParams
 
 
 @dataclass
@@ -18,47 +20,57 @@ class EvalResult:
     format_accuracy: float
     n: int
     examples: list[dict] = field(default_factory=list)
+    tool_call_rate: float = 0.0
+    """Share of episodes that called a tool at least once."""
+    turns_mean: float = 1.0
+    terminations: dict[str, float] = field(default_factory=dict)
+    """Share of episodes per termination reason."""
+    trajectories: list[Trajectory] = field(default_factory=list, repr=False)
+    """The first few episodes, for people to read."""
 
     def as_dict(self) -> dict:
-        return {"accuracy": self.accuracy, "format_accuracy": self.format_accuracy, "n": self.n}
+        return {"accuracy": self.accuracy, "format_accuracy": self.format_accuracy, "n": self.n,
+                "tool_call_rate": self.tool_call_rate, "turns_mean": self.turns_mean,
+                "terminations": self.terminations}
+
+    def metrics(self, prefix: str = "eval_") -> dict:
+        row = {f"{prefix}accuracy": self.accuracy, f"{prefix}format_accuracy": self.format_accuracy}
+        if self.tool_call_rate or self.turns_mean != 1.0:
+            row[f"{prefix}tool_call_rate"] = self.tool_call_rate
+            row[f"{prefix}turns_mean"] = self.turns_mean
+        row.update({f"{prefix}termination_{k}": v for k, v in self.terminations.items()})
+        return row
 
 
-def encode_prompts(tokenizer: PreTrainedTokenizerBase, problems: Sequence[Problem]) -> list[list[int]]:
+def encode_prompts(tokenizer, problems: Sequence[Problem]) -> list[list[int]]:
     return [tokenizer(p.prompt, add_special_tokens=False).input_ids for p in problems]
 
 
-def decode_completions(tokenizer: PreTrainedTokenizerBase, rollout: Rollout) -> tuple[list[str], list[bool]]:
-    """Completion texts without the final EOS, and whether each ended with EOS."""
-    texts, terminated = [], []
-    for tokens, reason in zip(rollout.completion_token_lists(), rollout.finish_reasons):
-        ended = reason == FINISH_EOS
-        texts.append(tokenizer.decode(tokens[:-1] if ended else tokens, skip_special_tokens=False))
-        terminated.append(ended)
-    return texts, terminated
-
-
-def grade_all(task: Task, problems: Sequence[Problem], texts: Sequence[str], terminated: Sequence[bool]) -> list[Grade]:
-    return [task.grade(p, c, t) for p, c, t in zip(problems, texts, terminated)]
+def grade_all(task: Task, trajectories: Sequence[Trajectory]) -> list[Grade]:
+    return [task.grade(t.problem, t.final_text, t.terminated) for t in trajectories]
 
 
 @torch.no_grad()
-def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Task,
-             problems: Sequence[Problem], *, max_new_tokens: int = 16, batch_size: int = 256,
-             n_examples: int = 5) -> EvalResult:
-    """Greedy accuracy and format accuracy on `problems`."""
+def evaluate(model, tokenizer, task: Task, problems: Sequence[Problem], *, max_new_tokens: int = 16,
+             batch_size: int = 256, n_examples: int = 5, max_turns: int = 0) -> EvalResult:
+    """Greedy accuracy, format accuracy, tool use and termination reasons on `problems`."""
+    runner = EpisodeRunner.for_task(task, model, tokenizer, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens),
+                                    max_turns=max_turns)
     grades: list[Grade] = []
-    examples: list[dict] = []
-    params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    kept: list[Trajectory] = []
+    tool_users = turns = 0
+    reasons: Counter[str] = Counter()
     for start in range(0, len(problems), batch_size):
-        chunk = problems[start:start + batch_size]
-        rollout = generate(model, encode_prompts(tokenizer, chunk), params,
-                           eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)
-        texts, terminated = decode_completions(tokenizer, rollout)
-        chunk_grades = grade_all(task, chunk, texts, terminated)
-        grades.extend(chunk_grades)
-        for p, text, g in zip(chunk, texts, chunk_grades):
-            if len(examples) < n_examples:
-                examples.append({"prompt": p.prompt, "completion": text, "answer": p.answer, "correct": g.correct})
+        trajectories = runner.run(problems[start:start + batch_size])
+        grades += grade_all(task, trajectories)
+        kept += trajectories[:max(0, n_examples - len(kept))]
+        tool_users += sum(t.tool_calls > 0 for t in trajectories)
+        turns += sum(t.turns for t in trajectories)
+        reasons.update(t.termination for t in trajectories)
     n = max(len(grades), 1)
+    examples = [{"prompt": t.problem.prompt, "completion": t.final_text, "answer": t.problem.answer,
+                 "correct": g.correct} for t, g in zip(kept, grades)]
     return EvalResult(accuracy=sum(g.correct for g in grades) / n,
-                      format_accuracy=sum(g.well_formed for g in grades) / n, n=len(grades), examples=examples)
+                      format_accuracy=sum(g.well_formed for g in grades) / n, n=len(grades), examples=examples,
+                      tool_call_rate=tool_users / n, turns_mean=turns / n,
+                      terminations={k: v / n for k, v in sorted(reasons.items())}, trajectories=kept)

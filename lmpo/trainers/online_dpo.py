@@ -14,10 +14,12 @@ import torch
 
 from lmpo.algos import PREFERENCE_LOSSES
 from lmpo.envs import make_task
-from lmpo.rollout.evaluation import decode_completions, encode_prompts, evaluate
+from lmpo.rollout.agent_loop import EpisodeRunner
+from lmpo.rollout.evaluation import evaluate
+from lmpo.rollout.trajectory import to_rollout
 from lmpo.rollout.reward_runner import RewardRunner
 from lmpo.models import load_model, load_tokenizer, save_model
-from lmpo.rollout import SamplingParams, generate
+from lmpo.rollout import SamplingParams
 from lmpo.trainers.checkpoint import resume_training, save_checkpoint
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.preference import (PreferenceConfig, encode_pair_ids, preference_problems, preference_step,
@@ -86,6 +88,10 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     stream = PromptStream(task.train_problems(cfg.prompt_pool, cfg.seed), cfg.seed)
     sampler = torch.Generator().manual_seed(cfg.seed)
     sampling = SamplingParams(cfg.temperature, 1.0, 0, cfg.max_new_tokens)
+    runner = EpisodeRunner.for_task(task, policy, tokenizer, sampling, generator=sampler)
+    if runner.limits.max_turns > 1:
+        raise ValueError(f"online DPO pairs whole completions; task {task.name!r} is multi-turn (tool output "
+                         "inside the completion would be trained as the model's); use an RL preset for it")
     max_steps = cfg.rounds * cfg.epochs * -(-cfg.prompts_per_round // cfg.batch_size)
     optimizer = make_optimizer(policy, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, max_steps, cfg.lr_schedule, cfg.min_lr_ratio)
@@ -107,9 +113,9 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
         for round_ in range(start_round + 1, cfg.rounds + 1):
             first_prompt = stream.position
             problems = [p for p in stream.take(cfg.prompts_per_round) for _ in range(cfg.samples_per_prompt)]
-            rollout = generate(policy, encode_prompts(tokenizer, problems), sampling, eos_id=tokenizer.eos_token_id,
-                               pad_id=tokenizer.pad_token_id, generator=sampler)
-            texts, terminated = decode_completions(tokenizer, rollout)
+            trajectories = runner.run(problems)
+            rollout = to_rollout(trajectories, tokenizer.pad_token_id)
+            texts, terminated = [t.final_text for t in trajectories], [t.terminated for t in trajectories]
             ranked = rank_by.score(task, problems, texts, terminated)
             scores = sum(w * ranked.components[name].float() for name, w in rank_by.weights().items())
             scores = torch.where(ranked.valid, scores, float("nan"))  # unscorable: never chosen nor rejected

@@ -67,3 +67,29 @@ def rl_preset(name: str) -> Preset:
     if name not in RL_PRESETS:
         raise ValueError(f"unknown RL preset {name!r}; choose one of: {', '.join(RL_PRESETS)}")
     return RL_PRESETS[name]
+
+
+def task_settings(task_spec: str, stage: str) -> dict:
+    """Options a task suggests for one stage ("cpt", "sft", "rl", ...): its episode token budget
+    for sampling and evaluation, and any `pipeline_settings` it names for that stage. They sit
+    below the method's preset and the user's own options."""
+    from lmpo.envs import make_task
+
+    try:
+        task = make_task(task_spec)
+    except ValueError:
+        return {}  # the stage reports the bad task itself
+    settings: dict = {}
+    budget = getattr(task, "max_tokens", 0)
+    if budget:
+        settings["eval_max_new_tokens"] = budget
+        if stage in ("rl", "online_dpo"):
+            settings["max_new_tokens"] = budget
+    settings.update(getattr(task, "pipeline_settings", {}).get(stage, {}))
+    return settings
+
+
+def pipeline_task_settings(task_spec: str) -> dict:
+    """`task_settings` for every stage of `lmpo pipeline`, as dotted keys."""
+    stages = {"cpt": "cpt", "sft": "sft", "rl_stage": "rl", "online_dpo": "online_dpo", "dpo": "dpo"}
+    return {f"{section}.{k}": v for section, stage in stages.items() for k, v in task_settings(task_spec, stage).items()}

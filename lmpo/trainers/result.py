@@ -15,6 +15,10 @@ class StageResult:
     run_dir: str
     accuracy: float | None = None
     format_accuracy: float | None = None
+    tool_call_rate: float | None = None
+    """Held-out episodes that called a tool at least once (multi-turn tasks)."""
+    terminations: dict[str, float] | None = None
+    """Held-out episodes per termination reason (shares)."""
 
     def write(self, path: str | Path, **extra) -> None:
         Path(path).write_text(json.dumps({**asdict(self), **extra}, indent=2, default=str))

@@ -24,6 +24,9 @@ from lmpo.envs.data import load_prompts
 from lmpo.rollout.reward_runner import RewardRunner
 from lmpo.models import ValueHead, ValueModel, completion_outputs, load_model, load_tokenizer, save_model
 from lmpo.rollout import SamplingParams
+from lmpo.rollout.agent_loop import EpisodeRunner
+from lmpo.trainers.agent_metrics import TrajectoryLog, agent_figures
+from lmpo.trainers.termination import TerminationPolicy
 from lmpo.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.progress import StageProgress
@@ -55,6 +58,9 @@ def train_rl(cfg: RLConfig) -> StageResult:
     sampler = torch.Generator().manual_seed(cfg.seed)
     stream = PromptStream(_prompt_pool(cfg, task, tokenizer), cfg.seed)
     sampling = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
+    runner = EpisodeRunner.for_task(task, policy, tokenizer, sampling, generator=sampler, max_turns=cfg.max_turns,
+                                    max_turn_tokens=cfg.max_turn_tokens, max_parse_errors=cfg.max_parse_errors)
+    endings = TerminationPolicy.parse(cfg.termination_policy, cfg.termination_penalty, runner.limits.max_turns > 1)
     extra_modules = {"critic": critic} if critic is not None else {}
     beta = cfg.beta
 
@@ -71,6 +77,8 @@ def train_rl(cfg: RLConfig) -> StageResult:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
     log = MetricsLog(out / "metrics.jsonl", resume_from_step=start_step if checkpoint else None)
+    saved = TrajectoryLog(out / "trajectories.jsonl", tokenizer, cfg.save_trajectories,
+                          resume_from_step=start_step if checkpoint else None)
     held = {"policy": 1, "reference": int(reference is not None), "critic": cfg.critic}
     print(f"[rl] {cfg.advantage} advantages, {cfg.loss} loss, {cfg.aggregation}, beta={cfg.beta} "
           f"({cfg.kl_placement}), critic={cfg.critic}; {cfg.prompts_per_step}x{cfg.group_size} samples per step, "
@@ -79,18 +87,21 @@ def train_rl(cfg: RLConfig) -> StageResult:
     heldout = _heldout(cfg, task, tokenizer)
     last_eval = None
     if heldout and start_step == 0:  # the starting point of the curves
-        first = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
-        log.write({"step": 0, "eval_accuracy": first.accuracy, "eval_format_accuracy": first.format_accuracy})
+        first = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens, max_turns=cfg.max_turns)
+        log.write({"step": 0, **first.metrics()})
+        saved.write(0, "eval", first.trajectories, task)
     policy.train()
     with StageProgress("rl", cfg.steps, initial=start_step) as progress:
         for step in range(start_step + 1, cfg.steps + 1):
             times: dict[str, float] = {}
             first_prompt = stream.position
-            scored = collect(policy, tokenizer, task, stream, sampling, sampler, rewards, cfg, times)  # generate, score
+            scored = collect(runner, task, stream, rewards, endings, cfg, times)  # generate, score
             fault_point("after_rollout", step)
             tick = time.perf_counter()
             batch = make_batch(scored, cfg, tokenizer.pad_token_id)
             old_log_probs_and_values(batch, reference, critic, policy, cfg)  # π_old is the sampler's own
+            if not cfg.mask_observations:
+                train_on_observations(batch, scored, policy, cfg)
             times["time_logprobs"] = time.perf_counter() - tick
             tick = time.perf_counter()
             figures = compute_advantages(batch, scored, cfg, beta)
@@ -107,16 +118,19 @@ def train_rl(cfg: RLConfig) -> StageResult:
                                    f"steps; every update was skipped, so the weights are unchanged since step "
                                    f"{step - nonfinite_streak} (see {out / 'metrics.jsonl'})")
 
-            row = {"step": step, **step_figures(scored, batch), "beta": beta, "lr": scheduler.get_last_lr()[0],
-                   **figures, **stats, **times}
+            row = {"step": step, **step_figures(scored, batch), **agent_figures(scored.trajectories, runner.limits),
+                   "beta": beta, "lr": scheduler.get_last_lr()[0], **figures, **stats, **times}
+            saved.write(step, "train", scored.trajectories, task, scored.rewards.tolist(), scored.valid.tolist())
             row["prompts"], row["prompt_digest"] = [first_prompt, stream.position], prompt_digest(scored.problems)
             if cfg.target_kl > 0 and reference is not None:
                 observed = figures.get("kl_reward", stats.get("kl", 0.0))
                 beta = adaptive_kl_coef(beta, observed, cfg.target_kl, cfg.kl_horizon, len(scored.problems))
             if heldout and (step % cfg.eval_every == 0 or step == cfg.steps):
-                last_eval = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
+                last_eval = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens,
+                                     max_turns=cfg.max_turns)
                 policy.train()
-                row["eval_accuracy"], row["eval_format_accuracy"] = last_eval.accuracy, last_eval.format_accuracy
+                row.update(last_eval.metrics())
+                saved.write(step, "eval", last_eval.trajectories, task)
             log.write(row)
             progress.update(step, reward=row["reward_mean"], acc=row["accuracy"],
                             **({"eval": last_eval.accuracy} if last_eval else {}))
@@ -135,6 +149,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     result = StageResult(name="rl", seconds=time.perf_counter() - started, model_dir=str(out / "model"), run_dir=str(out))
     if last_eval is not None:
         result.accuracy, result.format_accuracy = last_eval.accuracy, last_eval.format_accuracy
+        result.tool_call_rate, result.terminations = last_eval.tool_call_rate, last_eval.terminations
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result.write(out / "result.json", config=asdict(cfg), models_held=held, peak_rss_mb=round(peak_mb, 1))
     return result
@@ -176,6 +191,21 @@ def old_log_probs_and_values(batch: Batch, reference, critic, policy, cfg: RLCon
         batch.old_values = critic(hidden)
     elif isinstance(critic, ValueModel):
         batch.old_values = critic(batch.prompt_ids, batch.prompt_mask, batch.completion_ids)
+
+
+@torch.no_grad()
+def train_on_observations(batch: Batch, scored, policy, cfg: RLConfig) -> None:
+    """The ablation `mask_observations=False`: tool output and template tokens enter the loss as if
+    the model had written them (what a framework that forgets the observation mask does); their
+    π_old is the policy's own log-prob, since no sampler ever produced them."""
+    lengths = scored.rollout.lengths
+    real = (torch.arange(batch.completion_ids.size(1))[None, :] < lengths[:, None]).float()
+    extra = real * (1 - batch.loss_mask) * scored.trained[:, None].float() * scored.valid[:, None].float()
+    if extra.any():
+        own = completion_outputs(policy, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                                 cfg.temperature).logprobs
+        batch.old_logprobs = torch.where(extra.bool(), own, batch.old_logprobs)
+        batch.loss_mask = batch.loss_mask + extra
 
 
 def prompt_digest(problems) -> str:

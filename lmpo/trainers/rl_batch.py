@@ -11,9 +11,12 @@ import torch
 from lmpo.algos import (ADVANTAGES, TOKEN_ADVANTAGES, advantages_of_valid, groups_with_signal, masked_whiten,
                         overlong_penalty, token_rewards, truncation_mask)
 from lmpo.envs import Grade, Problem
-from lmpo.rollout.evaluation import decode_completions, encode_prompts, grade_all
+from lmpo.rollout import Rollout, concat_rollouts, left_pad
+from lmpo.rollout.agent_loop import EpisodeRunner
+from lmpo.rollout.evaluation import grade_all
 from lmpo.rollout.reward_runner import RewardRunner
-from lmpo.rollout import Rollout, concat_rollouts, generate, left_pad
+from lmpo.rollout.trajectory import Trajectory, to_rollout
+from lmpo.trainers.termination import TerminationPolicy
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.runtime import options_for
 
@@ -34,10 +37,19 @@ class Scored:
     groups_without_signal: int
     valid: torch.Tensor | None = None
     unscorable: dict[str, int] = field(default_factory=dict)
+    trajectories: list[Trajectory] = field(default_factory=list)
+    env_rewards: torch.Tensor | None = None
+    """The environment's own rewards per trajectory (summed over turns; part of `rewards`)."""
+    trained: torch.Tensor | None = None
+    """False where the termination policy keeps a trajectory's tokens out of the loss."""
 
     def __post_init__(self):
         if self.valid is None:
             self.valid = torch.ones(len(self.rewards), dtype=torch.bool)
+        if self.env_rewards is None:
+            self.env_rewards = torch.zeros(len(self.rewards))
+        if self.trained is None:
+            self.trained = torch.ones(len(self.rewards), dtype=torch.bool)
 
 
 @dataclass
@@ -53,6 +65,8 @@ class Batch:
     old_values: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
+    turn_rewards: torch.Tensor | None = None
+    """The environment's per-turn rewards on the last model token of each turn [B, T] (token estimators)."""
 
     def select(self, index: torch.Tensor) -> "Batch":
         return Batch(**{k: (v[index] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()})
@@ -61,13 +75,26 @@ class Batch:
 def make_batch(scored: Scored, cfg: RLConfig, pad_id: int) -> Batch:
     rollout = scored.rollout
     prompt_ids, prompt_mask = left_pad(rollout.prompt_ids, pad_id)
-    loss_mask = rollout.loss_mask
+    loss_mask = truncation_mask(rollout.loss_mask, ~scored.trained)
     if cfg.overlong == "mask":
         loss_mask = truncation_mask(loss_mask, rollout.truncated)
-    return Batch(prompt_ids, prompt_mask, rollout.completion_ids, loss_mask, rollout.logprobs)
+    return Batch(prompt_ids, prompt_mask, rollout.completion_ids, loss_mask, rollout.logprobs,
+                 turn_rewards=turn_reward_tokens(scored.trajectories, rollout.completion_ids.shape))
 
 
-def collect(policy, tokenizer, task, stream, sampling, sampler: torch.Generator, rewards: RewardRunner,
+def turn_reward_tokens(trajectories: list[Trajectory], shape: torch.Size) -> torch.Tensor | None:
+    """Each turn's environment reward at the turn's last model token, relative to the completion."""
+    if not any(r for t in trajectories for r in t.turn_rewards if r is not None):
+        return None
+    out = torch.zeros(shape)
+    for row, t in enumerate(trajectories):
+        for (start, end), reward in zip(t.turn_spans, t.turn_rewards):
+            if reward is not None and end > start:
+                out[row, end - 1 - t.prompt_length] = reward
+    return out
+
+
+def collect(runner: EpisodeRunner, task, stream, rewards: RewardRunner, policy: TerminationPolicy,
             cfg: RLConfig, times: dict[str, float]) -> Scored:
     """generate → score, repeated with fresh prompts under dynamic sampling until
     `prompts_per_step` groups have reward variance (or the round cap is hit: an error)."""
@@ -76,12 +103,11 @@ def collect(policy, tokenizer, task, stream, sampling, sampler: torch.Generator,
     for round_ in range(cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
         start = time.perf_counter()
         problems = [p for p in stream.take(cfg.prompts_per_step) for _ in range(cfg.group_size)]
-        rollout = generate(policy, encode_prompts(tokenizer, problems), sampling, eos_id=tokenizer.eos_token_id,
-                           pad_id=tokenizer.pad_token_id, generator=sampler)
+        trajectories = runner.run(problems)
         times["time_generate"] = times.get("time_generate", 0.0) + time.perf_counter() - start
         start = time.perf_counter()
         group_ids = torch.arange(cfg.prompts_per_step).repeat_interleave(cfg.group_size) + round_ * cfg.prompts_per_step
-        scored = score(rollout, problems, group_ids, tokenizer, task, rewards, cfg)
+        scored = score(trajectories, group_ids, runner.tokenizer.pad_token_id, task, rewards, policy, cfg)
         sampled += cfg.prompts_per_step
         signal = groups_with_signal(scored.rewards, group_ids, scored.valid)
         without_signal += cfg.prompts_per_step - len(group_ids[signal].unique())
@@ -105,29 +131,48 @@ def collect(policy, tokenizer, task, stream, sampling, sampler: torch.Generator,
     return merged
 
 
-def score(rollout: Rollout, problems: list[Problem], group_ids: torch.Tensor, tokenizer, task,
-          rewards: RewardRunner, cfg: RLConfig) -> Scored:
-    """The total reward is the weighted sum of the reward functions (0 where unscorable)."""
-    texts, terminated = decode_completions(tokenizer, rollout)
-    grades = grade_all(task, problems, texts, terminated)
+def score(trajectories: list[Trajectory], group_ids: torch.Tensor, pad_id: int, task, rewards: RewardRunner,
+          policy: TerminationPolicy, cfg: RLConfig) -> Scored:
+    """The total reward is the weighted sum of the reward functions on the final answers (0 where
+    unscorable) plus the environment's own rewards; then the termination policy decides which
+    trajectories are trained, masked, penalised or excluded."""
+    rollout = to_rollout(trajectories, pad_id)
+    problems = [t.problem for t in trajectories]
+    texts, terminated = [t.final_text for t in trajectories], [t.terminated for t in trajectories]
+    grades = grade_all(task, trajectories)
     scores = rewards.score(task, problems, texts, terminated)
     components = scores.components
     total = sum(weight * components[name] for name, weight in rewards.weights().items())
+    env_rewards = torch.tensor([sum(r for r in t.turn_rewards if r is not None) for t in trajectories])
+    if env_rewards.any():
+        components["env"] = env_rewards
+        total = total + env_rewards
     if cfg.overlong == "penalty":
         components["overlong"] = overlong_penalty(rollout.lengths, cfg.max_new_tokens, cfg.overlong_cache).float()
         total = total + components["overlong"]
     if cfg.missing_eos_penalty:
         components["missing_eos"] = -cfg.missing_eos_penalty * (~torch.tensor(terminated)).float()
         total = total + components["missing_eos"]
-    total = torch.where(scores.valid, total.float(), 0.0)
-    return Scored(rollout, problems, group_ids, total, components, grades, 0, 0, scores.valid, scores.failures)
+    actions = policy.actions([t.termination for t in trajectories])
+    if policy.penalty and any(a == "penalise" for a in actions):
+        components["termination"] = torch.tensor([-policy.penalty if a == "penalise" else 0.0 for a in actions])
+        total = total + components["termination"]
+    valid = scores.valid & torch.tensor([a != "exclude" for a in actions])
+    trained = torch.tensor([a in ("train", "penalise") for a in actions])
+    total = torch.where(valid, total.float(), 0.0)
+    unscorable = dict(scores.failures)
+    if (excluded := sum(a == "exclude" for a in actions)):
+        unscorable["termination"] = excluded
+    return Scored(rollout, problems, group_ids, total, components, grades, 0, 0, valid, unscorable,
+                  trajectories, env_rewards.float(), trained)
 
 
 def _select(scored: Scored, index: list[int]) -> Scored:
     rows = torch.tensor(index)
     return Scored(scored.rollout.select(index), [scored.problems[i] for i in index], scored.group_ids[rows],
                   scored.rewards[rows], {k: v[rows] for k, v in scored.components.items()},
-                  [scored.grades[i] for i in index], 0, 0, scored.valid[rows], dict(scored.unscorable))
+                  [scored.grades[i] for i in index], 0, 0, scored.valid[rows], dict(scored.unscorable),
+                  [scored.trajectories[i] for i in index], scored.env_rewards[rows], scored.trained[rows])
 
 
 def _merge(parts: list[Scored]) -> Scored:
@@ -137,8 +182,11 @@ def _merge(parts: list[Scored]) -> Scored:
             unscorable[name] = unscorable.get(name, 0) + n
     return Scored(concat_rollouts([p.rollout for p in parts]), [x for p in parts for x in p.problems],
                   torch.cat([p.group_ids for p in parts]), torch.cat([p.rewards for p in parts]),
-                  {k: torch.cat([p.components[k] for p in parts]) for k in parts[0].components},
-                  [g for p in parts for g in p.grades], 0, 0, torch.cat([p.valid for p in parts]), unscorable)
+                  {k: torch.cat([p.components.get(k, torch.zeros(len(p.rewards))) for p in parts])
+                   for k in dict.fromkeys(k for p in parts for k in p.components)},
+                  [g for p in parts for g in p.grades], 0, 0, torch.cat([p.valid for p in parts]), unscorable,
+                  [t for p in parts for t in p.trajectories], torch.cat([p.env_rewards for p in parts]),
+                  torch.cat([p.trained for p in parts]))
 
 
 def compute_advantages(batch: Batch, scored: Scored, cfg: RLConfig, beta: float) -> dict[str, float]:
@@ -166,7 +214,12 @@ def compute_advantages(batch: Batch, scored: Scored, cfg: RLConfig, beta: float)
                                       **options_for(fn, {"std": cfg.std, "scale": cfg.scale}))
         batch.advantages = seq_adv[:, None].expand_as(mask).contiguous()
     else:
-        per_token = token_rewards(rewards, mask, kl=kl_penalty, beta=beta if kl_penalty is not None else 0.0)
+        # the environment's per-turn rewards sit on each turn's last model token, the rest of the
+        # reward (the outcome) on the trajectory's last model token
+        outcome = rewards - scored.env_rewards if batch.turn_rewards is not None else rewards
+        per_token = token_rewards(outcome, mask, kl=kl_penalty, beta=beta if kl_penalty is not None else 0.0)
+        if batch.turn_rewards is not None:
+            per_token = per_token + batch.turn_rewards * mask
         fn = TOKEN_ADVANTAGES.get(cfg.advantage)
         batch.advantages, batch.returns = fn(per_token, mask, values=batch.old_values, gamma=cfg.gamma,
                                              lam=cfg.gae_lambda)

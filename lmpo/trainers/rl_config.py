@@ -42,7 +42,21 @@ class RLConfig:
     top_k: int = 0
     """Top-k sampling (0 = off)."""
     max_new_tokens: int = 12
-    """Completion token limit; a completion that hits it ends with reason 'length'."""
+    """Token budget of one trajectory after its prompt (model, template and tool-output tokens); for a single-turn task, the completion limit."""
+    max_turns: int = 0
+    """Model turns per episode (0 = the task's own: 1 for single-turn tasks)."""
+    max_turn_tokens: int = 0
+    """Cap on one model turn, within the budget (0 = the task's own, else the budget)."""
+    max_parse_errors: int = 3
+    """Malformed turns (bad tool-call syntax, unknown tool, bad arguments) an episode may make; each goes back to the model as an error observation."""
+    termination_policy: str = ""
+    """What training does with an episode by why it ended, on top of the defaults (multi-turn length-type endings masked — single-turn ones follow `overlong` —, tool_timeout/env_error excluded, the rest trained): e.g. `max_turns=penalise,turn_length=train`; actions train, mask, penalise, exclude."""
+    termination_penalty: float = 1.0
+    """Subtracted from the reward of an episode whose ending the policy says to penalise."""
+    mask_observations: bool = True
+    """Keep tool output and template tokens out of the loss (as they must be); False is an ablation that trains on them as if the model had written them."""
+    save_trajectories: int = 4
+    """Trajectories written to trajectories.jsonl each step (and from each evaluation), for people to read (0 = none)."""
     rewards: str = "correct=1.0"
     """Reward functions and weights, e.g. `correct=1.0,format=0.1`; `rm=1.0` uses `reward_model`."""
     reward_model: str = ""
@@ -164,6 +178,14 @@ class RLConfig:
         problems += reward_problems(self) + optimizer_problems(self) + checkpoint_problems(self)
         problems += at_least(self, 1, "prompts_per_step", "eval_every", "max_new_tokens", "max_nonfinite_steps")
         problems += at_least(self, 0, "eval_problems")
+        problems += at_least(self, 0, "max_turns", "max_turn_tokens", "save_trajectories", "termination_penalty")
+        problems += at_least(self, 1, "max_parse_errors")
+        try:
+            from lmpo.trainers.termination import TerminationPolicy
+
+            TerminationPolicy.parse(self.termination_policy)
+        except ValueError as err:
+            problems.append(str(err))
         if self.dual_clip and self.dual_clip <= 1:
             problems.append(f"dual_clip={self.dual_clip} must be > 1 (or 0 = off)")
         raise_if_any("RL", problems)

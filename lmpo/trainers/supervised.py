@@ -20,7 +20,9 @@ import torch
 from lmpo.algos import masked_cross_entropy
 from lmpo.envs import Problem, make_task
 from lmpo.rollout.evaluation import evaluate
-from lmpo.envs.data import TokenizedExample, load_sft
+from lmpo.envs.data import Record, TokenizedExample, load_sft
+from lmpo.envs.data.chat import encode_conversation
+from lmpo.envs.env import uses_chat_template
 from lmpo.models import count_parameters, load_model_and_tokenizer, save_model
 from lmpo.rollout import right_pad
 from lmpo.trainers.checkpoint import resume_training, save_checkpoint
@@ -215,8 +217,20 @@ class CPTBatches:
         self._position, self.taken = state["position"], state["taken"]
 
 
-def task_examples(tokenizer, problems: list[Problem]) -> list[TokenizedExample]:
-    """Prompt (no loss) + answer + EOS (loss), in the task's own layout."""
+def task_documents(task, tokenizer, n: int, seed: int) -> list[str]:
+    """The task's CPT corpus as text; a conversation task's traces are rendered with the chat template."""
+    docs = task.cpt_corpus(n, seed)
+    if uses_chat_template(task):
+        return [tokenizer.apply_chat_template(conversation, tokenize=False) for conversation in docs]
+    return docs
+
+
+def task_examples(tokenizer, problems: list, task=None) -> list[TokenizedExample]:
+    """Prompt (no loss) + answer + EOS (loss), in the task's own layout; a conversation task's
+    demonstrations are rendered with the chat template, with loss on every assistant turn."""
+    if task is not None and uses_chat_template(task):
+        return [TokenizedExample(*encode_conversation(Record(f"task {task.name}", i + 1, {}), "messages", tokenizer, c))
+                for i, c in enumerate(problems)]
     examples = []
     for p in problems:
         prompt = tokenizer(p.prompt, add_special_tokens=False).input_ids
@@ -262,8 +276,8 @@ def train_cpt(cfg: CPTConfig) -> StageResult:
             stream = [t for e in examples for t in e.input_ids]
         else:
             stream = []
-            for ids in tok(task.cpt_corpus(cfg.corpus_documents, cfg.seed), add_special_tokens=False).input_ids:
-                stream.extend([*ids, tok.eos_token_id])
+            for ids in tok(task_documents(task, tok, cfg.corpus_documents, cfg.seed), add_special_tokens=False).input_ids:
+                stream.extend(ids if ids[-1:] == [tok.eos_token_id] else [*ids, tok.eos_token_id])
         return CPTBatches(stream, cfg.seq_len, cfg.batch_size, cfg.steps, cfg.seed), cfg.steps
 
     return _train(cfg, "cpt", prepare, task)
@@ -277,7 +291,7 @@ def train_sft(cfg: SFTConfig) -> StageResult:
         if cfg.data:
             examples = _load_data(cfg, tok)
         else:
-            examples = task_examples(tok, task.sft_demonstrations(cfg.demonstrations, cfg.seed))
+            examples = task_examples(tok, task.sft_demonstrations(cfg.demonstrations, cfg.seed), task)
         steps = cfg.epochs * -(-len(examples) // cfg.batch_size)
         return SFTBatches(examples, tok.pad_token_id, cfg.batch_size, cfg.epochs, cfg.seed), steps
 

@@ -24,7 +24,7 @@ try:
 except ImportError:  # transformers then cannot render templates at all
     TemplateError = ValueError
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
 MESSAGES = "a list of {role, content} objects"
 
 
@@ -45,7 +45,7 @@ def message(rec: Record, where: str, value: Any) -> dict[str, str]:
         raise rec.error(where, "a {role, content} object", type_name(value))
     role, content = value.get("role"), value.get("content")
     if role not in ROLES:
-        raise rec.error(f"{where}.role", "one of 'system', 'user', 'assistant'", short_repr(role))
+        raise rec.error(f"{where}.role", "one of 'system', 'user', 'assistant', 'tool'", short_repr(role))
     if not isinstance(content, str):
         raise rec.error(f"{where}.content", "a string", type_name(content))
     if role == "assistant" and not content:

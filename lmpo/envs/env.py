@@ -1,0 +1,86 @@
+"""The environment protocol: `reset(problem) -> messages`, `step(action_text) -> Step`.
+
+An environment is one episode's world. The agent loop (`lmpo.rollout.agent_loop`) owns the
+tokens; the environment sees only text: the model's turn as it was sampled (decoded once, for
+the environment's eyes; the loop never re-encodes it) and returns the observation as chat
+messages, which the loop renders and appends. A single-turn task is the same protocol with one
+turn: `SingleTurnEnv` ends the episode at the first answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from lmpo.envs.base import Problem, Task
+
+# Why an episode ended. Every exit of the agent loop sets exactly one of these.
+ANSWERED = "answered"                  # the model gave a final answer
+ENV_DONE = "env_done"                  # the environment ended the episode (e.g. a hand-off)
+MAX_TURNS = "max_turns"                # the turn limit was reached before an answer
+TOKEN_BUDGET = "token_budget"          # the trajectory's token budget ran out
+TURN_LENGTH = "turn_length"            # a model turn hit the per-turn cap without EOS
+CONTEXT_OVERFLOW = "context_overflow"  # the next observation would not fit the model's context
+PARSE_ERROR_LIMIT = "parse_error_limit"  # max_parse_errors malformed turns
+TOOL_TIMEOUT = "tool_timeout"          # a tool overran its time limit (infrastructure)
+ENV_ERROR = "env_error"                # the environment raised, or the template broke (infrastructure)
+TERMINATIONS = (ANSWERED, ENV_DONE, MAX_TURNS, TOKEN_BUDGET, TURN_LENGTH, CONTEXT_OVERFLOW, PARSE_ERROR_LIMIT,
+                TOOL_TIMEOUT, ENV_ERROR)
+LENGTH_ENDINGS = (MAX_TURNS, TOKEN_BUDGET, TURN_LENGTH, CONTEXT_OVERFLOW)
+INFRASTRUCTURE_ENDINGS = (TOOL_TIMEOUT, ENV_ERROR)
+
+
+@dataclass
+class Step:
+    """What the environment answers to one model turn.
+
+    `observation`: text for one `tool` message, or a list of chat messages to append (empty
+    when `done`). `reward`: this turn's reward (process reward) or None. `info` keys the loop
+    reads: `answer` (the final answer text, when the turn answered), `parse_error` (the turn
+    was malformed: bad call syntax, unknown tool or bad arguments), `tool_calls` (calls made
+    this turn), `termination` (a reason from TERMINATIONS when `done` for another reason than
+    an answer)."""
+
+    observation: str | list[dict] = ""
+    reward: float | None = None
+    done: bool = False
+    info: dict = field(default_factory=dict)
+
+    def messages(self) -> list[dict]:
+        if isinstance(self.observation, str):
+            return [{"role": "tool", "content": self.observation}] if self.observation else []
+        return list(self.observation)
+
+
+class Env(Protocol):
+    def reset(self, problem: Problem) -> list[dict]:
+        """Start an episode; return its opening messages (system and user turns)."""
+
+    def step(self, action_text: str) -> Step:
+        """React to the model's turn (its text before EOS)."""
+
+
+EnvFactory = Callable[[], Env]
+
+
+class SingleTurnEnv:
+    """A task without tools: the prompt is the problem's text, the first turn is the answer.
+    The answer is graded by the task's grader through the reward functions, as in evaluation."""
+
+    def reset(self, problem: Problem) -> list[dict]:
+        return [{"role": "user", "content": problem.prompt}]
+
+    def step(self, action_text: str) -> Step:
+        return Step(done=True, info={"answer": action_text})
+
+
+def env_factory(task: Task) -> EnvFactory:
+    """The task's own environments (`task.make_env()`) or, for a single-turn task, SingleTurnEnv."""
+    make = getattr(task, "make_env", None)
+    return make if callable(make) else SingleTurnEnv
+
+
+def uses_chat_template(task: Task) -> bool:
+    """Multi-turn tasks render their conversations with the tokenizer's chat template; a
+    single-turn task's prompt is its text as written (users' chat prompts are rendered when loaded)."""
+    return bool(getattr(task, "chat", False))

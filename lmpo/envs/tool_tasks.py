@@ -1,0 +1,224 @@
+"""Two embedded agentic tasks in which the tool is necessary, not decorative.
+
+`vault`: each episode has its own SQLite table mapping keys (letters) to digit strings, drawn
+afresh for the episode, so no answer can be memorised. The model must look its key up (`lookup(q)`),
+then answer with the looked-up digits sorted, graded by the sort task's strict verifier.
+`calculator`: `37*48+5=?` — a product the 1M-parameter model cannot compute, so it must call
+`calculator(37*48+5)` and copy the result.
+
+Why RL has something to learn (the sort task's recipe, see `sort_digits`): the agentic CPT
+corpus is tool-use traces with a systematic flaw — vault traces sort with the sorter that drops
+repeated digits (60%) and sometimes answer without looking up; calculator traces often call the
+calculator on the product alone and forget the `+c` (60%). SFT demonstrations show the format
+and the tool use only where the flaw does not matter (digit strings without repeats; problems
+with `+0`). Sampling then finds the right behaviour sometimes, and a verifier reward lets RL
+reinforce it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import sqlite3
+import string
+
+from lmpo.envs.base import Grade, Problem
+from lmpo.envs.env import Env
+from lmpo.envs.parsing import CompactFormat, ToolCall
+from lmpo.envs.tool_env import ToolEnv
+from lmpo.envs.tools import CALCULATOR, Tool, ToolError, calculate, tool
+
+_DIGITS_ONLY = re.compile(r"[0-9]+")
+
+
+def _heldout(kind: str, key: str, share: float) -> bool:
+    h = int.from_bytes(hashlib.sha256(f"{kind}:{key}".encode()).digest()[:8], "big")
+    return h / 2**64 < share
+
+
+def grade_digits(problem: Problem, completion: str, terminated: bool) -> Grade:
+    well_formed = terminated and _DIGITS_ONLY.fullmatch(completion) is not None
+    return Grade(correct=well_formed and completion == problem.answer, well_formed=well_formed)
+
+
+class _ToolTask:
+    """What both tasks share: chat rendering, a split by hash, traces, demonstrations, the env."""
+
+    chat = True
+    max_turns = 3
+    fmt = CompactFormat()
+    kind = ""
+
+    def __init__(self, flaw_rate: float, heldout_share: float):
+        if not 0 <= flaw_rate <= 1:
+            raise ValueError(f"flaw_rate must be in [0, 1], got {flaw_rate}")
+        if not 0 < heldout_share < 1:
+            raise ValueError(f"heldout_share must be in (0, 1), got {heldout_share}")
+        self.flaw_rate, self.heldout_share = flaw_rate, heldout_share
+        self._heldout_cache: dict[int, list[Problem]] = {}
+
+    # -- problems -------------------------------------------------------------------------------
+    def _draw(self, rng: random.Random, heldout: bool, easy: bool = False) -> Problem:
+        raise NotImplementedError
+
+    def _split_key(self, problem: Problem) -> str:
+        raise NotImplementedError
+
+    def is_heldout(self, problem: Problem) -> bool:
+        return _heldout(self.kind, self._split_key(problem), self.heldout_share)
+
+    def _sample(self, rng: random.Random, heldout: bool, easy: bool = False) -> Problem:
+        while True:
+            problem = self._draw(rng, heldout, easy)
+            if self.is_heldout(problem) == heldout:
+                return problem
+
+    def train_problems(self, n: int, seed: int) -> list[Problem]:
+        rng = random.Random(f"{self.kind}:train:{seed}")
+        return [self._sample(rng, False) for _ in range(n)]
+
+    def heldout_problems(self, n: int) -> list[Problem]:
+        if n not in self._heldout_cache:
+            rng = random.Random(f"{self.kind}:heldout")
+            self._heldout_cache[n] = [self._sample(rng, True) for _ in range(n)]
+        return self._heldout_cache[n]
+
+    def grade(self, problem: Problem, completion: str, terminated: bool) -> Grade:
+        return grade_digits(problem, completion, terminated)
+
+    # -- the environment ----------------------------------------------------------------------------
+    def opening(self, problem: Problem) -> list[dict]:
+        return [{"role": "user", "content": problem.prompt}]
+
+    def tools_for(self, problem: Problem) -> list[Tool]:
+        raise NotImplementedError
+
+    def make_env(self) -> Env:
+        return ToolEnv(self.opening, self.tools_for, self.fmt)
+
+    def tool_schemas(self) -> list[dict]:
+        return [t.schema() for t in self.tools_for(self.train_problems(1, 0)[0])]
+
+    # -- training data ------------------------------------------------------------------------------
+    def _trace(self, problem: Problem, rng: random.Random, flawed: bool) -> list[dict]:
+        raise NotImplementedError
+
+    def cpt_corpus(self, n_documents: int, seed: int) -> list[list[dict]]:
+        """Tool-use traces (conversations) for agentic continued pre-training, a `flaw_rate` share flawed."""
+        rng = random.Random(f"{self.kind}:cpt:{seed}")
+        return [self._trace(self._sample(rng, False), rng, rng.random() < self.flaw_rate) for _ in range(n_documents)]
+
+    def sft_demonstrations(self, n: int, seed: int) -> list[list[dict]]:
+        """Correct conversations on problems where the flaw makes no difference (format and tool use, not the fix)."""
+        rng = random.Random(f"{self.kind}:sft:{seed}")
+        return [self._trace(self._sample(rng, False, easy=True), rng, False) for _ in range(n)]
+
+    def _call(self, name: str, arguments: str) -> dict:
+        return {"role": "assistant", "content": self.fmt.render_call(ToolCall(name, raw_arguments=arguments))}
+
+
+class Vault(_ToolTask):
+    """Look a key up in this episode's vault, answer with its digits sorted."""
+
+    kind = "vault"
+    max_turn_tokens = 16
+    max_tokens = 48
+    # SFT must teach the key copy and the call format (measured: 300 demonstrations x 3 epochs left
+    # 33% of turns without EOS and keys miscopied, so RL sampled 1.5% right); the flaw stays.
+    pipeline_settings = {"sft": {"demonstrations": 3000, "epochs": 2}}
+
+    def __init__(self, length: int = 5, rows: int = 6, flaw_rate: float = 0.6, skip_rate: float = 0.1,
+                 heldout_share: float = 0.1):
+        super().__init__(flaw_rate, heldout_share)
+        if length < 2 or rows < 1:
+            raise ValueError(f"length must be >= 2 and rows >= 1, got length={length}, rows={rows}")
+        if not 0 <= skip_rate <= 1:
+            raise ValueError(f"skip_rate must be in [0, 1], got {skip_rate}")
+        self.length, self.rows, self.skip_rate = length, rows, skip_rate
+        self.name = f"vault(length={length})"
+
+    def _draw(self, rng: random.Random, heldout: bool, easy: bool = False) -> Problem:
+        keys = rng.sample(string.ascii_lowercase, self.rows)
+        table = [(k, "".join(rng.sample("0123456789", self.length)) if easy and i == 0 else
+                  "".join(rng.choice("0123456789") for _ in range(self.length))) for i, k in enumerate(keys)]
+        rng.shuffle(table)
+        key = keys[0]
+        digits = dict(table)[key]
+        return Problem(prompt=f"key {key}", answer="".join(sorted(digits)),
+                       meta={"key": str(key), "digits": digits, "table": table})
+
+    def _split_key(self, problem: Problem) -> str:
+        return problem.meta["digits"]
+
+    def tools_for(self, problem: Problem) -> list[Tool]:
+        db = sqlite3.connect(":memory:", check_same_thread=False)
+        db.execute("CREATE TABLE vault (key TEXT PRIMARY KEY, digits TEXT)")
+        db.executemany("INSERT INTO vault VALUES (?, ?)", problem.meta["table"])
+
+        def lookup(key: str) -> str:
+            """Read the digits stored under a key in this episode's vault.
+
+            Args:
+                key: the vault key, one letter.
+            """
+            row = db.execute("SELECT digits FROM vault WHERE key = ?", (key.strip(),)).fetchone()
+            if row is None:
+                raise ToolError(f"no key {key.strip()!r} in the vault")
+            return row[0]
+
+        return [tool(lookup)]
+
+    def _trace(self, problem: Problem, rng: random.Random, flawed: bool) -> list[dict]:
+        digits = problem.meta["digits"]
+        opening = self.opening(problem)
+        if flawed and rng.random() < self.skip_rate / max(self.flaw_rate, 1e-9):
+            # the flaw of answering before looking anything up
+            guess = "".join(sorted(rng.choice("0123456789") for _ in range(self.length)))
+            return [*opening, {"role": "assistant", "content": guess}]
+        answer = "".join(sorted(set(digits))) if flawed else "".join(sorted(digits))
+        return [*opening, self._call("lookup", problem.meta["key"]), {"role": "tool", "content": digits},
+                {"role": "assistant", "content": answer}]
+
+
+class Calculator(_ToolTask):
+    """`a*b+c=?` with two-digit a, b: call the calculator on the whole expression, answer its result."""
+
+    kind = "calculator"
+    max_turn_tokens = 24
+    max_tokens = 56
+
+    def __init__(self, flaw_rate: float = 0.6, plain_share: float = 0.25, heldout_share: float = 0.1):
+        super().__init__(flaw_rate, heldout_share)
+        if not 0 <= plain_share < 1:
+            raise ValueError(f"plain_share must be in [0, 1), got {plain_share}")
+        self.plain_share = plain_share
+        self.name = "calculator"
+
+    def _draw(self, rng: random.Random, heldout: bool, easy: bool = False) -> Problem:
+        a, b, c = rng.randint(10, 99), rng.randint(10, 99), 0 if easy else rng.randint(1, 9)
+        expression = f"{a}*{b}+{c}"
+        return Problem(prompt=f"{expression}=?", answer=calculate(expression),
+                       meta={"expression": expression, "product": f"{a}*{b}"})
+
+    def _split_key(self, problem: Problem) -> str:
+        return problem.meta["product"]
+
+    def tools_for(self, problem: Problem) -> list[Tool]:
+        return [CALCULATOR]
+
+    def sft_demonstrations(self, n: int, seed: int) -> list[list[dict]]:
+        """Correct conversations on problems with `+0`, where calling the calculator on the product
+        alone gives the right answer too: half the demonstrations do that, half pass the whole
+        expression, so SFT teaches the format and the copy but says nothing about the `+c`."""
+        rng = random.Random(f"{self.kind}:sft:{seed}")
+        return [self._trace(self._sample(rng, False, easy=True), rng, rng.random() < 0.5, plain=False)
+                for _ in range(n)]
+
+    def _trace(self, problem: Problem, rng: random.Random, flawed: bool, plain: bool = True) -> list[dict]:
+        if plain and rng.random() < self.plain_share:  # a plain product, where the flaw cannot show
+            problem = Problem(f"{problem.meta['product']}=?", calculate(problem.meta["product"]), problem.meta)
+        expression = problem.meta["product"] if flawed else problem.prompt[:-2]
+        result = calculate(expression)
+        return [*self.opening(problem), self._call("calculator", expression), {"role": "tool", "content": result},
+                {"role": "assistant", "content": result}]

@@ -1,0 +1,328 @@
+"""Agent trajectories (``RUN_DIR/trajectories.jsonl``): read, print, and show in HTML.
+
+Each line is one saved episode: counters (turns, tool calls, parse errors,
+tokens), how it ended, its reward, and ``segments`` — the text in order, each
+tagged with its ``source``: ``prompt``, ``model`` (sampled, trained on),
+``template`` (chat-template glue) or ``env`` (tool / environment output).
+Viewers keep the sources visibly apart; without colour, model text is wrapped
+in ``«…»`` and environment text in ``⟦…⟧``.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from . import page
+
+TRAJECTORIES_FILE = "trajectories.jsonl"
+SOURCES = ("prompt", "model", "template", "env")
+PHASES = ("train", "eval")
+
+# Terminal styles (rich) per segment source.
+STYLES: dict[str, str] = {
+    "prompt": "dim",
+    "template": "dim bright_black",
+    "model": "bold green",
+    "env": "cyan on grey19",
+}
+# Markers used when colour is off (NO_COLOR, output piped to a file).
+MARKERS: dict[str, tuple[str, str]] = {"model": ("«", "»"), "env": ("⟦", "⟧")}
+HTML_SEGMENT_CHARS = 4000  # longer segments are cut in the HTML report
+
+_INT, _NUM, _STR, _BOOL, _NONE = "an integer", "a number", "a string", "a boolean", "null"
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "step": (_INT,), "phase": (_STR,), "index": (_INT,),
+    "reward": (_NUM, _NONE), "correct": (_BOOL, _NONE), "termination": (_STR,),
+    "turns": (_INT,), "tool_calls": (_INT,), "parse_errors": (_INT,),
+    "num_tokens": (_INT,), "num_model_tokens": (_INT,),
+}
+OPTIONAL: dict[str, tuple[str, ...]] = {"prompt": (_STR,), "answer": (_STR, _NONE)}
+
+Row = dict[str, Any]
+
+
+def _is(value: Any, kind: str) -> bool:
+    if kind == _NONE:
+        return value is None
+    if kind == _BOOL:
+        return isinstance(value, bool)
+    if kind == _STR:
+        return isinstance(value, str)
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) if kind == _INT else isinstance(value, (int, float))
+
+
+def validate(row: Any) -> Row:
+    """Return ``row`` if it is a well-formed trajectory, else raise ``ValueError``.
+
+    Unknown keys are allowed; ``answer`` and ``prompt`` may be missing.
+    """
+    if not isinstance(row, dict):
+        raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    for key, kinds in {**REQUIRED, **OPTIONAL}.items():
+        if key not in row:
+            if key in REQUIRED:
+                raise ValueError(f"missing key {key!r}")
+            continue
+        if not any(_is(row[key], k) for k in kinds):
+            want = " or ".join(kinds)
+            raise ValueError(f"{key!r} must be {want}, got {json.dumps(row[key])[:60]}")
+    if "segments" not in row:
+        raise ValueError("missing key 'segments'")
+    segments = row["segments"]
+    if not isinstance(segments, list):
+        raise ValueError("'segments' must be a list")
+    for i, seg in enumerate(segments):
+        if not isinstance(seg, dict):
+            raise ValueError(f"segments[{i}] must be an object")
+        if seg.get("source") not in SOURCES:
+            raise ValueError(f"segments[{i}]: 'source' must be one of {', '.join(SOURCES)}, "
+                             f"got {json.dumps(seg.get('source'))[:60]}")
+        if not isinstance(seg.get("text"), str):
+            raise ValueError(f"segments[{i}]: 'text' must be a string")
+    return row
+
+
+def trajectories_path(path_or_run_dir: str | Path) -> Path:
+    """``path_or_run_dir`` itself, or ``<dir>/trajectories.jsonl`` for a directory."""
+    path = Path(path_or_run_dir)
+    return path / TRAJECTORIES_FILE if path.is_dir() else path
+
+
+def _rows(path: Path, strict: bool) -> list[Row]:
+    """Parse and validate every line. A bad line raises (``strict``) or is skipped
+    with a warning; a bad unterminated last line (a write in progress) is always
+    skipped with a warning."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no trajectories file: {path}")
+    data = path.read_bytes()
+    lines = data.splitlines()
+    rows: list[Row] = []
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            rows.append(validate(json.loads(raw.decode("utf-8"))))
+        except (ValueError, UnicodeDecodeError) as exc:
+            reason = (f"invalid JSON: {exc.msg} at column {exc.colno}"
+                      if isinstance(exc, json.JSONDecodeError) else str(exc))
+            message = f"{path}:{lineno}: {reason}"
+            in_progress = lineno == len(lines) and not data.endswith(b"\n")
+            if strict and not in_progress:
+                raise ValueError(message) from None
+            warnings.warn(f"skipping {message}", RuntimeWarning, stacklevel=3)
+    return rows
+
+
+def is_failed(row: Row) -> bool:
+    """True unless the episode was graded correct (wrong or unscorable)."""
+    return row.get("correct") is not True
+
+
+def read_trajectories(
+    path_or_run_dir: str | Path,
+    *,
+    step: int | None = None,
+    phase: str | None = None,
+    failed_only: bool = False,
+) -> list[Row]:
+    """Trajectories from a ``trajectories.jsonl`` (or a run directory holding one),
+    in file order, optionally only those of one ``step``, one ``phase``, or
+    the failed ones (see :func:`is_failed`).
+
+    Raises ``FileNotFoundError`` naming the path if it is missing, and
+    ``ValueError("<path>:<line>: <reason>")`` for a malformed line.
+    """
+    rows = _rows(trajectories_path(path_or_run_dir), strict=True)
+    return [r for r in rows
+            if (step is None or r["step"] == step)
+            and (phase is None or r["phase"] == phase)
+            and (not failed_only or is_failed(r))]
+
+
+def find_trajectories(run_dir: str | Path, stage: str | None = None) -> Path:
+    """The ``trajectories.jsonl`` to show for ``run_dir``.
+
+    A run directory's own file; for a pipeline directory (``summary.json``),
+    that of the stage named ``stage``, or else of the last stage that has one.
+    """
+    run_dir = Path(run_dir)
+    own, summary = run_dir / TRAJECTORIES_FILE, run_dir / "summary.json"
+    if stage is None and own.is_file():
+        return own
+    if not summary.is_file():
+        if stage is not None:
+            raise FileNotFoundError(f"--stage {stage}: {run_dir} is not a pipeline directory "
+                                    f"(no {summary})")
+        raise FileNotFoundError(f"no trajectories file: {own}")
+    from .stages import read_summary
+
+    stages = read_summary(summary)[0]
+    dirs = [(s.name, _stage_dir(run_dir, s.run_dir)) for s in stages]
+    if stage is not None:
+        matches = [d for name, d in dirs if name == stage]
+        if not matches:
+            names = ", ".join(name for name, _ in dirs) or "none"
+            raise ValueError(f"--stage {stage}: no such stage in {summary} (stages: {names})")
+        if matches[-1] is None:
+            raise FileNotFoundError(f"--stage {stage}: the stage has no run directory in {summary}")
+        return matches[-1] / TRAJECTORIES_FILE
+    for _, stage_dir in reversed(dirs):
+        if stage_dir is not None and (stage_dir / TRAJECTORIES_FILE).is_file():
+            return stage_dir / TRAJECTORIES_FILE
+    raise FileNotFoundError(f"no trajectories file: neither {own} nor one in any stage "
+                            f"listed in {summary}")
+
+
+def _stage_dir(run_dir: Path, sub: str | None) -> Path | None:
+    if not sub:
+        return None
+    path = Path(sub)
+    return path if path.is_absolute() else run_dir / path
+
+
+# ------------------------------------------------------------------ terminal
+
+
+def _fmt_num(x: Any) -> str:
+    return "n/a" if x is None else f"{x:g}"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def header_fields(row: Row) -> list[tuple[str, str]]:
+    """``(text, kind)`` pieces of a trajectory's one-line summary; ``kind`` is
+    ``good``, ``bad``, ``warn`` or ``""`` (plain)."""
+    correct = row.get("correct")
+    ended = row["termination"]
+    fields = [
+        (f"step {row['step']}", ""), (row["phase"], ""), (f"#{row['index']}", ""),
+        (f"reward {_fmt_num(row['reward'])}", ""),
+        ("correct" if correct else "ungraded" if correct is None else "wrong",
+         "good" if correct else "bad"),
+        (ended, "" if ended in ("answered", "env_done") else "warn"),
+        (_plural(row["turns"], "turn"), ""), (_plural(row["tool_calls"], "tool call"), ""),
+        (_plural(row["parse_errors"], "parse error"), "bad" if row["parse_errors"] else ""),
+        (f"tokens {row['num_model_tokens']}/{row['num_tokens']} model/total", ""),
+    ]
+    if row.get("answer") is not None:
+        fields.append((f"expected {row['answer']!r}", ""))
+    return fields
+
+
+_HEADER_STYLES = {"": "bold", "good": "bold green", "bad": "bold red", "warn": "bold yellow"}
+
+
+def _colourless(console: Console) -> bool:
+    return console.no_color or console.color_system is None
+
+
+def _segment_text(source: str, text: str, plain: bool) -> str:
+    if plain and source in MARKERS:
+        left, right = MARKERS[source]
+        return f"{left}{text}{right}"
+    return text
+
+
+def legend(plain: bool) -> Text:
+    """One line naming each source in its own style (and markers when ``plain``)."""
+    out = Text()
+    out.append("legend: ", style="bold")
+    for i, source in enumerate(("prompt", "template", "model", "env")):
+        if i:
+            out.append(" · ", style="dim")
+        out.append(_segment_text(source, source, plain), style=STYLES[source])
+    if plain:
+        out.append("  (no colour: «…» model, ⟦…⟧ environment)")
+    return out
+
+
+def render_terminal(rows: list[Row], console: Console, *, width: int | None = None) -> None:
+    """Print a legend, then each trajectory: a header line and its text, the
+    sources styled as in :data:`STYLES`; when the console has no colour, model
+    and environment text are wrapped in :data:`MARKERS` instead, and (unless
+    ``width`` is given) lines are not re-wrapped, so the text stays exact."""
+    plain = _colourless(console)
+    soft = plain and width is None
+    console.print(legend(plain), width=width, soft_wrap=soft)
+    if not rows:
+        console.print("no trajectories match", width=width, soft_wrap=soft)
+        return
+    for row in rows:
+        console.print()
+        head = Text()
+        for i, (text, kind) in enumerate(header_fields(row)):
+            if i:
+                head.append(" · ", style="dim")
+            head.append(text, style=_HEADER_STYLES[kind])
+        console.print(head, width=width, soft_wrap=soft)
+        body = Text(overflow="fold")
+        for seg in row["segments"]:
+            body.append(_segment_text(seg["source"], seg["text"], plain), style=STYLES[seg["source"]])
+        console.print(body, width=width, soft_wrap=soft)
+
+
+# ---------------------------------------------------------------------- HTML
+
+HTML_STYLE = """<style>
+.traj-text { white-space: pre-wrap; overflow-wrap: anywhere; background: #fafafa;
+             border: 1px solid #ddd; padding: 0.6em; font-size: 0.85em; }
+.traj-meta { font-size: 0.9em; } .traj-meta .good { color: #1a7f37; }
+.traj-meta .bad { color: #b42318; } .traj-meta .warn { color: #9a6700; }
+.seg-prompt { color: #777; } .seg-template { color: #999; font-style: italic; }
+.seg-model { color: #1a7f37; font-weight: bold; }
+.seg-env { color: #7fe3ff; background: #1f2b36; }
+</style>"""
+
+
+def _span(source: str, text: str) -> str:
+    return f'<span class="seg-{source}" title="{source}">{page.esc(text)}</span>'
+
+
+def _html_trajectory(row: Row) -> str:
+    meta = " · ".join(f'<span class="{kind}">{page.esc(t)}</span>' if kind else page.esc(t)
+                      for t, kind in header_fields(row))
+    parts = []
+    for seg in row["segments"]:
+        text = seg["text"]
+        if len(text) > HTML_SEGMENT_CHARS:
+            text = text[:HTML_SEGMENT_CHARS] + f"… ({len(text) - HTML_SEGMENT_CHARS} more characters)"
+        parts.append(_span(seg["source"], text))
+    return f'<p class="traj-meta">{meta}</p>\n<pre class="traj-text">{"".join(parts)}</pre>'
+
+
+def html_section(run_dir: str | Path, n: int = 6) -> list[str]:
+    """HTML fragments for the report: the last ``n`` train trajectories and the
+    last ``max(1, n // 2)`` eval ones, colour-coded by source, with a legend.
+
+    Malformed lines are skipped with a ``RuntimeWarning``; an unreadable file
+    gives a note instead of the trajectories.
+    """
+    path = trajectories_path(run_dir)
+    body = [page.heading("Agent trajectories"), HTML_STYLE]
+    try:
+        rows = _rows(path, strict=False)
+    except OSError as exc:
+        warnings.warn(f"could not read {path}: {exc}", RuntimeWarning, stacklevel=2)
+        return body + [page.paragraph(f"could not read {path.name}: {exc}", "note")]
+    legend_html = " ".join(_span(s, s) for s in ("prompt", "template", "model", "env"))
+    body.append(f"<p>{page.esc(f'{len(rows)} trajectories in {path.name}.')} "
+                f"Text by source: {legend_html}</p>")
+    for phase, count, title in (("train", n, "Latest training episodes"),
+                                ("eval", max(1, n // 2), "Latest held-out episodes")):
+        chosen = [r for r in rows if r["phase"] == phase][-count:] if count > 0 else []
+        if chosen:
+            body.append(page.heading(title, 3))
+            body += [_html_trajectory(r) for r in chosen]
+    if not rows:
+        body.append(page.paragraph("No valid trajectories logged yet.", "note"))
+    return body

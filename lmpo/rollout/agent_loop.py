@@ -1,0 +1,220 @@
+"""`run_episodes(engine, make_env, problems, ...) -> list[Trajectory]`: the one rollout loop.
+
+Every live episode generates in one batch per turn; each environment then answers its model's
+turn, and the observation is rendered and appended as a suffix (see `render`). A single-turn
+task is the same loop with one turn. Every exit sets a termination reason.
+
+Budgets: one token budget per trajectory (everything after the prompt: model, template and
+environment tokens); each turn is capped at min(per-turn cap, what remains of the budget, what
+remains of the model's context). Observations longer than `max_observation_chars` are clipped
+with a visible marker; one that would not fit the context (or the budget) is rolled back and
+the episode ends as `context_overflow` (or `token_budget`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from lmpo.envs.base import Problem
+from lmpo.envs.env import (ANSWERED, CONTEXT_OVERFLOW, ENV_DONE, ENV_ERROR, MAX_TURNS, PARSE_ERROR_LIMIT,
+                           TERMINATIONS, TOKEN_BUDGET, TURN_LENGTH, EnvFactory, Step)
+from lmpo.rollout.engines import Engine
+from lmpo.rollout.render import TemplateError
+from lmpo.rollout.trajectory import MODEL, PROMPT, Trajectory
+from lmpo.rollout.types import FINISH_EOS, SamplingParams
+
+CLIP_MARKER = "...[clipped {n} chars]"
+
+
+@dataclass(frozen=True)
+class EpisodeLimits:
+    max_turns: int = 1
+    """Model turns per episode; the episode ends as `max_turns` when the last one did not answer."""
+    max_tokens: int = 64
+    """Token budget of a trajectory after its prompt (model, template and observation tokens)."""
+    max_turn_tokens: int = 0
+    """Cap on one model turn (0: the budget)."""
+    max_context: int = 0
+    """The model's context length: prompt plus trajectory never exceed it (0: no limit)."""
+    max_parse_errors: int = 3
+    """Malformed turns (bad call syntax, unknown tool, bad arguments) before the episode ends as `parse_error_limit`."""
+    max_observation_chars: int = 512
+    """Longer observations are clipped, with a marker the model can see."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_turns", "max_tokens", "max_parse_errors", "max_observation_chars"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_turn_tokens < 0 or self.max_context < 0:
+            raise ValueError("max_turn_tokens and max_context must be >= 0 (0 = no separate limit)")
+
+
+class _Episode:
+    def __init__(self, problem: Problem, env, renderer, limits: EpisodeLimits):
+        self.env, self.renderer, self.limits = env, renderer, limits
+        self.messages = env.reset(problem)
+        ids, self.held_text = renderer.prompt(self.messages)
+        if not ids:
+            raise ValueError(f"problem {problem.prompt[:60]!r} renders to an empty prompt")
+        self.traj = Trajectory(problem, len(ids), list(ids), [PROMPT] * len(ids), [0.0] * len(ids),
+                               messages=list(self.messages))
+
+    @property
+    def used(self) -> int:
+        return len(self.traj.token_ids) - self.traj.prompt_length
+
+    def turn_cap(self) -> tuple[int, str]:
+        """How many tokens the next turn may take, and the reason an episode stopped by it ends with."""
+        limits = self.limits
+        caps = [(limits.max_tokens - self.used, TOKEN_BUDGET)]
+        if limits.max_turn_tokens:
+            caps.append((limits.max_turn_tokens, TURN_LENGTH))
+        if limits.max_context:
+            caps.append((limits.max_context - len(self.traj.token_ids), CONTEXT_OVERFLOW))
+        return min(caps, key=lambda c: c[0])
+
+    def end(self, reason: str, **info) -> None:
+        assert reason in TERMINATIONS, reason
+        self.traj.termination = reason
+        self.traj.info.update(info)
+
+
+def run_episodes(engine: Engine, make_env: EnvFactory, problems: Sequence[Problem], params: SamplingParams,
+                 limits: EpisodeLimits, renderer, tokenizer) -> list[Trajectory]:
+    """Run one episode per problem (repeat a problem G times for a group); trajectories in problem order."""
+    eos_ids = _eos_ids(tokenizer)
+    episodes = [_Episode(p, make_env(), renderer, limits) for p in problems]
+    live = []
+    for ep in episodes:
+        cap, reason = ep.turn_cap()
+        live.append(ep) if cap > 0 else ep.end(reason)
+    for turn in range(limits.max_turns):
+        if not live:
+            break
+        caps = [ep.turn_cap() for ep in live]
+        samples = engine.generate([ep.traj.token_ids for ep in live], params,
+                                  max_new_tokens=[c for c, _ in caps])
+        still = []
+        for ep, sample, (cap, cap_reason) in zip(live, samples, caps):
+            if _take_turn(ep, sample, cap_reason, eos_ids, tokenizer):
+                if turn + 1 == limits.max_turns:
+                    ep.end(MAX_TURNS)
+                    continue
+                cap, reason = ep.turn_cap()
+                still.append(ep) if cap > 0 else ep.end(reason)
+        live = still
+    return [ep.traj for ep in episodes]
+
+
+def _take_turn(ep: _Episode, sample, cap_reason: str, eos_ids: set[int], tokenizer) -> bool:
+    """Append the model's turn, let the environment answer; True when the episode goes on."""
+    traj = ep.traj
+    start = len(traj.token_ids)
+    traj.token_ids += sample.token_ids
+    traj.sources += [MODEL] * len(sample.token_ids)
+    traj.logprobs += sample.logprobs
+    traj.turn_spans.append((start, len(traj.token_ids)))
+    ended = sample.finish_reason == FINISH_EOS and bool(sample.token_ids) and sample.token_ids[-1] in eos_ids
+    traj.last_turn_eos = ended
+    text_ids = sample.token_ids[:-1] if ended else sample.token_ids
+    text = tokenizer.decode(text_ids, skip_special_tokens=False)  # for the environment's eyes only
+    traj.final_text = text
+    ep.held_text += tokenizer.decode(sample.token_ids, skip_special_tokens=False)
+    ep.messages.append({"role": "assistant", "content": text})
+    traj.messages.append({"role": "assistant", "content": text})
+    if not ended:
+        traj.turn_rewards.append(None)
+        ep.end(cap_reason)
+        return False
+    try:
+        step = ep.env.step(text)
+    except Exception as err:  # an environment bug must not take the batch down; it is excluded from training
+        traj.turn_rewards.append(None)
+        ep.end(ENV_ERROR, error=f"{type(err).__name__}: {err}")
+        return False
+    traj.turn_rewards.append(step.reward)
+    traj.tool_calls += int(step.info.get("tool_calls", 0))
+    if step.info.get("parse_error"):
+        traj.parse_errors += 1
+    if step.done:
+        reason = step.info.get("termination") or (ANSWERED if "answer" in step.info else ENV_DONE)
+        ep.end(reason, **{k: v for k, v in step.info.items() if k in ("error", "handoff")})
+        return False
+    if traj.parse_errors >= ep.limits.max_parse_errors:
+        ep.end(PARSE_ERROR_LIMIT)
+        return False
+    return _append_observation(ep, step)
+
+
+def _append_observation(ep: _Episode, step: Step) -> bool:
+    traj, limits = ep.traj, ep.limits
+    new = []
+    for message in step.messages():
+        content = message.get("content") or ""
+        if len(content) > limits.max_observation_chars:
+            cut = len(content) - limits.max_observation_chars
+            content = content[:limits.max_observation_chars] + CLIP_MARKER.format(n=cut)
+        new.append({**message, "content": content})
+    try:
+        ids, sources, text = ep.renderer.suffix(ep.held_text, ep.messages, new)
+    except TemplateError as err:
+        ep.end(ENV_ERROR, error=str(err))
+        return False
+    if limits.max_context and len(traj.token_ids) + len(ids) >= limits.max_context:
+        ep.end(CONTEXT_OVERFLOW)  # rolled back: the observation is not appended
+        return False
+    if ep.used + len(ids) >= limits.max_tokens:
+        ep.end(TOKEN_BUDGET)
+        return False
+    traj.token_ids += ids
+    traj.sources += sources
+    traj.logprobs += [0.0] * len(ids)
+    ep.held_text += text
+    ep.messages.extend(new)
+    traj.messages.extend(new)
+    return True
+
+
+def _eos_ids(tokenizer) -> set[int]:
+    eos = tokenizer.eos_token_id
+    return set(eos) if isinstance(eos, (list, tuple)) else {eos}
+
+
+def limits_for(task, model, max_tokens: int, *, max_turns: int = 0, max_turn_tokens: int = 0,
+               max_parse_errors: int = 3) -> EpisodeLimits:
+    """Episode limits from the run's options, falling back to the task's own (`task.max_turns`,
+    `task.max_turn_tokens`) and the model's context length."""
+    context = int(getattr(getattr(model, "config", None), "max_position_embeddings", 0) or 0)
+    return EpisodeLimits(max_turns=max_turns or int(getattr(task, "max_turns", 1)), max_tokens=max_tokens,
+                         max_turn_tokens=max_turn_tokens or int(getattr(task, "max_turn_tokens", 0)),
+                         max_context=context, max_parse_errors=max_parse_errors)
+
+
+@dataclass
+class EpisodeRunner:
+    """Everything needed to run a task's episodes with one engine: what RL, online DPO and
+    evaluation share."""
+
+    engine: Engine
+    make_env: EnvFactory
+    renderer: object
+    limits: EpisodeLimits
+    tokenizer: object
+    params: SamplingParams
+
+    def run(self, problems: Sequence[Problem]) -> list[Trajectory]:
+        return run_episodes(self.engine, self.make_env, problems, self.params, self.limits, self.renderer,
+                            self.tokenizer)
+
+    @classmethod
+    def for_task(cls, task, model, tokenizer, params: SamplingParams, *, generator=None, max_turns: int = 0,
+                 max_turn_tokens: int = 0, max_parse_errors: int = 3) -> "EpisodeRunner":
+        from lmpo.envs.env import env_factory
+        from lmpo.rollout.engines import LocalEngine
+        from lmpo.rollout.render import renderer_for
+
+        engine = LocalEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, generator=generator)
+        limits = limits_for(task, model, params.max_new_tokens, max_turns=max_turns, max_turn_tokens=max_turn_tokens,
+                            max_parse_errors=max_parse_errors)
+        return cls(engine, env_factory(task), renderer_for(task, tokenizer), limits, tokenizer, params)

@@ -1,0 +1,60 @@
+"""Engines: whatever turns prompt token ids into sampled token ids with behaviour log-probs.
+
+The protocol is two methods, so that the fast CPU decoder, plain Hugging Face generation and
+an inference server all plug into the agent loop and the trainers the same way:
+`generate(prompts, params, max_new_tokens=None) -> list[Sample]` and
+`sync_weights(model)` after each policy update.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import torch
+
+from lmpo.rollout.engine import Backend, generate
+from lmpo.rollout.trajectory import Sample
+from lmpo.rollout.types import FINISH_EOS, FINISH_LENGTH, SamplingParams
+
+
+class Engine(Protocol):
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 max_new_tokens: Sequence[int] | None = None) -> list[Sample]:
+        """One sample per prompt; `max_new_tokens[i]` (if given) caps prompt i below `params.max_new_tokens`."""
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Sample from `model`'s current weights from now on."""
+
+
+class LocalEngine:
+    """Samples from a model held in this process (colocated with the trainer): the compiled
+    CPU decoder for Llama-family models it implements exactly, else Hugging Face's forward
+    with a KV cache. Holding the live module, it always samples the newest weights."""
+
+    def __init__(self, model: torch.nn.Module, eos_id: int | Sequence[int], pad_id: int,
+                 generator: torch.Generator | None = None, backend: Backend = "auto"):
+        self.model, self.eos_id, self.pad_id = model, eos_id, pad_id
+        self.generator, self.backend = generator, backend
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 max_new_tokens: Sequence[int] | None = None) -> list[Sample]:
+        caps = list(max_new_tokens) if max_new_tokens is not None else [params.max_new_tokens] * len(prompts)
+        widest = max(caps)
+        if widest < params.max_new_tokens:
+            params = SamplingParams(params.temperature, params.top_p, params.top_k, widest)
+        rollout = generate(self.model, prompts, params, eos_id=self.eos_id, pad_id=self.pad_id,
+                           generator=self.generator, backend=self.backend)
+        samples = []
+        # a row's tokens before its own cap do not depend on the cap: cutting the longer
+        # generation is exactly what generating with the smaller cap would have sampled
+        for tokens, logprobs, reason, cap in zip(rollout.completion_token_lists(), rollout.logprobs.tolist(),
+                                                 rollout.finish_reasons, caps):
+            if len(tokens) > cap:
+                tokens, reason = tokens[:cap], FINISH_LENGTH
+            elif reason == FINISH_EOS and len(tokens) == 0:
+                reason = FINISH_LENGTH
+            samples.append(Sample(tokens, logprobs[:len(tokens)], reason))
+        return samples

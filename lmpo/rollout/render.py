@@ -1,0 +1,134 @@
+"""Token-in / token-out rendering of conversations.
+
+The model's tokens are appended exactly as sampled and never decoded and encoded again (that
+changes ids at turn boundaries: BPE merges across them, templates add whitespace, and the
+log-prob ratios go wrong). Only what the environment and the chat template add is tokenised:
+the conversation is rendered with the new messages, the text already held is cut off the
+front, and just that suffix is encoded. Each suffix token is labelled ENV when it lies inside
+an observation's text, TEMPLATE otherwise (role markers, newlines, the generation prompt).
+
+That needs a template that renders a conversation's prefix unchanged when messages are added
+(prefix-preserving). `check_prefix_preserving` renders canned conversations both ways at
+start-up and refuses templates that are not (e.g. ones that drop earlier reasoning blocks).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from lmpo.rollout.trajectory import ENV, TEMPLATE
+
+
+class TemplateError(ValueError):
+    """The chat template cannot be used for token-in/token-out multi-turn rollouts."""
+
+
+class TextRenderer:
+    """No chat template: the prompt is the problem's text as written; observations are appended as plain text."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def prompt(self, messages: list[dict]) -> tuple[list[int], str]:
+        text = "".join(m["content"] for m in messages)
+        return self.tokenizer(text, add_special_tokens=False).input_ids, text
+
+    def suffix(self, held_text: str, messages: list[dict], new: list[dict]) -> tuple[list[int], list[int], str]:
+        text = "".join(m["content"] for m in new)
+        ids = self.tokenizer(text, add_special_tokens=False).input_ids
+        return ids, [ENV] * len(ids), text
+
+
+class ChatRenderer:
+    """Renders with the tokenizer's chat template (with the tools' schemas when given)."""
+
+    def __init__(self, tokenizer, tools: Sequence[dict] | None = None):
+        if not getattr(tokenizer, "chat_template", None):
+            raise TemplateError("this task is a conversation, but the tokenizer has no chat template; "
+                                "set tokenizer.chat_template (or use a model whose tokenizer has one)")
+        self.tokenizer, self.tools = tokenizer, list(tools) if tools else None
+
+    def render(self, messages: list[dict], generation_prompt: bool) -> str:
+        kwargs = {"tools": self.tools} if self.tools else {}
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
+                                                  **kwargs)
+
+    def prompt(self, messages: list[dict]) -> tuple[list[int], str]:
+        text = self.render(messages, True)
+        return self.tokenizer(text, add_special_tokens=False).input_ids, text
+
+    def suffix(self, held_text: str, messages: list[dict], new: list[dict]) -> tuple[list[int], list[int], str]:
+        """Ids and sources of what `new` messages and the next generation prompt add after `held_text`."""
+        text = self.render([*messages, *new], True)
+        if not text.startswith(held_text):
+            raise TemplateError("the chat template rendered the conversation so far differently once new messages "
+                                f"were added (first difference at character {_first_difference(held_text, text)}); "
+                                "it is not prefix-preserving")
+        suffix = text[len(held_text):]
+        encoded = self.tokenizer(suffix, add_special_tokens=False, return_offsets_mapping=True)
+        spans, cursor = [], 0
+        for message in new:
+            content = message.get("content") or ""
+            at = suffix.find(content, cursor) if content else -1
+            if at >= 0:
+                spans.append((at, at + len(content)))
+                cursor = at + len(content)
+        sources = [ENV if any(a < end and b > start for a, b in spans) else TEMPLATE
+                   for start, end in encoded["offset_mapping"]]
+        return encoded["input_ids"], sources, suffix
+
+
+def _first_difference(a: str, b: str) -> int:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+CANNED = [
+    {"role": "system", "content": "You answer with tools."},
+    {"role": "user", "content": "What is 12 times 34?"},
+    {"role": "assistant", "content": "<think>I should compute it.</think>calculator(12*34)"},
+    {"role": "tool", "content": "408"},
+    {"role": "assistant", "content": "<think>Done.</think>The answer is 408."},
+    {"role": "user", "content": "And 2 times 3?"},
+    {"role": "assistant", "content": "6"},
+]
+
+
+def check_prefix_preserving(renderer: ChatRenderer, eos_text: str) -> None:
+    """Refuse a template under which the agent loop's held text would stop being a prefix of
+    the rendered conversation: after each assistant turn (the generation prompt, the reply,
+    then the EOS the model samples) and after each observation."""
+    for i, message in enumerate(CANNED):
+        if message["role"] != "assistant" or i == 0:
+            continue
+        before = CANNED[:i]
+        try:
+            held = renderer.render(before, True) + message["content"] + eos_text
+            after = renderer.render(CANNED[:i + 1], False)
+            nxt = renderer.render(CANNED[:i + 2], True) if i + 1 < len(CANNED) else after
+        except Exception as err:  # a template that refuses the tool role or the canned turns
+            raise TemplateError(f"the chat template cannot render a tool-use conversation: {err}") from err
+        for name, text in (("the reply", after), ("the next turn", nxt)):
+            if not text.startswith(held):
+                raise TemplateError(
+                    "the tokenizer's chat template is not prefix-preserving: rendering the conversation with "
+                    f"{name} added changes the text of turn {i} (first difference at character "
+                    f"{_first_difference(held, text)}), so multi-turn rollouts cannot append the model's own "
+                    "tokens. Templates that drop or rewrite earlier turns (e.g. removing reasoning blocks) cause "
+                    "this; use a template that renders earlier turns unchanged")
+
+
+def renderer_for(task, tokenizer) -> TextRenderer | ChatRenderer:
+    """The task's renderer: its chat template (checked once per tokenizer) for conversation tasks, else plain text."""
+    from lmpo.envs.env import uses_chat_template
+
+    if not uses_chat_template(task):
+        return TextRenderer(tokenizer)
+    schemas = getattr(task, "tool_schemas", None)
+    renderer = ChatRenderer(tokenizer, schemas() if callable(schemas) else None)
+    if not getattr(tokenizer, "_lmpo_prefix_checked", False):
+        check_prefix_preserving(renderer, tokenizer.decode([tokenizer.eos_token_id], skip_special_tokens=False))
+        tokenizer._lmpo_prefix_checked = True
+    return renderer

@@ -1,0 +1,55 @@
+"""Per-step figures about episodes (tool use, parse errors, turns, observation share, why they
+ended) and the trajectories written for people to read (`trajectories.jsonl`)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from lmpo.envs.env import TERMINATIONS
+from lmpo.rollout.trajectory import MODEL, PROMPT, Trajectory
+from lmpo.trainers.runtime import keep_rows_through
+
+
+def agent_figures(trajectories: list[Trajectory], limits) -> dict:
+    """Termination shares always; tool calls, parse errors, turns and the observation share for multi-turn tasks."""
+    n = max(len(trajectories), 1)
+    ends = Counter(t.termination for t in trajectories)
+    figures = {f"termination_{r}": ends[r] / n for r in TERMINATIONS if ends[r]}
+    if limits.max_turns > 1:
+        after = sum(t.num_tokens - t.prompt_length for t in trajectories)
+        observed = sum(1 for t in trajectories for s in t.sources if s not in (PROMPT, MODEL))
+        figures.update({"tool_calls_mean": sum(t.tool_calls for t in trajectories) / n,
+                        "parse_errors_mean": sum(t.parse_errors for t in trajectories) / n,
+                        "turns_mean": sum(t.turns for t in trajectories) / n,
+                        "obs_token_frac": observed / max(after, 1)})
+    return figures
+
+
+class TrajectoryLog:
+    """Appends the first `per_step` trajectories of each step (and of each evaluation) as JSON lines."""
+
+    def __init__(self, path: Path, tokenizer, per_step: int, resume_from_step: int | None = None):
+        self.path, self.tokenizer, self.per_step = path, tokenizer, per_step
+        if resume_from_step is not None and path.exists():
+            keep_rows_through(path, "step", resume_from_step)  # what the interrupted run wrote after its checkpoint
+        elif resume_from_step is None and path.exists():
+            path.unlink()
+
+    def write(self, step: int, phase: str, trajectories: list[Trajectory], task, rewards: list | None = None,
+              valid: list | None = None) -> None:
+        if not self.per_step:
+            return
+        with self.path.open("a", encoding="utf-8") as f:
+            for i, t in enumerate(trajectories[:self.per_step]):
+                grade = task.grade(t.problem, t.final_text, t.terminated)
+                reward = None if rewards is None else (rewards[i] if valid is None or valid[i] else None)
+                if rewards is None:
+                    reward = float(grade.correct)
+                f.write(json.dumps({
+                    "step": step, "phase": phase, "index": i, "prompt": t.problem.prompt, "answer": t.problem.answer,
+                    "reward": reward, "correct": grade.correct, "termination": t.termination, "turns": t.turns,
+                    "tool_calls": t.tool_calls, "parse_errors": t.parse_errors, "num_tokens": t.num_tokens,
+                    "num_model_tokens": t.num_model_tokens, "segments": t.segments(self.tokenizer),
+                    **({"error": t.info["error"]} if "error" in t.info else {})}) + "\n")
