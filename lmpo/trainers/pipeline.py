@@ -105,13 +105,18 @@ def last_stage(cfg: PipelineConfig, sft_model: str, out: Path, shared: dict) -> 
 
 
 def _report_stage(result: StageResult) -> None:
+    agent = ""
+    if result.terminations and (result.tool_call_rate or set(result.terminations) != {"answered"}):
+        endings = ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(result.terminations.items(), key=lambda kv: -kv[1]))
+        agent = f", tool-call rate {100 * (result.tool_call_rate or 0):.1f}%, endings: {endings}"
     print(f"[pipeline] {result.name}: held-out accuracy {100 * (result.accuracy or 0):.1f}%, "
-          f"format {100 * (result.format_accuracy or 0):.1f}%, {result.seconds:.1f} s")
+          f"format {100 * (result.format_accuracy or 0):.1f}%{agent}, {result.seconds:.1f} s")
 
 
 def write_summary(out: Path, results: list[StageResult]) -> Path:
     stages = [{"name": r.name, "accuracy": r.accuracy, "format_accuracy": r.format_accuracy,
-               "seconds": round(r.seconds, 2), "run_dir": Path(r.run_dir).name, "model_dir": r.model_dir}
+               "seconds": round(r.seconds, 2), "run_dir": Path(r.run_dir).name, "model_dir": r.model_dir,
+               **({"tool_call_rate": r.tool_call_rate, "terminations": r.terminations} if r.terminations else {})}
               for r in results]
     path = out / "summary.json"
     path.write_text(json.dumps({"stages": stages, "total_seconds": round(sum(r.seconds for r in results), 2),

@@ -369,7 +369,8 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task) -> StageResult:
         ev = evaluate(model, tokenizer, task, task.heldout_problems(cfg.eval_problems),
                       max_new_tokens=cfg.eval_max_new_tokens)
         result.accuracy, result.format_accuracy = ev.accuracy, ev.format_accuracy
-        log.write({"step": total_steps, "eval_accuracy": ev.accuracy, "eval_format_accuracy": ev.format_accuracy})
+        result.tool_call_rate, result.terminations = ev.tool_call_rate, ev.terminations
+        log.write({"step": total_steps, **ev.metrics()})
     result.seconds = time.perf_counter() - started
     result.write(out / "result.json", config=asdict(cfg))
     return result
