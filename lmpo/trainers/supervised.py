@@ -29,6 +29,7 @@ from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.runtime import (MetricsLog, Schedule, grad_norm_and_clip, make_optimizer, make_scheduler,
                                    setup_torch)
 from lmpo.trainers.result import StageResult
+from lmpo.trainers.run_dir import open_run_dir
 from lmpo.trainers.validation import at_least, checkpoint_problems, optimizer_problems, raise_if_any
 
 
@@ -313,7 +314,7 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task) -> StageResult:
     started = time.perf_counter()
     threads = setup_torch(cfg.threads, cfg.seed)
     out = Path(cfg.resume or cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    run = open_run_dir(out, cfg, name)
     model, tokenizer = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
     model.train()
     batches, total_steps = prepare(tokenizer)
@@ -358,4 +359,5 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task) -> StageResult:
         log.write({"step": total_steps, "eval_accuracy": ev.accuracy, "eval_format_accuracy": ev.format_accuracy})
     result.seconds = time.perf_counter() - started
     result.write(out / "result.json", config=asdict(cfg))
+    run.close()
     return result
