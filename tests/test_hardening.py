@@ -416,3 +416,18 @@ def test_a_run_pauses_at_a_fault_point_until_killed(tmp_path):
         os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+def test_a_run_killed_before_its_first_checkpoint_resumes_with_its_own_options(start_model, tmp_path, capsys):
+    """`--resume DIR` alone, with no checkpoint yet: the options come from `run.json`, not the
+    defaults, and any option that differs from them is refused (every trainer)."""
+    from lmpo.trainers.run_dir import RUN_RECORD, saved_config
+
+    run = tmp_path / "sft"
+    flags = ["--model", start_model, *SFT_RUN[:-2], "--save_every", "0", "--threads", "1"]
+    assert main(["train", "sft", "--out", str(run), *flags]) == 0
+    assert saved_config(run)["demonstrations"] == 8 and (run / RUN_RECORD).is_file()
+    assert main(["train", "sft", "--resume", str(run), "--demonstrations", "9"]) == 2
+    assert "demonstrations=9 (was 8)" in _error(capsys)
+    assert main(["train", "sft", "--resume", str(run)]) == 0  # no checkpoint: starts over with the run's options
+    assert "no complete checkpoint" in capsys.readouterr().out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 
-from lmpo.trainers.run_dir import RunDirError, check_resumable, command, trainer_of
+from lmpo.trainers.run_dir import RunDirError, check_resumable, command, saved_config, trainer_of
 
 
 def run_command(name: str) -> contextlib.AbstractContextManager:
@@ -32,4 +32,4 @@ def one_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-__all__ = ["runtime_errors", "RunDirError", "check_resumable", "trainer_of", "one_line", "run_command"]
+__all__ = ["runtime_errors", "RunDirError", "check_resumable", "saved_config", "trainer_of", "one_line", "run_command"]

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Callable
 
 from lmpo.cli.config import ConfigError, add_arguments, build
-from lmpo.cli.errors import RunDirError, check_resumable, one_line, run_command, runtime_errors, trainer_of
+from lmpo.cli.errors import (RunDirError, check_resumable, one_line, run_command, runtime_errors, saved_config,
+                             trainer_of)
 
 DESCRIPTION = """lmpo — language-model policy optimisation.
 
@@ -124,6 +125,7 @@ def _saved_options(run_dir: str, required: bool) -> dict:
     else:
         done = sorted(p for p in checkpoint_dir(run_dir).glob("step_*") if (p / MARKER).exists())
         options = json.loads((done[-1] / "state.json").read_text()).get("config", {}) if done else {}
+        options = options or saved_config(run_dir)  # killed before its first checkpoint
         if not options and required:
             raise ConfigError(f"--resume {run_dir}: no config.json there; is it an lmpo RL run directory?")
     options.pop("resume", None)

@@ -87,8 +87,9 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
         record = path / RUN_RECORD
         if resume:
             _check_resumed(path, cfg, name)
-        elif _COMMAND or not record.exists():
-            write_text(record, json.dumps({"trainer": name, "command": _COMMAND[-1] if _COMMAND else None}))
+        else:
+            write_text(record, json.dumps({"trainer": name, "command": _COMMAND[-1] if _COMMAND else None,
+                                           "config": dataclasses.asdict(cfg)}, indent=2, default=str))
     except BaseException:
         run.close()
         raise
@@ -172,14 +173,25 @@ def trainer_of(command: str) -> str:
     return command if command in ("cpt", "sft", "dpo", "online_dpo", "rm") else "rl"
 
 
+def saved_config(path: str | Path) -> dict:
+    """The options a run was started with, from its `run.json` ({} when it has none)."""
+    try:
+        return json.loads((Path(path) / RUN_RECORD).read_text()).get("config") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
 def _check_resumed(path: Path, cfg, name: str) -> None:
     check_resumable(path, name, _COMMAND[-1] if _COMMAND else None)
-    saved_config = path / "config.json"
-    if name == "rl" and saved_config.is_file():
+    recorded = saved_config(path)
+    if recorded:  # every trainer, with or without a checkpoint
+        compare_options(recorded, cfg, path)
+    saved_config_file = path / "config.json"
+    if name == "rl" and saved_config_file.is_file():
         try:
-            saved = json.loads(saved_config.read_text())
+            saved = json.loads(saved_config_file.read_text())
         except ValueError:
-            raise RunDirError(f"--resume {path}: {saved_config} is not valid JSON") from None
+            raise RunDirError(f"--resume {path}: {saved_config_file} is not valid JSON") from None
         compare_options(saved, cfg, path)
 
 
