@@ -431,3 +431,22 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_with_its_own_options(s
     assert "demonstrations=9 (was 8)" in _error(capsys)
     assert main(["train", "sft", "--resume", str(run)]) == 0  # no checkpoint: starts over with the run's options
     assert "no complete checkpoint" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("cls,settings,match", [
+    ("SFTConfig", {"max_length": 64}, r"max_length=64 is only read with --data FILE"),
+    ("SFTConfig", {"data": "x.jsonl", "demonstrations": 10}, r"demonstrations=10 is not used with --data"),
+    ("CPTConfig", {"data": "x.jsonl", "corpus_documents": 10}, r"corpus_documents=10 is not used with --data"),
+    ("PreferenceConfig", {"overlong": "skip"}, r"overlong='skip' is only read with --data FILE"),
+    ("RewardModelConfig", {"data": "x.jsonl", "heldout_data": "y.jsonl", "heldout_pairs": 5},
+     r"heldout_pairs=5 is not used with --heldout_data"),
+    ("RLConfig", {"prompts": "p.jsonl", "prompt_pool": 50}, r"prompt_pool=50 is not used with --prompts"),
+])
+def test_an_option_of_the_other_data_source_is_an_error(cls, settings, match):
+    from lmpo.trainers import preference, reward_model, rl_config, supervised
+
+    config = {"SFTConfig": supervised.SFTConfig, "CPTConfig": supervised.CPTConfig, "RLConfig": rl_config.RLConfig,
+              "PreferenceConfig": preference.PreferenceConfig, "RewardModelConfig": reward_model.RewardModelConfig}[cls]
+    with pytest.raises(ValueError, match=match):
+        config(**settings).validate()
+    config(**{k: v for k, v in settings.items() if k in ("data", "prompts", "heldout_data")}).validate()

@@ -26,8 +26,8 @@ from lmpo.trainers.pairs import embedded_pairs, file_pairs
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.run_dir import open_run_dir
-from lmpo.trainers.validation import (at_least, checkpoint_problems, optimizer_problems, preference_option_problems,
-                                     raise_if_any)
+from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
+                                     preference_option_problems, raise_if_any)
 from lmpo.trainers.runtime import (MetricsLog, Schedule, backward_and_step, make_optimizer, make_scheduler,
                                    options_for, setup_torch)
 
@@ -102,7 +102,7 @@ def preference_problems(cfg: PreferenceConfig) -> list[str]:
         problems.append(f"beta={cfg.beta} must be > 0")
     if not 0 <= cfg.label_smoothing < 0.5:
         problems.append(f"label_smoothing={cfg.label_smoothing} must be in [0, 0.5)")
-    return problems + preference_option_problems(cfg)
+    return problems + preference_option_problems(cfg) + data_option_problems(cfg)
 
 
 @dataclass

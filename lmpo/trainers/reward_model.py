@@ -24,7 +24,8 @@ from lmpo.trainers.pairs import embedded_pairs, file_pairs, scoring_rows, split_
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.run_dir import open_run_dir
-from lmpo.trainers.validation import at_least, checkpoint_problems, optimizer_problems, raise_if_any
+from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
+                                     raise_if_any)
 from lmpo.trainers.runtime import (MetricsLog, Schedule, backward_and_step, make_optimizer, make_scheduler,
                                    setup_torch)
 from lmpo.trainers.supervised import EpochOrder
@@ -86,6 +87,7 @@ class RewardModelConfig:
     def validate(self) -> None:
         problems = at_least(self, 1, "pairs", "heldout_pairs", "batch_size", "epochs", "log_every", "max_length")
         problems += at_least(self, 0, "margin", "center_coef") + optimizer_problems(self) + checkpoint_problems(self)
+        problems += data_option_problems(self)
         raise_if_any("reward model", problems)
 
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lmpo.trainers.runtime import Schedule
-from lmpo.trainers.validation import (at_least, checkpoint_problems, optimizer_problems, raise_if_any, reward_problems,
-                                     sampling_problems, unused_option_problems)
+from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
+                                     raise_if_any, reward_problems, sampling_problems, unused_option_problems)
 
 
 @dataclass
@@ -169,7 +169,7 @@ class RLConfig:
         problems += reward_problems(self) + optimizer_problems(self) + checkpoint_problems(self)
         problems += at_least(self, 1, "prompts_per_step", "eval_every", "max_new_tokens", "max_nonfinite_steps")
         problems += at_least(self, 0, "eval_problems", "max_unscorable_steps") + at_least(self, 1, "reward_memory_mb")
-        problems += sampling_problems(self) + unused_option_problems(self)
+        problems += sampling_problems(self) + unused_option_problems(self) + data_option_problems(self)
         if self.dual_clip and self.dual_clip <= 1:
             problems.append(f"dual_clip={self.dual_clip} must be > 1 (or 0 = off)")
         raise_if_any("RL", problems)

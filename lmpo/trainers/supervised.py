@@ -30,7 +30,8 @@ from lmpo.trainers.runtime import (MetricsLog, Schedule, grad_norm_and_clip, mak
                                    setup_torch)
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.run_dir import open_run_dir
-from lmpo.trainers.validation import at_least, checkpoint_problems, optimizer_problems, raise_if_any
+from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
+                                     raise_if_any)
 
 
 @dataclass
@@ -117,6 +118,7 @@ class SFTConfig(SupervisedConfig):
 def supervised_problems(cfg: SupervisedConfig) -> list[str]:
     problems = at_least(cfg, 1, "batch_size", "log_every", "max_nonfinite_steps", "max_length")
     problems += at_least(cfg, 0, "eval_problems") + optimizer_problems(cfg) + checkpoint_problems(cfg)
+    problems += data_option_problems(cfg)
     if cfg.overlong not in ("error", "skip", "truncate"):
         problems.append(f"overlong={cfg.overlong!r} must be error, skip or truncate")
     return problems

@@ -122,3 +122,31 @@ def preference_option_problems(cfg) -> list[str]:
     return [_not_taken(option, getattr(cfg, option), "loss", cfg.loss, takes)
             for option in ("label_smoothing", "gamma")
             if getattr(cfg, option) != getattr(defaults, option) and option not in takes]
+
+
+DATA_ONLY = ("max_length", "overlong")  # read only when the rows come from --data FILE
+TASK_ONLY = ("demonstrations", "corpus_documents", "pairs")  # the task's generated data; unused with --data
+
+
+def data_option_problems(cfg) -> list[str]:
+    """Options of one data source given with the other: `--max_length` without `--data`,
+    `--demonstrations` with it, `--heldout_pairs` with `--heldout_data`, `--prompt_pool` with
+    `--prompts`. Defaults never trigger it."""
+    defaults = type(cfg)()
+
+    def changed(name: str) -> bool:
+        return hasattr(cfg, name) and getattr(cfg, name) != getattr(defaults, name)
+
+    problems = []
+    if hasattr(cfg, "data"):
+        if not cfg.data:
+            problems += [f"{o}={getattr(cfg, o)!r} is only read with --data FILE (the task's own data is "
+                         f"generated)" for o in DATA_ONLY if changed(o)]
+        else:
+            problems += [f"{o}={getattr(cfg, o)!r} is not used with --data (the file's rows are used)"
+                         for o in TASK_ONLY if changed(o)]
+    if getattr(cfg, "heldout_data", "") and changed("heldout_pairs"):
+        problems.append(f"heldout_pairs={cfg.heldout_pairs} is not used with --heldout_data (the file's pairs are)")
+    if getattr(cfg, "prompts", "") and changed("prompt_pool"):
+        problems.append(f"prompt_pool={cfg.prompt_pool} is not used with --prompts (the file's prompts are)")
+    return problems
