@@ -127,6 +127,10 @@ def serve(reader: Connection, writer: Connection) -> None:
             sys.modules["torch"].set_num_threads(threads)  # the trainer waits while a reward is computed
         if hasattr(fn, "setup"):  # e.g. a reward model loads its weights here, not in the trainer
             fn.setup()
+    except MemoryError as err:
+        writer.send(("error", f"MemoryError over the worker's memory limit of {memory_mb} MB while starting "
+                              f"(raise --reward_memory_mb): {err}"))
+        return
     except BaseException as err:  # noqa: BLE001 - reported to the trainer, which raises it
         writer.send(("error", f"{type(err).__name__}: {err}"))
         return

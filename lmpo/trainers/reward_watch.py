@@ -46,8 +46,9 @@ class WatchedRewards:
         self.recorded: dict[str, int] = {}
         self.rounds = self.streak = 0
         self.last_reasons: dict[str, str] = {}
-        for worker in getattr(runner, "_workers", {}).values():
-            worker.memory_mb, worker.log_path = memory_mb, str(self.out / WORKER_LOG)
+        for name, worker in getattr(runner, "_workers", {}).items():
+            limit = max(memory_mb, _model_memory_mb(worker.fn)) if name == "rm" else memory_mb
+            worker.memory_mb, worker.log_path = limit, str(self.out / WORKER_LOG)
 
     def __getattr__(self, name):
         return getattr(self.runner, name)
@@ -89,6 +90,17 @@ class WatchedRewards:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _model_memory_mb(fn) -> int:
+    """What a reward model's worker needs at least: its weights three times over (loading,
+    converting, running) and 2 GiB for the interpreter and torch."""
+    path = getattr(fn, "path", None) or getattr(fn, "model_dir", None)
+    if not path or not Path(path).is_dir():
+        return 0
+    weights = sum(p.stat().st_size for p in Path(path).glob("*.safetensors")) + \
+        sum(p.stat().st_size for p in Path(path).glob("*.bin"))
+    return 3 * (weights >> 20) + 2048
 
 
 def _first_line(text: str) -> str:
