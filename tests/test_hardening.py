@@ -140,10 +140,15 @@ def test_a_read_only_out_is_one_line_naming_it(tmp_path, monkeypatch, code, caus
         run_dir.open_run_dir(run, SFTConfig(out=str(run)), "sft")
 
 
+class SafetensorError(Exception):
+    """What safetensors raises for a full disk (its own type, not an OSError)."""
+
+
 @pytest.mark.parametrize("failure", [
     RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4352 vs 4240"),
     OSError(errno.ENOSPC, "No space left on device"),
-], ids=["torch-enforce", "ENOSPC"])
+    SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
+], ids=["torch-enforce", "ENOSPC", "safetensors"])
 def test_a_full_disk_while_checkpointing_says_the_previous_checkpoint_is_intact(tiny_llama, char_tokenizer, tmp_path,
                                                                                  monkeypatch, failure):
     import copy
@@ -166,6 +171,8 @@ def test_a_full_disk_while_checkpointing_says_the_previous_checkpoint_is_intact(
         return real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(checkpoint.torch, "save", full)
+    if isinstance(failure, SafetensorError):
+        monkeypatch.setattr(type(model), "save_pretrained", lambda *a, **k: (_ for _ in ()).throw(failure))
     with pytest.raises(RunDirError) as info:
         checkpoint.save_checkpoint(tmp_path, 2, model, char_tokenizer, optimizer, scheduler, {}, {})
     line = str(info.value)
@@ -464,3 +471,18 @@ def test_the_reward_model_worker_gets_room_for_its_weights(start_model, tmp_path
     assert runner._workers["mine"].memory_mb == 100 and runner._workers["rm"].memory_mb >= 2048
     assert runner._workers["mine"].log_path == str(tmp_path / "reward_workers.log")
     watched.close()
+
+
+def test_a_full_disk_while_saving_the_final_model_names_it(tiny_llama, char_tokenizer, tmp_path, monkeypatch):
+    from lmpo.models import save_model
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(type(tiny_llama), "save_pretrained", full)
+    with pytest.raises(OSError) as info:
+        save_model(tiny_llama, char_tokenizer, tmp_path / "model")
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(tmp_path / "model")
+    from lmpo.cli.errors import one_line
+
+    assert one_line(info.value) == f"cannot write {tmp_path / 'model'}: no space left on the device (the disk is full)"

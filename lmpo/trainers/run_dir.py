@@ -211,12 +211,16 @@ def compare_options(saved: dict, cfg, run_dir: str | Path) -> None:
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 # torch.save reports a failed write from C++ ("[enforce fail at inline_container.cc:672] . unexpected pos ...")
 TORCH_WRITE_FAILURES = ("inline_container", "unexpected pos", "file write failed", "PytorchStreamWriter failed")
+# safetensors: SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+OTHER_WRITE_FAILURES = ("No space left on device", "os error 28", "Disk quota exceeded")
 
 
 def is_disk_full(err: BaseException) -> bool:
     if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
         return True
-    return isinstance(err, RuntimeError) and any(s in str(err) for s in TORCH_WRITE_FAILURES)
+    if isinstance(err, RuntimeError) and any(s in str(err) for s in TORCH_WRITE_FAILURES):
+        return True
+    return not isinstance(err, OSError) and any(s in str(err) for s in OTHER_WRITE_FAILURES)
 
 
 def _cause(err: BaseException) -> str:
