@@ -486,3 +486,25 @@ def test_a_full_disk_while_saving_the_final_model_names_it(tiny_llama, char_toke
     from lmpo.cli.errors import one_line
 
     assert one_line(info.value) == f"cannot write {tmp_path / 'model'}: no space left on the device (the disk is full)"
+
+
+def test_a_short_run_whose_every_completion_was_unscorable_does_not_exit_0(start_model, tmp_path, capsys):
+    run = tmp_path / "rl"
+    assert main(["train", "grpo", "--model", start_model, "--out", str(run), *RL_RUN[:-2], "--steps", "1",
+                 "--rewards", "reward_fns:raises=1.0", "--reward_timeout", "0"]) == 1
+    assert "every completion of all 1 scoring rounds was unscorable" in _error(capsys)
+    assert not (run / "model").exists()
+
+
+def test_the_error_policy_records_its_failure_too(start_model, tmp_path):
+    from lmpo.rollout.reward_runner import RewardFailure
+    from lmpo.trainers.rl import train_rl
+    from lmpo.trainers.rl_config import RLConfig
+
+    cfg = RLConfig(model=start_model, out=str(tmp_path / "rl"), steps=2, prompts_per_step=2, group_size=2,
+                   max_new_tokens=4, eval_problems=0, save_every=0, threads=1, rewards="reward_fns:raises=1.0",
+                   reward_timeout=0.0, reward_failure="error")
+    with pytest.raises(RewardFailure):
+        train_rl(cfg)
+    record = json.loads((tmp_path / "rl" / "reward_failures.jsonl").read_text().splitlines()[0])
+    assert record["function"] == "reward_fns:raises" and "the grader crashed" in record["reason"]

@@ -54,8 +54,12 @@ class WatchedRewards:
         return getattr(self.runner, name)
 
     def score(self, task, problems, completions, terminated) -> RewardScores:
-        scores = self.runner.score(task, problems, completions, terminated)
         self.rounds += 1
+        try:
+            scores = self.runner.score(task, problems, completions, terminated)
+        except RewardFailure as err:  # reward_failure=error: recorded too, then stops the run
+            self._record(str(err).split("'")[1] if "'" in str(err) else "?", 1, len(problems), str(err))
+            raise
         for name, count in scores.failures.items():
             reason = scores.reasons.get(name, "")
             self.last_reasons[name] = reason
@@ -83,7 +87,13 @@ class WatchedRewards:
               f"{_first_line(reason)} (see {self.path})", file=sys.stderr)
 
     def close(self) -> None:
+        """Stop the workers; a run shorter than `max_unscorable_steps` whose every completion was
+        unscorable ends with the same error rather than a model trained on nothing."""
         self.runner.close()
+        if self.max_unscorable_steps and self.rounds and self.streak == self.rounds:
+            why = "; ".join(f"{name}: {_first_line(r)}" for name, r in self.last_reasons.items())
+            raise RewardFailure(f"every completion of all {self.rounds} scoring rounds was unscorable; {why} "
+                                f"(first failures in {self.path})")
 
     def __enter__(self) -> "WatchedRewards":
         return self
