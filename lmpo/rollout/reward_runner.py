@@ -82,7 +82,7 @@ class _Worker:
         os.close(to_child)
         os.close(from_child)
         self.reader, self.writer = Connection(to_parent, writable=False), Connection(from_parent, readable=False)
-        self.writer.send((list(sys.path), torch.get_num_threads(), self.memory_mb, self.log_path))  # sys.path: so that the function's module imports
+        self.writer.send((list(sys.path), torch.get_num_threads(), self.memory_mb, self.log_path))  # so that the function's module imports
         self.writer.send(self.fn)
         # the function's own start-up (imports, loading a reward model) is not charged to a call
         if not self.reader.poll(STARTUP_TIMEOUT_S):
