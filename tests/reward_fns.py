@@ -19,6 +19,10 @@ def raises_on_seven(task, problems, completions, terminated):
 
 
 def hangs(task, problems, completions, terminated):
+    entered = os.environ.get("LMPO_TEST_IN_CALL")
+    if entered:  # tell the test that the call has begun, so it need not guess with a sleep
+        with open(entered, "w") as f:
+            f.write(str(os.getpid()))
     time.sleep(3600)
 
 
@@ -44,3 +48,19 @@ def kills_itself(task, problems, completions, terminated):
 def half(task, problems, completions, terminated):
     """Unscorable for every second completion: None, NaN or an exception by turns."""
     return [None if i % 2 else 1.0 for i in range(len(completions))]
+
+
+def returns_strings(task, problems, completions, terminated):
+    """Numbers written as strings and bools: not numbers (a bug in the function), never converted."""
+    return ["0.75" if i % 2 else True for i in range(len(completions))]
+
+
+def allocates(task, problems, completions, terminated):
+    block = bytearray(1 << 30)  # 1 GiB: over a small memory limit
+    return [float(len(block) > 0)] * len(completions)
+
+
+def prints_a_lot(task, problems, completions, terminated):
+    for _ in range(4096):
+        print("x" * 1024)  # 4 MiB in all
+    return [1.0] * len(completions)

@@ -15,7 +15,6 @@ import io
 import json
 import multiprocessing
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -98,22 +97,35 @@ def _argv(trainer: str, start_model: str, scorer: str, extra: list[str]) -> list
     return [a.format(scorer=scorer) for a in RUNS[trainer]] + ["--model", start_model, *COMMON, *extra]
 
 
+# "outside": the run stops at the end of step 3 (after the first checkpoint, at step 2) and waits
+# there until this process SIGKILLs it, so the kill never depends on how fast the run is.
+OUTSIDE_PAUSE = "step_end:3"
+
+
 def _run(launcher, argv: list[str], run_dir: Path, kill: str | None = None) -> int:
     """One attempt in a forked process; returns its exit code (-9: killed)."""
     env = {"LMPO_KILL_AT": kill} if kill and kill != "outside" else {}
+    if kill == "outside":
+        env = _pause_env(run_dir)
     proc = launcher.Process(target=_child, args=(argv, env, str(run_dir) + ".log"))
     proc.start()
     if kill == "outside":
-        _kill_after_first_checkpoint(proc.pid, run_dir, proc.is_alive)
+        _kill_when_paused(proc.pid, run_dir, proc.is_alive)
     proc.join(timeout=120)
     return proc.exitcode
 
 
-def _kill_after_first_checkpoint(pid: int, run_dir: Path, alive) -> None:
-    while alive() and not any(run_dir.glob("checkpoints/step_*/COMPLETE")):
-        time.sleep(0.002)
-    time.sleep(random.Random(pid).uniform(0, 0.05))  # somewhere in the steps that follow
+def _pause_env(run_dir: Path) -> dict[str, str]:
+    return {"LMPO_PAUSE_AT": OUTSIDE_PAUSE, "LMPO_PAUSE_FILE": str(run_dir) + ".paused"}
+
+
+def _kill_when_paused(pid: int, run_dir: Path, alive, timeout_s: float = 120) -> None:
+    """SIGKILL the run once it waits at its pause point (it cannot pass it)."""
+    paused, deadline = Path(str(run_dir) + ".paused"), time.monotonic() + timeout_s
+    while alive() and not paused.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
     os.kill(pid, signal.SIGKILL)
+    paused.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")
@@ -172,8 +184,8 @@ def test_the_lmpo_command_resumes_after_sigkill(reference, start_model, scorer, 
     run = tmp_path / "run"
     argv = [sys.executable, "-m", "lmpo", *_argv("grpo", start_model, scorer, [])]
     with open(tmp_path / "log", "w") as log:
-        proc = subprocess.Popen([*argv, "--out", str(run)], stdout=log, stderr=log)
-        _kill_after_first_checkpoint(proc.pid, run, lambda: proc.poll() is None)
+        proc = subprocess.Popen([*argv, "--out", str(run)], stdout=log, stderr=log, env={**os.environ, **_pause_env(run)})
+        _kill_when_paused(proc.pid, run, lambda: proc.poll() is None, timeout_s=600)
         assert proc.wait() == -signal.SIGKILL
         assert subprocess.run([*argv, "--resume", str(run)], stdout=log, stderr=log).returncode == 0
     _assert_same_weights(reference("grpo") / "model", run / "model")

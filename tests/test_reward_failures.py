@@ -132,7 +132,8 @@ def test_a_killed_trainer_leaves_no_reward_worker_behind(start_model, tmp_path):
     import uuid
 
     marker = uuid.uuid4().hex
-    env = {**os.environ, "LMPO_TEST_MARKER": marker,
+    in_call = tmp_path / "in_call"
+    env = {**os.environ, "LMPO_TEST_MARKER": marker, "LMPO_TEST_IN_CALL": str(in_call),
            "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "lmpo", "train", "grpo", "--model", start_model,
                              "--out", str(tmp_path / "rl"), "--steps", "2", "--prompts_per_step", "2",
@@ -141,11 +142,11 @@ def test_a_killed_trainer_leaves_no_reward_worker_behind(start_model, tmp_path):
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 240
-        while not [p for p in _processes_with(marker) if p != proc.pid] and time.time() < deadline:
-            time.sleep(0.2)
+        while not in_call.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)  # until the worker is inside its hanging call (it says so), not a guessed delay
         workers = [p for p in _processes_with(marker) if p != proc.pid]
-        assert workers, "the reward worker never started"
-        time.sleep(1.0)  # inside its hanging call by now
+        assert in_call.exists() and workers, "the reward worker never entered its call"
+        assert int(in_call.read_text()) in workers
     finally:
         proc.kill()
         proc.wait()

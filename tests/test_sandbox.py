@@ -148,3 +148,17 @@ def test_a_sandbox_failure_is_an_error_not_a_program_result():
         pytest.skip(f"bubblewrap is unavailable: {AUTO.note}")
     with pytest.raises(SandboxError, match="could not start"):
         run_python("", files={"big.bin": b"x" * (2 << 20)}, limits=SandboxLimits(file_mb=1), isolation="bubblewrap")
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_open_files_are_limited_by_default(isolation):
+    """RLIMIT_NOFILE is set by default: a program opening files without end gets EMFILE at the
+    limit instead of pushing the host's open-file count up (issue 14)."""
+    code = ("import os\nfds = []\ntry:\n    while len(fds) < 100000:\n        fds.append(os.open('/dev/null', os.O_RDONLY))\n"
+            "except OSError as e:\n    print('stopped', len(fds), e.errno)\n")
+    result = run_python(code, isolation=_usable(isolation))
+    assert result.ok, result.stderr
+    stopped, opened, err = result.stdout.split()
+    assert stopped == "stopped" and int(opened) < SandboxLimits().open_files and int(err) == 24  # EMFILE
+    small = run_python(code, limits=SandboxLimits(open_files=16), isolation=isolation)
+    assert int(small.stdout.split()[1]) < 16

@@ -148,6 +148,9 @@ def read_yaml(path: str | Path) -> tuple[dict, dict[str, int]]:
         out = {}
         for key_node, value_node in n.value:
             key = f"{prefix}{key_node.value}"
+            if key_node.value in out:  # YAML would let the last one win, silently
+                raise ConfigError(f"{path}: line {key_node.start_mark.line + 1}: {key}: given twice "
+                                  f"(first on line {lines[key]}); keep one")
             lines[key] = key_node.start_mark.line + 1
             if isinstance(value_node, yaml.MappingNode):
                 out[key_node.value] = walk(value_node, f"{key}.")

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Callable
 
 from lmpo.cli.config import ConfigError, add_arguments, build
+from lmpo.cli.errors import (RunDirError, check_resumable, one_line, run_command, runtime_errors, saved_config,
+                             trainer_of)
 
 DESCRIPTION = """lmpo — language-model policy optimisation.
 
@@ -67,6 +69,7 @@ NOT_RL = ("cpt", "sft", "dpo", "online_dpo", "rm")  # their options are kept in 
 
 def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
     def run(args: argparse.Namespace, flags: dict) -> int:
+        command = flags.get("preset") or ("grpo" if kind == "rl" else kind)
         cls, fn, preset = _trainer(kind, flags)
         from lmpo.trainers.presets import task_settings
 
@@ -74,10 +77,13 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
         suggested = task_settings(task, "rl" if cls.__name__ == "RLConfig" else kind) if isinstance(task, str) else {}
         preset = {**{k: v for k, v in suggested.items() if k in cls.__dataclass_fields__}, **preset}
         resumed_from = flags.get("resume")
+        if resumed_from:
+            check_resumable(resumed_from, trainer_of(command), command)
         if resumed_from and not args.config:  # continue with the interrupted run's own options
             preset.update(_saved_options(resumed_from, required=kind not in NOT_RL))
         cfg = build(cls, preset=preset, yaml_file=args.config, flags=flags)
-        result = fn(cfg)
+        with run_command(command):
+            result = fn(cfg)
         acc = "n/a" if result.accuracy is None else f"{100 * result.accuracy:.1f}%"
         print(f"{result.name}: held-out accuracy {acc}, {result.seconds:.1f} s, model in {result.model_dir}")
         return 0
@@ -124,6 +130,7 @@ def _saved_options(run_dir: str, required: bool) -> dict:
     else:
         done = sorted(p for p in checkpoint_dir(run_dir).glob("step_*") if (p / MARKER).exists())
         options = json.loads((done[-1] / "state.json").read_text()).get("config", {}) if done else {}
+        options = options or saved_config(run_dir)  # killed before its first checkpoint
         if not options and required:
             raise ConfigError(f"--resume {run_dir}: no config.json there; is it an lmpo RL run directory?")
     options.pop("resume", None)
@@ -253,9 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_transformers()
     try:
         return args.func(args, flags)
-    except (ConfigError, ValueError, FileNotFoundError) as err:
+    except (ConfigError, ValueError, FileNotFoundError, RunDirError) as err:
         print(f"lmpo: error: {err}", file=sys.stderr)
         return 2
+    except runtime_errors() as err:  # a fault met while training (a reward that never scores, a full disk)
+        print(f"lmpo: error: {one_line(err)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("lmpo: interrupted", file=sys.stderr)
         return 130

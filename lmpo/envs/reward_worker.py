@@ -1,13 +1,17 @@
 """The child side of `reward_runner`: `python -m lmpo.envs.reward_worker READ_FD WRITE_FD`.
 
-Receives (sys.path, threads), then the reward function; answers ("ready", None), then answers
+Receives (sys.path, threads, memory limit in MB, output log path), then the reward function; answers ("ready", None), then answers
 each call's arguments with ("ok", scores) or ("error", reason) until the pipe closes.
 """
 
 from __future__ import annotations
 
 import ctypes
+import io
 import math
+import numbers
+import os
+import resource
 import signal
 import sys
 import traceback
@@ -16,24 +20,117 @@ from multiprocessing.connection import Connection
 PR_SET_PDEATHSIG = 1
 
 
+DEFAULT_MEMORY_MB = 4096
+"""A reward worker's memory limit (RLIMIT_DATA): an allocation past it fails with MemoryError,
+which makes the call's completions unscorable with that reason."""
+OUTPUT_LIMIT_BYTES = 1 << 20
+"""What a worker may print (stdout and stderr together); the rest is dropped, with one note."""
+
+
 def as_float(x) -> float | None:
-    """A finite float, or None for anything else (None, NaN, inf, a string...)."""
-    try:
-        value = float(x)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
+    """A finite float, or None for anything else (None, NaN, inf, a string, a bool...)."""
+    return _number(x)[0]
+
+
+def _number(x) -> tuple[float | None, str | None]:
+    """(a finite float, None) or (None, why not). Only numbers count: a string such as "0.75" or a
+    bool is not silently converted (the function most likely has a bug)."""
+    if hasattr(x, "item") and not isinstance(x, (numbers.Real, str, bytes)):
+        try:
+            x = x.item()  # a numpy or torch scalar
+        except (ValueError, RuntimeError, TypeError):
+            pass
+    if isinstance(x, bool):
+        return None, f"returned {x!r} (a bool), not a number"
+    if not isinstance(x, numbers.Real):
+        if x is None:
+            return None, "returned None"
+        return None, f"returned {_short(x)} ({type(x).__name__}), not a number"
+    value = float(x)
+    if not math.isfinite(value):
+        return None, f"returned {value}"
+    return value, None
+
+
+def _short(x) -> str:
+    text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class Scores(list):
+    """A reward function's scores (None where unscorable) and the first reason for a None."""
+
+    reason: str | None = None
+
+
+def as_scores(values) -> Scores:
+    out = Scores()
+    for x in values:
+        value, why = _number(x)
+        out.append(value)
+        if why is not None and out.reason is None:
+            out.reason = why
+    return out
+
+
+class _BoundedWriter(io.TextIOBase):
+    """stdout/stderr of a worker: at most `limit` bytes in all reach `fd`, then one note."""
+
+    def __init__(self, fd: int, shared: list[int], limit: int):
+        self.fd, self.shared, self.limit = fd, shared, limit
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        data = text.encode("utf-8", "replace")
+        left = self.limit - self.shared[0]
+        if left > 0:
+            os.write(self.fd, data[:left])
+            if len(data) > left:
+                os.write(self.fd, f"\n[lmpo: reward worker output beyond {self.limit} bytes dropped]\n".encode())
+        self.shared[0] += len(data)
+        return len(text)
+
+
+def capture_output(log_path: str | None, limit: int = OUTPUT_LIMIT_BYTES) -> None:
+    """Nothing a reward function prints reaches the trainer's stdout: fds 1 and 2 go to
+    `log_path` (the run directory's `reward_workers.log`), or to stderr without one; Python's
+    prints are bounded to `limit` bytes."""
+    target = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if log_path else os.dup(2)
+    os.dup2(target, 1)
+    os.dup2(target, 2)
+    os.close(target)
+    shared = [0]
+    sys.stdout = _BoundedWriter(1, shared, limit)
+    sys.stderr = _BoundedWriter(2, shared, limit)
+
+
+def limit_memory(memory_mb: int) -> None:
+    if memory_mb and memory_mb > 0:
+        limit = memory_mb << 20
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit if hard == resource.RLIM_INFINITY else hard))
 
 
 def serve(reader: Connection, writer: Connection) -> None:
-    sys_path, threads = reader.recv()
+    sys_path, threads, *rest = reader.recv()
+    memory_mb, log_path = (list(rest) + [0, None])[:2]
     sys.path[:] = sys_path
+    capture_output(log_path)
+    limit_memory(memory_mb)
     try:
         fn = reader.recv()  # imports the function's module: only what the function needs
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(threads)  # the trainer waits while a reward is computed
         if hasattr(fn, "setup"):  # e.g. a reward model loads its weights here, not in the trainer
             fn.setup()
+    except MemoryError as err:
+        writer.send(("error", f"MemoryError over the worker's memory limit of {memory_mb} MB while starting "
+                              f"(raise --reward_memory_mb): {err}"))
+        return
     except BaseException as err:  # noqa: BLE001 - reported to the trainer, which raises it
         writer.send(("error", f"{type(err).__name__}: {err}"))
         return
@@ -44,7 +141,9 @@ def serve(reader: Connection, writer: Connection) -> None:
         except EOFError:
             return
         try:
-            reply = ("ok", [as_float(x) for x in fn(*args)])
+            reply = ("ok", as_scores(fn(*args)))
+        except MemoryError as err:
+            reply = ("error", f"memory: MemoryError over the worker's limit of {memory_mb} MB: {err}")
         except BaseException as err:  # noqa: BLE001 - anything the function does is reported, not fatal
             reply = ("error", f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}")
         writer.send(reply)
@@ -55,4 +154,6 @@ if __name__ == "__main__":
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
         pass
-    serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))
+    from lmpo.envs import reward_worker  # this module under its own name: its `Scores` unpickle in the trainer
+
+    reward_worker.serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))

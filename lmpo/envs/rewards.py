@@ -9,6 +9,8 @@ may be None or NaN for a completion the function cannot judge; see `reward_runne
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -71,6 +73,7 @@ def reward_functions(weights: dict[str, float], reward_model: str = "") -> dict[
 def import_reward(path: str) -> RewardFn:
     """`package.module:function` → the function, with errors that say which part is wrong."""
     module_name, _, attr = path.partition(":")
+    _import_from_cwd()
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
@@ -79,3 +82,13 @@ def import_reward(path: str) -> RewardFn:
     if not callable(fn):
         raise ValueError(f"reward function {path!r}: module {module_name!r} has no function {attr!r}")
     return fn
+
+
+def _import_from_cwd() -> None:
+    """A reward function's module is found in the current directory, as `python -m lmpo` finds
+    it (its sys.path starts with the current directory) and the installed `lmpo` command does
+    not by itself (its sys.path starts with the script's directory). The reward workers get the
+    same sys.path."""
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)

@@ -3,6 +3,7 @@ model directory or hub id through the ordinary `from_pretrained` path."""
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import torch
@@ -65,8 +66,13 @@ def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_d
     """Write an ordinary Hugging Face model directory (safetensors + tokenizer)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    try:
+        model.save_pretrained(out, safe_serialization=True)
+        tokenizer.save_pretrained(out)
+    except Exception as err:  # safetensors reports a full disk as its own error type, not OSError
+        if isinstance(err, OSError) or not any(s in str(err) for s in ("No space left", "os error 28")):
+            raise
+        raise OSError(errno.ENOSPC, "No space left on device", str(out)) from err
     return out
 
 

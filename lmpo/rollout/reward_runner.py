@@ -26,7 +26,7 @@ from typing import Literal, Sequence
 import torch
 
 from lmpo.envs.base import Problem, Task
-from lmpo.envs.reward_worker import as_float
+from lmpo.envs.reward_worker import DEFAULT_MEMORY_MB, as_scores
 from lmpo.envs.rewards import REWARDS, RewardFn, parse_reward_weights, reward_functions
 
 FailurePolicy = Literal["unscorable", "error"]
@@ -54,6 +54,8 @@ class _Worker:
     through a pair of pipes. A fresh interpreter rather than a fork: the trainer's threads
     (OpenMP, the rollout engine's) must not be copied into a process mid-lock."""
 
+    memory_mb, log_path = DEFAULT_MEMORY_MB, None  # the worker's memory limit; where its output goes
+
     def __init__(self, fn: RewardFn):
         self.fn, self.process, self.reader, self.writer = fn, None, None, None
 
@@ -80,7 +82,7 @@ class _Worker:
         os.close(to_child)
         os.close(from_child)
         self.reader, self.writer = Connection(to_parent, writable=False), Connection(from_parent, readable=False)
-        self.writer.send((list(sys.path), torch.get_num_threads()))  # so that the function's module imports
+        self.writer.send((list(sys.path), torch.get_num_threads(), self.memory_mb, self.log_path))  # so that the function's module imports
         self.writer.send(self.fn)
         # the function's own start-up (imports, loading a reward model) is not charged to a call
         if not self.reader.poll(STARTUP_TIMEOUT_S):
@@ -147,7 +149,7 @@ class RewardRunner:
                           for p, c, t in zip(problems, completions, terminated)]
             bad = [i for i, v in enumerate(values) if v is None]
             if bad:
-                first = reason or "returned None or a non-finite number"
+                first = reason or getattr(values, "reason", None) or "returned None or a non-finite number"
                 if self.policy == "error":
                     raise RewardFailure(f"reward function {name!r} could not score the completion "
                                         f"{completions[bad[0]]!r} of prompt {problems[bad[0]].prompt!r}: {first}")
@@ -161,7 +163,7 @@ class RewardRunner:
             status, payload = self._workers[name].call(args, self.timeout_s)
         else:
             try:
-                status, payload = "ok", [as_float(x) for x in self.rewards[name][0](*args)]
+                status, payload = "ok", as_scores(self.rewards[name][0](*args))
             except Exception as err:  # noqa: BLE001
                 status, payload = "error", f"{type(err).__name__}: {err}"
         if status == "ok" and len(payload) != n:

@@ -25,7 +25,8 @@ from lmpo.trainers.faults import fault_point
 
 MARKER = "COMPLETE"
 # Options that may differ between a run and its resumption without changing what it trains.
-RESUME_MAY_CHANGE = frozenset({"out", "resume", "save_every", "keep_checkpoints", "threads", "log_every"})
+RESUME_MAY_CHANGE = frozenset({"out", "resume", "save_every", "keep_checkpoints", "threads", "log_every",
+                               "max_unscorable_steps", "reward_memory_mb"})
 
 
 @dataclass
@@ -59,9 +60,26 @@ def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer, optimizer,
     if not all(bool(torch.isfinite(p).all()) for m in modules for p in m.parameters()):
         raise RuntimeError(f"step {step}: the weights are not finite; refusing to write them as a checkpoint")
     root = checkpoint_dir(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp-step_{step:06d}"
+    try:
+        return _write_checkpoint(root, final, tmp, step, model, tokenizer, optimizer, scheduler, generators, state,
+                                 keep_last, extra_modules, data_state)
+    except Exception as err:  # noqa: BLE001 - only write failures are translated; the rest is re-raised
+        from lmpo.trainers.run_dir import RunDirError, fs_error, is_disk_full
+
+        if not (isinstance(err, OSError) or is_disk_full(err)):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # what was written of this one is useless, and takes space
+        previous = sorted(p for p in root.glob("step_*") if (p / MARKER).exists()) if root.is_dir() else []
+        kept = (f"the previous checkpoint {previous[-1]} is intact and `--resume {run_dir}` continues from it"
+                if previous else f"no earlier checkpoint exists, so `--resume {run_dir}` would start over")
+        raise RunDirError(f"step {step}: {fs_error(final, err)}; {kept}") from err
+
+
+def _write_checkpoint(root: Path, final: Path, tmp: Path, step: int, model, tokenizer, optimizer, scheduler,
+                      generators, state, keep_last, extra_modules, data_state) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     model.save_pretrained(tmp, safe_serialization=True)

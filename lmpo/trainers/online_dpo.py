@@ -27,7 +27,9 @@ from lmpo.trainers.preference import (PreferenceConfig, encode_pair_ids, prefere
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.prompts import PromptStream
 from lmpo.trainers.result import StageResult
-from lmpo.trainers.validation import at_least, raise_if_any, reward_problems
+from lmpo.trainers.reward_watch import watch_rewards
+from lmpo.trainers.run_dir import open_run_dir
+from lmpo.trainers.validation import at_least, raise_if_any, reward_problems, sampling_problems
 from lmpo.trainers.runtime import (MetricsLog, keep_rows_through, make_optimizer, make_scheduler, options_for,
                                    setup_torch)
 
@@ -56,6 +58,10 @@ class OnlineDPOConfig(PreferenceConfig):
     """A completion whose reward fails (raises, times out, None/NaN) is left out of the ranking, or the run stops with an error."""
     prompt_pool: int = 20_000
     """Training prompts drawn from the task's training split."""
+    max_unscorable_steps: int = 3
+    """Stop with an error when every completion was unscorable in this many consecutive rounds (0 = never)."""
+    reward_memory_mb: int = 4096
+    """Memory limit of each reward worker process in MiB."""
     eval_every: int = 10
     """Evaluate on held-out problems every this many rounds (and at the end)."""
     save_every: int = 10
@@ -69,7 +75,7 @@ class OnlineDPOConfig(PreferenceConfig):
                             f"prompt's samples, so at least 2 are needed")
         if self.data:
             problems.append("online DPO samples its own pairs; --data is for `lmpo train dpo`")
-        problems += reward_problems(self)
+        problems += reward_problems(self) + sampling_problems(self)
         raise_if_any("online DPO", problems)
 
 
@@ -79,9 +85,10 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     threads = setup_torch(cfg.threads, cfg.seed)
     loss_fn = PREFERENCE_LOSSES.get(cfg.loss)
     task = make_task(cfg.task)
-    rank_by = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
     out = Path(cfg.resume or cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    run = open_run_dir(out, cfg, "online_dpo")
+    rank_by = watch_rewards(RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout,
+                                                   cfg.reward_failure), out, cfg)
     tokenizer = load_tokenizer(cfg.model)
     policy = load_model(cfg.model, tokenizer, seed=cfg.seed)
     reference = None if cfg.loss == "simpo" else load_model(cfg.model, tokenizer, seed=cfg.seed).eval().requires_grad_(False)
@@ -156,6 +163,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
         result.accuracy, result.format_accuracy = last_eval.accuracy, last_eval.format_accuracy
     result.write(out / "result.json", config=asdict(cfg),
                  models_held={"policy": 1, "reference": int(reference is not None)})
+    run.close()
     return result
 
 

@@ -14,6 +14,7 @@ from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
 from lmpo.trainers.rl import train_rl
 from lmpo.trainers.rl_config import RLConfig
+from lmpo.trainers.run_dir import open_run_dir
 from lmpo.trainers.supervised import CPTConfig, SFTConfig, train_cpt, train_sft
 
 
@@ -47,7 +48,7 @@ class PipelineConfig:
 
 def run_pipeline(cfg: PipelineConfig) -> list[StageResult]:
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    open_run_dir(out, cfg, "pipeline")
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
     shared = {"task": cfg.task, "seed": cfg.seed, "threads": cfg.threads}
     cpt = replace(cfg.cpt, model=cfg.model, out=str(out / "cpt"), **shared)

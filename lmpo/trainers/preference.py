@@ -25,7 +25,9 @@ from lmpo.trainers.faults import fault_point
 from lmpo.trainers.pairs import embedded_pairs, file_pairs
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
-from lmpo.trainers.validation import at_least, checkpoint_problems, optimizer_problems, raise_if_any
+from lmpo.trainers.run_dir import open_run_dir
+from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
+                                     preference_option_problems, raise_if_any)
 from lmpo.trainers.runtime import (MetricsLog, Schedule, backward_and_step, make_optimizer, make_scheduler,
                                    options_for, setup_torch)
 
@@ -100,7 +102,7 @@ def preference_problems(cfg: PreferenceConfig) -> list[str]:
         problems.append(f"beta={cfg.beta} must be > 0")
     if not 0 <= cfg.label_smoothing < 0.5:
         problems.append(f"label_smoothing={cfg.label_smoothing} must be in [0, 0.5)")
-    return problems
+    return problems + preference_option_problems(cfg) + data_option_problems(cfg)
 
 
 @dataclass
@@ -154,7 +156,7 @@ def train_preference(cfg: PreferenceConfig) -> StageResult:
     loss_fn = PREFERENCE_LOSSES.get(cfg.loss)
     task = make_task(cfg.task)
     out = Path(cfg.resume or cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    run = open_run_dir(out, cfg, "dpo")
     tokenizer = load_tokenizer(cfg.model)
     policy = load_model(cfg.model, tokenizer, seed=cfg.seed)
     if cfg.data:
@@ -209,4 +211,5 @@ def train_preference(cfg: PreferenceConfig) -> StageResult:
     save_model(policy, tokenizer, out / "model")
     result.seconds = time.perf_counter() - started
     result.write(out / "result.json", config=asdict(cfg), models_held={"policy": 1, "reference": 0})
+    run.close()
     return result

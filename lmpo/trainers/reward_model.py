@@ -23,7 +23,9 @@ from lmpo.trainers.faults import fault_point
 from lmpo.trainers.pairs import embedded_pairs, file_pairs, scoring_rows, split_heldout
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
-from lmpo.trainers.validation import at_least, checkpoint_problems, optimizer_problems, raise_if_any
+from lmpo.trainers.run_dir import open_run_dir
+from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
+                                     raise_if_any)
 from lmpo.trainers.runtime import (MetricsLog, Schedule, backward_and_step, make_optimizer, make_scheduler,
                                    setup_torch)
 from lmpo.trainers.supervised import EpochOrder
@@ -85,6 +87,7 @@ class RewardModelConfig:
     def validate(self) -> None:
         problems = at_least(self, 1, "pairs", "heldout_pairs", "batch_size", "epochs", "log_every", "max_length")
         problems += at_least(self, 0, "margin", "center_coef") + optimizer_problems(self) + checkpoint_problems(self)
+        problems += data_option_problems(self)
         raise_if_any("reward model", problems)
 
 
@@ -131,7 +134,7 @@ def train_reward_model(cfg: RewardModelConfig) -> StageResult:
     threads = setup_torch(cfg.threads, cfg.seed)
     task = make_task(cfg.task)
     out = Path(cfg.resume or cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    run = open_run_dir(out, cfg, "rm")
     tokenizer = load_tokenizer(cfg.model)
     model = load_reward_model(cfg.model, tokenizer, cfg.seed)
     model.config.pad_token_id = tokenizer.pad_token_id
@@ -175,4 +178,5 @@ def train_reward_model(cfg: RewardModelConfig) -> StageResult:
                          run_dir=str(out), accuracy=accuracy)
     result.write(out / "result.json", config=asdict(cfg), metric="held-out pairwise accuracy")
     print(f"[rm] held-out pairwise accuracy {100 * accuracy:.1f}% on {len(heldout)} pairs")
+    run.close()
     return result

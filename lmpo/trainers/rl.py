@@ -31,11 +31,14 @@ from lmpo.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_ch
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.prompts import PromptStream
+from lmpo.trainers.preflight import check_rl_inputs
 from lmpo.trainers.result import StageResult
+from lmpo.trainers.reward_watch import watch_rewards
 from lmpo.trainers.rl_batch import Batch, Scored, collect, compute_advantages, make_batch
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.rl_update import LossParts, update
 from lmpo.trainers.runtime import MetricsLog, make_optimizer, make_scheduler, setup_torch
+from lmpo.trainers.run_dir import open_run_dir
 
 __all__ = ["Batch", "RLConfig", "train_rl", "update"]
 
@@ -44,8 +47,11 @@ def train_rl(cfg: RLConfig) -> StageResult:
     cfg.validate()
     started = time.perf_counter()
     out = Path(cfg.resume or cfg.out)
+    check_rl_inputs(cfg)
+    run = open_run_dir(out, cfg, "rl")
     task = make_task(cfg.task)
     rewards = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
+    rewards = watch_rewards(rewards, out, cfg)
     threads = setup_torch(cfg.threads, cfg.seed)
     tokenizer = load_tokenizer(cfg.model)
     policy = load_model(cfg.model, tokenizer, seed=cfg.seed)
@@ -152,6 +158,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
         result.tool_call_rate, result.terminations = last_eval.tool_call_rate, last_eval.terminations
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result.write(out / "result.json", config=asdict(cfg), models_held=held, peak_rss_mb=round(peak_mb, 1))
+    run.close()
     return result
 
 

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lmpo.trainers.runtime import Schedule
-from lmpo.trainers.validation import at_least, checkpoint_problems, optimizer_problems, raise_if_any, reward_problems
+from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
+                                     raise_if_any, reward_problems, sampling_problems, unused_option_problems)
 
 
 @dataclass
@@ -67,6 +68,10 @@ class RLConfig:
     """Subtracted from the reward of a completion that hit max_new_tokens without EOS (TRL's missing_eos_penalty); a reward model never saw such text, so its score there is not to be trusted."""
     reward_failure: Literal["unscorable", "error"] = "unscorable"
     """When a reward raises, times out or returns None/NaN: mark the completion unscorable (left out of its group's baseline, zero advantage, counted in the metrics) or stop with an error naming the prompt and the function."""
+    max_unscorable_steps: int = 3
+    """Stop with an error when every completion was unscorable in this many consecutive steps (0 = never); the reasons are in `reward_failures.jsonl`."""
+    reward_memory_mb: int = 4096
+    """Memory limit of each reward worker process in MiB (an allocation past it fails and makes the completions unscorable, with that reason)."""
     advantage: str = "grpo"
     """Advantage estimator: per sequence grpo, dr_grpo, rloo; per token gae (needs a critic), reinforce_pp."""
     std: Literal["sample", "population"] = "sample"
@@ -177,7 +182,8 @@ class RLConfig:
         problems += at_least(self, 0, "missing_eos_penalty")
         problems += reward_problems(self) + optimizer_problems(self) + checkpoint_problems(self)
         problems += at_least(self, 1, "prompts_per_step", "eval_every", "max_new_tokens", "max_nonfinite_steps")
-        problems += at_least(self, 0, "eval_problems")
+        problems += at_least(self, 0, "eval_problems", "max_unscorable_steps") + at_least(self, 1, "reward_memory_mb")
+        problems += sampling_problems(self) + unused_option_problems(self) + data_option_problems(self)
         problems += at_least(self, 0, "max_turns", "max_turn_tokens", "save_trajectories", "termination_penalty")
         problems += at_least(self, 1, "max_parse_errors")
         try:

@@ -115,9 +115,15 @@ class MetricsLog:
             keep_rows_through(self.path, "step", resume_from_step)
 
     def write(self, row: dict) -> None:
-        with self.path.open("a") as f:
-            f.write(json.dumps(_plain(row)) + "\n")
-            f.flush()
+        try:
+            with self.path.open("a") as f:
+                f.write(json.dumps(_plain(row)) + "\n")
+                f.flush()
+        except OSError as err:  # a full disk: one line naming the file, not a traceback
+            from lmpo.trainers.run_dir import RunDirError, fs_error
+
+            raise RunDirError(f"{fs_error(self.path, err)}; the newest complete checkpoint in {self.path.parent} "
+                              f"is intact and `--resume {self.path.parent}` continues from it") from err
 
 
 def _plain(row: dict) -> dict:

@@ -31,7 +31,9 @@ from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.runtime import (MetricsLog, Schedule, grad_norm_and_clip, make_optimizer, make_scheduler,
                                    setup_torch)
 from lmpo.trainers.result import StageResult
-from lmpo.trainers.validation import at_least, checkpoint_problems, optimizer_problems, raise_if_any
+from lmpo.trainers.run_dir import open_run_dir
+from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
+                                     raise_if_any)
 
 
 @dataclass
@@ -118,6 +120,7 @@ class SFTConfig(SupervisedConfig):
 def supervised_problems(cfg: SupervisedConfig) -> list[str]:
     problems = at_least(cfg, 1, "batch_size", "log_every", "max_nonfinite_steps", "max_length")
     problems += at_least(cfg, 0, "eval_problems") + optimizer_problems(cfg) + checkpoint_problems(cfg)
+    problems += data_option_problems(cfg)
     if cfg.overlong not in ("error", "skip", "truncate"):
         problems.append(f"overlong={cfg.overlong!r} must be error, skip or truncate")
     return problems
@@ -327,7 +330,7 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task) -> StageResult:
     started = time.perf_counter()
     threads = setup_torch(cfg.threads, cfg.seed)
     out = Path(cfg.resume or cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    run = open_run_dir(out, cfg, name)
     model, tokenizer = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
     model.train()
     batches, total_steps = prepare(tokenizer)
@@ -373,4 +376,5 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task) -> StageResult:
         log.write({"step": total_steps, **ev.metrics()})
     result.seconds = time.perf_counter() - started
     result.write(out / "result.json", config=asdict(cfg))
+    run.close()
     return result

@@ -48,3 +48,105 @@ def reward_problems(cfg) -> list[str]:
 def raise_if_any(kind: str, problems: list[str]) -> None:
     if problems:
         raise ConfigError(f"invalid {kind} config: " + "; ".join(problems))
+
+
+def sampling_problems(cfg) -> list[str]:
+    """`temperature` (and `top_p`, `top_k` where the config has them): checked before any model loads."""
+    import math
+
+    problems = []
+    if not (cfg.temperature > 0 and math.isfinite(cfg.temperature)):
+        problems.append(f"temperature={cfg.temperature} must be > 0 (the loss divides the logits by it; "
+                        f"greedy decoding is not sampling)")
+    if hasattr(cfg, "top_p") and not 0 < cfg.top_p <= 1:
+        problems.append(f"top_p={cfg.top_p} must be in (0, 1]")
+    if hasattr(cfg, "top_k") and cfg.top_k < 0:
+        problems.append(f"top_k={cfg.top_k} must be >= 0 (0 = off)")
+    return problems
+
+
+def _params(fn) -> list[str]:
+    import inspect
+
+    return [name for name, p in inspect.signature(fn).parameters.items() if p.kind == p.KEYWORD_ONLY
+            or (p.default is not inspect.Parameter.empty)]
+
+
+def _not_taken(option: str, value, part: str, name: str, takes: list[str]) -> str:
+    return (f"{option}={value!r} is not used by {part}={name} ({name} takes: "
+            f"{', '.join(takes) if takes else 'none of these options'})")
+
+
+# RL options that only some parts read: option -> (the part's config field, the values that read it)
+RL_PART_OPTIONS = {
+    "std": ("advantage", ("grpo",)), "scale": ("advantage", ("grpo",)),
+    "gamma": ("advantage", ("gae", "reinforce_pp")), "gae_lambda": ("advantage", ("gae",)),
+    "max_len_norm": ("aggregation", ("seq_mean_token_sum_norm",)),
+    "overlong_cache": ("overlong", ("penalty",)), "max_sampling_rounds": ("dynamic_sampling", (True,)),
+    "critic_lr": ("critic", ("head", "separate")), "vf_coef": ("critic", ("head", "separate")),
+    "clip_eps_value": ("critic", ("head", "separate")),
+}
+
+
+def unused_option_problems(cfg) -> list[str]:
+    """An RL option given a value that the selected part never reads (`--loss gspo --dual_clip 3`)
+    is an error naming the part and the options it takes; the defaults never trigger it."""
+    from lmpo.algos import POLICY_LOSSES
+
+    defaults = type(cfg)()
+    problems = []
+    if cfg.loss in POLICY_LOSSES:
+        takes = [p for p in _params(POLICY_LOSSES.get(cfg.loss))]
+        for option in ("clip_eps_low", "clip_eps_high", "dual_clip"):
+            if getattr(cfg, option) != getattr(defaults, option) and option not in takes:
+                problems.append(_not_taken(option, getattr(cfg, option), "loss", cfg.loss, takes))
+    for option, (part, readers) in RL_PART_OPTIONS.items():
+        if getattr(cfg, option) != getattr(defaults, option) and getattr(cfg, part) not in readers:
+            takes = [o for o, (p, r) in RL_PART_OPTIONS.items() if p == part and getattr(cfg, part) in r]
+            problems.append(_not_taken(option, getattr(cfg, option), part, getattr(cfg, part), takes))
+    if cfg.target_kl and not cfg.beta > 0:
+        problems.append(f"target_kl={cfg.target_kl} adapts beta, but beta=0 holds no reference model")
+    if cfg.kl_horizon != defaults.kl_horizon and not cfg.target_kl:
+        problems.append(f"kl_horizon={cfg.kl_horizon} is only used with target_kl > 0")
+    return problems
+
+
+def preference_option_problems(cfg) -> list[str]:
+    """`label_smoothing` (cdpo) and `gamma` (simpo) given to a loss that does not read them."""
+    from lmpo.algos import PREFERENCE_LOSSES
+
+    if cfg.loss not in PREFERENCE_LOSSES:
+        return []
+    defaults = type(cfg)()
+    takes = [p for p in _params(PREFERENCE_LOSSES.get(cfg.loss)) if p in ("label_smoothing", "gamma")]
+    return [_not_taken(option, getattr(cfg, option), "loss", cfg.loss, takes)
+            for option in ("label_smoothing", "gamma")
+            if getattr(cfg, option) != getattr(defaults, option) and option not in takes]
+
+
+DATA_ONLY = ("max_length", "overlong")  # read only when the rows come from --data FILE
+TASK_ONLY = ("demonstrations", "corpus_documents", "pairs")  # the task's generated data; unused with --data
+
+
+def data_option_problems(cfg) -> list[str]:
+    """Options of one data source given with the other: `--max_length` without `--data`,
+    `--demonstrations` with it, `--heldout_pairs` with `--heldout_data`, `--prompt_pool` with
+    `--prompts`. Defaults never trigger it."""
+    defaults = type(cfg)()
+
+    def changed(name: str) -> bool:
+        return hasattr(cfg, name) and getattr(cfg, name) != getattr(defaults, name)
+
+    problems = []
+    if hasattr(cfg, "data"):
+        if not cfg.data:
+            problems += [f"{o}={getattr(cfg, o)!r} is only read with --data FILE (the task's own data is "
+                         f"generated)" for o in DATA_ONLY if changed(o)]
+        else:
+            problems += [f"{o}={getattr(cfg, o)!r} is not used with --data (the file's rows are used)"
+                         for o in TASK_ONLY if changed(o)]
+    if getattr(cfg, "heldout_data", "") and changed("heldout_pairs"):
+        problems.append(f"heldout_pairs={cfg.heldout_pairs} is not used with --heldout_data (the file's pairs are)")
+    if getattr(cfg, "prompts", "") and changed("prompt_pool"):
+        problems.append(f"prompt_pool={cfg.prompt_pool} is not used with --prompts (the file's prompts are)")
+    return problems

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 from lmpo.envs.data import chat
-from lmpo.envs.data.records import DataError, Record, ShapeCheck, read_records
-from lmpo.envs.data.report import LoadReport, Overlong, check_options, finish, overlong_error
+from lmpo.envs.data.records import DataError, Record, ShapeCheck, read_records, type_name
+from lmpo.envs.data.report import (LoadReport, Overlong, certainly_overlong, check_options, finish, overlong_error,
+                                  overlong_before_tokenizing)
 from lmpo.envs.data.sft import prompt_messages
 
 FIELDS = ("prompt", "chosen", "rejected")
@@ -45,6 +46,13 @@ def load_preferences(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, ma
     for rec in records:
         shape, field = _shape(rec)
         shapes.check(rec, shape, field)
+        least = certainly_overlong(rec, ("prompt",), max_length, tokenizer)  # the prompt is in every reply's length
+        least = least or max((certainly_overlong(rec, ("prompt", f), max_length, tokenizer) or 0) for f in FIELDS[1:]) or None
+        if least is not None and overlong != "truncate":
+            if overlong == "error":
+                raise overlong_before_tokenizing(rec, field, least, max_length)
+            report.skipped_overlong += 1
+            continue
         pair = _tokenize(rec, shape, tokenizer)
         length = len(pair.prompt_ids) + max(len(pair.chosen_ids), len(pair.rejected_ids))
         if length > max_length:
@@ -64,6 +72,11 @@ def _shape(rec: Record) -> tuple[str, str]:
     for field in FIELDS:
         if rec.get(field) is None:
             raise rec.missing(field, "a string or messages")
+    if not isinstance(rec.get("prompt"), (str, list)):  # a type error, not a shape mismatch with other rows
+        raise rec.error("prompt", "a string or a list of messages", type_name(rec.get("prompt")))
+    for field in FIELDS[1:]:
+        if not isinstance(rec.get(field), (str, list, dict)):
+            raise rec.error(field, "a string, an assistant message or a list of messages", type_name(rec.get(field)))
     for field in FIELDS:
         if not isinstance(rec.get(field), str):
             return "prompt/chosen/rejected (chat)", field

@@ -12,21 +12,36 @@ if TYPE_CHECKING:
 from lmpo.envs.base import Problem
 from lmpo.envs.data import chat
 from lmpo.envs.data.records import DataError, Record, ShapeCheck, read_records, type_name
+from lmpo.envs.data.report import certainly_overlong
 
 
 def load_prompts(path: str | Path, *, prompt_field: str = "prompt", answer_field: str = "answer",
-                 tokenizer: PreTrainedTokenizerBase | None = None) -> list[Problem]:
+                 tokenizer: PreTrainedTokenizerBase | None = None, require_answer: bool = False,
+                 max_prompt_tokens: int | None = None, context: str = "") -> list[Problem]:
     """Problems from `path` (see `read_records`). The prompt field is a string, used as it
     is, or a list of messages rendered with `tokenizer`'s chat template and its generation
     prompt (all rows alike). `answer` is the answer field as a string (an integer is
-    converted; absent or null gives ""). Every other column goes to `Problem.meta`."""
+    converted; absent or null gives "", or an error with `require_answer`). Every other column
+    goes to `Problem.meta`. With `max_prompt_tokens` (and a tokenizer), a longer prompt is an
+    error naming its row (`context` says where the limit comes from)."""
     records = read_records(path)
     if not records:
         raise DataError(path, "no rows")
     shapes = ShapeCheck()
     problems = []
     for rec in records:
+        if max_prompt_tokens is not None and tokenizer is not None:
+            least = certainly_overlong(rec, (prompt_field,), max_prompt_tokens, tokenizer)
+            if least is not None:  # before rendering and tokenizing a huge row
+                raise rec.error(prompt_field, f"a prompt of at most {max_prompt_tokens} tokens{context}",
+                                f"at least {least} tokens")
         prompt = _prompt(rec, prompt_field, tokenizer, shapes)
+        if max_prompt_tokens is not None and tokenizer is not None:
+            n = len(tokenizer(prompt, add_special_tokens=False).input_ids)
+            if n > max_prompt_tokens:
+                raise rec.error(prompt_field, f"a prompt of at most {max_prompt_tokens} tokens{context}", f"{n} tokens")
+        if require_answer:
+            _required_answer(rec, answer_field)
         meta = {k: v for k, v in rec.fields.items() if k not in (prompt_field, answer_field)}
         problems.append(Problem(prompt, _answer(rec, answer_field), meta))
     return problems
@@ -58,3 +73,12 @@ def _answer(rec: Record, field: str) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     raise rec.error(field, "a string or an integer", type_name(value))
+
+
+def _required_answer(rec: Record, field: str) -> None:
+    expected = "the answer the grader compares completions with (task exact_match)"
+    value = rec.get(field)
+    if value is None:
+        raise rec.missing(field, expected)
+    if isinstance(value, str) and not value.strip():
+        raise rec.error(field, expected, "an empty string")

@@ -53,3 +53,47 @@ def finish(report: LoadReport) -> LoadReport:
         raise DataError(report.path, f"no examples left: all {report.rows} rows are over max_length "
                                      f"{report.max_length} (overlong='{report.overlong}')")
     return report
+
+
+def longest_token_chars(tokenizer) -> int:
+    """The most characters one token of `tokenizer` can stand for (the longest vocabulary
+    entry): a text of C characters has at least C / this many tokens."""
+    cached = getattr(tokenizer, "_lmpo_longest_token_chars", None)
+    if cached is None:
+        try:
+            cached = max((len(t) for t in tokenizer.get_vocab()), default=1) or 1
+        except (AttributeError, TypeError, NotImplementedError):
+            cached = 0  # unknown: no early check
+        try:
+            tokenizer._lmpo_longest_token_chars = cached
+        except AttributeError:
+            pass
+    return cached
+
+
+def text_chars(value) -> int:
+    """Characters of every string in a field's value (strings, message lists, nested objects)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(text_chars(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(text_chars(v) for v in value)
+    return 0
+
+
+def certainly_overlong(rec: Record, fields, max_tokens: int, tokenizer) -> int | None:
+    """Before tokenizing (which takes minutes, or all memory, for a 50 MB row): the fewest
+    tokens the row's `fields` can make, when that alone is over `max_tokens`; else None."""
+    per_token = longest_token_chars(tokenizer)
+    if not per_token:
+        return None
+    chars = sum(text_chars(rec.get(f)) for f in fields)
+    least = -(-chars // per_token)
+    return least if least > max_tokens else None
+
+
+def overlong_before_tokenizing(rec: Record, field: str, least: int, max_length: int) -> DataError:
+    return DataError(rec.path, f"at least {least} tokens ({text_chars(rec.get(field))} characters), over max_length "
+                               f"{max_length}; rejected before tokenizing (pass overlong='skip' to drop such rows)",
+                     row=rec.row, field=field)

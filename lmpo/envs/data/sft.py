@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 from lmpo.envs.data import chat
 from lmpo.envs.data.records import DataError, Record, ShapeCheck, read_records, type_name
-from lmpo.envs.data.report import LoadReport, Overlong, check_options, finish, overlong_error
+from lmpo.envs.data.report import (LoadReport, Overlong, certainly_overlong, check_options, finish, overlong_error,
+                                  overlong_before_tokenizing)
 
 
 @dataclass
@@ -44,6 +45,12 @@ def load_sft(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, max_length
     for rec in records:
         shape, field = sft_shape(rec)
         shapes.check(rec, shape, field)
+        least = certainly_overlong(rec, ("messages", "prompt", "completion", "text"), max_length, tokenizer)
+        if least is not None and overlong != "truncate":
+            if overlong == "error":
+                raise overlong_before_tokenizing(rec, field, least, max_length)
+            report.skipped_overlong += 1
+            continue
         example = _tokenize(rec, shape, tokenizer)
         if len(example) > max_length:
             if overlong == "error":

@@ -34,6 +34,9 @@ class SandboxLimits:
     processes: int = 64
     """Processes and threads the program may have at once, itself included (RLIMIT_NPROC on a
     uid of its own; approximate when the caller is not root and bubblewrap is absent)."""
+    open_files: int = 64
+    """File descriptors each process may have open (RLIMIT_NOFILE), stdin/stdout/stderr included:
+    without it, a few sandboxed programs can exhaust the host's open-file table."""
     output_bytes: int = 1 << 20
     """Bytes kept of stdout and of stderr each; more is discarded and marked truncated. A stream
     that exceeds `OUTPUT_KILL_FACTOR` times this gets the program killed."""
@@ -43,7 +46,7 @@ class SandboxLimits:
             value = getattr(self, field.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
                 raise ValueError(f"SandboxLimits.{field.name} must be a positive finite number, got {value!r}")
-        for name in ("memory_mb", "file_mb", "processes", "output_bytes"):
+        for name in ("memory_mb", "file_mb", "processes", "open_files", "output_bytes"):
             if not isinstance(getattr(self, name), int):
                 raise TypeError(f"SandboxLimits.{name} must be an integer, got {getattr(self, name)!r}")
 

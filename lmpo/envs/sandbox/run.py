@@ -88,7 +88,7 @@ def _rlimits(limits: SandboxLimits, *, own_uid: bool, bubblewrap: bool) -> dict[
     cpu = math.ceil(limits.cpu_s)
     wanted = {"RLIMIT_AS": (limits.memory_mb << 20,) * 2, "RLIMIT_CPU": (cpu, cpu + 1),
               "RLIMIT_FSIZE": (limits.file_mb << 20,) * 2, "RLIMIT_NPROC": (processes,) * 2,
-              "RLIMIT_CORE": (0, 0)}
+              "RLIMIT_NOFILE": (limits.open_files,) * 2, "RLIMIT_CORE": (0, 0)}
     # Without CAP_SYS_RESOURCE a hard limit cannot be raised: never ask above the current one.
     clamped = {}
     for name, (soft, hard) in wanted.items():

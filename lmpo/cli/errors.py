@@ -1,0 +1,35 @@
+"""The errors `lmpo` reports as one line (`lmpo: error: ...`) instead of a traceback.
+
+Exit code 2: bad input (options, data files, run directories: `ConfigError`, `ValueError`,
+`RunDirError`). Exit code 1: a fault met while training that the user can act on (every
+completion unscorable, a full disk, a non-finite loss), still one line that says what to do."""
+
+from __future__ import annotations
+
+import contextlib
+
+from lmpo.trainers.run_dir import RunDirError, check_resumable, command, saved_config, trainer_of
+
+
+def run_command(name: str) -> contextlib.AbstractContextManager:
+    """The `lmpo train NAME` being run, recorded in the run directory (see `run_dir.command`)."""
+    return command(name)
+
+
+def runtime_errors() -> tuple[type[BaseException], ...]:
+    """Evaluated only when an exception reaches `main` (the reward runner imports torch)."""
+    from lmpo.rollout.reward_runner import RewardFailure
+
+    return (RewardFailure, OSError)
+
+
+def one_line(err: BaseException) -> str:
+    if isinstance(err, OSError) and not isinstance(err, RunDirError) and err.filename:
+        from lmpo.trainers.run_dir import fs_error
+
+        return fs_error(err.filename, err)
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+__all__ = ["runtime_errors", "RunDirError", "check_resumable", "saved_config", "trainer_of", "one_line", "run_command"]

@@ -1,0 +1,125 @@
+"""Reward failures that say why: a trainer's reward runner, watched.
+
+- The first failures of each reward function (its exception text, a timeout, the memory
+  limit, the worker's exit, a value that is not a number) go to `RUN_DIR/reward_failures.jsonl`
+  and, one line each, to the terminal; later ones are only counted (the metrics'
+  `unscorable_<fn>`).
+- When every completion of a scoring round (an RL step, an online DPO round) was unscorable
+  for `max_unscorable_steps` consecutive rounds, the run stops with an error that quotes the
+  reasons: nothing is being learnt, and a run that only looked finished would exit 0.
+- Each reward worker gets the memory limit `reward_memory_mb`, and its output (bounded) goes
+  to `RUN_DIR/reward_workers.log` instead of the trainer's stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from lmpo.rollout.reward_runner import RewardFailure, RewardRunner, RewardScores
+
+FAILURES_FILE = "reward_failures.jsonl"
+WORKER_LOG = "reward_workers.log"
+FIRST_FAILURES = 3  # recorded per reward function
+
+
+def failure_kind(reason: str) -> str:
+    if reason.startswith("no answer within"):
+        return "timeout"
+    if reason.startswith("memory:") or reason.startswith("MemoryError"):
+        return "memory"
+    if reason.startswith("the worker process died"):
+        return "exit"
+    if reason.startswith("returned"):
+        return "value"
+    return "exception"
+
+
+class WatchedRewards:
+    """Wraps a `RewardRunner`: same interface, plus the records and the stop described above."""
+
+    def __init__(self, runner: RewardRunner, out: Path, max_unscorable_steps: int, memory_mb: int):
+        self.runner, self.out = runner, Path(out)
+        self.max_unscorable_steps = max_unscorable_steps
+        self.path = self.out / FAILURES_FILE
+        self.recorded: dict[str, int] = {}
+        self.rounds = self.streak = 0
+        self.last_reasons: dict[str, str] = {}
+        for name, worker in getattr(runner, "_workers", {}).items():
+            limit = max(memory_mb, _model_memory_mb(worker.fn)) if name == "rm" else memory_mb
+            worker.memory_mb, worker.log_path = limit, str(self.out / WORKER_LOG)
+
+    def __getattr__(self, name):
+        return getattr(self.runner, name)
+
+    def score(self, task, problems, completions, terminated) -> RewardScores:
+        self.rounds += 1
+        try:
+            scores = self.runner.score(task, problems, completions, terminated)
+        except RewardFailure as err:  # reward_failure=error: recorded too, then stops the run
+            self._record(str(err).split("'")[1] if "'" in str(err) else "?", 1, len(problems), str(err))
+            raise
+        for name, count in scores.failures.items():
+            reason = scores.reasons.get(name, "")
+            self.last_reasons[name] = reason
+            if self.recorded.get(name, 0) < FIRST_FAILURES:
+                self.recorded[name] = self.recorded.get(name, 0) + 1
+                self._record(name, count, len(problems), reason)
+        everything_failed = len(problems) > 0 and not bool(scores.valid.any())
+        self.streak = self.streak + 1 if everything_failed else 0
+        if self.max_unscorable_steps and self.streak >= self.max_unscorable_steps:
+            why = "; ".join(f"{name}: {_first_line(r)}" for name, r in self.last_reasons.items())
+            raise RewardFailure(f"every completion was unscorable in {self.streak} consecutive scoring rounds "
+                                f"(max_unscorable_steps={self.max_unscorable_steps}); {why} "
+                                f"(first failures in {self.path})")
+        return scores
+
+    def _record(self, name: str, count: int, total: int, reason: str) -> None:
+        entry = {"round": self.rounds, "function": name, "kind": failure_kind(reason), "unscorable": count,
+                 "of": total, "reason": reason}
+        try:
+            with self.path.open("a") as f:
+                f.write(json.dumps(entry) + "\n")
+        except OSError:
+            pass  # the record is a courtesy; the terminal line below still says it
+        print(f"[reward] {name} could not score {count} of {total} completions ({entry['kind']}): "
+              f"{_first_line(reason)} (see {self.path})", file=sys.stderr)
+
+    def close(self) -> None:
+        """Stop the workers; a run shorter than `max_unscorable_steps` whose every completion was
+        unscorable ends with the same error rather than a model trained on nothing."""
+        self.runner.close()
+        if self.max_unscorable_steps and self.rounds and self.streak == self.rounds:
+            why = "; ".join(f"{name}: {_first_line(r)}" for name, r in self.last_reasons.items())
+            raise RewardFailure(f"every completion of all {self.rounds} scoring rounds was unscorable; {why} "
+                                f"(first failures in {self.path})")
+
+    def __enter__(self) -> "WatchedRewards":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _model_memory_mb(fn) -> int:
+    """What a reward model's worker needs at least: its weights three times over (loading,
+    converting, running) and 2 GiB for the interpreter and torch."""
+    path = getattr(fn, "path", None) or getattr(fn, "model_dir", None)
+    if not path or not Path(path).is_dir():
+        return 0
+    weights = sum(p.stat().st_size for p in Path(path).glob("*.safetensors")) + \
+        sum(p.stat().st_size for p in Path(path).glob("*.bin"))
+    return 3 * (weights >> 20) + 2048
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else "(no reason given)"
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+def watch_rewards(runner: RewardRunner, out: str | Path, cfg) -> WatchedRewards:
+    from lmpo.envs.reward_worker import DEFAULT_MEMORY_MB
+
+    return WatchedRewards(runner, Path(out), getattr(cfg, "max_unscorable_steps", 3),
+                          getattr(cfg, "reward_memory_mb", DEFAULT_MEMORY_MB))

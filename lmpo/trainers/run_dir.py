@@ -1,0 +1,251 @@
+"""A run directory, opened safely by every trainer before any model loads.
+
+`open_run_dir(out, cfg, name)`:
+- checks the path: `--out` that is a file, a directory that cannot be created or written
+  (read-only, permissions), and `--resume` of a directory that does not exist are one-line
+  `RunDirError`s naming the path and the cause;
+- takes an exclusive lock (`RUN_DIR/.lock`, `fcntl.flock`) for the whole run: a second run on
+  the same directory is refused, naming the process that holds it. The kernel releases the
+  lock when its process dies, however it dies, so a lock left by a killed run never blocks
+  `--resume`;
+- on `--resume`, compares the run's options with the saved ones (`config.json`, written by
+  the RL loop) and the command that started it (`run.json`), and refuses with the list of
+  differences: a resumed run must train what the interrupted one did.
+
+File-system faults met later (a full disk while writing a checkpoint or the metrics) are
+turned into one line by `fs_error`, naming the path and the cause.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import fcntl
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+LOCK_NAME = ".lock"
+RUN_RECORD = "run.json"
+_HELD: dict[str, int] = {}  # run directories this process holds: real path -> lock fd
+_COMMAND: list[str] = []  # the `lmpo train NAME` being run, set by the CLI (see `command`)
+
+
+class RunDirError(OSError):
+    """A run directory that cannot be used: one line naming the path and the cause."""
+
+    def __str__(self) -> str:  # OSError's own str() would prefix an errno
+        return self.args[0] if self.args else ""
+
+
+@contextlib.contextmanager
+def command(name: str):
+    """While the CLI runs `lmpo train NAME`: recorded in a fresh run's `run.json`, and a
+    resumed run must be continued by the same command (another preset is another method)."""
+    _COMMAND.append(name)
+    try:
+        yield
+    finally:
+        _COMMAND.pop()
+
+
+@dataclasses.dataclass
+class RunDir:
+    path: Path
+    lock_fd: int | None
+
+    def close(self) -> None:
+        """Release the lock (the kernel releases it anyway when the process ends)."""
+        if self.lock_fd is not None:
+            key = next((k for k, fd in _HELD.items() if fd == self.lock_fd), None)
+            if key is not None:
+                del _HELD[key]
+            with contextlib.suppress(OSError):
+                os.close(self.lock_fd)
+            self.lock_fd = None
+
+
+def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
+    """Validate, create and lock a run directory; on resume, refuse changed options."""
+    resume = bool(getattr(cfg, "resume", ""))
+    flag = "--resume" if resume else "--out"
+    path = Path(out)
+    if resume and not path.is_dir():
+        raise RunDirError(f"--resume {path}: " + ("not a directory" if path.exists() else "no such directory"))
+    if path.exists() and not path.is_dir():
+        raise RunDirError(f"{flag} {path}: exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunDirError(f"{flag} {path}: cannot create the run directory: {_cause(err)}") from None
+    run = RunDir(path, _lock(path, flag))
+    try:
+        _probe_writable(path, flag)
+        record = path / RUN_RECORD
+        if resume:
+            _check_resumed(path, cfg, name)
+        else:
+            write_text(record, json.dumps({"trainer": name, "command": _COMMAND[-1] if _COMMAND else None,
+                                           "config": dataclasses.asdict(cfg)}, indent=2, default=str))
+    except BaseException:
+        run.close()
+        raise
+    return run
+
+
+def _lock(path: Path, flag: str) -> int:
+    key = os.path.realpath(path)
+    if key in _HELD:  # this process ran here before (a library caller, a test): not a concurrent run
+        with contextlib.suppress(OSError):
+            os.close(_HELD.pop(key))
+    lock = path / LOCK_NAME
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        raise RunDirError(f"{flag} {path}: cannot write there: {_cause(err)}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _read_holder(fd)
+        os.close(fd)
+        raise RunDirError(f"{flag} {path}: the run directory is in use by {holder}; wait for it to end, "
+                          f"or choose another --out") from None
+    except OSError as err:
+        os.close(fd)
+        raise RunDirError(f"{flag} {path}: cannot lock {lock}: {_cause(err)}") from None
+    info = json.dumps({"pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                       "argv": [os.path.basename(sys.argv[0]), *sys.argv[1:]]})
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (info + "\n").encode(), 0)
+    except OSError as err:
+        os.close(fd)
+        raise RunDirError(fs_error(lock, err)) from None
+    _HELD[key] = fd
+    return fd
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except (OSError, ValueError):
+        info = {}
+    if "pid" not in info:
+        return "another process"
+    return f"process {info['pid']} (`{' '.join(info.get('argv', []))}`, started {info.get('started', '?')})"
+
+
+def _probe_writable(path: Path, flag: str) -> None:
+    probe = path / f".write-test-{os.getpid()}"
+    try:
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+        raise RunDirError(f"{flag} {path}: cannot write there: {_cause(err)}") from None
+
+
+def check_resumable(path: str | Path, name: str | None, command: str | None) -> None:
+    """A run is continued by the trainer (`name`) and the command that started it: another
+    preset is another method, and another trainer would read the options as its own."""
+    record = Path(path) / RUN_RECORD
+    if not record.exists():
+        return
+    try:
+        saved = json.loads(record.read_text())
+    except ValueError:
+        return
+    started = saved.get("command") or saved.get("trainer")
+    if name is not None and saved.get("trainer") not in (None, name):
+        raise RunDirError(f"--resume {path}: it is a {saved['trainer']} run; resume it with "
+                          f"`lmpo train {started} --resume {path}`")
+    if command is not None and saved.get("command") not in (None, command):
+        raise RunDirError(f"--resume {path}: the run was started by `lmpo train {saved['command']}`; resume it "
+                          f"with `lmpo train {saved['command']} --resume {path}`, not `lmpo train {command}`")
+
+
+def trainer_of(command: str) -> str:
+    """The trainer behind `lmpo train COMMAND` (every RL preset is the one RL loop)."""
+    return command if command in ("cpt", "sft", "dpo", "online_dpo", "rm") else "rl"
+
+
+def saved_config(path: str | Path) -> dict:
+    """The options a run was started with, from its `run.json` ({} when it has none)."""
+    try:
+        return json.loads((Path(path) / RUN_RECORD).read_text()).get("config") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _check_resumed(path: Path, cfg, name: str) -> None:
+    check_resumable(path, name, _COMMAND[-1] if _COMMAND else None)
+    recorded = saved_config(path)
+    if recorded:  # every trainer, with or without a checkpoint
+        compare_options(recorded, cfg, path)
+    saved_config_file = path / "config.json"
+    if name == "rl" and saved_config_file.is_file():
+        try:
+            saved = json.loads(saved_config_file.read_text())
+        except ValueError:
+            raise RunDirError(f"--resume {path}: {saved_config_file} is not valid JSON") from None
+        compare_options(saved, cfg, path)
+
+
+def compare_options(saved: dict, cfg, run_dir: str | Path) -> None:
+    """Refuse a resumed run whose options differ from the saved ones, listing every difference.
+    An option the saved run did not know (added later) counts as its default."""
+    from lmpo.trainers.checkpoint import check_same_config
+
+    current = json.loads(json.dumps(dataclasses.asdict(cfg)))
+    defaults = json.loads(json.dumps(dataclasses.asdict(type(cfg)())))
+    saved = {**{k: v for k, v in defaults.items() if k not in saved}, **saved}
+    check_same_config(saved, current, run_dir)
+
+
+# -- file-system faults -------------------------------------------------------------------------
+
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# torch.save reports a failed write from C++ ("[enforce fail at inline_container.cc:672] . unexpected pos ...")
+TORCH_WRITE_FAILURES = ("inline_container", "unexpected pos", "file write failed", "PytorchStreamWriter failed")
+# safetensors: SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+OTHER_WRITE_FAILURES = ("No space left on device", "os error 28", "Disk quota exceeded")
+
+
+def is_disk_full(err: BaseException) -> bool:
+    if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
+        return True
+    if isinstance(err, RuntimeError) and any(s in str(err) for s in TORCH_WRITE_FAILURES):
+        return True
+    return not isinstance(err, OSError) and any(s in str(err) for s in OTHER_WRITE_FAILURES)
+
+
+def _cause(err: BaseException) -> str:
+    if is_disk_full(err):
+        return "no space left on the device (the disk is full)"
+    if isinstance(err, OSError):
+        if err.errno == errno.EROFS:
+            return "read-only file system"
+        if err.errno in (errno.EACCES, errno.EPERM):
+            return "permission denied"
+        if err.errno == errno.ENOTDIR:
+            return "a part of the path is a file, not a directory"
+        if err.errno == errno.EEXIST:
+            return "a part of the path exists and is not a directory"
+        return err.strerror or str(err)
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def fs_error(path: str | Path, err: BaseException) -> str:
+    """One line for a failed write of `path`."""
+    return f"cannot write {path}: {_cause(err)}"
+
+
+def write_text(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as err:
+        raise RunDirError(fs_error(path, err)) from None
