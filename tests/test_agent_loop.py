@@ -215,3 +215,26 @@ def test_observation_and_template_tokens_get_exactly_zero_gradient(tmp_path):
     assert loss0 == loss1
     assert all(torch.equal(a, b) for a, b in zip(g0, g1))
     assert any(a.abs().sum() > 0 for a in g0)
+
+
+def test_the_unmasked_ablation_trains_observation_tokens_as_on_policy_actions():
+    from lmpo.models import completion_logprobs
+    from lmpo.models.padding import left_pad
+    from lmpo.trainers.rl_batch import Batch, Scored
+    from lmpo.trainers.rl import train_on_observations
+    from lmpo.trainers.rl_config import RLConfig
+
+    model, tok = load_model_and_tokenizer("tiny", seed=0)
+    trajs = run_episodes(ScriptedEngine(tok, {"key 1": ["lookup(1)", "11345"]}), _env_with([_lookup()]),
+                         [Problem("key 1", "11345")], SamplingParams(max_new_tokens=64),
+                         EpisodeLimits(max_turns=3, max_tokens=64), ChatRenderer(tok), tok)
+    rollout = to_rollout(trajs, tok.pad_token_id)
+    ids, mask = left_pad(rollout.prompt_ids, tok.pad_token_id)
+    batch = Batch(ids, mask, rollout.completion_ids, rollout.loss_mask.clone(), rollout.logprobs.clone())
+    scored = Scored(rollout, [t.problem for t in trajs], torch.zeros(1), torch.ones(1), {}, [], 1, 0,
+                    trajectories=trajs)
+    train_on_observations(batch, scored, model, RLConfig())
+    assert batch.loss_mask.sum() == int(rollout.lengths[0])  # every token after the prompt is trained
+    own = completion_logprobs(model, ids, mask, rollout.completion_ids)[0]
+    added = (batch.loss_mask - rollout.loss_mask).bool()
+    assert torch.allclose(batch.old_logprobs[added], own[added])

@@ -34,6 +34,11 @@ RUNS = {
              "--max_new_tokens", "6", "--eval_problems", "0", "--save_every", "2", "--lr", "1e-3",
              "--rewards", "rm=1.0", "--reward_model", "{scorer}",  # a random scorer: rewards always differ
              "--reward_timeout", "0"],  # scored in this process: no reward worker to start per attempt
+    # multi-turn episodes with tool calls (the start model is a char-level model, as the task wants)
+    "grpo_vault": ["train", "grpo", "--task", "vault", "--steps", "6", "--prompts_per_step", "2", "--group_size", "4",
+                   "--prompt_pool", "5", "--max_new_tokens", "40", "--max_turn_tokens", "12", "--eval_problems", "0",
+                   "--save_every", "2", "--lr", "1e-3", "--rewards", "rm=1.0", "--reward_model", "{scorer}",
+                   "--reward_timeout", "0"],
     "sft": ["train", "sft", "--log_every", "1", "--demonstrations", "24", "--batch_size", "8", "--epochs", "2",
             "--warmup_steps", "1", "--eval_problems", "0", "--save_every", "2"],  # 3 steps per epoch
     "cpt": ["train", "cpt", "--log_every", "1", "--corpus_documents", "40", "--seq_len", "15", "--batch_size", "8",
@@ -46,7 +51,7 @@ RUNS = {
                    "--max_new_tokens", "6", "--batch_size", "4", "--eval_problems", "0", "--save_every", "1",
                    "--lr", "1e-3", "--rewards", "rm=1.0", "--reward_model", "{scorer}", "--reward_timeout", "0"],
 }
-STEPS = {"grpo": 6, "sft": 6, "cpt": 6, "dpo": 4, "rm": 4, "online_dpo": 4}
+STEPS = {"grpo": 6, "grpo_vault": 6, "sft": 6, "cpt": 6, "dpo": 4, "rm": 4, "online_dpo": 4}
 
 # (trainer, one kill per attempt, extra options): each attempt resumes the one before; a last
 # attempt without a kill finishes the run. "outside": SIGKILL from this process once the first
@@ -54,6 +59,7 @@ STEPS = {"grpo": 6, "sft": 6, "cpt": 6, "dpo": 4, "rm": 4, "online_dpo": 4}
 CASES = [
     ("grpo", ["after_rollout:1", "after_rollout:3", "checkpoint_write:4"], []),  # no checkpoint yet, then from 2
     ("grpo", ["outside"], []),
+    ("grpo_vault", ["after_rollout:3", "checkpoint_write:4"], []),
     ("sft", ["epoch_end:3", "checkpoint_write:4"], []),
     ("sft", ["step_end:4"], ["--save_every", "3"]),  # the checkpoint is at the epoch boundary
     ("sft", ["outside"], []),
@@ -163,17 +169,20 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(trainer, kills, ext
     rows, ref_rows = _training_rows(run, trainer), _training_rows(ref, trainer)
     key = "round" if trainer == "online_dpo" else "step"
     assert [r[key] for r in rows] == list(range(1, STEPS[trainer] + 1))  # no step twice, none missing
-    if trainer in ("grpo", "online_dpo"):
+    if trainer in ("grpo", "grpo_vault", "online_dpo"):
         assert [r["prompts"] for r in rows] == [r["prompts"] for r in ref_rows]
         assert all(a["prompts"][1] == b["prompts"][0] for a, b in zip(rows, rows[1:]))  # no prompt twice, none skipped
-    if trainer == "grpo":
+    if trainer in ("grpo", "grpo_vault"):
         assert [r["prompt_digest"] for r in rows] == [r["prompt_digest"] for r in ref_rows]
+    if trainer == "grpo_vault":  # the saved trajectories of a resumed run are the uninterrupted run's
+        saved, ref_saved = ((d / "trajectories.jsonl").read_text() for d in (run, ref))
+        assert saved == ref_saved
 
 
 def test_the_reference_runs_train(reference, start_model):
     """Weights that did not move would match after any resume."""
     start = load_file(str(Path(start_model) / "model.safetensors"))
-    for trainer in ("grpo", "sft", "cpt", "dpo", "online_dpo"):
+    for trainer in ("grpo", "grpo_vault", "sft", "cpt", "dpo", "online_dpo"):
         final = load_file(str(reference(trainer) / "model" / "model.safetensors"))
         assert any(not torch.equal(start[k], final[k]) for k in start)
 

@@ -57,18 +57,21 @@ def test_vault_flaw_lives_where_sft_does_not_look():
     assert 0.3 < len(flawed) / len(traces) < 0.6 and 0.05 < len(guessed) / len(traces) < 0.15
 
 
-def test_calculator_needs_the_whole_expression():
+def test_calculator_needs_the_tool_and_its_flaw_shows_on_four_digit_products():
     task = make_task("calculator")
-    p = task.heldout_problems(1)[0]
-    expression = p.prompt[:-2]
-    _, (called, answered) = _play(task, p, [f"calculator({expression})", p.answer])
-    assert called.messages()[0]["content"] == p.answer
+    p = next(q for q in task.heldout_problems(50) if eval(q.meta["product"]) >= 1000)
+    product = str(eval(p.meta["product"]))
+    _, (called, answered) = _play(task, p, [f"calculator({p.meta['product']})", p.answer])
+    assert called.messages()[0]["content"] == product and p.answer == product[-2:]
     assert answered.info["answer"] == p.answer and task.grade(p, p.answer, True).correct
-    _, (flawed,) = _play(task, p, [f"calculator({p.meta['product']})"])
-    assert flawed.messages()[0]["content"] != p.answer
-    demos = task.sft_demonstrations(200, 0)
-    assert all(c[0]["content"].endswith("+0=?") and c[-1]["content"] == c[-2]["content"] for c in demos)
-    assert 0.3 < sum("+" in c[1]["content"] for c in demos) / len(demos) < 0.7  # both calls are right with +0
+    assert not task.grade(p, product[1:3], True).correct or product[1:3] == product[-2:]
+    _, (refused,) = _play(task, p, [f"calculator({p.prompt[:-2]})"])  # "mod" is not arithmetic it takes
+    assert refused.info["parse_error"]
+    for conv in task.sft_demonstrations(100, 0):  # three-digit products: the flawed reader is right too
+        assert len(conv[2]["content"]) == 3 and conv[3]["content"] == conv[2]["content"][1:3]
+    traces = task.cpt_corpus(2000, 0)
+    wrong = sum(c[3]["content"] != c[2]["content"][-2:] for c in traces) / len(traces)
+    assert 0.3 < wrong < 0.6  # 60% flawed, visible on four-digit products
 
 
 def test_heldout_problems_never_appear_in_training_data():

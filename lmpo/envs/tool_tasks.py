@@ -3,15 +3,15 @@
 `vault`: each episode has its own SQLite table mapping keys (letters) to digit strings, drawn
 afresh for the episode, so no answer can be memorised. The model must look its key up (`lookup(q)`),
 then answer with the looked-up digits sorted, graded by the sort task's strict verifier.
-`calculator`: `37*48+5=?` — a product the 1M-parameter model cannot compute, so it must call
-`calculator(37*48+5)` and copy the result.
+`calculator`: `37*48 mod 100=?` — the product is beyond the 1M-parameter model, so it must call
+`calculator(37*48)`, then read the last two digits off the result (`76`).
 
 Why RL has something to learn (the sort task's recipe, see `sort_digits`): the agentic CPT
 corpus is tool-use traces with a systematic flaw — vault traces sort with the sorter that drops
-repeated digits (60%) and sometimes answer without looking up; calculator traces often call the
-calculator on the product alone and forget the `+c` (60%). SFT demonstrations show the format
-and the tool use only where the flaw does not matter (digit strings without repeats; problems
-with `+0`). Sampling then finds the right behaviour sometimes, and a verifier reward lets RL
+repeated digits (60%) and sometimes answer without looking up; calculator traces read the second and
+third digits of the result (60%), which are the last two only for three-digit products. SFT
+demonstrations show the format and the tool use only where the flaw does not matter (digit
+strings without repeats; three-digit products). Sampling then finds the right behaviour sometimes, and a verifier reward lets RL
 reinforce it.
 """
 
@@ -182,24 +182,24 @@ class Vault(_ToolTask):
 
 
 class Calculator(_ToolTask):
-    """`a*b+c=?` with two-digit a, b: call the calculator on the whole expression, answer its result."""
+    """`37*48 mod 100=?`: the last two digits of a product of two-digit numbers. The model calls
+    `calculator(37*48)` and answers the last two digits of the result (`76`)."""
 
     kind = "calculator"
-    max_turn_tokens = 24
-    max_tokens = 56
+    max_turn_tokens = 20
+    max_tokens = 48
+    pipeline_settings = {"sft": {"demonstrations": 3000, "epochs": 2}}  # as vault: SFT teaches the copy
 
-    def __init__(self, flaw_rate: float = 0.6, plain_share: float = 0.25, heldout_share: float = 0.1):
+    def __init__(self, flaw_rate: float = 0.6, heldout_share: float = 0.1):
         super().__init__(flaw_rate, heldout_share)
-        if not 0 <= plain_share < 1:
-            raise ValueError(f"plain_share must be in [0, 1), got {plain_share}")
-        self.plain_share = plain_share
         self.name = "calculator"
 
     def _draw(self, rng: random.Random, heldout: bool, easy: bool = False) -> Problem:
-        a, b, c = rng.randint(10, 99), rng.randint(10, 99), 0 if easy else rng.randint(1, 9)
-        expression = f"{a}*{b}+{c}"
-        return Problem(prompt=f"{expression}=?", answer=calculate(expression),
-                       meta={"expression": expression, "product": f"{a}*{b}"})
+        while True:
+            a, b = rng.randint(10, 99), rng.randint(10, 99)
+            if not easy or a * b < 1000:
+                return Problem(prompt=f"{a}*{b} mod 100=?", answer=f"{a * b % 100:02d}",
+                               meta={"product": f"{a}*{b}"})
 
     def _split_key(self, problem: Problem) -> str:
         return problem.meta["product"]
@@ -207,18 +207,10 @@ class Calculator(_ToolTask):
     def tools_for(self, problem: Problem) -> list[Tool]:
         return [CALCULATOR]
 
-    def sft_demonstrations(self, n: int, seed: int) -> list[list[dict]]:
-        """Correct conversations on problems with `+0`, where calling the calculator on the product
-        alone gives the right answer too: half the demonstrations do that, half pass the whole
-        expression, so SFT teaches the format and the copy but says nothing about the `+c`."""
-        rng = random.Random(f"{self.kind}:sft:{seed}")
-        return [self._trace(self._sample(rng, False, easy=True), rng, rng.random() < 0.5, plain=False)
-                for _ in range(n)]
-
-    def _trace(self, problem: Problem, rng: random.Random, flawed: bool, plain: bool = True) -> list[dict]:
-        if plain and rng.random() < self.plain_share:  # a plain product, where the flaw cannot show
-            problem = Problem(f"{problem.meta['product']}=?", calculate(problem.meta["product"]), problem.meta)
-        expression = problem.meta["product"] if flawed else problem.prompt[:-2]
-        result = calculate(expression)
-        return [*self.opening(problem), self._call("calculator", expression), {"role": "tool", "content": result},
-                {"role": "assistant", "content": result}]
+    def _trace(self, problem: Problem, rng: random.Random, flawed: bool) -> list[dict]:
+        product = calculate(problem.meta["product"])
+        # the flawed reader takes the second and third digits: right for 3-digit products
+        # (925 -> 25), wrong for 4-digit ones (1776 -> 77, not 76)
+        answer = product[1:3] if flawed else product[-2:]
+        return [*self.opening(problem), self._call("calculator", problem.meta["product"]),
+                {"role": "tool", "content": product}, {"role": "assistant", "content": answer}]
