@@ -12,7 +12,7 @@ from lmpo.envs.tool_env import ToolEnv
 from lmpo.envs.tools import ToolError, tool
 from lmpo.envs.parsing import CompactFormat
 from lmpo.models import build_char_tokenizer, load_model_and_tokenizer
-from lmpo.rollout import ENV, MODEL, PROMPT, TEMPLATE, EpisodeLimits, Sample, SamplingParams, run_episodes, to_rollout
+from lmpo.rollout import ENV, MODEL, PROMPT, EpisodeLimits, Sample, SamplingParams, run_episodes, to_rollout
 from lmpo.rollout.render import ChatRenderer, TemplateError, TextRenderer, check_prefix_preserving
 
 

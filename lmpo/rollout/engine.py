@@ -7,7 +7,7 @@ from typing import Literal, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from lmpo.models.padding import left_pad, right_pad
+from lmpo.models.padding import left_pad
 from lmpo.rollout.decoders import FastLlamaDecoder, HFDecoder, fast_path_supported
 from lmpo.rollout.sampling import sample_next
 from lmpo.rollout.types import FINISH_EOS, FINISH_LENGTH, Rollout, SamplingParams

@@ -43,8 +43,9 @@ class Rollout:
     was written by the model and counts in the loss; 0 for padding and, in multi-turn
     rollouts, for tool or environment output), `logprobs` (behaviour log-probs in fp32 under
     the temperature-scaled distribution, before top-p/top-k truncation; 0 on padding).
-    Per sequence: `prompt_ids` (unpadded), `lengths` (completion tokens, EOS included) and
-    `finish_reasons` ("eos" or "length").
+    Per sequence: `prompt_ids` (unpadded), `lengths` (every token after the prompt, EOS and
+    any tool output included) and `finish_reasons` ("eos" or "length"). Multi-turn episodes
+    reach the loss as `Trajectory` records laid out by `trajectory.to_rollout`.
     """
 
     prompt_ids: list[list[int]]

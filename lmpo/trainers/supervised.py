@@ -18,7 +18,7 @@ from typing import Literal
 import torch
 
 from lmpo.algos import masked_cross_entropy
-from lmpo.envs import Problem, make_task
+from lmpo.envs import make_task
 from lmpo.rollout.evaluation import evaluate
 from lmpo.envs.data import Record, TokenizedExample, load_sft
 from lmpo.envs.data.chat import encode_conversation
