@@ -1,6 +1,9 @@
 """Rollout engine vs `model.generate`, side by side in one run, same model and sampling.
 
-    .venv/bin/python bench/rollout_speed.py [--preset tiny] [--batch 64] [--new-tokens 64] [--no-kernels]
+    .venv/bin/python bench/rollout_speed.py [--preset tiny] [--batch 64] [--new-tokens 64] [--no-kernels] [--through-loop]
+
+`--through-loop` times the engine as the trainers call it: single-turn episodes through the
+agent loop (`run_episodes` with `LocalEngine`), trajectories and all.
 
 Prints a table, and as its last line a JSON object with the `speedup`: the median, over
 repeats, of generate time divided by engine time, each pair measured back to back so that a
@@ -17,8 +20,11 @@ import time
 
 import torch
 
+from lmpo.envs import Problem
+from lmpo.envs.env import SingleTurnEnv
 from lmpo.models import load_model_and_tokenizer
-from lmpo.rollout import SamplingParams, generate, kernels
+from lmpo.rollout import EpisodeLimits, LocalEngine, SamplingParams, generate, kernels, run_episodes
+from lmpo.rollout.render import TextRenderer
 
 
 def main() -> None:
@@ -31,6 +37,8 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--through-loop", action="store_true",
+                        help="time the engine as the trainers call it: single-turn episodes through run_episodes")
     parser.add_argument("--no-kernels", action="store_true",
                         help="measure the engine without its compiled decoding kernels (the PyTorch path)")
     args = parser.parse_args()
@@ -46,8 +54,15 @@ def main() -> None:
     params = SamplingParams(args.temperature, args.top_p, args.top_k, args.new_tokens)
     ids = torch.tensor(prompts)  # equal-length prompts: no padding needed for generate
 
+    local = LocalEngine(model, tok.eos_token_id, tok.pad_token_id, generator=gen)
+    problems = [Problem(tok.decode(p), "") for p in prompts]
+    limits = EpisodeLimits(max_turns=1, max_tokens=args.new_tokens)
+
     def run_engine() -> tuple[float, int]:
         start = time.perf_counter()
+        if args.through_loop:
+            trajectories = run_episodes(local, SingleTurnEnv, problems, params, limits, TextRenderer(tok), tok)
+            return time.perf_counter() - start, sum(t.num_model_tokens for t in trajectories)
         r = generate(model, prompts, params, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, generator=gen)
         return time.perf_counter() - start, int(r.lengths.sum())
 
@@ -80,6 +95,7 @@ def main() -> None:
                       "engine_tokens_per_s": round(engine_tps), "generate_tokens_per_s": round(hf_tps),
                       "preset": args.preset, "batch": args.batch, "new_tokens": args.new_tokens,
                       "threads": args.threads, "kernels": kernels.load() is not None,
+                      "through_loop": args.through_loop,
                       "torch": torch.__version__}))
 
 

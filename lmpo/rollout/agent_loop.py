@@ -55,6 +55,7 @@ class _Episode:
         self.env, self.renderer, self.limits = env, renderer, limits
         self.messages = env.reset(problem)
         ids, self.held_text = renderer.prompt(self.messages)
+        self.pending_ids: list[int] = []
         if not ids:
             raise ValueError(f"problem {problem.prompt[:60]!r} renders to an empty prompt")
         self.traj = Trajectory(problem, len(ids), list(ids), [PROMPT] * len(ids), [0.0] * len(ids),
@@ -120,7 +121,7 @@ def _take_turn(ep: _Episode, sample, cap_reason: str, eos_ids: set[int], tokeniz
     text_ids = sample.token_ids[:-1] if ended else sample.token_ids
     text = tokenizer.decode(text_ids, skip_special_tokens=False)  # for the environment's eyes only
     traj.final_text = text
-    ep.held_text += tokenizer.decode(sample.token_ids, skip_special_tokens=False)
+    ep.pending_ids = sample.token_ids  # joins the held text only if an observation follows
     ep.messages.append({"role": "assistant", "content": text})
     traj.messages.append({"role": "assistant", "content": text})
     if not ended:
@@ -144,6 +145,7 @@ def _take_turn(ep: _Episode, sample, cap_reason: str, eos_ids: set[int], tokeniz
     if traj.parse_errors >= ep.limits.max_parse_errors:
         ep.end(PARSE_ERROR_LIMIT)
         return False
+    ep.held_text += tokenizer.decode(ep.pending_ids, skip_special_tokens=False)
     return _append_observation(ep, step)
 
 

@@ -106,10 +106,10 @@ def last_stage(cfg: PipelineConfig, sft_model: str, out: Path, shared: dict) -> 
 
 
 def _report_stage(result: StageResult) -> None:
-    agent = ""
-    if result.terminations and (result.tool_call_rate or set(result.terminations) != {"answered"}):
-        endings = ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(result.terminations.items(), key=lambda kv: -kv[1]))
-        agent = f", tool-call rate {100 * (result.tool_call_rate or 0):.1f}%, endings: {endings}"
+    agent = f", tool-call rate {100 * result.tool_call_rate:.1f}%" if result.tool_call_rate else ""
+    if result.terminations and set(result.terminations) != {"answered"}:
+        ordered = sorted(result.terminations.items(), key=lambda kv: -kv[1])
+        agent += ", endings: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in ordered)
     print(f"[pipeline] {result.name}: held-out accuracy {100 * (result.accuracy or 0):.1f}%, "
           f"format {100 * (result.format_accuracy or 0):.1f}%{agent}, {result.seconds:.1f} s")
 
