@@ -44,3 +44,18 @@ def test_default_pipeline_learns_within_budget(tmp_path):
     stages = {s["name"]: s for s in json.loads((out / "summary.json").read_text())["stages"]}
     assert stages["sft"]["format_accuracy"] >= 0.9
     assert stages["grpo"]["accuracy"] - stages["sft"]["accuracy"] >= 0.20
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["vault", "calculator"])
+def test_agentic_pipeline_learns_within_budget(task, tmp_path):
+    """The agents acceptance check: on each embedded agentic task GRPO gains >= 20 points of
+    held-out success over SFT, every held-out episode calls the tool, and tool output stays out
+    of the loss (the RL rows log the share of observation tokens)."""
+    out = tmp_path / task
+    assert main(["pipeline", "--task", task, "--out", str(out)]) == 0
+    stages = {s["name"]: s for s in json.loads((out / "summary.json").read_text())["stages"]}
+    assert stages["grpo"]["accuracy"] - stages["sft"]["accuracy"] >= 0.20
+    assert stages["sft"]["tool_call_rate"] == stages["grpo"]["tool_call_rate"] == 1.0
+    rows = [json.loads(line) for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert all(0 < r["obs_token_frac"] < 1 for r in rows if "reward_mean" in r)
