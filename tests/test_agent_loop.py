@@ -238,3 +238,11 @@ def test_the_unmasked_ablation_trains_observation_tokens_as_on_policy_actions():
     own = completion_logprobs(model, ids, mask, rollout.completion_ids)[0]
     added = (batch.loss_mask - rollout.loss_mask).bool()
     assert torch.allclose(batch.old_logprobs[added], own[added])
+
+
+def test_a_pipeline_that_cannot_train_a_multi_turn_task_stops_before_the_first_stage(tmp_path, capsys):
+    from lmpo.cli.main import main
+
+    assert main(["pipeline", "--task", "vault", "--rl", "online_dpo", "--out", str(tmp_path / "p")]) == 2
+    assert "multi-turn: use an RL preset" in capsys.readouterr().err
+    assert not (tmp_path / "p" / "cpt").exists()

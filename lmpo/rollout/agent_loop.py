@@ -53,13 +53,13 @@ class EpisodeLimits:
 class _Episode:
     def __init__(self, problem: Problem, env, renderer, limits: EpisodeLimits):
         self.env, self.renderer, self.limits = env, renderer, limits
-        self.messages = env.reset(problem)
+        self.messages = list(env.reset(problem))  # the trajectory's record of the conversation, shared
         ids, self.held_text = renderer.prompt(self.messages)
         self.pending_ids: list[int] = []
         if not ids:
             raise ValueError(f"problem {problem.prompt[:60]!r} renders to an empty prompt")
         self.traj = Trajectory(problem, len(ids), list(ids), [PROMPT] * len(ids), [0.0] * len(ids),
-                               messages=list(self.messages))
+                               messages=self.messages)
 
     @property
     def used(self) -> int:
@@ -123,7 +123,6 @@ def _take_turn(ep: _Episode, sample, cap_reason: str, eos_ids: set[int], tokeniz
     traj.final_text = text
     ep.pending_ids = sample.token_ids  # joins the held text only if an observation follows
     ep.messages.append({"role": "assistant", "content": text})
-    traj.messages.append({"role": "assistant", "content": text})
     if not ended:
         traj.turn_rewards.append(None)
         ep.end(cap_reason)
@@ -174,7 +173,6 @@ def _append_observation(ep: _Episode, step: Step) -> bool:
     traj.logprobs += [0.0] * len(ids)
     ep.held_text += text
     ep.messages.extend(new)
-    traj.messages.extend(new)
     return True
 
 

@@ -78,6 +78,11 @@ PPO_RM_SETTINGS = {"missing_eos_penalty": 10.0}
 def validate_stages(cfg: PipelineConfig) -> None:
     cfg.cpt.validate()
     cfg.sft.validate()
+    from lmpo.envs import make_task
+
+    if cfg.rl in ("dpo", "online_dpo", "ppo_rm") and getattr(make_task(cfg.task), "max_turns", 1) > 1:
+        raise ValueError(f"--rl {cfg.rl} pairs or scores whole single-turn completions; task {cfg.task!r} is "
+                         f"multi-turn: use an RL preset ({', '.join(RL_PRESETS)})")
     if cfg.rl == "dpo":
         cfg.dpo.validate()
     elif cfg.rl == "online_dpo":
