@@ -113,3 +113,42 @@ def test_top_p_never_draws_outside_the_nucleus():
 def test_bad_sampling_params_are_rejected(bad):
     with pytest.raises(ValueError):
         SamplingParams(**bad)
+
+
+def _llama(char_tokenizer, **flags):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(char_tokenizer), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         pad_token_id=char_tokenizer.pad_token_id, eos_token_id=char_tokenizer.eos_token_id, **flags)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # transformers initialises biases to zero, which would hide a dropped bias
+        for name, param in model.named_parameters():
+            if name.endswith(".bias"):
+                param.normal_(0, 0.5)
+    return model
+
+
+@pytest.mark.parametrize("flags,fast", [
+    ({}, True),
+    ({"attention_bias": True}, True),                                   # q/k/v and o_proj biases: implemented
+    ({"mlp_bias": True}, False),                                        # MLP biases: not implemented, falls back
+    ({"hidden_act": "gelu"}, False),
+    ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}}, False),
+    ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}}, True),
+], ids=["plain", "attention_bias", "mlp_bias", "gelu", "dynamic_rope", "linear_rope"])
+def test_the_fast_path_takes_only_configurations_it_implements_exactly(flags, fast, char_tokenizer):
+    from lmpo.rollout.decoders import fast_path_refusal
+
+    model = _llama(char_tokenizer, **flags)
+    assert (fast_path_refusal(model) == "") == fast, fast_path_refusal(model)
+    tok = char_tokenizer
+    rollout = generate(model, _prompts(tok), SamplingParams(temperature=1.0, max_new_tokens=10),
+                       eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
+    # behaviour log-probs equal a teacher-forced forward, whichever path sampled them
+    assert torch.allclose(_teacher_forced(model, rollout, 1.0, tok.pad_token_id), rollout.logprobs, atol=1e-4)
+    if not fast:
+        with pytest.raises(ValueError, match="does not implement this LlamaForCausalLM exactly"):
+            generate(model, _prompts(tok), SamplingParams(max_new_tokens=2), eos_id=tok.eos_token_id,
+                     pad_id=tok.pad_token_id, backend="fast")

@@ -21,17 +21,52 @@ from lmpo.rollout import kernels
 FAST_MODEL_TYPES = {"llama", "qwen2", "mistral"}
 
 
+# RoPE variants whose cos/sin the model's own rotary embedding computes once for all positions
+STATIC_ROPE_TYPES = {"default", "linear", "llama3"}
+
+
 def fast_path_supported(model: torch.nn.Module) -> bool:
+    """The fast decoder implements exactly: Llama/Qwen2/Mistral causal LMs with SiLU-gated MLPs
+    without biases, q/k/v biases all present or all absent, an optional o_proj bias, RMSNorm,
+    full attention in every layer and a static RoPE. Anything else (an MLP bias, another
+    activation, sliding windows, dynamic RoPE scaling, ...) goes through Hugging Face's forward."""
+    return not fast_path_refusal(model)
+
+
+def fast_path_refusal(model: torch.nn.Module) -> str:
+    """Why the fast decoder would not be exact for `model` ("" when it would)."""
     config = getattr(model, "config", None)
     if config is None or getattr(config, "model_type", None) not in FAST_MODEL_TYPES:
-        return False
-    if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "use_sliding_window", False):
-        return False
-    if getattr(config, "sliding_window", None) and config.model_type == "mistral":
-        return False
+        return f"model type {getattr(config, 'model_type', None)!r} is not one of {sorted(FAST_MODEL_TYPES)}"
+    if not type(model).__name__.endswith("ForCausalLM"):
+        return f"{type(model).__name__} is not a causal LM class"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"hidden_act={config.hidden_act!r}"
+    if getattr(config, "use_sliding_window", False) or (config.model_type == "mistral" and getattr(config, "sliding_window", None)):
+        return "sliding-window attention"
+    if any(t != "full_attention" for t in getattr(config, "layer_types", None) or []):
+        return "layers that are not full attention"
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
+    if rope_type not in STATIC_ROPE_TYPES:
+        return f"RoPE type {rope_type!r}"
     inner = getattr(model, "model", None)
-    return inner is not None and hasattr(inner, "layers") and hasattr(inner, "rotary_emb") \
-        and type(model).__name__.endswith("ForCausalLM")
+    if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
+        return "no decoder layers or rotary embedding where Llama-family models keep them"
+    for i, layer in enumerate(inner.layers):
+        attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+        projections = [getattr(mlp, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
+        if attn is None or any(p is None for p in projections):
+            return f"layer {i} is not a Llama-family layer"
+        if any(p.bias is not None for p in projections):
+            return f"layer {i} has MLP biases"
+        qkv_biases = {getattr(attn, n).bias is not None for n in ("q_proj", "k_proj", "v_proj")}
+        if len(qkv_biases) > 1:
+            return f"layer {i} has biases on some of q/k/v only"
+        norms = (layer.input_layernorm, layer.post_attention_layernorm)
+        if any(not hasattr(n, "variance_epsilon") or getattr(n, "bias", None) is not None for n in norms):
+            return f"layer {i} has a norm other than RMSNorm"
+    return ""
 
 
 class HFDecoder:

@@ -8,7 +8,7 @@ import torch
 from transformers import PreTrainedModel
 
 from lmpo.models.padding import left_pad
-from lmpo.rollout.decoders import FastLlamaDecoder, HFDecoder, fast_path_supported
+from lmpo.rollout.decoders import FastLlamaDecoder, HFDecoder, fast_path_refusal
 from lmpo.rollout.sampling import sample_next
 from lmpo.rollout.types import FINISH_EOS, FINISH_LENGTH, Rollout, SamplingParams
 
@@ -19,10 +19,12 @@ COMPACT_BELOW = 0.75  # drop finished rows from the decoder once a quarter of th
 def make_decoder(model: PreTrainedModel, backend: Backend = "auto"):
     if backend == "hf":
         return HFDecoder(model)
-    if fast_path_supported(model):
+    refusal = fast_path_refusal(model)
+    if not refusal:
         return FastLlamaDecoder(model)
     if backend == "fast":
-        raise ValueError(f"the fast decoder supports Llama/Qwen2/Mistral causal LMs, not {type(model).__name__}; use backend='hf'")
+        raise ValueError(f"the fast decoder does not implement this {type(model).__name__} exactly ({refusal}); "
+                         "use backend='hf'")
     return HFDecoder(model)
 
 
