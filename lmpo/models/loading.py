@@ -32,9 +32,29 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     return tok
 
 
+def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """Set every dropout probability in `model` to 0: `nn.Dropout` modules and the float
+    attention-dropout rates attention modules keep (`attention_dropout`). The config is left as
+    it was, so a saved model keeps its own settings.
+
+    Why: sampling and reference log-probs run in eval mode, the policy's loss forward in train
+    mode; with dropout on, the first on-policy step would already see a ratio away from 1, a
+    non-zero KL, and a first DPO loss other than ln 2."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        for name in ("attention_dropout", "dropout"):
+            if isinstance(getattr(module, name, None), float):
+                setattr(module, name, 0.0)
+    return model
+
+
 def load_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int = 0,
-               dtype: torch.dtype = torch.float32) -> PreTrainedModel:
-    """A fresh preset model (initialised from `seed`) or `AutoModelForCausalLM.from_pretrained`."""
+               dtype: torch.dtype = torch.float32, keep_dropout: bool = True) -> PreTrainedModel:
+    """A fresh preset model (initialised from `seed`) or `AutoModelForCausalLM.from_pretrained`;
+    `keep_dropout=False` disables its dropout (see `disable_dropout`)."""
+    if not keep_dropout:
+        return disable_dropout(load_model(name_or_path, tokenizer, seed, dtype))
     if is_preset(name_or_path):
         config = preset_config(name_or_path, len(tokenizer), tokenizer.pad_token_id,
                                tokenizer.eos_token_id, tokenizer.bos_token_id)

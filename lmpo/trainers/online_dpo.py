@@ -90,7 +90,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     rank_by = watch_rewards(RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout,
                                                    cfg.reward_failure), out, cfg)
     tokenizer = load_tokenizer(cfg.model)
-    policy = load_model(cfg.model, tokenizer, seed=cfg.seed)
+    policy = load_model(cfg.model, tokenizer, seed=cfg.seed, keep_dropout=cfg.keep_dropout)
     reference = None if cfg.loss == "simpo" else load_model(cfg.model, tokenizer, seed=cfg.seed).eval().requires_grad_(False)
     stream = PromptStream(task.train_problems(cfg.prompt_pool, cfg.seed), cfg.seed)
     sampler = torch.Generator().manual_seed(cfg.seed)

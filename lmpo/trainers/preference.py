@@ -72,6 +72,8 @@ class PreferenceConfig:
     """AdamW weight decay (matrices only)."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value (0 = off)."""
+    keep_dropout: bool = False
+    """Keep the model's dropout on while training; by default it is off, so the policy and the reference score a pair alike and the first DPO loss is ln 2."""
     eval_problems: int = 500
     """Held-out problems for greedy task accuracy at the start and the end (0 = skip)."""
     eval_max_new_tokens: int = 12
@@ -158,7 +160,7 @@ def train_preference(cfg: PreferenceConfig) -> StageResult:
     out = Path(cfg.resume or cfg.out)
     run = open_run_dir(out, cfg, "dpo")
     tokenizer = load_tokenizer(cfg.model)
-    policy = load_model(cfg.model, tokenizer, seed=cfg.seed)
+    policy = load_model(cfg.model, tokenizer, seed=cfg.seed, keep_dropout=cfg.keep_dropout)
     if cfg.data:
         pairs = file_pairs(cfg.data, tokenizer, cfg.max_length, cfg.overlong)
     else:

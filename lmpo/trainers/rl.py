@@ -54,7 +54,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     rewards = watch_rewards(rewards, out, cfg)
     threads = setup_torch(cfg.threads, cfg.seed)
     tokenizer = load_tokenizer(cfg.model)
-    policy = load_model(cfg.model, tokenizer, seed=cfg.seed)
+    policy = load_model(cfg.model, tokenizer, seed=cfg.seed, keep_dropout=cfg.keep_dropout)
     reference = load_model(cfg.model, tokenizer, seed=cfg.seed).eval().requires_grad_(False) if cfg.beta > 0 else None
     critic = make_critic(cfg, policy, tokenizer)
     parts = LossParts.from_config(cfg, critic)
@@ -182,7 +182,7 @@ def make_critic(cfg: RLConfig, policy, tokenizer):
     if cfg.critic == "head":
         return ValueHead(policy.config.hidden_size)
     if cfg.critic == "separate":
-        return ValueModel(load_model(cfg.model, tokenizer, seed=cfg.seed))
+        return ValueModel(load_model(cfg.model, tokenizer, seed=cfg.seed, keep_dropout=cfg.keep_dropout))
     return None
 
 

@@ -144,6 +144,8 @@ class RLConfig:
     """Clip the global gradient norm to this value (0 = off)."""
     eval_every: int = 50
     """Evaluate on held-out problems every this many steps (and at the end)."""
+    keep_dropout: bool = False
+    """Keep the model's dropout on in the loss forward; by default it is off in policy, reference and critic, so an on-policy step sees a ratio of exactly 1 and no KL."""
     eval_problems: int = 500
     """Held-out problems for greedy evaluation (0 = skip)."""
     eval_max_new_tokens: int = 12

@@ -1,0 +1,63 @@
+"""Dropout is off in the policy (and reference, and critic) unless asked for: on a GPT-2 that
+ships with dropout 0.1, the first on-policy RL step has KL and clip fraction exactly 0 and a policy
+loss of 0, and the first DPO loss is ln 2. `--keep_dropout` keeps the model's own dropout."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from lmpo.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def gpt2_with_dropout(tmp_path_factory, char_tokenizer):
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(char_tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=2,
+                        resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, bos_token_id=char_tokenizer.bos_token_id,
+                        eos_token_id=char_tokenizer.eos_token_id, pad_token_id=char_tokenizer.pad_token_id)
+    path = tmp_path_factory.mktemp("gpt2")
+    GPT2LMHeadModel(config).save_pretrained(path)
+    char_tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def _rows(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_first_on_policy_step_has_no_kl_and_no_clipping(gpt2_with_dropout, tmp_path, keep):
+    out = tmp_path / "rl"
+    argv = ["train", "grpo", "--model", gpt2_with_dropout, "--out", str(out), "--steps", "1", "--prompts_per_step", "4",
+            "--group_size", "4", "--max_new_tokens", "6", "--eval_problems", "0", "--save_every", "0", "--threads", "1",
+            "--rewards", "rm=1.0", "--reward_model", gpt2_with_dropout + "-rm", "--reward_timeout", "0"]
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    AutoModelForSequenceClassification.from_pretrained(gpt2_with_dropout, num_labels=1).save_pretrained(argv[-3])
+    AutoTokenizer.from_pretrained(gpt2_with_dropout).save_pretrained(argv[-3])  # a random scorer: rewards differ
+    assert main(argv + (["--keep_dropout", "true"] if keep else [])) == 0
+    (step,) = [r for r in _rows(out) if "reward_mean" in r]
+    assert step["reward_std"] > 0
+    if keep:  # the failure the default prevents: train-mode dropout moves the ratio off 1 at once
+        assert step["kl"] > 1e-4 and abs(step["policy_loss"]) > 1e-6
+    else:
+        assert step["kl"] == 0.0 and step["clip_frac"] == 0.0
+        assert abs(step["policy_loss"]) < 1e-6
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_first_dpo_loss_is_ln2(gpt2_with_dropout, tmp_path, keep):
+    out = tmp_path / "dpo"
+    assert main(["train", "dpo", "--model", gpt2_with_dropout, "--out", str(out), "--pairs", "16", "--batch_size", "8",
+                 "--eval_problems", "0", "--log_every", "1", "--threads", "1",
+                 *(["--keep_dropout", "true"] if keep else [])]) == 0
+    first = [r for r in _rows(out) if "loss" in r][0]
+    if keep:
+        assert abs(first["loss"] - math.log(2)) > 1e-4
+    else:
+        assert first["loss"] == pytest.approx(math.log(2), abs=1e-7) and first["margin"] == 0.0
