@@ -7,7 +7,7 @@ import ast
 import math
 import operator
 
-from lmpo.envs.tools.schema import ToolError, tool
+from lmpo.envs.tools.schema import ToolError, quiet_parse, tool
 
 MAX_LENGTH = 200
 MAX_EXPONENT = 100
@@ -31,7 +31,7 @@ def calculate(expression: str) -> str:
     if not expression.strip():
         raise ToolError("empty expression")
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
+        tree = quiet_parse(expression.strip())
     except (SyntaxError, ValueError) as error:
         raise ToolError(f"invalid expression: {error.msg if isinstance(error, SyntaxError) else error}") from None
     return _format(_evaluate(tree.body))

@@ -8,9 +8,18 @@ import inspect
 import re
 import types
 import typing
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Union
+
+
+def quiet_parse(source: str) -> ast.Expression:
+    """`ast.parse(source, mode="eval")` without the SyntaxWarnings Python prints for model-written
+    junk such as `12a` (the SyntaxError that follows is what callers report)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        return ast.parse(source, mode="eval")
 
 
 class ToolError(Exception):
@@ -84,7 +93,7 @@ def _literal_arguments(tool_name: str, text: str, names: list[str]) -> dict:
     if not text.strip():
         return {}
     try:
-        node = ast.parse(f"_({text})", mode="eval").body
+        node = quiet_parse(f"_({text})").body
     except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
         raise ToolError(f"{tool_name}: cannot parse the arguments {clip(text, 80)!r} "
                         f"(expected literals like a=1, b=\"x\"): {error}") from None
