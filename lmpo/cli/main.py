@@ -74,7 +74,7 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
         from lmpo.trainers.presets import task_settings
 
         task = flags.get("task") or getattr(cls, "task", "")
-        suggested = task_settings(task, "rl" if cls.__name__ == "RLConfig" else kind) if isinstance(task, str) else {}
+        suggested = task_settings(task, kind if kind in NOT_RL else "rl") if isinstance(task, str) else {}
         preset = {**{k: v for k, v in suggested.items() if k in cls.__dataclass_fields__}, **preset}
         resumed_from = flags.get("resume")
         if resumed_from:

@@ -24,6 +24,12 @@ class Grade:
 
 
 class Task(Protocol):
+    """A task. Optional attributes a multi-turn task adds (read with defaults where absent):
+    `chat = True` (render with the chat template), `make_env()` (a fresh `Env` per episode; else
+    `SingleTurnEnv`), `tool_schemas()` (for the template), `max_turns`, `max_turn_tokens` and
+    `max_tokens` (episode limits), `pipeline_settings` ({stage: {option: value}} it suggests).
+    Such a task's `cpt_corpus` and `sft_demonstrations` return conversations (lists of messages)."""
+
     name: str
 
     def train_problems(self, n: int, seed: int) -> list[Problem]:

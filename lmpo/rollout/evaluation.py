@@ -52,10 +52,12 @@ def grade_all(task: Task, trajectories: Sequence[Trajectory]) -> list[Grade]:
 
 @torch.no_grad()
 def evaluate(model, tokenizer, task: Task, problems: Sequence[Problem], *, max_new_tokens: int = 16,
-             batch_size: int = 256, n_examples: int = 5, max_turns: int = 0) -> EvalResult:
+             batch_size: int = 256, n_examples: int = 5, max_turns: int = 0, max_turn_tokens: int = 0,
+             max_parse_errors: int = 3) -> EvalResult:
     """Greedy accuracy, format accuracy, tool use and termination reasons on `problems`."""
     runner = EpisodeRunner.for_task(task, model, tokenizer, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens),
-                                    max_turns=max_turns)
+                                    max_turns=max_turns, max_turn_tokens=max_turn_tokens,
+                                    max_parse_errors=max_parse_errors)
     grades: list[Grade] = []
     kept: list[Trajectory] = []
     tool_users = turns = 0

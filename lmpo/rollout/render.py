@@ -121,14 +121,12 @@ def check_prefix_preserving(renderer: ChatRenderer, eos_text: str) -> None:
 
 
 def renderer_for(task, tokenizer) -> TextRenderer | ChatRenderer:
-    """The task's renderer: its chat template (checked once per tokenizer) for conversation tasks, else plain text."""
+    """The task's renderer: its chat template (checked to be prefix-preserving) for conversation tasks, else plain text."""
     from lmpo.envs.env import uses_chat_template
 
     if not uses_chat_template(task):
         return TextRenderer(tokenizer)
     schemas = getattr(task, "tool_schemas", None)
     renderer = ChatRenderer(tokenizer, schemas() if callable(schemas) else None)
-    if not getattr(tokenizer, "_lmpo_prefix_checked", False):
-        check_prefix_preserving(renderer, tokenizer.decode([tokenizer.eos_token_id], skip_special_tokens=False))
-        tokenizer._lmpo_prefix_checked = True
+    check_prefix_preserving(renderer, tokenizer.decode([tokenizer.eos_token_id], skip_special_tokens=False))
     return renderer

@@ -93,7 +93,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     heldout = _heldout(cfg, task, tokenizer)
     last_eval = None
     if heldout and start_step == 0:  # the starting point of the curves
-        first = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens, max_turns=cfg.max_turns)
+        first = evaluate(policy, tokenizer, task, heldout, **eval_options(cfg))
         log.write({"step": 0, **first.metrics()})
         saved.write(0, "eval", first.trajectories, task)
     policy.train()
@@ -132,8 +132,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
                 observed = figures.get("kl_reward", stats.get("kl", 0.0))
                 beta = adaptive_kl_coef(beta, observed, cfg.target_kl, cfg.kl_horizon, len(scored.problems))
             if heldout and (step % cfg.eval_every == 0 or step == cfg.steps):
-                last_eval = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens,
-                                     max_turns=cfg.max_turns)
+                last_eval = evaluate(policy, tokenizer, task, heldout, **eval_options(cfg))
                 policy.train()
                 row.update(last_eval.metrics())
                 saved.write(step, "eval", last_eval.trajectories, task)
@@ -176,6 +175,12 @@ def _heldout(cfg: RLConfig, task, tokenizer) -> list:
     if not cfg.eval_prompts:
         return task.heldout_problems(cfg.eval_problems)
     return load_prompts(cfg.eval_prompts, tokenizer=tokenizer)[: cfg.eval_problems]
+
+
+def eval_options(cfg: RLConfig) -> dict:
+    """Held-out episodes run under the same turn, per-turn and parse-error limits as training."""
+    return {"max_new_tokens": cfg.eval_max_new_tokens, "max_turns": cfg.max_turns,
+            "max_turn_tokens": cfg.max_turn_tokens, "max_parse_errors": cfg.max_parse_errors}
 
 
 def make_critic(cfg: RLConfig, policy, tokenizer):

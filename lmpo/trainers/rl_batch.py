@@ -94,7 +94,7 @@ def turn_reward_tokens(trajectories: list[Trajectory], shape: torch.Size) -> tor
     return out
 
 
-def collect(runner: EpisodeRunner, task, stream, rewards: RewardRunner, policy: TerminationPolicy,
+def collect(runner: EpisodeRunner, task, stream, rewards: RewardRunner, endings: TerminationPolicy,
             cfg: RLConfig, times: dict[str, float]) -> Scored:
     """generate → score, repeated with fresh prompts under dynamic sampling until
     `prompts_per_step` groups have reward variance (or the round cap is hit: an error)."""
@@ -107,7 +107,7 @@ def collect(runner: EpisodeRunner, task, stream, rewards: RewardRunner, policy: 
         times["time_generate"] = times.get("time_generate", 0.0) + time.perf_counter() - start
         start = time.perf_counter()
         group_ids = torch.arange(cfg.prompts_per_step).repeat_interleave(cfg.group_size) + round_ * cfg.prompts_per_step
-        scored = score(trajectories, group_ids, runner.tokenizer.pad_token_id, task, rewards, policy, cfg)
+        scored = score(trajectories, group_ids, runner.tokenizer.pad_token_id, task, rewards, endings, cfg)
         sampled += cfg.prompts_per_step
         signal = groups_with_signal(scored.rewards, group_ids, scored.valid)
         without_signal += cfg.prompts_per_step - len(group_ids[signal].unique())
@@ -132,7 +132,7 @@ def collect(runner: EpisodeRunner, task, stream, rewards: RewardRunner, policy: 
 
 
 def score(trajectories: list[Trajectory], group_ids: torch.Tensor, pad_id: int, task, rewards: RewardRunner,
-          policy: TerminationPolicy, cfg: RLConfig) -> Scored:
+          endings: TerminationPolicy, cfg: RLConfig) -> Scored:
     """The total reward is the weighted sum of the reward functions on the final answers (0 where
     unscorable) plus the environment's own rewards; then the termination policy decides which
     trajectories are trained, masked, penalised or excluded."""
@@ -153,9 +153,9 @@ def score(trajectories: list[Trajectory], group_ids: torch.Tensor, pad_id: int, 
     if cfg.missing_eos_penalty:
         components["missing_eos"] = -cfg.missing_eos_penalty * (~torch.tensor(terminated)).float()
         total = total + components["missing_eos"]
-    actions = policy.actions([t.termination for t in trajectories])
-    if policy.penalty and any(a == "penalise" for a in actions):
-        components["termination"] = torch.tensor([-policy.penalty if a == "penalise" else 0.0 for a in actions])
+    actions = endings.actions([t.termination for t in trajectories])
+    if endings.penalty and any(a == "penalise" for a in actions):
+        components["termination"] = torch.tensor([-endings.penalty if a == "penalise" else 0.0 for a in actions])
         total = total + components["termination"]
     valid = scores.valid & torch.tensor([a != "exclude" for a in actions])
     trained = torch.tensor([a in ("train", "penalise") for a in actions])

@@ -228,14 +228,14 @@ def task_documents(task, tokenizer, n: int, seed: int) -> list[str]:
     return docs
 
 
-def task_examples(tokenizer, problems: list, task=None) -> list[TokenizedExample]:
+def task_examples(tokenizer, demonstrations: list, task=None) -> list[TokenizedExample]:
     """Prompt (no loss) + answer + EOS (loss), in the task's own layout; a conversation task's
     demonstrations are rendered with the chat template, with loss on every assistant turn."""
     if task is not None and uses_chat_template(task):
         return [TokenizedExample(*encode_conversation(Record(f"task {task.name}", i + 1, {}), "messages", tokenizer, c))
-                for i, c in enumerate(problems)]
+                for i, c in enumerate(demonstrations)]
     examples = []
-    for p in problems:
+    for p in demonstrations:
         prompt = tokenizer(p.prompt, add_special_tokens=False).input_ids
         answer = tokenizer(p.answer, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
         examples.append(TokenizedExample(prompt + answer, [0] * len(prompt) + [1] * len(answer)))
