@@ -55,7 +55,9 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer, optimizer, scheduler,
                     generators: dict[str, torch.Generator], state: dict, keep_last: int = 2,
-                    extra_modules: dict[str, torch.nn.Module] | None = None, data_state: dict | None = None) -> Path:
+                    extra_modules: dict[str, torch.nn.Module] | None = None, data_state: dict | None = None,
+                    rank_rng: list[dict] | None = None) -> Path:
+    """`rank_rng`: every process's generator states (data-parallel runs), each rank resumes its own."""
     modules = [model, *(extra_modules or {}).values()]
     if not all(bool(torch.isfinite(p).all()) for m in modules for p in m.parameters()):
         raise RuntimeError(f"step {step}: the weights are not finite; refusing to write them as a checkpoint")
@@ -64,7 +66,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer, optimizer,
     tmp = root / f".tmp-step_{step:06d}"
     try:
         return _write_checkpoint(root, final, tmp, step, model, tokenizer, optimizer, scheduler, generators, state,
-                                 keep_last, extra_modules, data_state)
+                                 keep_last, extra_modules, data_state, rank_rng)
     except Exception as err:  # noqa: BLE001 - only write failures are translated; the rest is re-raised
         from lmpo.trainers.run_dir import RunDirError, fs_error, is_disk_full
 
@@ -78,7 +80,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer, optimizer,
 
 
 def _write_checkpoint(root: Path, final: Path, tmp: Path, step: int, model, tokenizer, optimizer, scheduler,
-                      generators, state, keep_last, extra_modules, data_state) -> Path:
+                      generators, state, keep_last, extra_modules, data_state, rank_rng=None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -89,7 +91,7 @@ def _write_checkpoint(root: Path, final: Path, tmp: Path, step: int, model, toke
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     rng = {"torch": torch.get_rng_state(), **{f"gen_{k}": g.get_state() for k, g in generators.items()}}
-    torch.save(rng, tmp / "rng.pt")
+    torch.save({"ranks": rank_rng} if rank_rng else rng, tmp / "rng.pt")
     if data_state is not None:
         torch.save(data_state, tmp / "data.pt")
     full_state = {**state, "step": step, "python_random": _jsonable(random.getstate())}
@@ -104,22 +106,21 @@ def _write_checkpoint(root: Path, final: Path, tmp: Path, step: int, model, toke
 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, generators: dict[str, torch.Generator],
-                    extra_modules: dict[str, torch.nn.Module] | None = None) -> Resumed:
+                    extra_modules: dict[str, torch.nn.Module] | None = None, rank: int = 0) -> Resumed:
     if not (path / MARKER).exists():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {MARKER} marker)")
-    weights = {}
-    for file in sorted(path.glob("model*.safetensors")):  # the policy; extra modules have their own files
-        weights.update(load_file(file))
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    # tied weights are stored once; anything else missing means a different model
-    missing = [k for k in missing if k not in _tied_keys(model)]
-    if missing or unexpected:
-        raise ValueError(f"checkpoint {path} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    _load_weights(path, model)
     for name, module in (extra_modules or {}).items():
         load_model(module, str(path / f"{name}.safetensors"))
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
     rng = torch.load(path / "rng.pt", weights_only=True)
+    if "ranks" in rng:
+        if rank >= len(rng["ranks"]):
+            raise ValueError(f"checkpoint {path} was written by {len(rng['ranks'])} processes; resume it with as many")
+        rng = rng["ranks"][rank]
+    elif rank:
+        raise ValueError(f"checkpoint {path} was written by one process; resume it with one")
     torch.set_rng_state(rng["torch"])
     for name, gen in generators.items():
         gen.set_state(rng[f"gen_{name}"])
@@ -129,8 +130,27 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, generators: dict[st
     return Resumed(step=state["step"], state=state, data=data)
 
 
+def _load_weights(path: Path, model) -> None:
+    if hasattr(model, "peft_config"):  # a LoRA run's checkpoint holds the adapter (the base is frozen)
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(model, load_file(path / "adapter_model.safetensors"))
+        if getattr(result, "unexpected_keys", None):
+            raise ValueError(f"checkpoint {path} does not match the adapter: unexpected {result.unexpected_keys[:5]}")
+        return
+    weights = {}
+    for file in sorted(path.glob("model*.safetensors")):  # the policy; extra modules have their own files
+        weights.update(load_file(file))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    # tied weights are stored once; anything else missing means a different model
+    missing = [k for k in missing if k not in _tied_keys(model)]
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {path} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+
+
 def resume_training(cfg, out: Path, name: str, model, optimizer, scheduler,
-                    generators: dict[str, torch.Generator] | None = None) -> Resumed | None:
+                    generators: dict[str, torch.Generator] | None = None,
+                    extra_modules: dict[str, torch.nn.Module] | None = None, rank: int = 0) -> Resumed | None:
     """For a config with `resume`: load the newest complete checkpoint in `out` into the model,
     optimizer, scheduler and generators, after checking the options match the interrupted
     run's. None when not resuming or when no checkpoint was completed (start afresh)."""
@@ -138,12 +158,14 @@ def resume_training(cfg, out: Path, name: str, model, optimizer, scheduler,
         return None
     path = latest_checkpoint(out)
     if path is None:
-        print(f"[{name}] no complete checkpoint in {out}; starting from the beginning")
+        if rank == 0:
+            print(f"[{name}] no complete checkpoint in {out}; starting from the beginning")
         return None
     saved = json.loads((path / "state.json").read_text()).get("config", {})
     check_same_config(saved, json.loads(json.dumps(asdict(cfg))), out)
-    resumed = load_checkpoint(path, model, optimizer, scheduler, generators or {})
-    print(f"[{name}] resumed from {path} at step {resumed.step}")
+    resumed = load_checkpoint(path, model, optimizer, scheduler, generators or {}, extra_modules, rank)
+    if rank == 0:
+        print(f"[{name}] resumed from {path} at step {resumed.step}")
     return resumed
 
 

@@ -5,8 +5,7 @@ take DPO steps on those pairs, and repeat with fresh prompts."""
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -18,20 +17,20 @@ from lmpo.rollout.agent_loop import EpisodeRunner
 from lmpo.rollout.evaluation import evaluate
 from lmpo.rollout.trajectory import to_rollout
 from lmpo.rollout.reward_runner import RewardRunner
-from lmpo.models import load_model, load_tokenizer, save_model
+from lmpo.models import load_model, load_tokenizer
 from lmpo.rollout import SamplingParams
-from lmpo.trainers.checkpoint import resume_training, save_checkpoint
+from lmpo.trainers.checkpoint import resume_training
 from lmpo.trainers.faults import fault_point
-from lmpo.trainers.preference import (PreferenceConfig, encode_pair_ids, preference_problems, preference_step,
-                                      sequence_logps)
-from lmpo.trainers.progress import StageProgress
+from lmpo.trainers.harness import Run, Updater
+from lmpo.trainers.preference import (EncodedPairs, PreferenceConfig, encode_pair_ids, preference_problems,
+                                      preference_step, sequence_logps)
 from lmpo.trainers.prompts import PromptStream
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_watch import watch_rewards
-from lmpo.trainers.run_dir import open_run_dir
 from lmpo.trainers.validation import at_least, raise_if_any, reward_problems, sampling_problems
-from lmpo.trainers.runtime import (MetricsLog, keep_rows_through, make_optimizer, make_scheduler, options_for,
-                                   setup_torch)
+from lmpo.trainers.runtime import keep_rows_through, make_optimizer, make_scheduler, options_for
+
+SAMPLER_STRIDE = 1_000_003  # each data-parallel process samples from its own stream
 
 
 @dataclass
@@ -81,19 +80,17 @@ class OnlineDPOConfig(PreferenceConfig):
 
 def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     cfg.validate()
-    started = time.perf_counter()
-    threads = setup_torch(cfg.threads, cfg.seed)
     loss_fn = PREFERENCE_LOSSES.get(cfg.loss)
     task = make_task(cfg.task)
-    out = Path(cfg.resume or cfg.out)
-    run = open_run_dir(out, cfg, "online_dpo")
+    run = Run(cfg, "online_dpo")
     rank_by = watch_rewards(RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout,
-                                                   cfg.reward_failure), out, cfg)
+                                                   cfg.reward_failure), run.out, cfg)
     tokenizer = load_tokenizer(cfg.model)
-    policy = load_model(cfg.model, tokenizer, seed=cfg.seed, keep_dropout=cfg.keep_dropout)
-    reference = None if cfg.loss == "simpo" else load_model(cfg.model, tokenizer, seed=cfg.seed).eval().requires_grad_(False)
+    policy = run.prepare(load_model(cfg.model, tokenizer, seed=cfg.seed, keep_dropout=cfg.keep_dropout))
+    reference = None if cfg.loss == "simpo" else run.reference(policy, lambda: load_model(cfg.model, tokenizer,
+                                                                                           seed=cfg.seed))
     stream = PromptStream(task.train_problems(cfg.prompt_pool, cfg.seed), cfg.seed)
-    sampler = torch.Generator().manual_seed(cfg.seed)
+    sampler = torch.Generator().manual_seed(cfg.seed + SAMPLER_STRIDE * run.dist.rank)
     sampling = SamplingParams(cfg.temperature, 1.0, 0, cfg.max_new_tokens)
     runner = EpisodeRunner.for_task(task, policy, tokenizer, sampling, generator=sampler)
     if runner.limits.max_turns > 1:
@@ -102,69 +99,81 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     max_steps = cfg.rounds * cfg.epochs * -(-cfg.prompts_per_round // cfg.batch_size)
     optimizer = make_optimizer(policy, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, max_steps, cfg.lr_schedule, cfg.min_lr_ratio)
+    updater = Updater(optimizer, scheduler, cfg.grad_clip, cfg.max_nonfinite_steps, f"online_{cfg.loss}")
     options = options_for(loss_fn, {"label_smoothing": cfg.label_smoothing, "gamma": cfg.gamma})
-    heldout = task.heldout_problems(cfg.eval_problems) if cfg.eval_problems else []
-    resumed = resume_training(cfg, out, "online_dpo", policy, optimizer, scheduler, {"sampler": sampler})
+    heldout = task.heldout_problems(cfg.eval_problems) if cfg.eval_problems and run.dist.is_main else []
+    resumed = resume_training(cfg, run.out, "online_dpo", policy, optimizer, scheduler, {"sampler": sampler},
+                              rank=run.dist.rank)
     start_round, step = (resumed.step, resumed.state["updates"]) if resumed else (0, 0)
     if resumed:
         stream.position = resumed.state["prompt_position"]
-        drop_rounds_after(out / "metrics.jsonl", start_round)
-    log = MetricsLog(out / "metrics.jsonl", resume_from_step=step if resumed else None)
+        updater.load_state(resumed.state)
+        if run.dist.is_main:
+            drop_rounds_after(run.out / "metrics.jsonl", start_round)
+    run.open_log(step if resumed else None)
     last_eval = None
     if heldout and not resumed:
         last_eval = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens)
-        log.write({"step": 0, "eval_accuracy": last_eval.accuracy, "eval_format_accuracy": last_eval.format_accuracy})
-    print(f"[online_{cfg.loss}] {cfg.rounds} rounds of {cfg.prompts_per_round} prompts x {cfg.samples_per_prompt} "
-          f"samples, ranked by {cfg.rewards}, {threads} threads, run dir {out}")
-    with StageProgress(f"online_{cfg.loss}", cfg.rounds, initial=start_round) as progress:
+        run.write({"step": 0, "eval_accuracy": last_eval.accuracy, "eval_format_accuracy": last_eval.format_accuracy})
+    run.say(f"{cfg.rounds} rounds of {cfg.prompts_per_round} prompts x {cfg.samples_per_prompt} samples, ranked by "
+            f"{cfg.rewards}; {run.describe(policy)}")
+    trained = run.trained(policy)
+    with run.progress(cfg.rounds, initial=start_round, label=f"online_{cfg.loss}") as progress:
         for round_ in range(start_round + 1, cfg.rounds + 1):
             first_prompt = stream.position
-            problems = [p for p in stream.take(cfg.prompts_per_round) for _ in range(cfg.samples_per_prompt)]
+            mine = run.dist.shard(stream.take(cfg.prompts_per_round), "prompts per round")
+            problems = [p for p in mine for _ in range(cfg.samples_per_prompt)]
             trajectories = runner.run(problems)
             rollout = to_rollout(trajectories, tokenizer.pad_token_id)
             texts, terminated = [t.final_text for t in trajectories], [t.terminated for t in trajectories]
             ranked = rank_by.score(task, problems, texts, terminated)
             scores = sum(w * ranked.components[name].float() for name, w in rank_by.weights().items())
             scores = torch.where(ranked.valid, scores, float("nan"))  # unscorable: never chosen nor rejected
-            prompts, chosen, rejected = best_vs_worst(rollout, scores, cfg.samples_per_prompt)
+            # every process sees every process's pairs, and trains on its share of each batch
+            pairs = [pair for part in run.dist.gather(best_vs_worst(rollout, scores, cfg.samples_per_prompt))
+                     for pair in zip(*part)]
+            reward_sum = run.dist.all_sum(float(scores[ranked.valid].sum())) if ranked.valid.any() else run.dist.all_sum(0.0)
+            scorable = run.dist.all_sum(float(ranked.valid.sum()))
             fault_point("after_rollout", round_)
-            row = {"step": step, "round": round_, "reward_mean": scores[ranked.valid].mean().item() if ranked.valid.any() else 0.0,
-                   "pairs": len(prompts), "tie_frac": 1 - len(prompts) / cfg.prompts_per_round,
-                   "unscorable": int((~ranked.valid).sum()), "prompts": [first_prompt, stream.position]}
-            if prompts:
+            row = {"step": step, "round": round_, "reward_mean": reward_sum / scorable if scorable else 0.0,
+                   "pairs": len(pairs), "tie_frac": 1 - len(pairs) / cfg.prompts_per_round,
+                   "unscorable": int(len(problems) * run.dist.world - scorable), "prompts": [first_prompt, stream.position]}
+            if pairs:
                 policy.train()
                 for _ in range(cfg.epochs):
-                    for start in range(0, len(prompts), cfg.batch_size):
-                        sl = slice(start, start + cfg.batch_size)
-                        enc = encode_pair_ids(prompts[sl], chosen[sl], rejected[sl], tokenizer.pad_token_id)
+                    for start in range(0, len(pairs), cfg.batch_size):
+                        batch = pairs[start:start + cfg.batch_size]
+                        batch = run.dist.shard(batch[:len(batch) - len(batch) % run.dist.world], "pairs")
+                        if not batch:
+                            continue
+                        enc = encode_pair_ids(*map(list, zip(*batch)), tokenizer.pad_token_id)
+                        enc = EncodedPairs(*run.to_device(*vars(enc).values()))
                         ref = None
                         if reference is not None:
-                            with torch.no_grad():
+                            with torch.no_grad(), run.autocast():
                                 ref = sequence_logps(reference, enc)
-                        row.update(preference_step(policy, optimizer, scheduler, enc, ref, loss_fn, cfg, options))
+                        row.update(preference_step(run, trained, updater, enc, ref, loss_fn, cfg, options))
                         step += 1
+                        updater.check(step)
                 row["step"] = step
+            if updater.skipped:
+                row["skipped_updates"] = updater.skipped
             if heldout and (round_ % cfg.eval_every == 0 or round_ == cfg.rounds):
                 last_eval = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens)
                 row["eval_accuracy"], row["eval_format_accuracy"] = last_eval.accuracy, last_eval.format_accuracy
-            log.write(row)
+            run.write(row)
             progress.update(round_, reward=row["reward_mean"], pairs=row["pairs"],
                             **({"eval": last_eval.accuracy} if last_eval else {}))
             if cfg.save_every and round_ % cfg.save_every == 0 and round_ < cfg.rounds:
-                save_checkpoint(out, round_, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
-                                {"config": asdict(cfg), "updates": step, "prompt_position": stream.position},
-                                cfg.keep_checkpoints)
+                run.checkpoint(round_, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
+                               {"updates": step, "prompt_position": stream.position, **updater.state()})
             fault_point("step_end", round_)
     rank_by.close()
-    save_model(policy, tokenizer, out / "model")
-    result = StageResult(name="online_dpo", seconds=time.perf_counter() - started, model_dir=str(out / "model"),
-                         run_dir=str(out))
+    result = StageResult(name="online_dpo", seconds=0.0, model_dir="", run_dir=str(run.out))
     if last_eval:
         result.accuracy, result.format_accuracy = last_eval.accuracy, last_eval.format_accuracy
-    result.write(out / "result.json", config=asdict(cfg),
-                 models_held={"policy": 1, "reference": int(reference is not None)})
-    run.close()
-    return result
+    held = {"policy": 1, "reference": int(reference is not None and run.lora is None)}
+    return run.finish(policy, tokenizer, result, models_held=held)
 
 
 def drop_rounds_after(path: Path, round_: int) -> None:

@@ -7,9 +7,7 @@ released, so only the policy stays in memory while training.
 from __future__ import annotations
 
 import random
-import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -18,22 +16,19 @@ from lmpo.algos import PREFERENCE_LOSSES
 from lmpo.envs import make_task
 from lmpo.rollout.evaluation import evaluate
 from lmpo.envs.data import PreferencePair
-from lmpo.models import completion_outputs, load_model, load_tokenizer, save_model
+from lmpo.models import completion_outputs, load_model, load_tokenizer
 from lmpo.rollout import left_pad, right_pad
-from lmpo.trainers.checkpoint import resume_training, save_checkpoint
 from lmpo.trainers.faults import fault_point
+from lmpo.trainers.harness import Run, RunOptions, Updater
 from lmpo.trainers.pairs import embedded_pairs, file_pairs
-from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
-from lmpo.trainers.run_dir import open_run_dir
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
                                      preference_option_problems, raise_if_any)
-from lmpo.trainers.runtime import (MetricsLog, Schedule, backward_and_step, make_optimizer, make_scheduler,
-                                   options_for, setup_torch)
+from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler, options_for
 
 
 @dataclass
-class PreferenceConfig:
+class PreferenceConfig(RunOptions):
     model: str = "runs/sft/model"
     """Hugging Face model directory of the policy to start from; also the reference."""
     task: str = "sort_digits"
@@ -138,29 +133,29 @@ def sequence_logps(model, enc: EncodedPairs) -> tuple[torch.Tensor, torch.Tensor
     return (chosen * enc.chosen_mask).sum(1), (rejected * enc.rejected_mask).sum(1)
 
 
-def preference_step(policy, optimizer, scheduler, enc: EncodedPairs, ref, loss_fn, cfg, options: dict) -> dict:
-    """One optimizer step of a preference loss on a batch of pairs; returns its figures."""
-    chosen, rejected = sequence_logps(policy, enc)
+def preference_step(run: Run, policy, updater: Updater, enc: EncodedPairs, ref, loss_fn, cfg, options: dict) -> dict:
+    """One optimizer step of a preference loss on this process's share of a batch of pairs
+    (equal shares: the mean over processes is the global mean); returns its figures."""
+    with run.autocast():
+        chosen, rejected = sequence_logps(policy, enc)
     ref_chosen, ref_rejected = ref if ref is not None else (None, None)
     loss, figures = loss_fn(chosen, rejected, ref_chosen, ref_rejected, beta=cfg.beta,
                             chosen_lengths=enc.chosen_mask.sum(1), rejected_lengths=enc.rejected_mask.sum(1), **options)
     loss = loss.mean()
-    grad_norm = backward_and_step(policy, optimizer, scheduler, loss, cfg.grad_clip)
-    return {"loss": loss.item(), "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0],
-            "chosen_logps": chosen.mean().item(), "rejected_logps": rejected.mean().item(),
-            **{k: v.float().mean().item() for k, v in figures.items()}}
+    _, grad_norm = updater.step(loss)
+    figures = {"loss": loss.detach(), "chosen_logps": chosen.detach().mean(), "rejected_logps": rejected.detach().mean(),
+               **{k: v.detach().float().mean() for k, v in figures.items()}}
+    return {"grad_norm": grad_norm, "lr": updater.lr,
+            **{k: run.dist.all_sum(v.item()) / run.dist.world for k, v in figures.items()}}
 
 
 def train_preference(cfg: PreferenceConfig) -> StageResult:
     cfg.validate()
-    started = time.perf_counter()
-    threads = setup_torch(cfg.threads, cfg.seed)
     loss_fn = PREFERENCE_LOSSES.get(cfg.loss)
     task = make_task(cfg.task)
-    out = Path(cfg.resume or cfg.out)
-    run = open_run_dir(out, cfg, "dpo")
+    run = Run(cfg, "dpo")
     tokenizer = load_tokenizer(cfg.model)
-    policy = load_model(cfg.model, tokenizer, seed=cfg.seed, keep_dropout=cfg.keep_dropout)
+    policy = run.prepare(load_model(cfg.model, tokenizer, seed=cfg.seed, keep_dropout=cfg.keep_dropout))
     if cfg.data:
         pairs = file_pairs(cfg.data, tokenizer, cfg.max_length, cfg.overlong)
     else:
@@ -170,48 +165,62 @@ def train_preference(cfg: PreferenceConfig) -> StageResult:
     for _ in range(cfg.epochs):
         order = list(range(len(pairs)))
         rng.shuffle(order)
-        batches += [encode_pairs([pairs[i] for i in order[s:s + cfg.batch_size]], tokenizer.pad_token_id)
+        # every process orders the pairs alike and keeps its share of each batch
+        batches += [encode_pairs(run.dist.shard([pairs[i] for i in order[s:s + cfg.batch_size]], "pairs"),
+                                 tokenizer.pad_token_id)
                     for s in range(0, len(order), cfg.batch_size)]
+    batches = [EncodedPairs(*run.to_device(*vars(enc).values())) for enc in batches]
     reference_logps = [None] * len(batches)
     if cfg.loss != "simpo":  # reference log-probs once, up front; then the reference is gone
-        policy.eval()
-        with torch.no_grad():
-            reference_logps = [sequence_logps(policy, enc) for enc in batches]
+        reference_logps = reference_sequence_logps(run, policy, batches)
     # the task's held-out set says nothing about a user's data
-    heldout = task.heldout_problems(cfg.eval_problems) if cfg.eval_problems and not cfg.data else []
+    heldout = task.heldout_problems(cfg.eval_problems) if cfg.eval_problems and not cfg.data and run.dist.is_main else []
     optimizer = make_optimizer(policy, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, len(batches), cfg.lr_schedule, cfg.min_lr_ratio)
-    resumed = resume_training(cfg, out, cfg.loss, policy, optimizer, scheduler)  # after the reference log-probs
+    updater = Updater(optimizer, scheduler, cfg.grad_clip, cfg.max_nonfinite_steps, cfg.loss)
+    resumed = run.resume(policy, optimizer, scheduler)  # after the reference log-probs
     start_step = resumed.step if resumed else 0  # the batches' order is fixed by the seed: the step is the position
-    log = MetricsLog(out / "metrics.jsonl", resume_from_step=start_step if resumed else None)
+    if resumed:
+        updater.load_state(resumed.state)
     if heldout and not resumed:
         first = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
-        log.write({"step": 0, "eval_accuracy": first.accuracy, "eval_format_accuracy": first.format_accuracy})
+        run.write({"step": 0, "eval_accuracy": first.accuracy, "eval_format_accuracy": first.format_accuracy})
     options = options_for(loss_fn, {"label_smoothing": cfg.label_smoothing, "gamma": cfg.gamma})
-    print(f"[{cfg.loss}] {len(pairs)} pairs x {cfg.epochs} epochs, beta={cfg.beta}, {threads} threads, run dir {out}")
+    run.say(f"{len(pairs)} pairs x {cfg.epochs} epochs, {cfg.loss}, beta={cfg.beta}; {run.describe(policy)}")
     policy.train()
+    trained = run.trained(policy)
     per_epoch = max(len(batches) // max(cfg.epochs, 1), 1)
-    with StageProgress(cfg.loss, len(batches), initial=start_step) as progress:
+    with run.progress(len(batches), initial=start_step, label=cfg.loss) as progress:
         for step in range(start_step + 1, len(batches) + 1):
-            row = preference_step(policy, optimizer, scheduler, batches[step - 1], reference_logps[step - 1], loss_fn,
+            row = preference_step(run, trained, updater, batches[step - 1], reference_logps[step - 1], loss_fn,
                                   cfg, options)
             row["step"] = step
-            if step % cfg.log_every == 0 or step == len(batches):
-                log.write(row)
-            progress.update(step, loss=row["loss"], acc=row["accuracy"])
+            if updater.streak:
+                row["skipped_updates"] = updater.skipped
+            if step % cfg.log_every == 0 or step == len(batches) or updater.streak:
+                run.write(row)
+            updater.check(step)
+            progress.update(step, loss=row["loss"], acc=row.get("accuracy", 0.0))
             if cfg.save_every and step % cfg.save_every == 0 and step < len(batches):
-                save_checkpoint(out, step, policy, tokenizer, optimizer, scheduler, {}, {"config": asdict(cfg)},
-                                cfg.keep_checkpoints)
+                run.checkpoint(step, policy, tokenizer, optimizer, scheduler, state=updater.state())
             if step % per_epoch == 0:
                 fault_point("epoch_end", step)
             fault_point("step_end", step)
-    result = StageResult(name=cfg.loss, seconds=0.0, model_dir=str(out / "model"), run_dir=str(out))
+    result = StageResult(name=cfg.loss, seconds=0.0, model_dir="", run_dir=str(run.out))
     if heldout:
         final = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
-        log.write({"step": len(batches), "eval_accuracy": final.accuracy, "eval_format_accuracy": final.format_accuracy})
+        run.write({"step": len(batches), "eval_accuracy": final.accuracy, "eval_format_accuracy": final.format_accuracy})
         result.accuracy, result.format_accuracy = final.accuracy, final.format_accuracy
-    save_model(policy, tokenizer, out / "model")
-    result.seconds = time.perf_counter() - started
-    result.write(out / "result.json", config=asdict(cfg), models_held={"policy": 1, "reference": 0})
-    run.close()
-    return result
+    held = {"policy": 1, "reference": 0}
+    return run.finish(policy, tokenizer, result, models_held=held)
+
+
+@torch.no_grad()
+def reference_sequence_logps(run: Run, policy, batches: list[EncodedPairs]) -> list[tuple]:
+    """The reference's log-probs of every batch, from the starting policy (with LoRA: the base,
+    adapter disabled — the same numbers, since a fresh adapter adds nothing)."""
+    policy.eval()
+    with run.autocast():
+        out = [sequence_logps(policy, enc) for enc in batches]
+    policy.train()
+    return out

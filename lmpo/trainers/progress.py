@@ -9,16 +9,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 class StageProgress:
-    def __init__(self, name: str, total: int, initial: int = 0):
+    def __init__(self, name: str, total: int, initial: int = 0, quiet: bool = False):
+        """`quiet`: no output at all (a data-parallel run's other ranks)."""
         self.console = Console(stderr=True)
         self.progress = Progress(
             TextColumn(f"[bold]{name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[figures]}"),
-            console=self.console, transient=False, disable=not sys.stderr.isatty(),
+            console=self.console, transient=False, disable=quiet or not sys.stderr.isatty(),
         )
         self.task = self.progress.add_task(name, total=total, completed=initial, figures="")
         self.name, self.total = name, total
         self.every = max(1, total // 10)  # without a terminal, a plain line every 10%
+        self.quiet = quiet
 
     def __enter__(self) -> "StageProgress":
         self.progress.start()
@@ -30,5 +32,5 @@ class StageProgress:
     def update(self, step: int, **figures: float) -> None:
         text = "  ".join(f"{k} {v:.3g}" for k, v in figures.items())
         self.progress.update(self.task, completed=step, figures=text)
-        if self.progress.disable and (step % self.every == 0 or step == self.total):
+        if self.progress.disable and not self.quiet and (step % self.every == 0 or step == self.total):
             print(f"[{self.name}] step {step}/{self.total}  {text}", file=sys.stderr, flush=True)

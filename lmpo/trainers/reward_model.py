@@ -7,9 +7,7 @@ and scores with plain transformers.
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -17,22 +15,19 @@ from transformers import AutoModelForSequenceClassification
 
 from lmpo.algos import bradley_terry_loss
 from lmpo.envs import make_task
-from lmpo.models import is_preset, load_tokenizer, preset_config, save_model
-from lmpo.trainers.checkpoint import resume_training, save_checkpoint
+from lmpo.models import is_preset, load_tokenizer, preset_config
 from lmpo.trainers.faults import fault_point
+from lmpo.trainers.harness import Run, RunOptions, Updater
 from lmpo.trainers.pairs import embedded_pairs, file_pairs, scoring_rows, split_heldout
-from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
-from lmpo.trainers.run_dir import open_run_dir
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
                                      raise_if_any)
-from lmpo.trainers.runtime import (MetricsLog, Schedule, backward_and_step, make_optimizer, make_scheduler,
-                                   setup_torch)
+from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
 from lmpo.trainers.supervised import EpochOrder
 
 
 @dataclass
-class RewardModelConfig:
+class RewardModelConfig(RunOptions):
     model: str = "runs/sft/model"
     """Hugging Face model directory (or preset) whose trunk the reward model starts from."""
     task: str = "sort_digits"
@@ -106,12 +101,12 @@ def scores(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torc
 
 
 @torch.no_grad()
-def pairwise_accuracy(model, tokenizer, pairs, batch_size: int = 128) -> float:
+def pairwise_accuracy(model, tokenizer, pairs, batch_size: int = 128, device: torch.device | str = "cpu") -> float:
     model.eval()
     right = 0
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start:start + batch_size]
-        s = scores(model, *scoring_rows(chunk, tokenizer.pad_token_id))
+        s = scores(model, *(t.to(device) for t in scoring_rows(chunk, tokenizer.pad_token_id))).cpu()
         right += int((s[: len(chunk)] > s[len(chunk):]).sum())
     model.train()
     return right / max(len(pairs), 1)
@@ -130,53 +125,54 @@ def reward_model_pairs(cfg: RewardModelConfig, task, tokenizer) -> tuple[list, l
 
 def train_reward_model(cfg: RewardModelConfig) -> StageResult:
     cfg.validate()
-    started = time.perf_counter()
-    threads = setup_torch(cfg.threads, cfg.seed)
     task = make_task(cfg.task)
-    out = Path(cfg.resume or cfg.out)
-    run = open_run_dir(out, cfg, "rm")
+    run = Run(cfg, "rm")
     tokenizer = load_tokenizer(cfg.model)
     model = load_reward_model(cfg.model, tokenizer, cfg.seed)
     model.config.pad_token_id = tokenizer.pad_token_id
+    model = run.prepare(model)
     train_pairs, heldout = reward_model_pairs(cfg, task, tokenizer)
     steps = cfg.epochs * -(-len(train_pairs) // cfg.batch_size)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, steps, cfg.lr_schedule, cfg.min_lr_ratio)
+    updater = Updater(optimizer, scheduler, cfg.grad_clip, cfg.max_nonfinite_steps, "rm")
     order = EpochOrder(len(train_pairs), cfg.batch_size, cfg.epochs, f"rm-order:{cfg.seed}")
-    resumed = resume_training(cfg, out, "rm", model, optimizer, scheduler)
+    resumed = run.resume(model, optimizer, scheduler)
     step = 0
     if resumed is not None:
         order.load_state_dict(resumed.data)
         step = resumed.step
-    log = MetricsLog(out / "metrics.jsonl", resume_from_step=step if resumed else None)
-    print(f"[rm] {cfg.model}: {len(train_pairs)} pairs x {cfg.epochs} epochs, {threads} threads, run dir {out}")
+        updater.load_state(resumed.state)
+    run.say(f"{cfg.model}: {len(train_pairs)} pairs x {cfg.epochs} epochs; {run.describe(model)}")
     model.train()
-    with StageProgress("rm", steps, initial=step) as progress:
+    trained = run.trained(model)
+    with run.progress(steps, initial=step) as progress:
         for indices in order:
-            chunk = [train_pairs[i] for i in indices]
-            s = scores(model, *scoring_rows(chunk, tokenizer.pad_token_id))
+            chunk = run.dist.shard([train_pairs[i] for i in indices], "pairs")
+            with run.autocast():
+                s = scores(trained, *run.to_device(*scoring_rows(chunk, tokenizer.pad_token_id)))
             loss, figures = bradley_terry_loss(s[: len(chunk)], s[len(chunk):], margin=cfg.margin,
                                                center_coef=cfg.center_coef)
             loss = loss.mean()
-            grad_norm = backward_and_step(model, optimizer, scheduler, loss, cfg.grad_clip)
+            _, grad_norm = updater.step(loss)
             step += 1
-            row = {"step": step, "loss": loss.item(), "accuracy": figures["accuracy"].mean().item(),
-                   "margin": figures["margin"].mean().item(), "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
-            if step % cfg.log_every == 0 or step == steps:
-                log.write(row)
+            mean = lambda v: run.dist.all_sum(float(v)) / run.dist.world  # noqa: E731 - equal shares per process
+            row = {"step": step, "loss": mean(loss.item()), "accuracy": mean(figures["accuracy"].mean().item()),
+                   "margin": mean(figures["margin"].mean().item()), "grad_norm": grad_norm, "lr": updater.lr}
+            if updater.streak:
+                row["skipped_updates"] = updater.skipped
+            if step % cfg.log_every == 0 or step == steps or updater.streak:
+                run.write(row)
+            updater.check(step)
             progress.update(step, loss=row["loss"], acc=row["accuracy"])
             if cfg.save_every and step % cfg.save_every == 0 and step < steps:
-                save_checkpoint(out, step, model, tokenizer, optimizer, scheduler, {}, {"config": asdict(cfg)},
-                                cfg.keep_checkpoints, data_state=order.state_dict())
+                run.checkpoint(step, model, tokenizer, optimizer, scheduler, state=updater.state(),
+                               data_state=order.state_dict())
             if order.at_epoch_end:
                 fault_point("epoch_end", step)
             fault_point("step_end", step)
-    accuracy = pairwise_accuracy(model, tokenizer, heldout)
-    log.write({"step": step, "eval_accuracy": accuracy})
-    save_model(model, tokenizer, out / "model")
-    result = StageResult(name="rm", seconds=time.perf_counter() - started, model_dir=str(out / "model"),
-                         run_dir=str(out), accuracy=accuracy)
-    result.write(out / "result.json", config=asdict(cfg), metric="held-out pairwise accuracy")
-    print(f"[rm] held-out pairwise accuracy {100 * accuracy:.1f}% on {len(heldout)} pairs")
-    run.close()
-    return result
+    accuracy = pairwise_accuracy(model, tokenizer, heldout, device=run.device)
+    run.write({"step": step, "eval_accuracy": accuracy})
+    run.say(f"held-out pairwise accuracy {100 * accuracy:.1f}% on {len(heldout)} pairs")
+    result = StageResult(name="rm", seconds=0.0, model_dir="", run_dir=str(run.out), accuracy=accuracy)
+    return run.finish(model, tokenizer, result, metric="held-out pairwise accuracy")

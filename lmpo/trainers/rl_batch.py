@@ -16,6 +16,7 @@ from lmpo.rollout.agent_loop import EpisodeRunner
 from lmpo.rollout.evaluation import grade_all
 from lmpo.rollout.reward_runner import RewardRunner
 from lmpo.rollout.trajectory import Trajectory, to_rollout
+from lmpo.trainers.distributed import Distributed
 from lmpo.trainers.termination import TerminationPolicy
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.runtime import options_for
@@ -71,6 +72,9 @@ class Batch:
     def select(self, index: torch.Tensor) -> "Batch":
         return Batch(**{k: (v[index] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()})
 
+    def to(self, device: torch.device) -> "Batch":
+        return Batch(**{k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()})
+
 
 def make_batch(scored: Scored, cfg: RLConfig, pad_id: int) -> Batch:
     rollout = scored.rollout
@@ -95,36 +99,42 @@ def turn_reward_tokens(trajectories: list[Trajectory], shape: torch.Size) -> tor
 
 
 def collect(runner: EpisodeRunner, task, stream, rewards: RewardRunner, endings: TerminationPolicy,
-            cfg: RLConfig, times: dict[str, float]) -> Scored:
+            cfg: RLConfig, times: dict[str, float], ctx: Distributed = Distributed()) -> Scored:
     """generate → score, repeated with fresh prompts under dynamic sampling until
-    `prompts_per_step` groups have reward variance (or the round cap is hit: an error)."""
+    `prompts_per_step` groups have reward variance (or the round cap is hit: an error).
+
+    With several processes each takes its contiguous share of every round's prompts (whole
+    groups) and fills its share of the groups; group ids stay unique across processes."""
     kept: list[Scored] = []
     n_kept = sampled = without_signal = 0
+    wanted = cfg.prompts_per_step // ctx.world
     for round_ in range(cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
         start = time.perf_counter()
-        problems = [p for p in stream.take(cfg.prompts_per_step) for _ in range(cfg.group_size)]
+        mine = ctx.shard(stream.take(cfg.prompts_per_step), "prompts per step")
+        problems = [p for p in mine for _ in range(cfg.group_size)]
         trajectories = runner.run(problems)
         times["time_generate"] = times.get("time_generate", 0.0) + time.perf_counter() - start
         start = time.perf_counter()
-        group_ids = torch.arange(cfg.prompts_per_step).repeat_interleave(cfg.group_size) + round_ * cfg.prompts_per_step
+        first_group = round_ * cfg.prompts_per_step + ctx.rank * wanted
+        group_ids = torch.arange(wanted).repeat_interleave(cfg.group_size) + first_group
         scored = score(trajectories, group_ids, runner.tokenizer.pad_token_id, task, rewards, endings, cfg)
         sampled += cfg.prompts_per_step
         signal = groups_with_signal(scored.rewards, group_ids, scored.valid)
-        without_signal += cfg.prompts_per_step - len(group_ids[signal].unique())
+        without_signal += int(ctx.all_sum(wanted - len(group_ids[signal].unique())))
         times["time_score"] = times.get("time_score", 0.0) + time.perf_counter() - start
         if not cfg.dynamic_sampling:
-            kept, n_kept = [scored], cfg.prompts_per_step
+            kept, n_kept = [scored], wanted
             break
         keep = signal.nonzero().squeeze(1).tolist()
-        keep = keep[: (cfg.prompts_per_step - n_kept) * cfg.group_size]
+        keep = keep[: (wanted - n_kept) * cfg.group_size]
         if keep:
             kept.append(_select(scored, keep))
             n_kept += len(keep) // cfg.group_size
-        if n_kept == cfg.prompts_per_step:
+        if ctx.all_true(n_kept == wanted):  # every process samples the same rounds
             break
-    if n_kept < cfg.prompts_per_step:
+    if not ctx.all_true(n_kept == wanted):
         raise RuntimeError(f"dynamic sampling: after {cfg.max_sampling_rounds} rounds only {n_kept} of "
-                           f"{cfg.prompts_per_step} groups had rewards that differ; raise max_sampling_rounds, "
+                           f"{wanted} groups had rewards that differ; raise max_sampling_rounds, "
                            f"lower prompts_per_step, or turn dynamic_sampling off")
     merged = kept[0] if len(kept) == 1 else _merge(kept)
     merged.groups_sampled, merged.groups_without_signal = sampled, without_signal

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from lmpo.trainers.harness import RunOptions
 from lmpo.trainers.runtime import Schedule
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
                                      raise_if_any, reward_problems, sampling_problems, unused_option_problems)
 
 
 @dataclass
-class RLConfig:
+class RLConfig(RunOptions):
     model: str = "runs/sft/model"
     """Hugging Face model directory (or preset name) of the policy to start from; also the reference."""
     task: str = "sort_digits"
@@ -154,8 +155,6 @@ class RLConfig:
     """Write a resumable checkpoint every this many steps (0 = only the final model)."""
     keep_checkpoints: int = 2
     """Complete checkpoints to keep."""
-    max_nonfinite_steps: int = 3
-    """Stop with an error after this many consecutive steps whose every update had a non-finite loss or gradient."""
 
     def validate(self) -> None:
         """Fail before any model loads when the batch arithmetic cannot work."""

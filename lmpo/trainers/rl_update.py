@@ -5,6 +5,7 @@ not depend on `micro_batch_size`."""
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -13,7 +14,9 @@ from lmpo.algos import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, clipped_value
 from lmpo.models import ValueHead, ValueModel, completion_outputs
 from lmpo.trainers.rl_batch import Batch
 from lmpo.trainers.rl_config import RLConfig
-from lmpo.trainers.runtime import grad_norm_and_clip, options_for
+from lmpo.trainers.distributed import Distributed, unwrap
+from lmpo.trainers.harness import Updater
+from lmpo.trainers.runtime import options_for
 
 
 @dataclass
@@ -35,42 +38,45 @@ class LossParts:
                    options, cfg.kl_placement == "loss", critic)
 
 
-def update(policy, optimizer, scheduler, batch: Batch, cfg: RLConfig, parts: LossParts, beta: float) -> dict:
+def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossParts, beta: float,
+           ctx: Distributed = Distributed(), autocast=nullcontext) -> dict:
+    """`num_iterations` passes of `num_minibatches` optimizer steps over the batch (this process's
+    share of it when several train: the token and sequence counts are global, so the update is
+    the one-process update on the whole batch). Figures are means over the applied updates."""
     size = batch.completion_ids.size(0)
     mb_size = size // cfg.num_minibatches
     micro = cfg.micro_batch_size or mb_size
     sums: dict[str, float] = {}
-    skipped = 0
+    skipped_before = updater.skipped
     order_gen = torch.Generator().manual_seed(cfg.seed)
-    params = [p for group in optimizer.param_groups for p in group["params"]]
     for _ in range(cfg.num_iterations):
         order = torch.randperm(size, generator=order_gen) if cfg.num_minibatches > 1 else torch.arange(size)
         for start in range(0, size, mb_size):
             minibatch = batch.select(order[start:start + mb_size])
-            counts = {"num_sequences": int((minibatch.loss_mask.sum(dim=1) > 0).sum()),
-                      "num_tokens": minibatch.loss_mask.sum().item(), "max_len": parts.options["max_len"]}
-            optimizer.zero_grad(set_to_none=True)
-            shares = [micro_step(policy, minibatch.select(torch.arange(m, min(m + micro, mb_size))), cfg, parts,
-                                 counts, beta) for m in range(0, mb_size, micro)]
-            grad_norm = grad_norm_and_clip(params, cfg.grad_clip)
-            if not (math.isfinite(grad_norm) and all(math.isfinite(s["loss"]) for s in shares)):
-                # a non-finite loss or gradient never reaches the weights: skip this update
-                optimizer.zero_grad(set_to_none=True)
-                skipped += 1
+            # global counts over processes, divided by their number: DDP averages the gradients
+            counts = {"num_sequences": ctx.all_sum(int((minibatch.loss_mask.sum(dim=1) > 0).sum())) / ctx.world,
+                      "num_tokens": ctx.all_sum(minibatch.loss_mask.sum().item()) / ctx.world,
+                      "max_len": parts.options["max_len"]}
+            updater.zero()
+            with autocast():
+                shares = [micro_step(policy, minibatch.select(torch.arange(m, min(m + micro, mb_size))), cfg, parts,
+                                     counts, beta) for m in range(0, mb_size, micro)]
+            applied, grad_norm = updater.apply(ctx.all_true(all(math.isfinite(s["loss"]) for s in shares)))
+            if not applied:  # a non-finite loss or gradient never reaches the weights
                 continue
             for share in shares:
                 for key, value in share.items():
-                    sums[key] = sums.get(key, 0.0) + value
+                    sums[key] = sums.get(key, 0.0) + ctx.all_sum(value) / ctx.world
             sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
-            optimizer.step()
-            scheduler.step()
+    skipped = updater.skipped - skipped_before
     applied = cfg.num_iterations * cfg.num_minibatches - skipped
     return {**{k: v / max(applied, 1) for k, v in sums.items()}, "skipped_updates": skipped}
 
 
 def micro_step(policy, part: Batch, cfg: RLConfig, parts: LossParts, counts: dict, beta: float) -> dict:
     """Forward, loss and backward for one micro-batch; returns its share of the figures."""
-    head_on_trunk = isinstance(parts.critic, ValueHead)
+    head_on_trunk = isinstance(unwrap(parts.critic), ValueHead)
+    part = part.to(next(policy.parameters()).device)
     out = completion_outputs(policy, part.prompt_ids, part.prompt_mask, part.completion_ids, cfg.temperature,
                              entropy=True, entropy_grad=cfg.entropy_coef > 0, hidden=head_on_trunk)
     mask = part.loss_mask

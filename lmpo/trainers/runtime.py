@@ -90,29 +90,19 @@ def keep_rows_through(path: Path, key: str, last: int) -> None:
     os.replace(tmp, path)
 
 
-def backward_and_step(model, optimizer, scheduler, loss: torch.Tensor, grad_clip: float) -> float:
-    """One plain optimizer step on `loss`; returns the gradient norm before clipping."""
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    grad_norm = grad_norm_and_clip(model, grad_clip)
-    optimizer.step()
-    scheduler.step()
-    return grad_norm
-
-
 class MetricsLog:
     """Appends one JSON object per step to `metrics.jsonl`, flushed at once so a crash loses nothing.
 
     On resume, rows after the checkpoint's step are dropped so no step appears twice.
     """
 
-    def __init__(self, path: str | Path, resume_from_step: int | None = None):
+    def __init__(self, path: str | Path, resume_from_step: int | None = None, key: str = "step"):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_from_step is None:
             self.path.write_text("")
         else:
-            keep_rows_through(self.path, "step", resume_from_step)
+            keep_rows_through(self.path, key, resume_from_step)
 
     def write(self, row: dict) -> None:
         try:

@@ -8,11 +8,9 @@ position in it and the order RNG at the epoch's start)."""
 
 from __future__ import annotations
 
-import math
 import random
 import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -23,21 +21,18 @@ from lmpo.rollout.evaluation import evaluate
 from lmpo.envs.data import Record, TokenizedExample, load_sft
 from lmpo.envs.data.chat import encode_conversation
 from lmpo.envs.env import uses_chat_template
-from lmpo.models import count_parameters, load_model_and_tokenizer, save_model
+from lmpo.models import load_model_and_tokenizer
 from lmpo.rollout import right_pad
-from lmpo.trainers.checkpoint import resume_training, save_checkpoint
 from lmpo.trainers.faults import fault_point
-from lmpo.trainers.progress import StageProgress
-from lmpo.trainers.runtime import (MetricsLog, Schedule, grad_norm_and_clip, make_optimizer, make_scheduler,
-                                   setup_torch)
+from lmpo.trainers.harness import Run, RunOptions, Updater
+from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
 from lmpo.trainers.result import StageResult
-from lmpo.trainers.run_dir import open_run_dir
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
                                      raise_if_any)
 
 
 @dataclass
-class SupervisedConfig:
+class SupervisedConfig(RunOptions):
     model: str = "tiny"
     """Model preset name (fresh weights) or a Hugging Face model directory to start from."""
     task: str = "sort_digits"
@@ -70,8 +65,6 @@ class SupervisedConfig:
     """Write a metrics row every this many steps."""
     threads: int = 2
     """Torch CPU threads (0 = one per core)."""
-    max_nonfinite_steps: int = 3
-    """Stop with an error after this many consecutive steps with a non-finite loss or gradient (each is skipped)."""
     save_every: int = 50
     """Write a resumable checkpoint every this many steps (0 = only the final model)."""
     keep_checkpoints: int = 2
@@ -307,74 +300,63 @@ def _load_data(cfg: SupervisedConfig, tokenizer) -> list[TokenizedExample]:
     return examples
 
 
-def _step(model, optimizer, scheduler, batch: tuple, step: int, grad_clip: float) -> tuple[dict, bool]:
-    """forward → loss → update; a non-finite loss or gradient skips the update (never reaches the weights)."""
-    ids, mask, attention = batch
+def _step(run: Run, model, updater: Updater, batch: tuple, step: int) -> tuple[dict, bool]:
+    """forward → loss (over the global batch's tokens) → update; a non-finite loss or gradient
+    skips the update (it never reaches the weights)."""
+    ids, mask, attention = run.to_device(*batch)
     t0 = time.perf_counter()
-    logits = model(input_ids=ids, attention_mask=attention).logits
-    loss = masked_cross_entropy(logits[:, :-1], ids[:, 1:], mask[:, 1:])
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    grad_norm = grad_norm_and_clip(model, grad_clip)
-    row = {"step": step, "loss": loss.item(), "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
-           "tokens_per_s": mask[:, 1:].sum().item() / (time.perf_counter() - t0)}
-    if not (math.isfinite(row["loss"]) and math.isfinite(grad_norm)):
-        optimizer.zero_grad(set_to_none=True)
-        return row, False
-    optimizer.step()
-    scheduler.step()
-    return row, True
+    tokens = mask[:, 1:].sum().item()
+    global_tokens = run.dist.all_sum(tokens)
+    with run.autocast():
+        logits = model(input_ids=ids, attention_mask=attention).logits
+    # data parallel: each rank's share of the global token mean, times the ranks DDP averages over
+    loss = masked_cross_entropy(logits[:, :-1].float(), ids[:, 1:], mask[:, 1:],
+                                num_tokens=global_tokens / run.dist.world)
+    updated, grad_norm = updater.step(loss)
+    row = {"step": step, "loss": run.dist.all_sum(loss.item()) / run.dist.world, "lr": updater.lr,
+           "grad_norm": grad_norm, "tokens_per_s": global_tokens / (time.perf_counter() - t0)}
+    return row, updated
 
 
 def _train(cfg: SupervisedConfig, name: str, prepare, task) -> StageResult:
-    started = time.perf_counter()
-    threads = setup_torch(cfg.threads, cfg.seed)
-    out = Path(cfg.resume or cfg.out)
-    run = open_run_dir(out, cfg, name)
+    run = Run(cfg, name)
     model, tokenizer = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
+    model = run.prepare(model)
     model.train()
     batches, total_steps = prepare(tokenizer)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, total_steps, cfg.lr_schedule, cfg.min_lr_ratio)
-    resumed = resume_training(cfg, out, name, model, optimizer, scheduler)
-    start_step, skipped, streak = 0, 0, 0
+    updater = Updater(optimizer, scheduler, cfg.grad_clip, cfg.max_nonfinite_steps, name)
+    resumed = run.resume(model, optimizer, scheduler)
+    start_step = 0
     if resumed is not None:
         batches.load_state_dict(resumed.data)
-        start_step, skipped, streak = resumed.step, resumed.state["skipped_updates"], resumed.state["nonfinite_streak"]
-    log = MetricsLog(out / "metrics.jsonl", resume_from_step=start_step if resumed else None)
-    print(f"[{name}] {cfg.model}: {count_parameters(model) / 1e6:.2f}M parameters, {threads} threads, "
-          f"{total_steps} steps, run dir {out}")
-    with StageProgress(name, total_steps, initial=start_step) as progress:
+        start_step = resumed.step
+        updater.load_state(resumed.state)
+    trained = run.trained(model)
+    run.say(f"{cfg.model}: {run.describe(model)}, {total_steps} steps")
+    with run.progress(total_steps, initial=start_step) as progress:
         for step, batch in enumerate(batches, start=start_step + 1):
-            row, updated = _step(model, optimizer, scheduler, batch, step, cfg.grad_clip)
-            if updated:
-                streak = 0
-            else:
-                skipped, streak = skipped + 1, streak + 1
-                row["skipped_updates"] = skipped
-                if streak >= cfg.max_nonfinite_steps:
-                    log.write(row)
-                    raise RuntimeError(f"[{name}] step {step}: the loss or gradients were not finite in {streak} "
-                                       f"consecutive steps (each was skipped); see {out / 'metrics.jsonl'}")
+            row, updated = _step(run, trained, updater, run.dist.shard_batch(batch), step)
+            if not updated:
+                row["skipped_updates"] = updater.skipped
+                if updater.streak >= cfg.max_nonfinite_steps:
+                    run.write(row)
+                    updater.check(step)
             if step % cfg.log_every == 0 or step == total_steps or "skipped_updates" in row:
-                log.write(row)
+                run.write(row)
             progress.update(step, loss=row["loss"])
             if cfg.save_every and step % cfg.save_every == 0 and step < total_steps:
-                save_checkpoint(out, step, model, tokenizer, optimizer, scheduler, {},
-                                {"config": asdict(cfg), "skipped_updates": skipped, "nonfinite_streak": streak},
-                                cfg.keep_checkpoints, data_state=batches.state_dict())
+                run.checkpoint(step, model, tokenizer, optimizer, scheduler, state=updater.state(),
+                               data_state=batches.state_dict())
             if batches.at_epoch_end:
                 fault_point("epoch_end", step)
             fault_point("step_end", step)
-    save_model(model, tokenizer, out / "model")
-    result = StageResult(name=name, seconds=0.0, model_dir=str(out / "model"), run_dir=str(out))
-    if cfg.eval_problems > 0 and not cfg.data:  # the task's held-out set says nothing about a user's data
+    result = StageResult(name=name, seconds=0.0, model_dir="", run_dir=str(run.out))
+    if cfg.eval_problems > 0 and not cfg.data and run.dist.is_main:  # a task's held-out set says nothing about a user's data
         ev = evaluate(model, tokenizer, task, task.heldout_problems(cfg.eval_problems),
                       max_new_tokens=cfg.eval_max_new_tokens)
         result.accuracy, result.format_accuracy = ev.accuracy, ev.format_accuracy
         result.tool_call_rate, result.terminations = ev.tool_call_rate, ev.terminations
-        log.write({"step": total_steps, **ev.metrics()})
-    result.seconds = time.perf_counter() - started
-    result.write(out / "result.json", config=asdict(cfg))
-    run.close()
-    return result
+        run.write({"step": total_steps, **ev.metrics()})
+    return run.finish(model, tokenizer, result)

@@ -1,0 +1,273 @@
+"""One run harness for every trainer: what a run does besides its loop body.
+
+`Run(cfg, name)` opens the run directory (lock, options check on resume), joins torchrun's
+process group when there is one, fixes threads and seeds, chooses the device and precision,
+and then serves the loop body: `prepare` (device, gradient checkpointing, LoRA), `reference`
+(a frozen copy, or the same model with its adapter disabled), `resume`, `write` (metrics
+file and trackers, rank 0 only), `progress`, `checkpoint`, and `finish` (final model, result
+file). `Updater` is the one place where a loss becomes an optimizer step: backward, clipping,
+the non-finite skip and its streak limit, the step and the schedule.
+
+Each trainer keeps only its loop body: batches, the loss, its figures.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from lmpo.models import save_model
+from lmpo.models.device import autocast, choose_precision, resolve_device
+from lmpo.trainers.checkpoint import Resumed, resume_training, save_checkpoint
+from lmpo.trainers.distributed import Distributed, unwrap, wrap_data_parallel
+from lmpo.trainers.progress import StageProgress
+from lmpo.trainers.result import StageResult
+from lmpo.trainers.run_dir import open_run_dir
+from lmpo.trainers.runtime import MetricsLog, grad_norm_and_clip, setup_torch
+from lmpo.trainers.trackers import Trackers
+
+
+@dataclass
+class RunOptions:
+    """Options every trainer shares: hardware, precision, LoRA, trackers, the non-finite guard."""
+
+    device: str = "auto"
+    """Where to train: auto (a CUDA GPU when one is visible, else the CPU), cpu, cuda or cuda:N."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """auto: bf16 autocast on GPUs that support it (fp32 master weights and optimizer state), fp32 on CPUs; bf16 on a CPU without native bf16 warns and runs fp32."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass instead of keeping them (less memory, ~30% more compute)."""
+    lora_r: int = 0
+    """LoRA rank (0 = train every weight). With LoRA the reference is the base model with the adapter disabled, so no second copy is held."""
+    lora_alpha: float = 16.0
+    """LoRA scaling numerator (the update is scaled by alpha / r)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA branch's input."""
+    lora_target_modules: str = "all-linear"
+    """Modules that get adapters: all-linear, or comma-separated names such as q_proj,v_proj."""
+    lora_merge: bool = False
+    """Also save the merged full model (model/) beside the adapter (adapter/) at the end."""
+    qlora: bool = False
+    """Load the frozen base in 4 bits (bitsandbytes on CUDA) under the LoRA adapter."""
+    report_to: str = ""
+    """Trackers beside metrics.jsonl, comma-separated: tensorboard, wandb, trackio (each needs its package)."""
+    max_nonfinite_steps: int = 3
+    """Stop with an error after this many consecutive steps whose loss or gradient was not finite (each is skipped)."""
+
+
+class Updater:
+    """Turns losses into optimizer steps. A step whose loss or gradient norm is not finite never
+    reaches the weights: its gradients are dropped and it is counted; `patience` consecutive
+    skipped steps stop the run with an error naming the metrics file."""
+
+    def __init__(self, optimizer, scheduler, grad_clip: float, patience: int, where: str, unit: str = "steps"):
+        self.optimizer, self.scheduler, self.grad_clip = optimizer, scheduler, grad_clip
+        self.params = [p for group in optimizer.param_groups for p in group["params"]]
+        self.patience, self.where, self.unit = patience, where, unit
+        self.skipped = self.streak = 0
+
+    def zero(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def apply(self, loss_finite: bool = True) -> tuple[bool, float]:
+        """Clip, then step (or skip a non-finite update); returns (applied, norm before clipping)."""
+        grad_norm = grad_norm_and_clip(self.params, self.grad_clip)
+        if not (loss_finite and math.isfinite(grad_norm)):
+            self.zero()
+            self.skipped += 1
+            self.streak += 1
+            return False, grad_norm
+        self.optimizer.step()
+        self.scheduler.step()
+        self.streak = 0
+        return True, grad_norm
+
+    def step(self, loss: torch.Tensor) -> tuple[bool, float]:
+        """zero → backward → clip → step (or skip) for one loss."""
+        self.zero()
+        loss.backward()
+        return self.apply(math.isfinite(loss.item()))
+
+    @property
+    def lr(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def check(self, step: int, streak: int | None = None) -> None:
+        """Raise once `patience` consecutive steps were skipped (`streak` when a trainer counts
+        its own steps, e.g. RL steps of several updates)."""
+        streak = self.streak if streak is None else streak
+        if streak >= self.patience:
+            raise RuntimeError(f"[{self.where}] step {step}: the loss or gradients were not finite in {streak} "
+                               f"consecutive {self.unit}; every update was skipped, so the weights are unchanged "
+                               f"since step {step - streak}")
+
+    def state(self) -> dict:
+        return {"skipped_updates": self.skipped, "nonfinite_streak": self.streak}
+
+    def load_state(self, state: dict) -> None:
+        self.skipped, self.streak = state.get("skipped_updates", 0), state.get("nonfinite_streak", 0)
+
+
+class Run:
+    """One training run (see the module docstring). Use as `run = Run(cfg, "sft")` right after
+    validating the config, before any model loads."""
+
+    def __init__(self, cfg, name: str):
+        self.cfg, self.name = cfg, name
+        self.started = time.perf_counter()
+        self.out = Path(cfg.resume or cfg.out)
+        self.device = resolve_device(cfg.device)
+        self.dist = Distributed.from_env(self.device.type == "cuda")
+        if self.dist.active and self.device.type == "cuda":
+            self.device = torch.device("cuda", self.dist.local_rank)
+        self._dir = open_run_dir(self.out, cfg, name) if self.dist.is_main else None
+        self.dist.barrier()
+        self.threads = setup_torch(cfg.threads, cfg.seed)
+        self.precision = choose_precision(self.device, cfg.precision)
+        self.lora = _lora_options(cfg)
+        self.log: MetricsLog | None = None
+        self.trackers = Trackers.start(cfg.report_to, self.out, name, asdict(cfg)) if self.dist.is_main else None
+
+    # --- models ---------------------------------------------------------------------------
+    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Move a freshly loaded policy to the device; gradient checkpointing and LoRA as asked."""
+        model = model.to(self.device)
+        if self.cfg.gradient_checkpointing:
+            from lmpo.models.memory import enable_gradient_checkpointing
+
+            enable_gradient_checkpointing(model)
+        if self.lora is not None:
+            from lmpo.models.lora import apply_lora
+
+            model = apply_lora(model, self.lora)
+        return model
+
+    def frozen(self, model: torch.nn.Module) -> torch.nn.Module:
+        """A model that is only read (a reference, a reward model): on the device, eval, no grad."""
+        return model.to(self.device).eval().requires_grad_(False)
+
+    def reference(self, policy: torch.nn.Module, load):
+        """The KL reference: with LoRA, the policy itself read with its adapter disabled (no second
+        copy); else a frozen copy made by `load()`."""
+        if self.lora is not None:
+            from lmpo.models.lora import AdapterDisabled
+
+            return AdapterDisabled(policy)
+        return self.frozen(load())
+
+    def trained(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The module loss forwards run through (DistributedDataParallel across processes)."""
+        return wrap_data_parallel(model, self.dist, self.device)
+
+    def autocast(self):
+        return autocast(self.precision, self.device) if self.precision.autocast_dtype else nullcontext()
+
+    def to_device(self, *tensors):
+        moved = tuple(t.to(self.device) if isinstance(t, torch.Tensor) else t for t in tensors)
+        return moved if len(moved) > 1 else moved[0]
+
+    # --- resume, log, progress, checkpoints -------------------------------------------------
+    def resume(self, model, optimizer, scheduler, generators: dict | None = None,
+               extra_modules: dict | None = None) -> Resumed | None:
+        """Load the newest complete checkpoint (with `--resume`), then open the metrics log."""
+        resumed = resume_training(self.cfg, self.out, self.name, model, optimizer, scheduler, generators,
+                                  extra_modules, rank=self.dist.rank)
+        self.open_log(resumed.step if resumed else None)
+        return resumed
+
+    def open_log(self, resumed_step: int | None, key: str = "step") -> None:
+        if self.dist.is_main:
+            self.log = MetricsLog(self.out / "metrics.jsonl", resume_from_step=resumed_step, key=key)
+
+    def write(self, row: dict) -> None:
+        if self.log is not None:
+            self.log.write(row)
+        if self.trackers is not None:
+            self.trackers.write(row)
+
+    def progress(self, total: int, initial: int = 0, label: str | None = None):
+        if not self.dist.is_main:
+            return StageProgress(label or self.name, total, initial, quiet=True)
+        return StageProgress(label or self.name, total, initial)
+
+    def say(self, text: str) -> None:
+        if self.dist.is_main:
+            print(f"[{self.name}] {text}", flush=True)
+
+    def describe(self, model: torch.nn.Module) -> str:
+        """The run's one-line set-up: parameters (trainable), device, precision, processes, threads."""
+        total = sum(p.numel() for p in model.parameters())
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        share = f" ({trainable / 1e6:.2f}M trainable, LoRA r={self.lora.r})" if self.lora is not None else ""
+        procs = f", {self.dist.world} processes" if self.dist.active else ""
+        return (f"{total / 1e6:.2f}M parameters{share}, {self.precision.description}{procs}, "
+                f"{self.threads} threads, run dir {self.out}")
+
+    def checkpoint(self, step: int, model, tokenizer, optimizer, scheduler, generators: dict | None = None,
+                   state: dict | None = None, extra_modules: dict | None = None, data_state: dict | None = None) -> None:
+        """Every rank's generator states go into one resumable checkpoint, written by rank 0."""
+        generators = generators or {}
+        rng = self.dist.gather({"torch": torch.get_rng_state(),
+                                **{f"gen_{k}": g.get_state() for k, g in generators.items()}})
+        if self.dist.is_main:
+            save_checkpoint(self.out, step, unwrap(model), tokenizer, optimizer, scheduler, generators,
+                            {**(state or {}), "config": asdict(self.cfg)}, self.cfg.keep_checkpoints, extra_modules,
+                            data_state, rank_rng=rng if self.dist.active else None)
+        self.dist.barrier()
+
+    # --- the end ------------------------------------------------------------------------------
+    def finish(self, model, tokenizer, result: StageResult | None = None, extra_files=None, **fields) -> StageResult:
+        """Save the final model (and the adapter with LoRA), write result.json, release the run."""
+        model = unwrap(model)
+        model_dir = self.out / "model"
+        if self.dist.is_main:
+            if self.lora is not None:
+                from lmpo.models.lora import save_lora
+
+                save_lora(model, tokenizer, self.out / "adapter", merged_dir=model_dir if self.cfg.lora_merge else None)
+                model_dir = model_dir if self.cfg.lora_merge else self.out / "adapter"
+            else:
+                save_model(model, tokenizer, model_dir)
+            for write in extra_files or ():
+                write(self.out)
+        result = result or StageResult(name=self.name, seconds=0.0, model_dir="", run_dir=str(self.out))
+        result.model_dir, result.run_dir = str(model_dir), str(self.out)
+        result.seconds = time.perf_counter() - self.started
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        memory = {"peak_rss_mb": round(peak_mb, 1)}
+        if self.device.type == "cuda":
+            memory["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
+        if self.dist.is_main:
+            result.write(self.out / "result.json", config=asdict(self.cfg), device=str(self.device),
+                         precision=self.precision.name, processes=self.dist.world, **memory, **fields)
+        self.close()
+        return result
+
+    def close(self) -> None:
+        if self.trackers is not None:
+            self.trackers.close()
+            self.trackers = None
+        if self._dir is not None:
+            self._dir.close()
+            self._dir = None
+        self.dist.close()
+
+
+def _lora_options(cfg):
+    if not cfg.lora_r:
+        if cfg.qlora:
+            raise ValueError("qlora needs a LoRA adapter: set --lora_r too")
+        return None
+    from lmpo.models.lora import LoraOptions
+
+    targets = cfg.lora_target_modules
+    targets = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
+    return LoraOptions(r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target_modules=targets,
+                       qlora=cfg.qlora)

@@ -1,0 +1,64 @@
+"""Data parallelism with torchrun on CPU (gloo): two processes train exactly as one does on the
+same global batch, and a killed two-process run resumes to the weights of an uninterrupted one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def torchrun(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
+    full_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+                "OMP_NUM_THREADS": "1", **(env or {})}
+    done = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=600)
+    if check and done.returncode != 0:
+        raise AssertionError(f"torchrun failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return done
+
+
+def test_two_processes_give_the_loss_and_gradients_of_one_on_the_same_global_batch(start_model, tmp_path):
+    sys.path.insert(0, str(ROOT / "tests"))
+    from distributed_worker import run_checks
+
+    torchrun(str(ROOT / "tests" / "distributed_worker.py"), start_model, str(tmp_path))
+    one = run_checks(start_model, tmp_path / "single")
+    two = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    for name, expected in one.items():
+        assert expected["grads"], name
+        for got in two:
+            for key in ("loss", "policy_loss", "kl", "clip_frac", "grad_norm", "reward_accuracy"):
+                if key in expected["stats"]:
+                    assert got[name]["stats"][key] == pytest.approx(expected["stats"][key], abs=1e-6), (name, key)
+            for index, grad in expected["grads"].items():
+                assert torch.allclose(got[name]["grads"][index], grad, atol=1e-6, rtol=0), (name, index)
+    assert one["grpo-token_mean"]["stats"]["clip_frac"] > 0  # the check covers the clipped branch
+
+
+def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(model_dir / "model.safetensors")
+
+
+def test_a_killed_two_process_run_resumes_to_the_uninterrupted_weights(start_model, tmp_path):
+    args = ["-m", "lmpo", "train", "grpo", "--model", start_model, "--steps", "4", "--save_every", "2",
+            "--prompts_per_step", "2", "--group_size", "4", "--eval_problems", "0", "--threads", "1"]
+    torchrun(*args, "--out", str(tmp_path / "whole"))
+    killed = torchrun(*args, "--out", str(tmp_path / "cut"), env={"LMPO_KILL_AT": "after_rollout:3"}, check=False)
+    assert killed.returncode != 0
+    assert not (tmp_path / "cut" / "model").exists()
+    torchrun(*args, "--resume", str(tmp_path / "cut"))
+    whole, resumed = _weights(tmp_path / "whole" / "model"), _weights(tmp_path / "cut" / "model")
+    start = load_file(Path(start_model) / "model.safetensors")
+    assert any(not torch.equal(whole[k], start[k]) for k in whole)  # it trained
+    for key, value in whole.items():
+        assert torch.allclose(resumed[key], value, atol=1e-6, rtol=0), key
+    result = (tmp_path / "cut" / "result.json").read_text()
+    assert '"processes": 2' in result
