@@ -45,9 +45,20 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> torch.nn.Module:
     target = model.get_base_model() if hasattr(model, "get_base_model") else model
     if not getattr(target, "supports_gradient_checkpointing", False):
         raise ValueError(f"{type(target).__name__} does not support gradient checkpointing")
-    target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    kwargs = {"use_reentrant": False}
+    if hasattr(target, "activation_checkpointing_enable"):  # the name from transformers 5.x on; the old one warns
+        target.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        target.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     target.config.use_cache = False
     return model
+
+
+def is_checkpointing(model: torch.nn.Module) -> bool:
+    """Whether activation (gradient) checkpointing is on for `model`."""
+    target = model.get_base_model() if hasattr(model, "get_base_model") else model
+    flag = getattr(target, "is_activation_checkpointing", None)
+    return bool(flag if flag is not None else target.is_gradient_checkpointing)
 
 
 @dataclass(frozen=True)
