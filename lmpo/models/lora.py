@@ -143,7 +143,8 @@ def save_lora(model: PeftModel, tokenizer: PreTrainedTokenizerBase, out_dir: str
         raise TypeError(f"{type(model).__name__} has no LoRA adapter to save")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
+    # the embeddings carry no adapter; "auto" would look the base's config up, on the Hub for a preset name
+    model.save_pretrained(out, safe_serialization=True, save_embedding_layers=False)
     if base_name_or_path is not None:
         config_path = out / ADAPTER_CONFIG
         config = json.loads(config_path.read_text())
