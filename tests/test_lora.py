@@ -10,8 +10,9 @@ import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from lmpo.models import (LoraOptions, adapter_disabled, completion_outputs, enable_gradient_checkpointing, is_peft_model,
-                         load_model, load_tokenizer, parameter_counts, reference_logprobs, save_lora,
+                         load_model, load_tokenizer, parameter_counts, reference_logprobs, save_lora, save_model,
                          trainable_parameters)
+from lmpo.models.memory import is_checkpointing
 from lmpo.models.padding import left_pad
 
 OPTS = LoraOptions(r=4, alpha=8.0)
@@ -131,6 +132,23 @@ def test_adapter_saves_alone_and_merged_and_starts_a_next_stage(base_name, char_
     torch.testing.assert_close(_logprobs(reloaded, batch), trained2, atol=1e-5, rtol=0)
 
 
+def test_a_run_resumes_its_adapter(char_tokenizer, qwen2_dir, tmp_path):
+    batch = _batch(char_tokenizer)
+    base = _logprobs(load_model(qwen2_dir, char_tokenizer), batch)
+    policy = load_model(qwen2_dir, char_tokenizer, lora=OPTS)
+    _train_step(policy.train(), batch)
+    trained = _logprobs(policy.eval(), batch)
+    save_model(policy, char_tokenizer, tmp_path / "step-1")  # save_model writes a LoRA model's adapter
+    assert (tmp_path / "step-1" / "adapter_model.safetensors").exists()
+    resumed = load_model(qwen2_dir, char_tokenizer, lora=OPTS, resume_adapter=str(tmp_path / "step-1"))
+    assert [n for n, p in resumed.named_parameters() if p.requires_grad] == \
+        [n for n, p in policy.named_parameters() if p.requires_grad]
+    torch.testing.assert_close(_logprobs(resumed, batch), trained, atol=1e-6, rtol=0)
+    torch.testing.assert_close(reference_logprobs(resumed, *batch), base, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="needs lora"):
+        load_model(qwen2_dir, char_tokenizer, resume_adapter=str(tmp_path / "step-1"))
+
+
 def test_gradient_checkpointing_on_a_lora_model(char_tokenizer):
     batch = _batch(char_tokenizer)
     grads = []
@@ -143,6 +161,7 @@ def test_gradient_checkpointing_on_a_lora_model(char_tokenizer):
                     p.normal_(0, 0.05)
         if checkpointed:
             enable_gradient_checkpointing(policy)
+        assert is_checkpointing(policy) == checkpointed
         policy.train()
         loss = -completion_outputs(policy, *batch, chunk_tokens=4).logprobs.mean()
         grads.append(torch.autograd.grad(loss, list(trainable_parameters(policy))))

@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from lmpo.models.lora import (LoraOptions, adapter_base_name, apply_lora, attach_adapter, is_adapter_dir,
-                              qlora_quantization_config)
+                              is_peft_model, qlora_quantization_config, save_lora)
 from lmpo.models.presets import PRESETS, preset_config
 from lmpo.models.tokenizer import build_char_tokenizer
 
@@ -53,7 +53,7 @@ def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
 
 def load_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int = 0,
                dtype: torch.dtype = torch.float32, keep_dropout: bool = True,
-               lora: LoraOptions | None = None) -> PreTrainedModel:
+               lora: LoraOptions | None = None, resume_adapter: str | None = None) -> PreTrainedModel:
     """A fresh preset model (initialised from `seed`) or `AutoModelForCausalLM.from_pretrained`;
     `keep_dropout=False` disables its dropout (see `disable_dropout`).
 
@@ -61,11 +61,15 @@ def load_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int 
     (`base_model_name_or_path`; a preset is rebuilt from `seed`) with the adapter merged in.
     `lora` then wraps the model in a fresh LoRA adapter (a `PeftModel`), so that with the adapter
     disabled it is exactly the model loaded: the right reference for the next stage. With
-    `lora.qlora` the base is loaded in 4-bit on the current CUDA GPU."""
+    `lora.qlora` the base is loaded in 4-bit on the current CUDA GPU. `resume_adapter` (with `lora`)
+    attaches the adapter saved in that directory, trainable, instead of a fresh one: resuming a
+    run, where `name_or_path` is the run's own starting model."""
+    if resume_adapter is not None and lora is None:
+        raise ValueError("resume_adapter needs lora options: it resumes a LoRA run")
     model = _load_base(name_or_path, tokenizer, seed, dtype, quantize_4bit=lora is not None and lora.qlora)
     if not keep_dropout:
         disable_dropout(model)
-    return model if lora is None else apply_lora(model, lora)
+    return model if lora is None else apply_lora(model, lora, resume_from=resume_adapter)
 
 
 def _load_base(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int, dtype: torch.dtype,
@@ -109,12 +113,16 @@ def load_model_and_tokenizer(name_or_path: str, seed: int = 0, dtype: torch.dtyp
 
 
 def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> Path:
-    """Write an ordinary Hugging Face model directory (safetensors + tokenizer)."""
+    """Write an ordinary Hugging Face model directory (safetensors + tokenizer); for a LoRA model,
+    its adapter directory (see `save_lora`, which can also write the merged model)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        model.save_pretrained(out, safe_serialization=True)
-        tokenizer.save_pretrained(out)
+        if is_peft_model(model):
+            save_lora(model, tokenizer, out)
+        else:
+            model.save_pretrained(out, safe_serialization=True)
+            tokenizer.save_pretrained(out)
     except Exception as err:  # safetensors reports a full disk as its own error type, not OSError
         if isinstance(err, OSError) or not any(s in str(err) for s in ("No space left", "os error 28")):
             raise

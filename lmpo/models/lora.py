@@ -83,15 +83,18 @@ def qlora_quantization_config():
                               bnb_4bit_compute_dtype=torch.bfloat16)
 
 
-def apply_lora(model: PreTrainedModel, opts: LoraOptions) -> PeftModel:
-    """Freeze `model` and wrap it with a fresh LoRA adapter; only the adapter is trainable. A QLoRA
-    base must have been loaded in 4-bit already (`load_model(..., lora=opts)` does that)."""
+def apply_lora(model: PreTrainedModel, opts: LoraOptions, resume_from: str | Path | None = None) -> PeftModel:
+    """Freeze `model` and wrap it with a fresh LoRA adapter, or with the trainable adapter saved in
+    `resume_from` (to resume a run); only the adapter is trainable. A QLoRA base must have been
+    loaded in 4-bit already (`load_model(..., lora=opts)` does that)."""
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
     if opts.qlora:
         if not getattr(model, "is_loaded_in_4bit", False):
             raise ValueError("qlora needs the base loaded in 4-bit: load it with load_model(..., lora=opts)")
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    if resume_from is not None:
+        return attach_adapter(model, resume_from, trainable=True)
     config = LoraConfig(r=opts.r, lora_alpha=opts.alpha, lora_dropout=opts.dropout, bias="none",
                         target_modules=opts.target_modules, modules_to_save=opts.modules_to_save or None,
                         task_type="CAUSAL_LM")
