@@ -10,6 +10,7 @@ import copy
 import importlib.util
 import json
 import sys
+import warnings
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,7 +99,9 @@ def apply_lora(model: PreTrainedModel, opts: LoraOptions, resume_from: str | Pat
     config = LoraConfig(r=opts.r, lora_alpha=opts.alpha, lora_dropout=opts.dropout, bias="none",
                         target_modules=opts.target_modules, modules_to_save=opts.modules_to_save or None,
                         task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
+    with warnings.catch_warnings():  # peft asks transformers a question transformers 5 renamed
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+        return get_peft_model(model, config)
 
 
 def attach_adapter(base: PreTrainedModel, adapter_dir: str | Path, trainable: bool = True) -> PeftModel:
