@@ -11,7 +11,7 @@ import importlib.util
 import json
 import sys
 import warnings
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -99,8 +99,7 @@ def apply_lora(model: PreTrainedModel, opts: LoraOptions, resume_from: str | Pat
     config = LoraConfig(r=opts.r, lora_alpha=opts.alpha, lora_dropout=opts.dropout, bias="none",
                         target_modules=opts.target_modules, modules_to_save=opts.modules_to_save or None,
                         task_type="CAUSAL_LM")
-    with warnings.catch_warnings():  # peft asks transformers a question transformers 5 renamed
-        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+    with _quiet_peft():
         return get_peft_model(model, config)
 
 
@@ -108,7 +107,16 @@ def attach_adapter(base: PreTrainedModel, adapter_dir: str | Path, trainable: bo
     """`base` with the adapter saved in `adapter_dir` (trainable, to continue training it)."""
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=trainable)
+    with _quiet_peft():
+        return PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=trainable)
+
+
+@contextmanager
+def _quiet_peft() -> Iterator[None]:
+    """peft asks transformers a question under a name transformers 5 deprecated: a warning per load."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+        yield
 
 
 def adapter_base_name(adapter_dir: str | Path) -> str:
