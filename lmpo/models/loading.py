@@ -9,6 +9,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from lmpo.models.lora import (LoraOptions, adapter_base_name, apply_lora, attach_adapter, is_adapter_dir,
+                              is_peft_model, qlora_quantization_config, save_lora)
 from lmpo.models.presets import PRESETS, preset_config
 from lmpo.models.tokenizer import build_char_tokenizer
 
@@ -50,20 +52,48 @@ def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def load_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int = 0,
-               dtype: torch.dtype = torch.float32, keep_dropout: bool = True) -> PreTrainedModel:
+               dtype: torch.dtype = torch.float32, keep_dropout: bool = True,
+               lora: LoraOptions | None = None, resume_adapter: str | None = None) -> PreTrainedModel:
     """A fresh preset model (initialised from `seed`) or `AutoModelForCausalLM.from_pretrained`;
-    `keep_dropout=False` disables its dropout (see `disable_dropout`)."""
+    `keep_dropout=False` disables its dropout (see `disable_dropout`).
+
+    A directory holding a PEFT adapter (e.g. a LoRA stage's output) loads as its base model
+    (`base_model_name_or_path`; a preset is rebuilt from `seed`) with the adapter merged in.
+    `lora` then wraps the model in a fresh LoRA adapter (a `PeftModel`), so that with the adapter
+    disabled it is exactly the model loaded: the right reference for the next stage. With
+    `lora.qlora` the base is loaded in 4-bit on the current CUDA GPU. `resume_adapter` (with `lora`)
+    attaches the adapter saved in that directory, trainable, instead of a fresh one: resuming a
+    run, where `name_or_path` is the run's own starting model."""
+    if resume_adapter is not None and lora is None:
+        raise ValueError("resume_adapter needs lora options: it resumes a LoRA run")
+    model = _load_base(name_or_path, tokenizer, seed, dtype, quantize_4bit=lora is not None and lora.qlora)
     if not keep_dropout:
-        return disable_dropout(load_model(name_or_path, tokenizer, seed, dtype))
+        disable_dropout(model)
+    return model if lora is None else apply_lora(model, lora, resume_from=resume_adapter)
+
+
+def _load_base(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int, dtype: torch.dtype,
+               quantize_4bit: bool = False) -> PreTrainedModel:
+    if is_adapter_dir(name_or_path):
+        base = _load_base(adapter_base_name(name_or_path), tokenizer, seed, dtype, quantize_4bit)
+        model = attach_adapter(base, name_or_path, trainable=False).merge_and_unload()
+        model.name_or_path = str(Path(name_or_path).resolve())  # a next adapter names this one as its base
+        return model
     if is_preset(name_or_path):
+        if quantize_4bit:
+            raise ValueError(f"QLoRA quantises a pretrained base; preset {name_or_path!r} is built fresh, use plain LoRA")
         config = preset_config(name_or_path, len(tokenizer), tokenizer.pad_token_id,
                                tokenizer.eos_token_id, tokenizer.bos_token_id)
         with torch.random.fork_rng():
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
         model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model.name_or_path = name_or_path  # an adapter on it names the preset (rebuilt from the same seed)
         return model
     _check_local_path(name_or_path)
+    if quantize_4bit:
+        return AutoModelForCausalLM.from_pretrained(name_or_path, quantization_config=qlora_quantization_config(),
+                                                    dtype=torch.bfloat16, device_map={"": torch.cuda.current_device()})
     return AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
 
 
@@ -71,7 +101,7 @@ def _check_local_path(name_or_path: str) -> None:
     """Fail clearly on a missing or non-model local directory instead of trying a model hub."""
     path = Path(name_or_path)
     looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") >= 2
-    if path.exists() and not (path / "config.json").exists():
+    if path.exists() and not (path / "config.json").exists() and not is_adapter_dir(path):
         raise FileNotFoundError(f"{path} is not a Hugging Face model directory: it has no config.json")
     if not path.exists() and looks_local:
         raise FileNotFoundError(f"model directory {path} does not exist (presets: {', '.join(PRESETS)})")
@@ -83,12 +113,16 @@ def load_model_and_tokenizer(name_or_path: str, seed: int = 0, dtype: torch.dtyp
 
 
 def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> Path:
-    """Write an ordinary Hugging Face model directory (safetensors + tokenizer)."""
+    """Write an ordinary Hugging Face model directory (safetensors + tokenizer); for a LoRA model,
+    its adapter directory (see `save_lora`, which can also write the merged model)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        model.save_pretrained(out, safe_serialization=True)
-        tokenizer.save_pretrained(out)
+        if is_peft_model(model):
+            save_lora(model, tokenizer, out)
+        else:
+            model.save_pretrained(out, safe_serialization=True)
+            tokenizer.save_pretrained(out)
     except Exception as err:  # safetensors reports a full disk as its own error type, not OSError
         if isinstance(err, OSError) or not any(s in str(err) for s in ("No space left", "os error 28")):
             raise

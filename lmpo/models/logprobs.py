@@ -1,14 +1,19 @@
 """Per-token log-probs of completions under a causal LM, in fp32.
 
 Only the completion positions go through the output head (`logits_to_keep`), so no logits
-are materialised for prompt tokens.
+are materialised for prompt tokens. With `chunk_tokens > 0` the head runs over the completion
+tokens a chunk at a time, so full-vocabulary logits exist for at most `chunk_tokens` tokens at
+once, in the forward and (through per-chunk recomputation) in the backward too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import sys
+
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from lmpo.algos import entropy_from_logits, token_logprobs
 
@@ -41,10 +46,16 @@ def completion_inputs(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
 
 def completion_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                        completion_ids: torch.Tensor, temperature: float = 1.0, *, entropy: bool = False,
-                       entropy_grad: bool = False, hidden: bool = False) -> TokenOutputs:
+                       entropy_grad: bool = False, hidden: bool = False, chunk_tokens: int = 0) -> TokenOutputs:
     """Log-probs [B, T] of `completion_ids` given left-padded prompts [B, P], and optionally the
     entropy of the temperature-scaled distribution (with gradient only if `entropy_grad`) and
-    the last hidden states."""
+    the last hidden states. All in fp32, whatever the model's dtype or autocast.
+
+    `chunk_tokens > 0` computes the same numbers with the output head applied to at most that
+    many completion tokens at a time (see `chunked_token_outputs`); 0 applies it to all at once."""
+    if chunk_tokens > 0:
+        return chunked_token_outputs(model, prompt_ids, prompt_mask, completion_ids, temperature, chunk_tokens,
+                                     entropy=entropy, entropy_grad=entropy_grad, hidden=hidden)
     width = completion_ids.size(1)
     out = model(**completion_inputs(prompt_ids, prompt_mask, completion_ids), logits_to_keep=width + 1,
                 use_cache=False, output_hidden_states=hidden)
@@ -58,9 +69,62 @@ def completion_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_
     return result
 
 
+def causal_lm_parts(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(trunk, output head) of a Hugging Face causal LM, or of the model a PEFT wrapper holds
+    (whose LoRA layers stay in the trunk, so the adapter and `disable_adapter` still apply)."""
+    peft = sys.modules.get("peft")
+    if peft is not None and isinstance(model, peft.PeftModel):
+        model = model.get_base_model()
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    config = getattr(model, "config", None)
+    rescaled = any(getattr(config, name, None) not in (None, 1.0)
+                   for name in ("final_logit_softcapping", "logit_scale", "logits_scaling"))
+    if head is None or rescaled or getattr(model, "base_model", model) is model:
+        raise ValueError(f"chunked log-probs need a causal LM whose logits are head(trunk(x)); "
+                         f"{type(model).__name__} is not one (set the chunk size to 0)")
+    return model.base_model, head
+
+
+def chunked_token_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                          completion_ids: torch.Tensor, temperature: float, chunk_tokens: int, *,
+                          entropy: bool = False, entropy_grad: bool = False, hidden: bool = False) -> TokenOutputs:
+    """`completion_outputs` with the head applied `chunk_tokens` flattened tokens at a time.
+
+    Under autograd each chunk runs in `torch.utils.checkpoint`: only its hidden states are kept,
+    and its logits are recomputed in the backward, one chunk at a time."""
+    trunk, head = causal_lm_parts(model)
+    width = completion_ids.size(1)
+    states = trunk(**completion_inputs(prompt_ids, prompt_mask, completion_ids), use_cache=False).last_hidden_state
+    states = states[:, -(width + 1):-1]
+    flat_states, flat_ids = states.reshape(-1, states.size(-1)), completion_ids.reshape(-1)
+    want_entropy = entropy or entropy_grad
+
+    def score(chunk: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = head(chunk)
+        logprobs = token_logprobs(logits, ids, temperature)
+        if not want_entropy:
+            return logprobs, logprobs.new_zeros(())
+        return logprobs, entropy_from_logits(logits if entropy_grad else logits.detach(), temperature)
+
+    grad = torch.is_grad_enabled()
+    pieces = []
+    for start in range(0, flat_ids.numel(), chunk_tokens):
+        chunk, ids = flat_states[start:start + chunk_tokens], flat_ids[start:start + chunk_tokens]
+        pieces.append(checkpoint(score, chunk, ids, use_reentrant=False) if grad else score(chunk, ids))
+    result = TokenOutputs(torch.cat([p[0] for p in pieces]).view_as(completion_ids))
+    if want_entropy:
+        result.entropy = torch.cat([p[1] for p in pieces]).view_as(completion_ids)
+        if not entropy_grad:
+            result.entropy = result.entropy.detach()
+    if hidden:
+        result.hidden = states
+    return result
+
+
 def completion_logprobs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                         completion_ids: torch.Tensor, temperature: float = 1.0,
-                        with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                        with_entropy: bool = False, chunk_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs [B, T] (and, with `with_entropy`, the entropy [B, T] without gradient)."""
-    out = completion_outputs(model, prompt_ids, prompt_mask, completion_ids, temperature, entropy=with_entropy)
+    out = completion_outputs(model, prompt_ids, prompt_mask, completion_ids, temperature, entropy=with_entropy,
+                             chunk_tokens=chunk_tokens)
     return out.logprobs, out.entropy
