@@ -67,3 +67,15 @@ def test_sync_and_probe(tiny_llama, char_tokenizer):
     figures = sync_and_probe(engine, policy, probe, 0.1)
     assert figures["probe_max_abs_diff"] < 1e-6 and "probe_mean_abs_diff" in figures
     assert sync_and_probe(engine, policy, probe, 0) == {}
+
+
+def test_engine_options_are_validated():
+    from lmpo.trainers.rl_config import RLConfig
+    from lmpo.trainers.validation import ConfigError
+
+    RLConfig(engine="vllm", tis_cap=0, probe_tolerance=0).validate()
+    for bad, match in [({"engine": "sglang"}, "engine='sglang'"), ({"tis_cap": 0.5}, "tis_cap=0.5"),
+                       ({"probe_tolerance": -1.0}, "probe_tolerance"),
+                       ({"vllm_gpu_memory_utilization": 1.0}, "vllm_gpu_memory_utilization")]:
+        with pytest.raises(ConfigError, match=match):
+            RLConfig(**bad).validate()
