@@ -1,7 +1,8 @@
 """Pure tensor math for RL post-training: sequence and token advantage estimators, policy
 losses, loss aggregation, KL estimators and adaptive KL control, the value loss, DAPO's batch
 filters, token ops (log-probs, entropy, masked cross-entropy), preference losses (DPO, cDPO,
-IPO, SimPO) and the Bradley–Terry reward-model loss.
+IPO, SimPO), the Bradley–Terry reward-model loss, and the sampler/trainer mismatch
+correction (truncated importance sampling, mismatch KL).
 
 Tensors in, tensors out; each family is a `Registry` so configs can select methods by name.
 Formulas and sources: ALGORITHMS.md in the project's shared notes.
@@ -41,6 +42,7 @@ from lmpo.algos.token_advantages import (
 from lmpo.algos.value_loss import clipped_value_loss
 from lmpo.algos.preference import PREFERENCE_LOSSES, cdpo, dpo, ipo, simpo
 from lmpo.algos.reward_model import bradley_terry_loss, gather_last, last_token_index
+from lmpo.algos.sampler_mismatch import MismatchKL, mismatch_kl, tis_clipped, truncated_importance_weights
 
 __all__ = [
     "ADVANTAGES",
@@ -89,4 +91,8 @@ __all__ = [
     "ipo",
     "last_token_index",
     "simpo",
+    "MismatchKL",
+    "mismatch_kl",
+    "tis_clipped",
+    "truncated_importance_weights",
 ]

@@ -209,12 +209,14 @@ class EpisodeRunner:
 
     @classmethod
     def for_task(cls, task, model, tokenizer, params: SamplingParams, *, generator=None, max_turns: int = 0,
-                 max_turn_tokens: int = 0, max_parse_errors: int = 3) -> "EpisodeRunner":
+                 max_turn_tokens: int = 0, max_parse_errors: int = 3, engine: Engine | None = None) -> "EpisodeRunner":
+        """`engine` defaults to the built-in one on `model` (see `engine_select.make_engine` for vLLM)."""
         from lmpo.envs.env import env_factory
         from lmpo.rollout.engines import LocalEngine
         from lmpo.rollout.render import renderer_for
 
-        engine = LocalEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, generator=generator)
+        if engine is None:
+            engine = LocalEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, generator=generator)
         limits = limits_for(task, model, params.max_new_tokens, max_turns=max_turns, max_turn_tokens=max_turn_tokens,
                             max_parse_errors=max_parse_errors)
         return cls(engine, env_factory(task), renderer_for(task, tokenizer), limits, tokenizer, params)

@@ -3,7 +3,9 @@
 The protocol is two methods, so that the fast CPU decoder, plain Hugging Face generation and
 an inference server all plug into the agent loop and the trainers the same way:
 `generate(prompts, params, max_new_tokens=None) -> list[Sample]` and
-`sync_weights(model)` after each policy update.
+`sync_weights(model)` after each policy update. Engines may also offer
+`score(prompt_ids, completion_ids) -> list[float]` (teacher-forced log-probs at temperature 1),
+which the weight-sync probe (`weight_probe.py`) uses to check that they sample the trainer's weights.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Protocol, Sequence
 
 import torch
 
+from lmpo.models.logprobs import completion_outputs
 from lmpo.rollout.engine import Backend, generate
 from lmpo.rollout.trajectory import Sample
 from lmpo.rollout.types import FINISH_EOS, FINISH_LENGTH, SamplingParams
@@ -39,6 +42,10 @@ class LocalEngine:
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model
 
+    def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
+        """Log-probs (temperature 1, fp32) of `completion_ids` after `prompt_ids` under the held model."""
+        return teacher_forced_logprobs(self.model, prompt_ids, completion_ids)
+
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                  max_new_tokens: Sequence[int] | None = None) -> list[Sample]:
         caps = list(max_new_tokens) if max_new_tokens is not None else [params.max_new_tokens] * len(prompts)
@@ -58,3 +65,21 @@ class LocalEngine:
                 reason = FINISH_LENGTH
             samples.append(Sample(tokens, logprobs[:len(tokens)], reason))
         return samples
+
+
+def teacher_forced_logprobs(model: torch.nn.Module, prompt_ids: Sequence[int],
+                            completion_ids: Sequence[int]) -> list[float]:
+    """One sequence's completion log-probs at temperature 1, in eval mode and without gradient."""
+    if not prompt_ids or not completion_ids:
+        raise ValueError("scoring needs at least one prompt token and one completion token")
+    was_training = model.training
+    model.eval()
+    try:
+        device = next(model.parameters()).device
+        prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
+        completion = torch.tensor([list(completion_ids)], dtype=torch.long, device=device)
+        with torch.no_grad():
+            out = completion_outputs(model, prompt, torch.ones_like(prompt), completion)
+    finally:
+        model.train(was_training)
+    return out.logprobs[0].float().tolist()

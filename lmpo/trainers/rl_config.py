@@ -155,6 +155,14 @@ class RLConfig(RunOptions):
     """Write a resumable checkpoint every this many steps (0 = only the final model)."""
     keep_checkpoints: int = 2
     """Complete checkpoints to keep."""
+    engine: str = "auto"
+    """What samples the rollouts: auto, local or vllm. `local` is the built-in engine on the trainer's own model (its log-probs are the trainer's); `vllm` a colocated vLLM engine (needs CUDA and `pip install vllm`), synced after every update, probed, and corrected with truncated importance sampling; `auto` picks vllm when it is importable and a GPU is visible, else local."""
+    tis_cap: float = 2.0
+    """vllm engine: cap C of the truncated importance weight min(pi_trainer / pi_sampler, C) on each token's loss (Yao et al. 2025); 0 = no reweighting (pi_old is still the trainer's recomputed log-probs)."""
+    probe_tolerance: float = 0.1
+    """vllm engine: largest mean absolute log-prob difference, on a fixed probe sequence after each weight sync, between the engine and the trainer before the run stops as sampling from stale weights (bf16 engine vs fp32 trainer differ by about 1e-2; identical fp32 forwards by under 1e-5); 0 = no probe."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """vllm engine: fraction of GPU memory vLLM may take (weights and KV cache); the rest is left to training, which shares the GPU."""
 
     def validate(self) -> None:
         """Fail before any model loads when the batch arithmetic cannot work."""
@@ -195,4 +203,23 @@ class RLConfig(RunOptions):
             problems.append(str(err))
         if self.dual_clip and self.dual_clip <= 1:
             problems.append(f"dual_clip={self.dual_clip} must be > 1 (or 0 = off)")
+        problems += engine_problems(self)
         raise_if_any("RL", problems)
+
+
+ENGINES = ("auto", "local", "vllm")
+
+
+def engine_problems(cfg: RLConfig) -> list[str]:
+    """`engine`, `tis_cap`, `probe_tolerance` and `vllm_gpu_memory_utilization`."""
+    problems = []
+    if cfg.engine not in ENGINES:
+        problems.append(f"engine={cfg.engine!r} must be one of {', '.join(ENGINES)}")
+    if cfg.tis_cap and not cfg.tis_cap >= 1:
+        problems.append(f"tis_cap={cfg.tis_cap} must be >= 1 (a cap below 1 down-weights every token), or 0 = off")
+    if not cfg.probe_tolerance >= 0:
+        problems.append(f"probe_tolerance={cfg.probe_tolerance} must be >= 0 (0 = no probe)")
+    if not 0 < cfg.vllm_gpu_memory_utilization < 1:
+        problems.append(f"vllm_gpu_memory_utilization={cfg.vllm_gpu_memory_utilization} must be in (0, 1): "
+                        f"the rest of the GPU is the trainer's")
+    return problems
