@@ -52,7 +52,7 @@ def capture_grads(updater: Updater, into: dict) -> None:
 
 def grpo_check(model_dir: str, out: Path, aggregation: str) -> dict:
     cfg = RLConfig(model=model_dir, out=str(out / f"grpo-{aggregation}"), threads=1, beta=0.04, kl_placement="loss",
-                   aggregation=aggregation, num_minibatches=2, micro_batch_size=1, eval_problems=0)
+                   aggregation=aggregation, micro_batch_size=1, eval_problems=0)
     run = Run(cfg, "rl")
     tokenizer = load_tokenizer(model_dir)
     policy = run.prepare(load_model(model_dir, tokenizer, keep_dropout=False)).train()

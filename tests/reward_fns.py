@@ -64,3 +64,8 @@ def prints_a_lot(task, problems, completions, terminated):
     for _ in range(4096):
         print("x" * 1024)  # 4 MiB in all
     return [1.0] * len(completions)
+
+
+def length(task, problems, completions, terminated):
+    """A reward that differs within every group of a random model's samples, so GRPO moves."""
+    return [len(c) / 10 for c in completions]

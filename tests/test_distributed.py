@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def torchrun(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
-    full_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    path = os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
+    full_env = {**os.environ, "PYTHONPATH": path,
                 "OMP_NUM_THREADS": "1", **(env or {})}
     done = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=600)
     if check and done.returncode != 0:
@@ -49,7 +50,8 @@ def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
 
 def test_a_killed_two_process_run_resumes_to_the_uninterrupted_weights(start_model, tmp_path):
     args = ["-m", "lmpo", "train", "grpo", "--model", start_model, "--steps", "4", "--save_every", "2",
-            "--prompts_per_step", "2", "--group_size", "4", "--eval_problems", "0", "--threads", "1"]
+            "--prompts_per_step", "2", "--group_size", "4", "--eval_problems", "0", "--threads", "1",
+            "--rewards", "reward_fns:length=1.0", "--lr", "1e-3"]
     torchrun(*args, "--out", str(tmp_path / "whole"))
     killed = torchrun(*args, "--out", str(tmp_path / "cut"), env={"LMPO_KILL_AT": "after_rollout:3"}, check=False)
     assert killed.returncode != 0

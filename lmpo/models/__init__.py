@@ -4,7 +4,7 @@ from lmpo.models.device import Precision, autocast, choose_precision, cpu_has_na
 from lmpo.models.loading import (count_parameters, disable_dropout, is_preset, load_model, load_model_and_tokenizer,
                                  load_tokenizer, save_model)
 from lmpo.models.logprobs import TokenOutputs, completion_logprobs, completion_outputs, positions_from_mask
-from lmpo.models.lora import (LoraOptions, adapter_disabled, apply_lora, is_adapter_dir, is_peft_model, merged_copy,
+from lmpo.models.lora import (AdapterDisabled, LoraOptions, adapter_disabled, apply_lora, is_adapter_dir, is_peft_model, merged_copy,
                               reference_logprobs, save_lora, trainable_parameters)
 from lmpo.models.memory import (ParameterCounts, enable_gradient_checkpointing, micro_batches, parameter_bytes,
                                 parameter_counts)
@@ -12,7 +12,7 @@ from lmpo.models.presets import PRESETS, preset_config
 from lmpo.models.tokenizer import build_char_tokenizer
 from lmpo.models.value import ValueHead, ValueModel
 
-__all__ = ["PRESETS", "LoraOptions", "ParameterCounts", "Precision", "TokenOutputs", "ValueHead", "ValueModel",
+__all__ = ["PRESETS", "AdapterDisabled", "LoraOptions", "ParameterCounts", "Precision", "TokenOutputs", "ValueHead", "ValueModel",
            "adapter_disabled", "apply_lora", "autocast", "build_char_tokenizer", "choose_precision",
            "completion_logprobs", "completion_outputs", "count_parameters", "cpu_has_native_bf16", "disable_dropout",
            "enable_gradient_checkpointing", "is_adapter_dir", "is_peft_model", "is_preset", "load_model",

@@ -182,3 +182,29 @@ def trainable_parameters(model: torch.nn.Module) -> Iterator[torch.nn.Parameter]
     """The parameters an optimizer should get: the adapter's only, under LoRA."""
     return (p for p in model.parameters() if p.requires_grad)
 
+
+
+class AdapterDisabled:
+    """A LoRA policy seen as its frozen base: the KL reference without a second copy. Calls run
+    in eval mode with the adapter disabled and no gradient; the policy's mode is restored."""
+
+    def __init__(self, model: torch.nn.Module):
+        if not is_peft_model(model):
+            raise TypeError(f"{type(model).__name__} has no adapter to disable")
+        self.model = model
+
+    def __call__(self, *args, **kwargs):
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad(), adapter_disabled(self.model):
+                return self.model(*args, **kwargs)
+        finally:
+            self.model.train(was_training)
+
+    def parameters(self):
+        return self.model.parameters()
+
+    @property
+    def config(self):
+        return self.model.config

@@ -19,7 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, load_model, save_model
+from safetensors.torch import load_file, load_model, save_model as save_module
+
+from lmpo.models import save_model
 
 from lmpo.trainers.faults import fault_point
 
@@ -84,10 +86,9 @@ def _write_checkpoint(root: Path, final: Path, tmp: Path, step: int, model, toke
     root.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
+    save_model(model, tokenizer, tmp)  # a LoRA model: its adapter (the frozen base is the run's start)
     for name, module in (extra_modules or {}).items():
-        save_model(module, str(tmp / f"{name}.safetensors"))
+        save_module(module, str(tmp / f"{name}.safetensors"))
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     rng = {"torch": torch.get_rng_state(), **{f"gen_{k}": g.get_state() for k, g in generators.items()}}

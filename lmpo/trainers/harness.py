@@ -17,14 +17,14 @@ import math
 import resource
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 import torch
 
-from lmpo.models import save_model
-from lmpo.models.device import autocast, choose_precision, resolve_device
+from lmpo.models import (AdapterDisabled, LoraOptions, apply_lora, autocast, choose_precision,
+                         enable_gradient_checkpointing, parameter_counts, resolve_device, save_lora, save_model)
 from lmpo.trainers.checkpoint import Resumed, resume_training, save_checkpoint
 from lmpo.trainers.distributed import Distributed, unwrap, wrap_data_parallel
 from lmpo.trainers.progress import StageProgress
@@ -136,17 +136,15 @@ class Run:
         self.trackers = Trackers.start(cfg.report_to, self.out, name, asdict(cfg)) if self.dist.is_main else None
 
     # --- models ---------------------------------------------------------------------------
-    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Move a freshly loaded policy to the device; gradient checkpointing and LoRA as asked."""
+    def prepare(self, model: torch.nn.Module, train_in_full: tuple[str, ...] = ()) -> torch.nn.Module:
+        """Move a freshly loaded model to the device; gradient checkpointing and LoRA as asked.
+        `train_in_full`: modules trained whole beside the adapter (a reward model's score head)."""
         model = model.to(self.device)
         if self.cfg.gradient_checkpointing:
-            from lmpo.models.memory import enable_gradient_checkpointing
-
             enable_gradient_checkpointing(model)
         if self.lora is not None:
-            from lmpo.models.lora import apply_lora
-
-            model = apply_lora(model, self.lora)
+            opts = replace(self.lora, modules_to_save=[*self.lora.modules_to_save, *train_in_full])
+            model = apply_lora(model, opts)
         return model
 
     def frozen(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -157,8 +155,6 @@ class Run:
         """The KL reference: with LoRA, the policy itself read with its adapter disabled (no second
         copy); else a frozen copy made by `load()`."""
         if self.lora is not None:
-            from lmpo.models.lora import AdapterDisabled
-
             return AdapterDisabled(policy)
         return self.frozen(load())
 
@@ -203,11 +199,9 @@ class Run:
 
     def describe(self, model: torch.nn.Module) -> str:
         """The run's one-line set-up: parameters (trainable), device, precision, processes, threads."""
-        total = sum(p.numel() for p in model.parameters())
-        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        share = f" ({trainable / 1e6:.2f}M trainable, LoRA r={self.lora.r})" if self.lora is not None else ""
+        lora = f", LoRA r={self.lora.r}" if self.lora is not None else ""
         procs = f", {self.dist.world} processes" if self.dist.active else ""
-        return (f"{total / 1e6:.2f}M parameters{share}, {self.precision.description}{procs}, "
+        return (f"{parameter_counts(model).describe()}{lora}, {self.precision.description}{procs}, "
                 f"{self.threads} threads, run dir {self.out}")
 
     def checkpoint(self, step: int, model, tokenizer, optimizer, scheduler, generators: dict | None = None,
@@ -226,13 +220,10 @@ class Run:
     def finish(self, model, tokenizer, result: StageResult | None = None, extra_files=None, **fields) -> StageResult:
         """Save the final model (and the adapter with LoRA), write result.json, release the run."""
         model = unwrap(model)
-        model_dir = self.out / "model"
+        model_dir = self.out / "model"  # with LoRA: the adapter (loads as base + adapter), and merged/ on request
         if self.dist.is_main:
             if self.lora is not None:
-                from lmpo.models.lora import save_lora
-
-                save_lora(model, tokenizer, self.out / "adapter", merged_dir=model_dir if self.cfg.lora_merge else None)
-                model_dir = model_dir if self.cfg.lora_merge else self.out / "adapter"
+                save_lora(model, tokenizer, model_dir, merged=self.cfg.lora_merge)
             else:
                 save_model(model, tokenizer, model_dir)
             for write in extra_files or ():
@@ -265,8 +256,6 @@ def _lora_options(cfg):
         if cfg.qlora:
             raise ValueError("qlora needs a LoRA adapter: set --lora_r too")
         return None
-    from lmpo.models.lora import LoraOptions
-
     targets = cfg.lora_target_modules
     targets = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
     return LoraOptions(r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target_modules=targets,

@@ -130,7 +130,7 @@ def train_reward_model(cfg: RewardModelConfig) -> StageResult:
     tokenizer = load_tokenizer(cfg.model)
     model = load_reward_model(cfg.model, tokenizer, cfg.seed)
     model.config.pad_token_id = tokenizer.pad_token_id
-    model = run.prepare(model)
+    model = run.prepare(model, train_in_full=("score",))
     train_pairs, heldout = reward_model_pairs(cfg, task, tokenizer)
     steps = cfg.epochs * -(-len(train_pairs) // cfg.batch_size)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)

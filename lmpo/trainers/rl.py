@@ -24,6 +24,8 @@ from lmpo.rollout.reward_runner import RewardRunner
 from lmpo.models import ValueHead, ValueModel, completion_outputs, load_model, load_tokenizer
 from lmpo.rollout import SamplingParams
 from lmpo.rollout.agent_loop import EpisodeRunner
+from lmpo.rollout.engine_select import make_engine
+from lmpo.rollout.weight_probe import default_probe_ids
 from lmpo.trainers.agent_metrics import TrajectoryLog, agent_figures
 from lmpo.trainers.termination import TerminationPolicy
 from lmpo.trainers.faults import fault_point
@@ -37,6 +39,8 @@ from lmpo.trainers.rl_batch import Batch, Scored, collect, compute_advantages, m
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.rl_update import LossParts, update
 from lmpo.trainers.runtime import make_optimizer, make_scheduler
+from lmpo.trainers.sampler_mismatch import (correct_for_sampler, recompute_logprobs, samples_with_trainer_forward,
+                                            sync_and_probe)
 
 SAMPLER_STRIDE = 1_000_003  # each data-parallel process samples from its own stream
 
@@ -63,8 +67,14 @@ def train_rl(cfg: RLConfig) -> StageResult:
     sampler = torch.Generator().manual_seed(cfg.seed + SAMPLER_STRIDE * run.dist.rank)
     stream = PromptStream(_prompt_pool(cfg, task, tokenizer), cfg.seed)
     sampling = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
+    engine = make_engine(cfg.engine, policy, tokenizer, cfg.model, generator=sampler, seed=cfg.seed,
+                         trainer_device=str(run.device), gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                         enable_lora=run.lora is not None, log=run.say)
+    external = not samples_with_trainer_forward(engine)  # a sampler whose log-probs are not the trainer's
+    probe_ids = default_probe_ids(tokenizer)
     runner = EpisodeRunner.for_task(task, policy, tokenizer, sampling, generator=sampler, max_turns=cfg.max_turns,
-                                    max_turn_tokens=cfg.max_turn_tokens, max_parse_errors=cfg.max_parse_errors)
+                                    max_turn_tokens=cfg.max_turn_tokens, max_parse_errors=cfg.max_parse_errors,
+                                    engine=engine)
     endings = TerminationPolicy.parse(cfg.termination_policy, cfg.termination_penalty, runner.limits.max_turns > 1)
     extra_modules = {"critic": critic} if critic is not None else {}
     beta = cfg.beta
@@ -75,6 +85,8 @@ def train_rl(cfg: RLConfig) -> StageResult:
         start_step, stream.position = resumed.step, resumed.state["prompt_position"]
         beta = resumed.state.get("beta", beta)
         nonfinite_streak = resumed.state.get("nonfinite_steps", 0)
+    if external:  # after the checkpoint: the engine samples the weights training continues from
+        sync_and_probe(engine, policy, probe_ids, cfg.probe_tolerance)
     if run.dist.is_main:
         (run.out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
     saved = TrajectoryLog(run.out / "trajectories.jsonl", tokenizer, cfg.save_trajectories if run.dist.is_main else 0,
@@ -99,8 +111,16 @@ def train_rl(cfg: RLConfig) -> StageResult:
             fault_point("after_rollout", step)
             tick = time.perf_counter()
             batch = make_batch(scored, cfg, tokenizer.pad_token_id)
+            mismatch: dict[str, float] = {}
             with run.autocast():
                 old_log_probs_and_values(batch, reference, critic, policy, cfg)  # π_old is the sampler's own
+                if external:  # π_old from the trainer's forward; the sampler's gap by truncated importance weights
+                    trainer_lp = recompute_logprobs(policy, batch.prompt_ids.to(run.device),
+                                                    batch.prompt_mask.to(run.device),
+                                                    batch.completion_ids.to(run.device), cfg.temperature,
+                                                    cfg.micro_batch_size).cpu()
+                    batch.old_logprobs, batch.tis_weights, mismatch = correct_for_sampler(
+                        batch.old_logprobs, trainer_lp, batch.loss_mask, cfg.tis_cap)
                 if not cfg.mask_observations:
                     train_on_observations(batch, scored, policy, cfg)
             times["time_logprobs"] = time.perf_counter() - tick
@@ -110,6 +130,10 @@ def train_rl(cfg: RLConfig) -> StageResult:
             tick = time.perf_counter()
             stats = update(trained, updater, batch, cfg, parts, beta, run.dist, run.autocast)
             times["time_update"] = time.perf_counter() - tick
+            if external:
+                tick = time.perf_counter()
+                mismatch.update(sync_and_probe(engine, policy, probe_ids, cfg.probe_tolerance))
+                times["time_sync"] = time.perf_counter() - tick
             times["time_step"] = sum(times.values())
             all_skipped = stats["skipped_updates"] == cfg.num_iterations * cfg.num_minibatches
             nonfinite_streak = nonfinite_streak + 1 if all_skipped else 0
@@ -119,7 +143,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
 
             row = {"step": step, **step_figures(scored, batch, run.dist),
                    **agent_figures(scored.trajectories, runner.limits),
-                   "beta": beta, "lr": updater.lr, **figures, **stats, **times}
+                   "beta": beta, "lr": updater.lr, **figures, **stats, **mismatch, **times}
             saved.write(step, "train", scored.trajectories, task, scored.rewards.tolist(), scored.valid.tolist())
             row["prompts"], row["prompt_digest"] = [first_prompt, stream.position], prompt_digest(scored.problems)
             if cfg.target_kl > 0 and reference is not None:
@@ -140,6 +164,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
             fault_point("step_end", step)
 
     rewards.close()
+    getattr(engine, "close", lambda: None)()
     result = StageResult(name="rl", seconds=0.0, model_dir="", run_dir=str(run.out))
     if last_eval is not None:
         result.accuracy, result.format_accuracy = last_eval.accuracy, last_eval.format_accuracy
@@ -210,10 +235,13 @@ def train_on_observations(batch: Batch, scored, policy, cfg: RLConfig) -> None:
     real = (torch.arange(batch.completion_ids.size(1))[None, :] < lengths[:, None]).float()
     extra = real * (1 - batch.loss_mask) * scored.trained[:, None].float() * scored.valid[:, None].float()
     if extra.any():
-        own = completion_outputs(policy, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
-                                 cfg.temperature).logprobs
+        device = next(policy.parameters()).device
+        own = completion_outputs(policy, batch.prompt_ids.to(device), batch.prompt_mask.to(device),
+                                 batch.completion_ids.to(device), cfg.temperature).logprobs.float().cpu()
         batch.old_logprobs = torch.where(extra.bool(), own, batch.old_logprobs)
         batch.loss_mask = batch.loss_mask + extra
+        if batch.tis_weights is not None:  # the added tokens were never sampled: no correction
+            batch.tis_weights = torch.where(extra.bool(), 1.0, batch.tis_weights)
 
 
 def prompt_digest(problems) -> str:
@@ -241,6 +269,7 @@ def _local_step_figures(scored: Scored, batch: Batch) -> dict:
                "zero_var_frac": scored.groups_without_signal / max(scored.groups_sampled, 1),
                "groups_sampled": scored.groups_sampled,
                "completion_len_mean": rollout.lengths.float().mean().item(),
+               "prompt_len_mean": sum(len(p) for p in rollout.prompt_ids) / max(len(rollout.prompt_ids), 1),
                "completion_len_max": int(rollout.lengths.max()),
                "truncated_frac": rollout.truncated.float().mean().item()}
     if batch.old_values is not None:

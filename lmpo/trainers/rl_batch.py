@@ -68,6 +68,8 @@ class Batch:
     returns: torch.Tensor | None = None
     turn_rewards: torch.Tensor | None = None
     """The environment's per-turn rewards on the last model token of each turn [B, T] (token estimators)."""
+    tis_weights: torch.Tensor | None = None
+    """Truncated importance weights min(π_trainer / π_sampler, C) per token, when another engine sampled [B, T]."""
 
     def select(self, index: torch.Tensor) -> "Batch":
         return Batch(**{k: (v[index] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()})

@@ -42,7 +42,9 @@ def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossPar
            ctx: Distributed = Distributed(), autocast=nullcontext) -> dict:
     """`num_iterations` passes of `num_minibatches` optimizer steps over the batch (this process's
     share of it when several train: the token and sequence counts are global, so the update is
-    the one-process update on the whole batch). Figures are means over the applied updates."""
+    the one-process update on the whole batch; with several minibatches each process shuffles
+    its own share, so a minibatch is every process's random part of its share). Figures are
+    means over the applied updates."""
     size = batch.completion_ids.size(0)
     mb_size = size // cfg.num_minibatches
     micro = cfg.micro_batch_size or mb_size
@@ -82,6 +84,8 @@ def micro_step(policy, part: Batch, cfg: RLConfig, parts: LossParts, counts: dic
     mask = part.loss_mask
     token_loss, info = parts.policy_loss(out.logprobs, part.old_logprobs, part.advantages, mask,
                                          **options_for(parts.policy_loss, parts.options))
+    if part.tis_weights is not None:  # only the policy-gradient term is the sampler's to correct
+        token_loss = token_loss * part.tis_weights
     kl = None
     if part.ref_logprobs is not None:
         kl = parts.kl(out.logprobs, part.ref_logprobs)

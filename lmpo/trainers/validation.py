@@ -85,6 +85,8 @@ RL_PART_OPTIONS = {
     "overlong_cache": ("overlong", ("penalty",)), "max_sampling_rounds": ("dynamic_sampling", (True,)),
     "critic_lr": ("critic", ("head", "separate")), "vf_coef": ("critic", ("head", "separate")),
     "clip_eps_value": ("critic", ("head", "separate")),
+    "tis_cap": ("engine", ("auto", "vllm")), "probe_tolerance": ("engine", ("auto", "vllm")),
+    "vllm_gpu_memory_utilization": ("engine", ("auto", "vllm")),
 }
 
 

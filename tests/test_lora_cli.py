@@ -1,0 +1,117 @@
+"""LoRA through the command line on a locally saved Qwen2: GRPO and DPO train an adapter, the
+reference is the base with the adapter disabled (one model loaded, never two), the saved
+adapter loads with plain PEFT, a later stage starts from it, and a LoRA run resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from safetensors.torch import load_file
+
+from lmpo.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def qwen2_dir(tmp_path_factory, char_tokenizer):
+    torch.manual_seed(11)
+    config = Qwen2Config(vocab_size=len(char_tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         tie_word_embeddings=False, pad_token_id=char_tokenizer.pad_token_id,
+                         eos_token_id=char_tokenizer.eos_token_id)
+    model = Qwen2ForCausalLM(config)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.bias.normal_(0, 0.5)
+    path = tmp_path_factory.mktemp("qwen2-cli")
+    model.save_pretrained(path)
+    char_tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture
+def loads(monkeypatch):
+    """Counts the causal LMs the trainers load (the reference copy would be a second one)."""
+    import lmpo.trainers.preference as preference
+    import lmpo.trainers.rl as rl
+
+    calls = []
+    for module in (rl, preference):
+        real = module.load_model
+
+        def counting(*args, _real=real, **kwargs):
+            calls.append(args[0])
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, "load_model", counting)
+    return calls
+
+
+GRPO = ["--steps", "2", "--prompts_per_step", "2", "--group_size", "4", "--eval_problems", "8",
+        "--eval_every", "2", "--threads", "1", "--lora_r", "4", "--lora_alpha", "8", "--rewards",
+        "reward_fns:length=1.0", "--lr", "1e-2"]
+
+
+def _adapter_loads_with_peft(base_dir: str, adapter_dir) -> torch.Tensor:
+    from peft import PeftModel
+
+    base = AutoModelForCausalLM.from_pretrained(base_dir)
+    model = PeftModel.from_pretrained(base, str(adapter_dir))
+    b = [p for n, p in model.named_parameters() if "lora_B" in n]
+    assert b, "no LoRA weights were loaded"
+    return torch.cat([p.flatten() for p in b])
+
+
+def test_lora_grpo_through_the_cli_trains_an_adapter_with_one_model_loaded(qwen2_dir, tmp_path, loads):
+    out = tmp_path / "grpo"
+    assert main(["train", "grpo", "--model", qwen2_dir, "--out", str(out), "--beta", "0.04", *GRPO]) == 0
+    assert loads == [qwen2_dir]  # the policy only: the reference is the same model with its adapter disabled
+    result = json.loads((out / "result.json").read_text())
+    assert result["models_held"]["reference"] == 0
+    assert (out / "model" / "adapter_config.json").exists()
+    assert _adapter_loads_with_peft(qwen2_dir, out / "model").abs().sum() > 0  # B moved off 0: it trained
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "kl" in r] == [1, 2]
+    assert rows[1]["kl"] == pytest.approx(0.0, abs=1e-6)  # step 1: the adapter starts at B = 0, policy = base
+
+
+def test_lora_dpo_through_the_cli_and_a_merged_model(qwen2_dir, tmp_path, loads):
+    out = tmp_path / "dpo"
+    assert main(["train", "dpo", "--model", qwen2_dir, "--out", str(out), "--pairs", "64", "--batch_size", "16",
+                 "--eval_problems", "0", "--threads", "1", "--lora_r", "4", "--lora_merge", "true", "--lr", "1e-2",
+                 "--log_every", "1"]) == 0
+    assert loads == [qwen2_dir]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["loss"] == pytest.approx(0.6931472, abs=1e-6)  # ln 2: the reference is exactly the start
+    assert rows[-1]["loss"] < rows[0]["loss"]
+    _adapter_loads_with_peft(qwen2_dir, out / "model")
+    merged = AutoModelForCausalLM.from_pretrained(out / "model" / "merged")
+    assert isinstance(merged, Qwen2ForCausalLM)
+
+
+def test_a_later_stage_starts_from_a_lora_stage_and_a_lora_run_resumes(qwen2_dir, tmp_path):
+    first = tmp_path / "first"
+    assert main(["train", "grpo", "--model", qwen2_dir, "--out", str(first), *GRPO, "--eval_problems", "0"]) == 0
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    args = ["train", "grpo", "--model", str(first / "model"), *GRPO, "--eval_problems", "0", "--steps", "4",
+            "--save_every", "2"]
+    assert main([*args, "--out", str(whole)]) == 0
+    killed = subprocess.run([sys.executable, "-m", "lmpo", *args, "--out", str(cut)], cwd=ROOT,
+                            env={**os.environ, "LMPO_KILL_AT": "after_rollout:3",
+                                 "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])},
+                            capture_output=True, text=True, timeout=600)
+    assert killed.returncode != 0 and not (cut / "model").exists()
+    assert main([*args, "--resume", str(cut)]) == 0  # restores the adapter and optimizer of step 2
+    a, b = load_file(whole / "model" / "adapter_model.safetensors"), load_file(cut / "model" / "adapter_model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.allclose(a[key], b[key], atol=1e-6, rtol=0), key
