@@ -2,7 +2,7 @@
 global batch, through the trainers' own code (Run, Updater, update, preference_step), with the
 gradients captured just before the optimizer step.
 
-Run under `torchrun --standalone --nproc_per_node 2 tests/distributed_worker.py MODEL OUT`, or
+Run under `torchrun --standalone --nproc_per_node 2 tests/distributed_worker.py MODEL OUT ddp|fsdp`, or
 called in-process (`run_checks`) for the one-process reference. Writes OUT/rank{R}.pt.
 """
 
@@ -44,15 +44,16 @@ def capture_grads(updater: Updater, into: dict) -> None:
     apply = updater.apply
 
     def recording(loss_finite: bool = True):
-        into.update({n: p.grad.detach().clone() for n, p in enumerate(updater.params) if p.grad is not None})
+        into.update({n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).detach().clone()
+                     for n, p in enumerate(updater.params) if p.grad is not None})
         return apply(loss_finite)
 
     updater.apply = recording
 
 
-def grpo_check(model_dir: str, out: Path, aggregation: str) -> dict:
-    cfg = RLConfig(model=model_dir, out=str(out / f"grpo-{aggregation}"), threads=1, beta=0.04, kl_placement="loss",
-                   aggregation=aggregation, micro_batch_size=1, eval_problems=0)
+def grpo_check(model_dir: str, out: Path, aggregation: str, fsdp: bool = False) -> dict:
+    cfg = RLConfig(model=model_dir, out=str(out / f"grpo-{aggregation}-{fsdp}"), threads=1, beta=0.04,
+                   kl_placement="loss", aggregation=aggregation, micro_batch_size=1, eval_problems=0, fsdp=fsdp)
     run = Run(cfg, "rl")
     tokenizer = load_tokenizer(model_dir)
     policy = run.prepare(load_model(model_dir, tokenizer, keep_dropout=False)).train()
@@ -68,8 +69,8 @@ def grpo_check(model_dir: str, out: Path, aggregation: str) -> dict:
     return {"stats": stats, "grads": grads}
 
 
-def dpo_check(model_dir: str, out: Path) -> dict:
-    cfg = PreferenceConfig(model=model_dir, out=str(out / "dpo"), threads=1)
+def dpo_check(model_dir: str, out: Path, fsdp: bool = False) -> dict:
+    cfg = PreferenceConfig(model=model_dir, out=str(out / f"dpo-{fsdp}"), threads=1, fsdp=fsdp)
     run = Run(cfg, "dpo")
     tokenizer = load_tokenizer(model_dir)
     policy = run.prepare(load_model(model_dir, tokenizer, keep_dropout=False)).train()
@@ -94,15 +95,15 @@ def dpo_check(model_dir: str, out: Path) -> dict:
     return {"stats": stats, "grads": grads}
 
 
-def run_checks(model_dir: str, out: Path) -> dict:
-    results = {f"grpo-{agg}": grpo_check(model_dir, out, agg) for agg in ("token_mean", "seq_mean_token_mean")}
-    results["dpo"] = dpo_check(model_dir, out)
+def run_checks(model_dir: str, out: Path, fsdp: bool = False) -> dict:
+    results = {f"grpo-{agg}": grpo_check(model_dir, out, agg, fsdp) for agg in ("token_mean", "seq_mean_token_mean")}
+    results["dpo"] = dpo_check(model_dir, out, fsdp)
     return results
 
 
 if __name__ == "__main__":
     import os
 
-    model_dir, out = sys.argv[1], Path(sys.argv[2])
+    model_dir, out, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     rank = int(os.environ.get("RANK", "0"))
-    torch.save(run_checks(model_dir, out / f"runs-{rank}"), out / f"rank{rank}.pt")
+    torch.save(run_checks(model_dir, out / f"runs-{rank}", fsdp=mode == "fsdp"), out / f"rank{rank}.pt")

@@ -26,12 +26,19 @@ def torchrun(*args: str, env: dict | None = None, check: bool = True) -> subproc
     return done
 
 
-def test_two_processes_give_the_loss_and_gradients_of_one_on_the_same_global_batch(start_model, tmp_path):
+@pytest.fixture(scope="module")
+def one_process(start_model, tmp_path_factory):
     sys.path.insert(0, str(ROOT / "tests"))
     from distributed_worker import run_checks
 
-    torchrun(str(ROOT / "tests" / "distributed_worker.py"), start_model, str(tmp_path))
-    one = run_checks(start_model, tmp_path / "single")
+    return run_checks(start_model, tmp_path_factory.mktemp("single"))
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_two_processes_give_the_loss_and_gradients_of_one_on_the_same_global_batch(start_model, tmp_path, mode,
+                                                                                  one_process):
+    torchrun(str(ROOT / "tests" / "distributed_worker.py"), start_model, str(tmp_path), mode)
+    one = one_process
     two = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
     for name, expected in one.items():
         assert expected["grads"], name
@@ -48,10 +55,11 @@ def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(model_dir / "model.safetensors")
 
 
-def test_a_killed_two_process_run_resumes_to_the_uninterrupted_weights(start_model, tmp_path):
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_a_killed_two_process_run_resumes_to_the_uninterrupted_weights(start_model, tmp_path, mode):
     args = ["-m", "lmpo", "train", "grpo", "--model", start_model, "--steps", "4", "--save_every", "2",
             "--prompts_per_step", "2", "--group_size", "4", "--eval_problems", "0", "--threads", "1",
-            "--rewards", "reward_fns:length=1.0", "--lr", "1e-3"]
+            "--rewards", "reward_fns:length=1.0", "--lr", "1e-3", "--fsdp", str(mode == "fsdp").lower()]
     torchrun(*args, "--out", str(tmp_path / "whole"))
     killed = torchrun(*args, "--out", str(tmp_path / "cut"), env={"LMPO_KILL_AT": "after_rollout:3"}, check=False)
     assert killed.returncode != 0
@@ -64,3 +72,6 @@ def test_a_killed_two_process_run_resumes_to_the_uninterrupted_weights(start_mod
         assert torch.allclose(resumed[key], value, atol=1e-6, rtol=0), key
     result = (tmp_path / "cut" / "result.json").read_text()
     assert '"processes": 2' in result
+    if mode == "fsdp":  # the checkpoint is a distributed checkpoint: one shard file per process
+        shards = sorted(p.name for p in (tmp_path / "cut" / "checkpoints").glob("step_*/sharded/*.distcp"))
+        assert shards == ["__0_0.distcp", "__1_0.distcp"]

@@ -26,6 +26,7 @@ from lmpo.models import save_model
 from lmpo.trainers.faults import fault_point
 
 MARKER = "COMPLETE"
+SHARDED = "sharded"  # an FSDP run's weights and optimizer state: a distributed checkpoint
 # Options that may differ between a run and its resumption without changing what it trains.
 RESUME_MAY_CHANGE = frozenset({"out", "resume", "save_every", "keep_checkpoints", "threads", "log_every",
                                "max_unscorable_steps", "reward_memory_mb"})
@@ -58,9 +59,11 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer, optimizer, scheduler,
                     generators: dict[str, torch.Generator], state: dict, keep_last: int = 2,
                     extra_modules: dict[str, torch.nn.Module] | None = None, data_state: dict | None = None,
-                    rank_rng: list[dict] | None = None) -> Path:
-    """`rank_rng`: every process's generator states (data-parallel runs), each rank resumes its own."""
-    modules = [model, *(extra_modules or {}).values()]
+                    rank_rng: list[dict] | None = None, sharded: bool = False) -> Path:
+    """`rank_rng`: every process's generator states (data-parallel runs), each rank resumes its own.
+    `sharded`: every process has already written its weight and optimizer shards into the
+    temporary directory (`sharded_checkpoint_dir`); this completes the checkpoint around them."""
+    modules = [] if sharded else [model, *(extra_modules or {}).values()]
     if not all(bool(torch.isfinite(p).all()) for m in modules for p in m.parameters()):
         raise RuntimeError(f"step {step}: the weights are not finite; refusing to write them as a checkpoint")
     root = checkpoint_dir(run_dir)
@@ -68,7 +71,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer, optimizer,
     tmp = root / f".tmp-step_{step:06d}"
     try:
         return _write_checkpoint(root, final, tmp, step, model, tokenizer, optimizer, scheduler, generators, state,
-                                 keep_last, extra_modules, data_state, rank_rng)
+                                 keep_last, extra_modules, data_state, rank_rng, sharded)
     except Exception as err:  # noqa: BLE001 - only write failures are translated; the rest is re-raised
         from lmpo.trainers.run_dir import RunDirError, fs_error, is_disk_full
 
@@ -82,14 +85,17 @@ def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer, optimizer,
 
 
 def _write_checkpoint(root: Path, final: Path, tmp: Path, step: int, model, tokenizer, optimizer, scheduler,
-                      generators, state, keep_last, extra_modules, data_state, rank_rng=None) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    save_model(model, tokenizer, tmp)  # a LoRA model: its adapter (the frozen base is the run's start)
+                      generators, state, keep_last, extra_modules, data_state, rank_rng=None, sharded=False) -> Path:
+    if sharded:  # the processes' shards are in tmp/sharded already
+        tokenizer.save_pretrained(tmp)
+    else:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        save_model(model, tokenizer, tmp)  # a LoRA model: its adapter (the frozen base is the run's start)
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     for name, module in (extra_modules or {}).items():
         save_module(module, str(tmp / f"{name}.safetensors"))
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     rng = {"torch": torch.get_rng_state(), **{f"gen_{k}": g.get_state() for k, g in generators.items()}}
     torch.save({"ranks": rank_rng} if rank_rng else rng, tmp / "rng.pt")
@@ -110,10 +116,15 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, generators: dict[st
                     extra_modules: dict[str, torch.nn.Module] | None = None, rank: int = 0) -> Resumed:
     if not (path / MARKER).exists():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {MARKER} marker)")
-    _load_weights(path, model)
+    if (path / SHARDED).is_dir():
+        from lmpo.trainers.fsdp import load_sharded
+
+        load_sharded(model, optimizer, path / SHARDED)
+    else:
+        _load_weights(path, model)
+        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
     for name, module in (extra_modules or {}).items():
         load_model(module, str(path / f"{name}.safetensors"))
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
     rng = torch.load(path / "rng.pt", weights_only=True)
     if "ranks" in rng:
@@ -129,6 +140,16 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, generators: dict[st
     random.setstate(_tupled(state.pop("python_random")))
     data = torch.load(path / "data.pt", weights_only=True) if (path / "data.pt").exists() else None
     return Resumed(step=state["step"], state=state, data=data)
+
+
+def sharded_checkpoint_dir(run_dir: str | Path, step: int) -> Path:
+    """The emptied temporary directory of step `step`'s checkpoint, where every process of a
+    sharded (FSDP) run writes its shards into `SHARDED` before `save_checkpoint(..., sharded=True)`."""
+    root = checkpoint_dir(run_dir)
+    tmp = root / f".tmp-step_{step:06d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
 
 
 def _load_weights(path: Path, model) -> None:

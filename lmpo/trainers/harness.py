@@ -25,8 +25,10 @@ import torch
 
 from lmpo.models import (AdapterDisabled, LoraOptions, apply_lora, autocast, choose_precision,
                          enable_gradient_checkpointing, parameter_counts, resolve_device, save_lora, save_model)
-from lmpo.trainers.checkpoint import Resumed, resume_training, save_checkpoint
+from lmpo.trainers.checkpoint import (SHARDED, Resumed, checkpoint_dir, resume_training, save_checkpoint,
+                                     sharded_checkpoint_dir)
 from lmpo.trainers.distributed import Distributed, unwrap, wrap_data_parallel
+from lmpo.trainers.fsdp import plain_copy, refresh, save_sharded, shard_model
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.run_dir import open_run_dir
@@ -56,6 +58,8 @@ class RunOptions:
     """Also save the merged full model (model/) beside the adapter (adapter/) at the end."""
     qlora: bool = False
     """Load the frozen base in 4 bits (bitsandbytes on CUDA) under the LoRA adapter."""
+    fsdp: bool = False
+    """With torchrun: shard weights, gradients and optimizer state over the processes (FSDP2 fully_shard) instead of replicating them (DDP); checkpoints become distributed checkpoints."""
     report_to: str = ""
     """Trackers beside metrics.jsonl, comma-separated: tensorboard, wandb, trackio (each needs its package)."""
     max_nonfinite_steps: int = 3
@@ -132,6 +136,14 @@ class Run:
         self.threads = setup_torch(cfg.threads, cfg.seed)
         self.precision = choose_precision(self.device, cfg.precision)
         self.lora = _lora_options(cfg)
+        self.fsdp = bool(cfg.fsdp)
+        if self.fsdp and not self.dist.active:
+            raise ValueError("fsdp shards the model over processes: start the run with "
+                             "`torchrun --nproc_per_node N -m lmpo train ...` (N >= 2)")
+        if self.fsdp and self.lora is not None:
+            raise ValueError("fsdp with LoRA is not supported: a LoRA adapter is small enough to replicate; "
+                             "drop --fsdp (DDP) or --lora_r")
+        self._plain: dict[int, torch.nn.Module] = {}
         self.log: MetricsLog | None = None
         self.trackers = Trackers.start(cfg.report_to, self.out, name, asdict(cfg)) if self.dist.is_main else None
 
@@ -145,7 +157,20 @@ class Run:
         if self.lora is not None:
             opts = replace(self.lora, modules_to_save=[*self.lora.modules_to_save, *train_in_full])
             model = apply_lora(model, opts)
+        if self.fsdp:
+            self._plain[id(model)] = plain_copy(model)
+            shard_model(model, self.device, self.dist.world)
         return model
+
+    def plain(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The model to read outside the training step (sampling, evaluation, saving): itself, or
+        under FSDP its unsharded copy as of the last `sync` (see lmpo/trainers/fsdp.py)."""
+        return self._plain.get(id(model), model)
+
+    def sync(self, model: torch.nn.Module) -> None:
+        """After an update: refresh the unsharded copy (FSDP; every process calls it). A no-op otherwise."""
+        if id(model) in self._plain:
+            refresh(self._plain[id(model)], model)
 
     def frozen(self, model: torch.nn.Module) -> torch.nn.Module:
         """A model that is only read (a reference, a reward model): on the device, eval, no grad."""
@@ -159,7 +184,10 @@ class Run:
         return self.frozen(load())
 
     def trained(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The module loss forwards run through (DistributedDataParallel across processes)."""
+        """The module loss forwards run through: DistributedDataParallel across processes, the
+        sharded model itself under FSDP."""
+        if id(model) in self._plain:
+            return model
         return wrap_data_parallel(model, self.dist, self.device)
 
     def autocast(self):
@@ -175,6 +203,8 @@ class Run:
         """Load the newest complete checkpoint (with `--resume`), then open the metrics log."""
         resumed = resume_training(self.cfg, self.out, self.name, model, optimizer, scheduler, generators,
                                   extra_modules, rank=self.dist.rank)
+        if resumed is not None:
+            self.sync(model)  # FSDP: sample from the resumed weights
         self.open_log(resumed.step if resumed else None)
         return resumed
 
@@ -210,16 +240,24 @@ class Run:
         generators = generators or {}
         rng = self.dist.gather({"torch": torch.get_rng_state(),
                                 **{f"gen_{k}": g.get_state() for k, g in generators.items()}})
+        sharded = id(model) in self._plain
+        if sharded:  # every process writes its shards, then rank 0 completes the checkpoint
+            if self.dist.is_main:
+                sharded_checkpoint_dir(self.out, step)
+            self.dist.barrier()
+            save_sharded(model, optimizer, checkpoint_dir(self.out) / f".tmp-step_{step:06d}" / SHARDED)
+            self.dist.barrier()
         if self.dist.is_main:
             save_checkpoint(self.out, step, unwrap(model), tokenizer, optimizer, scheduler, generators,
                             {**(state or {}), "config": asdict(self.cfg)}, self.cfg.keep_checkpoints, extra_modules,
-                            data_state, rank_rng=rng if self.dist.active else None)
+                            data_state, rank_rng=rng if self.dist.active else None, sharded=sharded)
         self.dist.barrier()
 
     # --- the end ------------------------------------------------------------------------------
     def finish(self, model, tokenizer, result: StageResult | None = None, extra_files=None, **fields) -> StageResult:
         """Save the final model (and the adapter with LoRA), write result.json, release the run."""
-        model = unwrap(model)
+        self.sync(model)  # FSDP: the final weights, gathered
+        model = self.plain(unwrap(model))
         model_dir = self.out / "model"  # with LoRA: the adapter (loads as base + adapter), and merged/ on request
         if self.dist.is_main:
             if self.lora is not None:

@@ -92,7 +92,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     stream = PromptStream(task.train_problems(cfg.prompt_pool, cfg.seed), cfg.seed)
     sampler = torch.Generator().manual_seed(cfg.seed + SAMPLER_STRIDE * run.dist.rank)
     sampling = SamplingParams(cfg.temperature, 1.0, 0, cfg.max_new_tokens)
-    runner = EpisodeRunner.for_task(task, policy, tokenizer, sampling, generator=sampler)
+    runner = EpisodeRunner.for_task(task, run.plain(policy), tokenizer, sampling, generator=sampler)
     if runner.limits.max_turns > 1:
         raise ValueError(f"online DPO pairs whole completions; task {task.name!r} is multi-turn (tool output "
                          "inside the completion would be trained as the model's); use an RL preset for it")
@@ -106,6 +106,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
                               rank=run.dist.rank)
     start_round, step = (resumed.step, resumed.state["updates"]) if resumed else (0, 0)
     if resumed:
+        run.sync(policy)
         stream.position = resumed.state["prompt_position"]
         updater.load_state(resumed.state)
         if run.dist.is_main:
@@ -113,7 +114,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     run.open_log(step if resumed else None)
     last_eval = None
     if heldout and not resumed:
-        last_eval = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens)
+        last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens)
         run.write({"step": 0, "eval_accuracy": last_eval.accuracy, "eval_format_accuracy": last_eval.format_accuracy})
     run.say(f"{cfg.rounds} rounds of {cfg.prompts_per_round} prompts x {cfg.samples_per_prompt} samples, ranked by "
             f"{cfg.rewards}; {run.describe(policy)}")
@@ -156,10 +157,11 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
                         step += 1
                         updater.check(step)
                 row["step"] = step
+                run.sync(policy)
             if updater.skipped:
                 row["skipped_updates"] = updater.skipped
             if heldout and (round_ % cfg.eval_every == 0 or round_ == cfg.rounds):
-                last_eval = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens)
+                last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens)
                 row["eval_accuracy"], row["eval_format_accuracy"] = last_eval.accuracy, last_eval.format_accuracy
             run.write(row)
             progress.update(round_, reward=row["reward_mean"], pairs=row["pairs"],

@@ -183,7 +183,7 @@ def train_preference(cfg: PreferenceConfig) -> StageResult:
     if resumed:
         updater.load_state(resumed.state)
     if heldout and not resumed:
-        first = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
+        first = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
         run.write({"step": 0, "eval_accuracy": first.accuracy, "eval_format_accuracy": first.format_accuracy})
     options = options_for(loss_fn, {"label_smoothing": cfg.label_smoothing, "gamma": cfg.gamma})
     run.say(f"{len(pairs)} pairs x {cfg.epochs} epochs, {cfg.loss}, beta={cfg.beta}; {run.describe(policy)}")
@@ -207,8 +207,9 @@ def train_preference(cfg: PreferenceConfig) -> StageResult:
                 fault_point("epoch_end", step)
             fault_point("step_end", step)
     result = StageResult(name=cfg.loss, seconds=0.0, model_dir="", run_dir=str(run.out))
+    run.sync(policy)
     if heldout:
-        final = evaluate(policy, tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
+        final = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
         run.write({"step": len(batches), "eval_accuracy": final.accuracy, "eval_format_accuracy": final.format_accuracy})
         result.accuracy, result.format_accuracy = final.accuracy, final.format_accuracy
     held = {"policy": 1, "reference": 0}

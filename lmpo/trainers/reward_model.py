@@ -171,7 +171,8 @@ def train_reward_model(cfg: RewardModelConfig) -> StageResult:
             if order.at_epoch_end:
                 fault_point("epoch_end", step)
             fault_point("step_end", step)
-    accuracy = pairwise_accuracy(model, tokenizer, heldout, device=run.device)
+    run.sync(model)
+    accuracy = pairwise_accuracy(run.plain(model), tokenizer, heldout, device=run.device)
     run.write({"step": step, "eval_accuracy": accuracy})
     run.say(f"held-out pairwise accuracy {100 * accuracy:.1f}% on {len(heldout)} pairs")
     result = StageResult(name="rm", seconds=0.0, model_dir="", run_dir=str(run.out), accuracy=accuracy)

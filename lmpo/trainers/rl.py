@@ -57,6 +57,8 @@ def train_rl(cfg: RLConfig) -> StageResult:
     tokenizer = load_tokenizer(cfg.model)
     policy = run.prepare(load_model(cfg.model, tokenizer, seed=cfg.seed, keep_dropout=cfg.keep_dropout))
     reference = run.reference(policy, lambda: load_model(cfg.model, tokenizer, seed=cfg.seed)) if cfg.beta > 0 else None
+    if run.fsdp and cfg.critic != "none":
+        raise ValueError("fsdp with a critic is not supported yet; use DDP (no --fsdp) for PPO with a critic")
     critic = make_critic(cfg, policy, tokenizer)
     critic = critic.to(run.device) if critic is not None else None
     parts = LossParts.from_config(cfg, run.trained(critic) if critic is not None else None)
@@ -67,12 +69,13 @@ def train_rl(cfg: RLConfig) -> StageResult:
     sampler = torch.Generator().manual_seed(cfg.seed + SAMPLER_STRIDE * run.dist.rank)
     stream = PromptStream(_prompt_pool(cfg, task, tokenizer), cfg.seed)
     sampling = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
-    engine = make_engine(cfg.engine, policy, tokenizer, cfg.model, generator=sampler, seed=cfg.seed,
+    engine = make_engine(cfg.engine, run.plain(policy), tokenizer, cfg.model, generator=sampler, seed=cfg.seed,
                          trainer_device=str(run.device), gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
                          enable_lora=run.lora is not None, log=run.say)
     external = not samples_with_trainer_forward(engine)  # a sampler whose log-probs are not the trainer's
     probe_ids = default_probe_ids(tokenizer)
-    runner = EpisodeRunner.for_task(task, policy, tokenizer, sampling, generator=sampler, max_turns=cfg.max_turns,
+    runner = EpisodeRunner.for_task(task, run.plain(policy), tokenizer, sampling, generator=sampler,
+                                    max_turns=cfg.max_turns,
                                     max_turn_tokens=cfg.max_turn_tokens, max_parse_errors=cfg.max_parse_errors,
                                     engine=engine)
     endings = TerminationPolicy.parse(cfg.termination_policy, cfg.termination_penalty, runner.limits.max_turns > 1)
@@ -86,7 +89,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
         beta = resumed.state.get("beta", beta)
         nonfinite_streak = resumed.state.get("nonfinite_steps", 0)
     if external:  # after the checkpoint: the engine samples the weights training continues from
-        sync_and_probe(engine, policy, probe_ids, cfg.probe_tolerance)
+        sync_and_probe(engine, run.plain(policy), probe_ids, cfg.probe_tolerance)
     if run.dist.is_main:
         (run.out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
     saved = TrajectoryLog(run.out / "trajectories.jsonl", tokenizer, cfg.save_trajectories if run.dist.is_main else 0,
@@ -98,7 +101,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     heldout = _heldout(cfg, task, tokenizer) if run.dist.is_main else []
     last_eval = None
     if heldout and start_step == 0:  # the starting point of the curves
-        first = evaluate(policy, tokenizer, task, heldout, **eval_options(cfg))
+        first = evaluate(run.plain(policy), tokenizer, task, heldout, **eval_options(cfg))
         run.write({"step": 0, **first.metrics()})
         saved.write(0, "eval", first.trajectories, task)
     policy.train()
@@ -115,24 +118,25 @@ def train_rl(cfg: RLConfig) -> StageResult:
             with run.autocast():
                 old_log_probs_and_values(batch, reference, critic, policy, cfg)  # π_old is the sampler's own
                 if external:  # π_old from the trainer's forward; the sampler's gap by truncated importance weights
-                    trainer_lp = recompute_logprobs(policy, batch.prompt_ids.to(run.device),
+                    trainer_lp = recompute_logprobs(run.plain(policy), batch.prompt_ids.to(run.device),
                                                     batch.prompt_mask.to(run.device),
                                                     batch.completion_ids.to(run.device), cfg.temperature,
                                                     cfg.micro_batch_size).cpu()
                     batch.old_logprobs, batch.tis_weights, mismatch = correct_for_sampler(
                         batch.old_logprobs, trainer_lp, batch.loss_mask, cfg.tis_cap)
                 if not cfg.mask_observations:
-                    train_on_observations(batch, scored, policy, cfg)
+                    train_on_observations(batch, scored, run.plain(policy), cfg)
             times["time_logprobs"] = time.perf_counter() - tick
             tick = time.perf_counter()
             figures = compute_advantages(batch, scored, cfg, beta)
             times["time_advantages"] = time.perf_counter() - tick
             tick = time.perf_counter()
             stats = update(trained, updater, batch, cfg, parts, beta, run.dist, run.autocast)
+            run.sync(policy)  # FSDP: the sampling copy takes the new weights
             times["time_update"] = time.perf_counter() - tick
             if external:
                 tick = time.perf_counter()
-                mismatch.update(sync_and_probe(engine, policy, probe_ids, cfg.probe_tolerance))
+                mismatch.update(sync_and_probe(engine, run.plain(policy), probe_ids, cfg.probe_tolerance))
                 times["time_sync"] = time.perf_counter() - tick
             times["time_step"] = sum(times.values())
             all_skipped = stats["skipped_updates"] == cfg.num_iterations * cfg.num_minibatches
@@ -150,7 +154,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
                 observed = figures.get("kl_reward", stats.get("kl", 0.0))
                 beta = adaptive_kl_coef(beta, observed, cfg.target_kl, cfg.kl_horizon, cfg.prompts_per_step * cfg.group_size)
             if heldout and (step % cfg.eval_every == 0 or step == cfg.steps):
-                last_eval = evaluate(policy, tokenizer, task, heldout, **eval_options(cfg))
+                last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, **eval_options(cfg))
                 policy.train()
                 row.update(last_eval.metrics())
                 saved.write(step, "eval", last_eval.trajectories, task)

@@ -67,9 +67,11 @@ def grad_norm_and_clip(params, max_norm: float) -> float:
     (0 = no clipping) and return the norm before clipping."""
     params = params.parameters() if isinstance(params, torch.nn.Module) else params
     params = [p for p in params if p.grad is not None]
-    if max_norm > 0:
-        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-    return float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))) if params else 0.0
+    if not params:
+        return 0.0
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+    # sharded (FSDP) gradients give a sharded norm: the full value is the same on every process
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
 
 def keep_rows_through(path: Path, key: str, last: int) -> None:

@@ -353,8 +353,9 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task) -> StageResult:
                 fault_point("epoch_end", step)
             fault_point("step_end", step)
     result = StageResult(name=name, seconds=0.0, model_dir="", run_dir=str(run.out))
+    run.sync(model)
     if cfg.eval_problems > 0 and not cfg.data and run.dist.is_main:  # a task's held-out set says nothing about a user's data
-        ev = evaluate(model, tokenizer, task, task.heldout_problems(cfg.eval_problems),
+        ev = evaluate(run.plain(model), tokenizer, task, task.heldout_problems(cfg.eval_problems),
                       max_new_tokens=cfg.eval_max_new_tokens)
         result.accuracy, result.format_accuracy = ev.accuracy, ev.format_accuracy
         result.tool_call_rate, result.terminations = ev.tool_call_rate, ev.terminations
