@@ -34,6 +34,7 @@ from lmpo.trainers.result import StageResult
 from lmpo.trainers.run_dir import open_run_dir
 from lmpo.trainers.runtime import MetricsLog, grad_norm_and_clip, setup_torch
 from lmpo.trainers.trackers import Trackers
+from lmpo.trainers.validation import raise_if_any, run_option_problems
 
 
 @dataclass
@@ -58,6 +59,8 @@ class RunOptions:
     """Also save the merged full model (model/) beside the adapter (adapter/) at the end."""
     qlora: bool = False
     """Load the frozen base in 4 bits (bitsandbytes on CUDA) under the LoRA adapter."""
+    logprob_chunk_tokens: int = 0
+    """Apply the output head to at most this many completion tokens at a time (each chunk recomputed in the backward), so full-vocabulary logits never exist for a whole batch; 0 = all at once. One process only."""
     fsdp: bool = False
     """With torchrun: shard weights, gradients and optimizer state over the processes (FSDP2 fully_shard) instead of replicating them (DDP); checkpoints become distributed checkpoints."""
     report_to: str = ""
@@ -124,6 +127,7 @@ class Run:
     validating the config, before any model loads."""
 
     def __init__(self, cfg, name: str):
+        raise_if_any(name, run_option_problems(cfg))
         self.cfg, self.name = cfg, name
         self.started = time.perf_counter()
         self.out = Path(cfg.resume or cfg.out)
@@ -143,6 +147,9 @@ class Run:
         if self.fsdp and self.lora is not None:
             raise ValueError("fsdp with LoRA is not supported: a LoRA adapter is small enough to replicate; "
                              "drop --fsdp (DDP) or --lora_r")
+        if cfg.logprob_chunk_tokens and self.dist.active:
+            raise ValueError("logprob_chunk_tokens calls the model's trunk and head directly, around the data-parallel "
+                             "wrapper's forward; with several processes use micro_batch_size or gradient_checkpointing")
         self._plain: dict[int, torch.nn.Module] = {}
         self.log: MetricsLog | None = None
         self.trackers = Trackers.start(cfg.report_to, self.out, name, asdict(cfg)) if self.dist.is_main else None

@@ -74,6 +74,28 @@ class Batch:
     def select(self, index: torch.Tensor) -> "Batch":
         return Batch(**{k: (v[index] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()})
 
+    def real_completion_lengths(self) -> torch.Tensor:
+        """Per row, the completion columns up to its last loss token (later ones affect no loss)."""
+        width = self.loss_mask.size(1)
+        last = torch.where(self.loss_mask.bool(), torch.arange(1, width + 1), 0).amax(dim=1)
+        return last
+
+    def trimmed(self) -> "Batch":
+        """Without the prompt columns that are padding in every row and the completion columns after
+        every row's last loss token: the same log-probs (positions come from the mask, attention is
+        causal) on a narrower batch."""
+        keep_prompt = self.prompt_mask.bool().any(dim=0).nonzero()
+        start = int(keep_prompt[0]) if len(keep_prompt) else self.prompt_mask.size(1) - 1
+        end = max(int(self.real_completion_lengths().max()), 1) if self.loss_mask.numel() else 1
+        fields = {}
+        for key, value in vars(self).items():
+            if key in ("prompt_ids", "prompt_mask"):
+                value = value[:, start:]
+            elif isinstance(value, torch.Tensor) and value.dim() == 2 and value.size(1) == self.loss_mask.size(1):
+                value = value[:, :end]
+            fields[key] = value
+        return Batch(**fields)
+
     def to(self, device: torch.device) -> "Batch":
         return Batch(**{k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()})
 

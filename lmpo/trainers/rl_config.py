@@ -129,6 +129,8 @@ class RLConfig(RunOptions):
     """Passes (PPO epochs) over each rollout batch; > 1 makes the clip matter."""
     num_minibatches: int = 1
     """Optimizer steps per pass: the rollout batch is split into this many minibatches."""
+    micro_batch_tokens: int = 0
+    """Micro-batches by token budget instead of row count: rows of similar length packed while rows x longest (prompt + completion, padding trimmed) stays within this (0 = use micro_batch_size)."""
     micro_batch_size: int = 0
     """Sequences per forward/backward within a minibatch, with gradient accumulation (0 = whole minibatch)."""
     lr: float = 1e-4
@@ -172,6 +174,8 @@ class RLConfig(RunOptions):
             problems.append(f"group_size={self.group_size}: group-relative advantages need at least 2 completions per prompt")
         if self.num_minibatches < 1 or batch % self.num_minibatches:
             problems.append(f"num_minibatches={self.num_minibatches} must divide prompts_per_step x group_size = {batch}")
+        elif self.micro_batch_size and self.micro_batch_tokens:
+            problems.append("micro_batch_size and micro_batch_tokens both split minibatches; give one")
         elif self.micro_batch_size and (batch // self.num_minibatches) % self.micro_batch_size:
             problems.append(f"micro_batch_size={self.micro_batch_size} must divide the minibatch size {batch // self.num_minibatches}")
         if self.num_iterations < 1 or self.steps < 1:
@@ -191,7 +195,7 @@ class RLConfig(RunOptions):
         problems += at_least(self, 0, "missing_eos_penalty")
         problems += reward_problems(self) + optimizer_problems(self) + checkpoint_problems(self)
         problems += at_least(self, 1, "prompts_per_step", "eval_every", "max_new_tokens", "max_nonfinite_steps")
-        problems += at_least(self, 0, "eval_problems", "max_unscorable_steps") + at_least(self, 1, "reward_memory_mb")
+        problems += at_least(self, 0, "eval_problems", "max_unscorable_steps", "micro_batch_tokens") + at_least(self, 1, "reward_memory_mb")
         problems += sampling_problems(self) + unused_option_problems(self) + data_option_problems(self)
         problems += at_least(self, 0, "max_turns", "max_turn_tokens", "save_trajectories", "termination_penalty")
         problems += at_least(self, 1, "max_parse_errors")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from lmpo.algos import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, clipped_value_loss
-from lmpo.models import ValueHead, ValueModel, completion_outputs
+from lmpo.models import ValueHead, ValueModel, completion_outputs, micro_batches
 from lmpo.trainers.rl_batch import Batch
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.distributed import Distributed, unwrap
@@ -47,7 +47,6 @@ def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossPar
     means over the applied updates."""
     size = batch.completion_ids.size(0)
     mb_size = size // cfg.num_minibatches
-    micro = cfg.micro_batch_size or mb_size
     sums: dict[str, float] = {}
     skipped_before = updater.skipped
     order_gen = torch.Generator().manual_seed(cfg.seed)
@@ -61,8 +60,8 @@ def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossPar
                       "max_len": parts.options["max_len"]}
             updater.zero()
             with autocast():
-                shares = [micro_step(policy, minibatch.select(torch.arange(m, min(m + micro, mb_size))), cfg, parts,
-                                     counts, beta) for m in range(0, mb_size, micro)]
+                shares = [micro_step(policy, minibatch.select(torch.tensor(rows)), cfg, parts, counts, beta)
+                          for rows in micro_batch_rows(minibatch, cfg)]
             applied, grad_norm = updater.apply(ctx.all_true(all(math.isfinite(s["loss"]) for s in shares)))
             if not applied:  # a non-finite loss or gradient never reaches the weights
                 continue
@@ -75,12 +74,27 @@ def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossPar
     return {**{k: v / max(applied, 1) for k, v in sums.items()}, "skipped_updates": skipped}
 
 
+def micro_batch_rows(minibatch: Batch, cfg: RLConfig) -> list[list[int]]:
+    """The minibatch's rows per micro-batch: `micro_batch_tokens` packs rows of similar length under
+    a token budget (rows x longest, after trimming padding); else `micro_batch_size` rows each.
+    The loss is normalised by the whole minibatch's counts, so the split never changes the gradient."""
+    size = minibatch.completion_ids.size(0)
+    if cfg.micro_batch_tokens:
+        lengths = (minibatch.prompt_mask.sum(1) + minibatch.real_completion_lengths()).tolist()
+        return micro_batches([int(n) for n in lengths], cfg.micro_batch_tokens)
+    micro = cfg.micro_batch_size or size
+    return [list(range(m, min(m + micro, size))) for m in range(0, size, micro)]
+
+
 def micro_step(policy, part: Batch, cfg: RLConfig, parts: LossParts, counts: dict, beta: float) -> dict:
     """Forward, loss and backward for one micro-batch; returns its share of the figures."""
     head_on_trunk = isinstance(unwrap(parts.critic), ValueHead)
     part = part.to(next(policy.parameters()).device)
+    if cfg.micro_batch_tokens:  # the budget counts trimmed rows; without one, shapes stay as sampled
+        part = part.trimmed()
     out = completion_outputs(policy, part.prompt_ids, part.prompt_mask, part.completion_ids, cfg.temperature,
-                             entropy=True, entropy_grad=cfg.entropy_coef > 0, hidden=head_on_trunk)
+                             entropy=True, entropy_grad=cfg.entropy_coef > 0, hidden=head_on_trunk,
+                             chunk_tokens=cfg.logprob_chunk_tokens)
     mask = part.loss_mask
     token_loss, info = parts.policy_loss(out.logprobs, part.old_logprobs, part.advantages, mask,
                                          **options_for(parts.policy_loss, parts.options))

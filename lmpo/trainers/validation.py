@@ -45,6 +45,20 @@ def reward_problems(cfg) -> list[str]:
     return problems
 
 
+def run_option_problems(cfg) -> list[str]:
+    """The options every trainer shares (`RunOptions`): hardware, precision, LoRA, trackers."""
+    problems = at_least(cfg, 0, "lora_r", "logprob_chunk_tokens") + at_least(cfg, 1, "max_nonfinite_steps")
+    if cfg.precision not in ("auto", "fp32", "bf16"):
+        problems.append(f"precision={cfg.precision!r} must be auto, fp32 or bf16")
+    if cfg.lora_r and not cfg.lora_alpha > 0:
+        problems.append(f"lora_alpha={cfg.lora_alpha} must be > 0")
+    if not 0 <= cfg.lora_dropout < 1:
+        problems.append(f"lora_dropout={cfg.lora_dropout} must be in [0, 1)")
+    if not cfg.lora_r and (cfg.lora_merge or cfg.qlora):
+        problems.append("lora_merge and qlora need a LoRA adapter: set lora_r > 0")
+    return problems
+
+
 def raise_if_any(kind: str, problems: list[str]) -> None:
     if problems:
         raise ConfigError(f"invalid {kind} config: " + "; ".join(problems))
