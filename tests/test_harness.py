@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from lmpo.models import load_model, load_tokenizer
+from lmpo.models import enable_gradient_checkpointing, load_model, load_tokenizer
 from lmpo.trainers.harness import Updater
 from lmpo.trainers.preference import PreferenceConfig, train_preference
 from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
@@ -91,6 +91,8 @@ def _update_grads(start_model, **options) -> tuple[dict, list[torch.Tensor]]:
     cfg = RLConfig(model=start_model, beta=0.04, kl_placement="loss", **options)
     tokenizer = load_tokenizer(start_model)
     policy = load_model(start_model, tokenizer, keep_dropout=False).train()
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(policy)
     optimizer = make_optimizer(policy, cfg.lr, 0.0)
     updater = Updater(optimizer, make_scheduler(optimizer, 0, 10), cfg.grad_clip, 3, "rl")
     grads: list[torch.Tensor] = []
@@ -108,7 +110,7 @@ def _update_grads(start_model, **options) -> tuple[dict, list[torch.Tensor]]:
 
 
 @pytest.mark.parametrize("options", [{"micro_batch_tokens": 24}, {"micro_batch_size": 2},
-                                     {"logprob_chunk_tokens": 5}])
+                                     {"logprob_chunk_tokens": 5}, {"gradient_checkpointing": True}])
 def test_memory_options_leave_the_update_unchanged(start_model, options):
     whole_stats, whole = _update_grads(start_model)
     stats, grads = _update_grads(start_model, **options)

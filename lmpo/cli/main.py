@@ -47,7 +47,7 @@ def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
     return 0
 
 
-PIPELINE_OWNED = ("model", "out", "task", "seed", "threads", "resume")
+PIPELINE_OWNED = ("model", "out", "task", "seed", "threads", "resume", "device", "precision")
 
 
 def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:

@@ -30,6 +30,10 @@ class PipelineConfig:
     """Seed for every stage."""
     threads: int = 2
     """Torch CPU threads for every stage (0 = one per core)."""
+    device: str = "auto"
+    """Where every stage trains: auto (a CUDA GPU when one is visible), cpu, cuda or cuda:N."""
+    precision: str = "auto"
+    """Precision of every stage: auto (bf16 autocast on GPUs that support it, else fp32), fp32 or bf16."""
     rl: str = "grpo"
     """Last stage: an RL preset (see `lmpo presets`), dpo, online_dpo, or ppo_rm (reward model, then PPO on it); the stage is named after it."""
     cpt: CPTConfig = field(default_factory=CPTConfig)
@@ -50,7 +54,8 @@ def run_pipeline(cfg: PipelineConfig) -> list[StageResult]:
     out = Path(cfg.out)
     open_run_dir(out, cfg, "pipeline")
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    shared = {"task": cfg.task, "seed": cfg.seed, "threads": cfg.threads}
+    shared = {"task": cfg.task, "seed": cfg.seed, "threads": cfg.threads, "device": cfg.device,
+              "precision": cfg.precision}
     cpt = replace(cfg.cpt, model=cfg.model, out=str(out / "cpt"), **shared)
     if cfg.rl not in LAST_STAGES:
         raise ValueError(f"unknown last stage --rl {cfg.rl!r}; choose one of: {', '.join(LAST_STAGES)}")
