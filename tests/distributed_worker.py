@@ -40,6 +40,18 @@ def grpo_batch(tokenizer, aggregation: str) -> Batch:
                  ref_logprobs=(old - 0.1) * loss_mask, advantages=advantages)
 
 
+def start(cfg, name: str) -> tuple[Run, object, object, Updater, dict]:
+    """The run, tokenizer, prepared policy, an updater, and the dict its gradients land in."""
+    run = Run(cfg, name)
+    tokenizer = load_tokenizer(cfg.model)
+    policy = run.prepare(load_model(cfg.model, tokenizer, keep_dropout=False)).train()
+    optimizer = make_optimizer(policy, cfg.lr, 0.0)
+    updater = Updater(optimizer, make_scheduler(optimizer, 0, 10), cfg.grad_clip, 3, name)
+    grads: dict = {}
+    capture_grads(updater, grads)
+    return run, tokenizer, policy, updater, grads
+
+
 def capture_grads(updater: Updater, into: dict) -> None:
     apply = updater.apply
 
@@ -54,13 +66,7 @@ def capture_grads(updater: Updater, into: dict) -> None:
 def grpo_check(model_dir: str, out: Path, aggregation: str, fsdp: bool = False) -> dict:
     cfg = RLConfig(model=model_dir, out=str(out / f"grpo-{aggregation}-{fsdp}"), threads=1, beta=0.04,
                    kl_placement="loss", aggregation=aggregation, micro_batch_size=1, eval_problems=0, fsdp=fsdp)
-    run = Run(cfg, "rl")
-    tokenizer = load_tokenizer(model_dir)
-    policy = run.prepare(load_model(model_dir, tokenizer, keep_dropout=False)).train()
-    optimizer = make_optimizer(policy, cfg.lr, 0.0)
-    updater = Updater(optimizer, make_scheduler(optimizer, 0, 10), cfg.grad_clip, 3, "rl")
-    grads: dict = {}
-    capture_grads(updater, grads)
+    run, tokenizer, policy, updater, grads = start(cfg, "rl")
     rows = torch.arange(GLOBAL_ROWS)
     mine = torch.tensor(run.dist.shard(rows.tolist()))
     batch = grpo_batch(tokenizer, aggregation).select(mine)
@@ -71,13 +77,7 @@ def grpo_check(model_dir: str, out: Path, aggregation: str, fsdp: bool = False) 
 
 def dpo_check(model_dir: str, out: Path, fsdp: bool = False) -> dict:
     cfg = PreferenceConfig(model=model_dir, out=str(out / f"dpo-{fsdp}"), threads=1, fsdp=fsdp)
-    run = Run(cfg, "dpo")
-    tokenizer = load_tokenizer(model_dir)
-    policy = run.prepare(load_model(model_dir, tokenizer, keep_dropout=False)).train()
-    optimizer = make_optimizer(policy, cfg.lr, 0.0)
-    updater = Updater(optimizer, make_scheduler(optimizer, 0, 10), cfg.grad_clip, 3, "dpo")
-    grads: dict = {}
-    capture_grads(updater, grads)
+    run, tokenizer, policy, updater, grads = start(cfg, "dpo")
     gen = torch.Generator().manual_seed(3)
     vocab = len(tokenizer)
 
