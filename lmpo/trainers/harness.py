@@ -135,21 +135,13 @@ class Run:
         self.dist = Distributed.from_env(self.device.type == "cuda")
         if self.dist.active and self.device.type == "cuda":
             self.device = torch.device("cuda", self.dist.local_rank)
+        self.lora = _lora_options(cfg)
+        self.fsdp = bool(cfg.fsdp)
+        _check_parallel_options(cfg, self.dist)  # before the run directory is touched
         self._dir = open_run_dir(self.out, cfg, name) if self.dist.is_main else None
         self.dist.barrier()
         self.threads = setup_torch(cfg.threads, cfg.seed)
         self.precision = choose_precision(self.device, cfg.precision)
-        self.lora = _lora_options(cfg)
-        self.fsdp = bool(cfg.fsdp)
-        if self.fsdp and not self.dist.active:
-            raise ValueError("fsdp shards the model over processes: start the run with "
-                             "`torchrun --nproc_per_node N -m lmpo train ...` (N >= 2)")
-        if self.fsdp and self.lora is not None:
-            raise ValueError("fsdp with LoRA is not supported: a LoRA adapter is small enough to replicate; "
-                             "drop --fsdp (DDP) or --lora_r")
-        if cfg.logprob_chunk_tokens and self.dist.active:
-            raise ValueError("logprob_chunk_tokens calls the model's trunk and head directly, around the data-parallel "
-                             "wrapper's forward; with several processes use micro_batch_size or gradient_checkpointing")
         self._plain: dict[int, torch.nn.Module] = {}
         self.log: MetricsLog | None = None
         self.trackers = Trackers.start(cfg.report_to, self.out, name, asdict(cfg)) if self.dist.is_main else None
@@ -296,10 +288,20 @@ class Run:
         self.dist.close()
 
 
+def _check_parallel_options(cfg, ctx: Distributed) -> None:
+    if cfg.fsdp and not ctx.active:
+        raise ValueError("fsdp shards the model over processes: start the run with "
+                         "`torchrun --nproc_per_node N -m lmpo train ...` (N >= 2)")
+    if cfg.fsdp and cfg.lora_r:
+        raise ValueError("fsdp with LoRA is not supported: a LoRA adapter is small enough to replicate; "
+                         "drop --fsdp (DDP) or --lora_r")
+    if cfg.logprob_chunk_tokens and ctx.active:
+        raise ValueError("logprob_chunk_tokens calls the model's trunk and head directly, around the data-parallel "
+                         "wrapper's forward; with several processes use micro_batch_size or gradient_checkpointing")
+
+
 def _lora_options(cfg):
     if not cfg.lora_r:
-        if cfg.qlora:
-            raise ValueError("qlora needs a LoRA adapter: set --lora_r too")
         return None
     targets = cfg.lora_target_modules
     targets = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
