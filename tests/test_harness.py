@@ -134,3 +134,9 @@ def test_token_budget_micro_batches_pack_rows_under_the_budget(start_model):
     for rows in groups:
         part = batch.select(torch.tensor(rows)).trimmed()
         assert part.prompt_ids.numel() + part.completion_ids.numel() <= 24 or len(rows) == 1
+
+
+def test_fsdp_without_torchrun_is_refused_before_the_run_directory_exists(start_model, tmp_path):
+    with pytest.raises(ValueError, match="torchrun"):
+        train_preference(PreferenceConfig(model=start_model, out=str(tmp_path / "f"), fsdp=True))
+    assert not (tmp_path / "f").exists()

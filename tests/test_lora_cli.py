@@ -41,11 +41,11 @@ def qwen2_dir(tmp_path_factory, char_tokenizer):
 @pytest.fixture
 def loads(monkeypatch):
     """Counts the causal LMs the trainers load (the reference copy would be a second one)."""
-    import lmpo.trainers.preference as preference
+    import lmpo.trainers.harness as harness
     import lmpo.trainers.rl as rl
 
     calls = []
-    for module in (rl, preference):
+    for module in (harness, rl):
         real = module.load_model
 
         def counting(*args, _real=real, **kwargs):
@@ -115,3 +115,18 @@ def test_a_later_stage_starts_from_a_lora_stage_and_a_lora_run_resumes(qwen2_dir
     assert a.keys() == b.keys()
     for key in a:
         assert torch.allclose(a[key], b[key], atol=1e-6, rtol=0), key
+
+
+@pytest.mark.parametrize("kind", ["sft", "rm", "online_dpo"])
+def test_every_other_trainer_trains_an_adapter(qwen2_dir, tmp_path, kind):
+    budget = {"sft": ["--demonstrations", "32", "--epochs", "1"],
+              "rm": ["--pairs", "32", "--heldout_pairs", "8", "--batch_size", "16"],
+              "online_dpo": ["--rounds", "1", "--prompts_per_round", "8", "--batch_size", "8",
+                             "--rewards", "reward_fns:length=1.0"]}[kind]
+    out = tmp_path / kind
+    assert main(["train", kind, "--model", qwen2_dir, "--out", str(out), "--threads", "1", "--lora_r", "4",
+                 *(["--eval_problems", "0"] if kind != "rm" else []), *budget]) == 0
+    config = json.loads((out / "model" / "adapter_config.json").read_text())
+    assert config["r"] == 4
+    if kind == "rm":  # the score head trains in full beside the adapter
+        assert config["modules_to_save"] and "score" in config["modules_to_save"]

@@ -96,9 +96,11 @@ def apply_lora(model: PreTrainedModel, opts: LoraOptions, resume_from: str | Pat
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     if resume_from is not None:
         return attach_adapter(model, resume_from, trainable=True)
+    # a reward model is a sequence classifier: PEFT then also trains its score head in full
+    task_type = "SEQ_CLS" if type(model).__name__.endswith("ForSequenceClassification") else "CAUSAL_LM"
     config = LoraConfig(r=opts.r, lora_alpha=opts.alpha, lora_dropout=opts.dropout, bias="none",
                         target_modules=opts.target_modules, modules_to_save=opts.modules_to_save or None,
-                        task_type="CAUSAL_LM")
+                        task_type=task_type)
     with _quiet_peft():
         return get_peft_model(model, config)
 

@@ -24,7 +24,8 @@ from typing import Literal
 import torch
 
 from lmpo.models import (AdapterDisabled, LoraOptions, apply_lora, autocast, choose_precision,
-                         enable_gradient_checkpointing, parameter_counts, resolve_device, save_lora, save_model)
+                         enable_gradient_checkpointing, is_peft_model, load_model, parameter_counts, resolve_device,
+                         save_lora, save_model)
 from lmpo.trainers.checkpoint import (SHARDED, Resumed, checkpoint_dir, resume_training, save_checkpoint,
                                      sharded_checkpoint_dir)
 from lmpo.trainers.distributed import Distributed, unwrap, wrap_data_parallel
@@ -147,13 +148,20 @@ class Run:
         self.trackers = Trackers.start(cfg.report_to, self.out, name, asdict(cfg)) if self.dist.is_main else None
 
     # --- models ---------------------------------------------------------------------------
+    def load_policy(self, tokenizer, keep_dropout: bool = True) -> torch.nn.Module:
+        """`cfg.model` loaded and prepared; with QLoRA the frozen base is loaded in 4 bits."""
+        qlora = self.lora if self.lora is not None and self.lora.qlora else None
+        model = load_model(self.cfg.model, tokenizer, seed=self.cfg.seed, keep_dropout=keep_dropout, lora=qlora)
+        return self.prepare(model)
+
     def prepare(self, model: torch.nn.Module, train_in_full: tuple[str, ...] = ()) -> torch.nn.Module:
         """Move a freshly loaded model to the device; gradient checkpointing and LoRA as asked.
         `train_in_full`: modules trained whole beside the adapter (a reward model's score head)."""
-        model = model.to(self.device)
+        if not getattr(model, "is_loaded_in_4bit", False):  # a 4-bit base is placed on its GPU when loaded
+            model = model.to(self.device)
         if self.cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
-        if self.lora is not None:
+        if self.lora is not None and not is_peft_model(model):
             opts = replace(self.lora, modules_to_save=[*self.lora.modules_to_save, *train_in_full])
             model = apply_lora(model, opts)
         if self.fsdp:

@@ -86,7 +86,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     rank_by = watch_rewards(RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout,
                                                    cfg.reward_failure), run.out, cfg)
     tokenizer = load_tokenizer(cfg.model)
-    policy = run.prepare(load_model(cfg.model, tokenizer, seed=cfg.seed, keep_dropout=cfg.keep_dropout))
+    policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     reference = None if cfg.loss == "simpo" else run.reference(policy, lambda: load_model(cfg.model, tokenizer,
                                                                                            seed=cfg.seed))
     stream = PromptStream(task.train_problems(cfg.prompt_pool, cfg.seed), cfg.seed)

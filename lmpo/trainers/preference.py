@@ -16,7 +16,7 @@ from lmpo.algos import PREFERENCE_LOSSES
 from lmpo.envs import make_task
 from lmpo.rollout.evaluation import evaluate
 from lmpo.envs.data import PreferencePair
-from lmpo.models import completion_outputs, load_model, load_tokenizer
+from lmpo.models import completion_outputs, load_tokenizer
 from lmpo.rollout import left_pad, right_pad
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater
@@ -155,7 +155,7 @@ def train_preference(cfg: PreferenceConfig) -> StageResult:
     task = make_task(cfg.task)
     run = Run(cfg, "dpo")
     tokenizer = load_tokenizer(cfg.model)
-    policy = run.prepare(load_model(cfg.model, tokenizer, seed=cfg.seed, keep_dropout=cfg.keep_dropout))
+    policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     if cfg.data:
         pairs = file_pairs(cfg.data, tokenizer, cfg.max_length, cfg.overlong)
     else:

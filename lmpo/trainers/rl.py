@@ -55,7 +55,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     rewards = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
     rewards = watch_rewards(rewards, run.out, cfg)
     tokenizer = load_tokenizer(cfg.model)
-    policy = run.prepare(load_model(cfg.model, tokenizer, seed=cfg.seed, keep_dropout=cfg.keep_dropout))
+    policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     reference = run.reference(policy, lambda: load_model(cfg.model, tokenizer, seed=cfg.seed)) if cfg.beta > 0 else None
     if run.fsdp and cfg.critic != "none":
         raise ValueError("fsdp with a critic is not supported yet; use DDP (no --fsdp) for PPO with a critic")

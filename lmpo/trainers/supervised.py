@@ -21,7 +21,7 @@ from lmpo.rollout.evaluation import evaluate
 from lmpo.envs.data import Record, TokenizedExample, load_sft
 from lmpo.envs.data.chat import encode_conversation
 from lmpo.envs.env import uses_chat_template
-from lmpo.models import load_model_and_tokenizer
+from lmpo.models import load_tokenizer
 from lmpo.rollout import right_pad
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater
@@ -320,8 +320,8 @@ def _step(run: Run, model, updater: Updater, batch: tuple, step: int) -> tuple[d
 
 def _train(cfg: SupervisedConfig, name: str, prepare, task) -> StageResult:
     run = Run(cfg, name)
-    model, tokenizer = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
-    model = run.prepare(model)
+    tokenizer = load_tokenizer(cfg.model)
+    model = run.load_policy(tokenizer)
     model.train()
     batches, total_steps = prepare(tokenizer)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
