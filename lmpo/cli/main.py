@@ -28,23 +28,41 @@ def _quiet_transformers() -> None:
 
 
 def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
-    from lmpo.trainers.pipeline import PPO_RM_SETTINGS, PipelineConfig, run_pipeline
-    from lmpo.trainers.presets import RL_PRESETS, pipeline_task_settings, rl_preset
+    from lmpo.trainers.pipeline import run_pipeline
 
-    _reject_stage_owned(flags, args.config)
-    first = build(PipelineConfig, yaml_file=args.config, flags=flags)
-    preset_name = "ppo" if first.rl == "ppo_rm" else first.rl
-    settings = dict(rl_preset(preset_name).settings) if preset_name in RL_PRESETS else {}
-    if first.rl == "ppo_rm":
-        settings.update(PPO_RM_SETTINGS)
-    preset = {**pipeline_task_settings(first.task), **{f"rl_stage.{k}": v for k, v in settings.items()}}
-    cfg = build(PipelineConfig, preset=preset, yaml_file=args.config, flags=flags)
-    results = run_pipeline(cfg)
+    cfg, explicit = pipeline_options(args.config, flags)
+    results = run_pipeline(cfg, explicit=explicit, after_stage=_print_findings)
     _print_stage_table(results, Path(cfg.out))
     from lmpo.reports import write_report
 
     print(f"report: {write_report(cfg.out)}")
     return 0
+
+
+def pipeline_options(yaml_file: str | None, flags: dict) -> tuple:
+    """(PipelineConfig from defaults, YAML and flags; the dotted options the user set). The
+    preset and task settings are applied under them by `run_pipeline`, as for the Python API."""
+    from lmpo.cli.config import _flatten_dict, read_yaml
+    from lmpo.trainers.pipeline import PipelineConfig
+
+    _reject_stage_owned(flags, yaml_file)
+    cfg = build(PipelineConfig, yaml_file=yaml_file, flags=flags)
+    explicit = set(flags) | (set(_flatten_dict(read_yaml(yaml_file)[0])) if yaml_file else set())
+    return cfg, explicit
+
+
+def _print_findings(result) -> None:
+    """The doctor's reading of a stage that just ended (nothing when it finds nothing)."""
+    from lmpo.reports.doctor import diagnose_run, format_findings
+
+    try:
+        findings = diagnose_run(result.run_dir)
+    except (OSError, ValueError) as err:  # a report never stops a pipeline
+        print(f"[doctor] {result.name}: could not read the metrics: {err}")
+        return
+    text = format_findings(findings, f"[doctor] {result.name}")
+    if text:
+        print(text)
 
 
 PIPELINE_OWNED = ("model", "out", "task", "seed", "threads", "resume")
