@@ -60,7 +60,7 @@ def _print_findings(result) -> None:
     except (OSError, ValueError) as err:  # a report never stops a pipeline
         print(f"[doctor] {result.name}: could not read the metrics: {err}")
         return
-    text = format_findings(findings, f"[doctor] {result.name}")
+    text = format_findings(findings, "[doctor] ")
     if text:
         print(text)
 
@@ -180,6 +180,19 @@ def cmd_trajectories(args: argparse.Namespace, flags: dict) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace, flags: dict) -> int:
+    """What limits training in a run: each finding with its metric, value, threshold and remedy."""
+    from lmpo.reports.doctor import diagnose_run, format_findings
+
+    findings = diagnose_run(args.run_dir)
+    text = format_findings(findings)
+    print(text or f"no problems found in: {', '.join(findings)}")
+    healthy = [stage for stage, items in findings.items() if not items]
+    if text and healthy:
+        print(f"nothing to report in: {', '.join(healthy)}")
+    return 0
+
+
 def cmd_presets(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.trainers.presets import RL_PRESETS
 
@@ -265,6 +278,13 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--failed", action="store_true", help="only episodes not graded correct")
     p.add_argument("--stage", default=None, metavar="NAME", help="in a pipeline directory, the stage to show")
     p.set_defaults(func=cmd_trajectories)
+    p = sub.add_parser("doctor", help="say what limits training in a run, with evidence and remedies",
+                       description="Read RUN_DIR's metrics (a stage directory or every stage of a pipeline "
+                                   "directory) and name what limits training: no signal, too sparse or easy a "
+                                   "reward, entropy collapse, KL runaway, length growth or truncation, reward "
+                                   "hacking, high clip fraction, non-finite skips, unscorable rewards.")
+    p.add_argument("run_dir", help="a run directory (or a pipeline directory)")
+    p.set_defaults(func=cmd_doctor)
     p = sub.add_parser("presets", help="list the RL presets, their parts and their sources",
                        description="List the RL presets, what each sets, and the paper it comes from.")
     p.set_defaults(func=cmd_presets)
