@@ -8,13 +8,15 @@ from __future__ import annotations
 from typing import Callable
 
 from lmpo.envs.base import Task
+from lmpo.envs.digit_tasks import Increment, ReverseDigits
 from lmpo.envs.exact_match import ExactMatch
 from lmpo.envs.plugins import installed_tasks, load_target, parse_spec
 from lmpo.envs.sort_digits import SortDigits
 from lmpo.envs.tool_tasks import Calculator, Vault
 
 TASKS: dict[str, Callable[..., Task]] = {"sort_digits": SortDigits, "exact_match": ExactMatch, "vault": Vault,
-                                         "calculator": Calculator}
+                                         "calculator": Calculator, "reverse_digits": ReverseDigits,
+                                         "increment": Increment}
 
 REQUIRED = ("grade", "is_heldout")
 
