@@ -132,9 +132,14 @@ def test_readme_python_example_runs(tmp_path, monkeypatch, capsys):
     assert json.loads((tmp_path / "runs" / "api" / "config.json").read_text())["rl_stage"]["beta"] == 0.04
 
 
-def test_a_users_task_file_runs_the_whole_pipeline(tmp_path, capsys):
+def test_a_users_task_file_runs_the_whole_pipeline(tmp_path, capsys, monkeypatch):
     """Acceptance: a task in a user's file, plugged in by `--task path.py:Class`, through CPT,
-    SFT and GRPO (tiny budgets), with held-out accuracy after each stage."""
+    SFT and GRPO (tiny budgets), with held-out accuracy and the doctor's reading after each stage."""
+    import lmpo.cli.main as cli
+
+    doctored = []
+    monkeypatch.setattr(cli, "_print_findings", lambda result, real=cli._print_findings: (doctored.append(result.name),
+                                                                                          real(result)))
     out = tmp_path / "pipe"
     argv = ["pipeline", "--task", f"{USER_TASK}:Reverse?length=3", "--out", str(out), "--threads", "1",
             "--cpt.steps", "10", "--cpt.corpus_documents", "2000", "--cpt.eval_problems", "20",
@@ -146,5 +151,5 @@ def test_a_users_task_file_runs_the_whole_pipeline(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert [s["name"] for s in summary["stages"]] == ["cpt", "sft", "grpo"]
     assert all(0 <= s["accuracy"] <= 1 for s in summary["stages"])
-    assert "held-out accuracy" in printed
+    assert "held-out accuracy" in printed and doctored == ["cpt", "sft", "grpo"]
     assert json.loads((out / "config.json").read_text())["task"].endswith("user_task.py:Reverse?length=3")

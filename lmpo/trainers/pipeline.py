@@ -27,7 +27,7 @@ class PipelineConfig:
     model: str = "tiny"
     """Model preset (fresh weights) or Hugging Face model directory for the first stage."""
     task: str = "sort_digits"
-    """Task for every stage and for the held-out evaluation."""
+    """Task for every stage and for the held-out evaluation: a built-in name (`sort_digits:length=6`), an installed plugin, `module:Class` or `path/to/file.py:Class`, options after `?` (docs/tasks.md)."""
     seed: int = 0
     """Seed for every stage."""
     threads: int = 2
