@@ -69,3 +69,8 @@ def prints_a_lot(task, problems, completions, terminated):
 def length(task, problems, completions, terminated):
     """A reward that differs within every group of a random model's samples, so GRPO moves."""
     return [len(c) / 10 for c in completions]
+
+
+def count_sevens(task, problems, completions, terminated):
+    """A dense reward any model, even a random one, gets varied scores on (for the doctor's tests)."""
+    return [float(c.count("7")) for c in completions]

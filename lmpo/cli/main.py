@@ -28,23 +28,41 @@ def _quiet_transformers() -> None:
 
 
 def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
-    from lmpo.trainers.pipeline import PPO_RM_SETTINGS, PipelineConfig, run_pipeline
-    from lmpo.trainers.presets import RL_PRESETS, pipeline_task_settings, rl_preset
+    from lmpo.trainers.pipeline import run_pipeline
 
-    _reject_stage_owned(flags, args.config)
-    first = build(PipelineConfig, yaml_file=args.config, flags=flags)
-    preset_name = "ppo" if first.rl == "ppo_rm" else first.rl
-    settings = dict(rl_preset(preset_name).settings) if preset_name in RL_PRESETS else {}
-    if first.rl == "ppo_rm":
-        settings.update(PPO_RM_SETTINGS)
-    preset = {**pipeline_task_settings(first.task), **{f"rl_stage.{k}": v for k, v in settings.items()}}
-    cfg = build(PipelineConfig, preset=preset, yaml_file=args.config, flags=flags)
-    results = run_pipeline(cfg)
+    cfg, explicit = pipeline_options(args.config, flags)
+    results = run_pipeline(cfg, explicit=explicit, after_stage=_print_findings)
     _print_stage_table(results, Path(cfg.out))
     from lmpo.reports import write_report
 
     print(f"report: {write_report(cfg.out)}")
     return 0
+
+
+def pipeline_options(yaml_file: str | None, flags: dict) -> tuple:
+    """(PipelineConfig from defaults, YAML and flags; the dotted options the user set). The
+    preset and task settings are applied under them by `run_pipeline`, as for the Python API."""
+    from lmpo.cli.config import _flatten_dict, read_yaml
+    from lmpo.trainers.pipeline import PipelineConfig
+
+    _reject_stage_owned(flags, yaml_file)
+    cfg = build(PipelineConfig, yaml_file=yaml_file, flags=flags)
+    explicit = set(flags) | (set(_flatten_dict(read_yaml(yaml_file)[0])) if yaml_file else set())
+    return cfg, explicit
+
+
+def _print_findings(result) -> None:
+    """The doctor's reading of a stage that just ended (nothing when it finds nothing)."""
+    from lmpo.reports.doctor import diagnose_run, format_findings
+
+    try:
+        findings = diagnose_run(result.run_dir)
+    except (OSError, ValueError) as err:  # a report never stops a pipeline
+        print(f"[doctor] {result.name}: could not read the metrics: {err}")
+        return
+    text = format_findings(findings, "[doctor] ")
+    if text:
+        print(text)
 
 
 PIPELINE_OWNED = ("model", "out", "task", "seed", "threads", "resume", "device", "precision")
@@ -162,6 +180,19 @@ def cmd_trajectories(args: argparse.Namespace, flags: dict) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace, flags: dict) -> int:
+    """What limits training in a run: each finding with its metric, value, threshold and remedy."""
+    from lmpo.reports.doctor import diagnose_run, format_findings
+
+    findings = diagnose_run(args.run_dir)
+    text = format_findings(findings)
+    print(text or f"no problems found in: {', '.join(findings)}")
+    healthy = [stage for stage, items in findings.items() if not items]
+    if text and healthy:
+        print(f"nothing to report in: {', '.join(healthy)}")
+    return 0
+
+
 def cmd_presets(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.trainers.presets import RL_PRESETS
 
@@ -247,6 +278,13 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--failed", action="store_true", help="only episodes not graded correct")
     p.add_argument("--stage", default=None, metavar="NAME", help="in a pipeline directory, the stage to show")
     p.set_defaults(func=cmd_trajectories)
+    p = sub.add_parser("doctor", help="say what limits training in a run, with evidence and remedies",
+                       description="Read RUN_DIR's metrics (a stage directory or every stage of a pipeline "
+                                   "directory) and name what limits training: no signal, too sparse or easy a "
+                                   "reward, entropy collapse, KL runaway, length growth or truncation, reward "
+                                   "hacking, high clip fraction, non-finite skips, unscorable rewards.")
+    p.add_argument("run_dir", help="a run directory (or a pipeline directory)")
+    p.set_defaults(func=cmd_doctor)
     p = sub.add_parser("presets", help="list the RL presets, their parts and their sources",
                        description="List the RL presets, what each sets, and the paper it comes from.")
     p.set_defaults(func=cmd_presets)

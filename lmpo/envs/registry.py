@@ -1,33 +1,45 @@
-"""Tasks by name, with options: `sort_digits` or `sort_digits:length=6,flaw_rate=0.5`;
-`exact_match` grades users' prompt files against their answer column."""
+"""Tasks by spec (see `lmpo.envs.plugins` and docs/tasks.md): a built-in name with options
+(`sort_digits` or `sort_digits:length=6,flaw_rate=0.5`), an installed plugin (entry-point group
+`lmpo.tasks`), `module:Class` or `path/to/file.py:Class`, options after `?`
+(`my_tasks:Reverse?length=4`). `exact_match` grades users' prompt files against their answer column."""
 
 from __future__ import annotations
 
 from typing import Callable
 
 from lmpo.envs.base import Task
+from lmpo.envs.digit_tasks import Increment, ReverseDigits
 from lmpo.envs.exact_match import ExactMatch
+from lmpo.envs.plugins import installed_tasks, load_target, parse_spec
 from lmpo.envs.sort_digits import SortDigits
 from lmpo.envs.tool_tasks import Calculator, Vault
 
 TASKS: dict[str, Callable[..., Task]] = {"sort_digits": SortDigits, "exact_match": ExactMatch, "vault": Vault,
-                                         "calculator": Calculator}
+                                         "calculator": Calculator, "reverse_digits": ReverseDigits,
+                                         "increment": Increment}
+
+REQUIRED = ("grade", "is_heldout")
+
+
+def is_named(name: str) -> bool:
+    """A built-in task, or an installed one (the entry points are only read when needed)."""
+    return name in TASKS or (name.isidentifier() and name in installed_tasks())
 
 
 def make_task(spec: str) -> Task:
-    name, _, options = spec.partition(":")
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; choose one of: {', '.join(TASKS)}")
-    kwargs: dict[str, float | int] = {}
-    for item in filter(None, options.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ValueError(f"task option {item!r} in {spec!r} must look like key=value")
-        try:
-            kwargs[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else float(value)
-        except ValueError:
-            raise ValueError(f"task option {key!r} in {spec!r} must be a number, got {value!r}") from None
+    parsed = parse_spec(spec, is_named)
+    factory = load_target(parsed.target, TASKS)
     try:
-        return TASKS[name](**kwargs)
+        task = factory(**parsed.options)
     except TypeError as err:
-        raise ValueError(f"bad options for task {name!r}: {err}") from None
+        raise ValueError(f"bad options for task {parsed.target!r}: {err}") from None
+    missing = [m for m in REQUIRED if not callable(getattr(task, m, None))]
+    if missing:
+        raise ValueError(f"task {parsed.target!r} gave a {type(task).__name__}, which lacks "
+                         f"{', '.join(missing)}: a task follows the protocol in lmpo/envs/base.py")
+    if not isinstance(getattr(task, "name", None), str):
+        try:
+            task.name = parsed.target.rpartition(":")[2] or parsed.target
+        except AttributeError:
+            pass
+    return task

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any, Callable, Iterable
 
 from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
 from lmpo.trainers.preference import PreferenceConfig, train_preference
-from lmpo.trainers.presets import RL_PRESETS
+from lmpo.trainers.presets import RL_PRESETS, pipeline_preset
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
 from lmpo.trainers.rl import train_rl
@@ -25,7 +27,7 @@ class PipelineConfig:
     model: str = "tiny"
     """Model preset (fresh weights) or Hugging Face model directory for the first stage."""
     task: str = "sort_digits"
-    """Task for every stage and for the held-out evaluation."""
+    """Task for every stage and for the held-out evaluation: a built-in name (`sort_digits:length=6`), an installed plugin, `module:Class` or `path/to/file.py:Class`, options after `?` (docs/tasks.md)."""
     seed: int = 0
     """Seed for every stage."""
     threads: int = 2
@@ -50,7 +52,48 @@ class PipelineConfig:
     """The reward model trained when --rl ppo_rm (the pipeline sets model, out, task, seed and threads)."""
 
 
-def run_pipeline(cfg: PipelineConfig) -> list[StageResult]:
+def resolve_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None) -> PipelineConfig:
+    """The configuration a pipeline runs with, for the Python API and the CLI alike: defaults <
+    the task's suggested settings < the last stage's preset (`pipeline_preset`) < the options the
+    caller set. `explicit` names those options as dotted keys (`rl_stage.beta`); without it, every
+    option that differs from its default counts as set by the caller."""
+    given = set(explicit) if explicit is not None else set(changed_options(cfg, PipelineConfig()))
+    current = flat_options(cfg)
+    preset = {k: v for k, v in pipeline_preset(cfg.task, cfg.rl).items() if k in current and k not in given}
+    return with_options(cfg, preset)
+
+
+def flat_options(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted option name → value, nested stage sections included."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            out.update(flat_options(value, f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = value
+    return out
+
+
+def changed_options(cfg: Any, default: Any) -> list[str]:
+    base = flat_options(default)
+    return [k for k, v in flat_options(cfg).items() if base.get(k) != v]
+
+
+def with_options(cfg: Any, values: dict[str, Any]) -> Any:
+    """A copy of `cfg` with dotted options replaced."""
+    top = {k: v for k, v in values.items() if "." not in k}
+    for section in {k.partition(".")[0] for k in values if "." in k}:
+        inner = {k.partition(".")[2]: v for k, v in values.items() if k.startswith(section + ".")}
+        top[section] = with_options(getattr(cfg, section), inner)
+    return replace(cfg, **top)
+
+
+def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
+                 after_stage: Callable[[StageResult], None] | None = None) -> list[StageResult]:
+    """Run CPT → SFT → the last stage with `resolve_pipeline(cfg, explicit)`; `after_stage` is
+    called with each stage's result (the CLI prints the doctor's findings there)."""
+    cfg = resolve_pipeline(cfg, explicit)
     out = Path(cfg.out)
     open_run_dir(out, cfg, "pipeline")
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
@@ -60,24 +103,24 @@ def run_pipeline(cfg: PipelineConfig) -> list[StageResult]:
     if cfg.rl not in LAST_STAGES:
         raise ValueError(f"unknown last stage --rl {cfg.rl!r}; choose one of: {', '.join(LAST_STAGES)}")
     validate_stages(cfg)  # every stage's arithmetic, before the first one spends minutes
+    report = after_stage or (lambda result: None)
     results = [train_cpt(cpt)]
     _report_stage(results[-1])
+    report(results[-1])
     sft = replace(cfg.sft, model=results[-1].model_dir, out=str(out / "sft"), **shared)
     results.append(train_sft(sft))
     _report_stage(results[-1])
+    report(results[-1])
     result = last_stage(cfg, results[-1].model_dir, out, shared)
     result.name = cfg.rl
     results.append(result)
     _report_stage(result)
+    report(result)
     write_summary(out, results)
     return results
 
 
 LAST_STAGES = (*RL_PRESETS, "dpo", "online_dpo", "ppo_rm")
-# PPO on a learned reward: the `ppo` preset, plus TRL's penalty on completions that never ended;
-# the reward model only ever saw finished answers, and without it PPO learns to ramble
-# (measured: a run without it fell below its SFT start by hacking unterminated strings).
-PPO_RM_SETTINGS = {"missing_eos_penalty": 10.0}
 
 
 def validate_stages(cfg: PipelineConfig) -> None:

@@ -89,6 +89,23 @@ def task_settings(task_spec: str, stage: str) -> dict:
     return settings
 
 
+# PPO on a learned reward: the `ppo` preset, plus TRL's penalty on completions that never ended;
+# the reward model only ever saw finished answers, and without it PPO learns to ramble
+# (measured: a run without it fell below its SFT start by hacking unterminated strings).
+PPO_RM_SETTINGS = {"missing_eos_penalty": 10.0}
+
+
+def pipeline_preset(task_spec: str, last_stage: str) -> dict:
+    """What `lmpo pipeline` (and `run_pipeline`) put under the user's own options, as dotted
+    keys: the task's suggested settings for every stage, then the last stage's RL preset
+    (`ppo` plus `PPO_RM_SETTINGS` for `ppo_rm`; none for dpo and online_dpo)."""
+    name = "ppo" if last_stage == "ppo_rm" else last_stage
+    settings = dict(rl_preset(name).settings) if name in RL_PRESETS else {}
+    if last_stage == "ppo_rm":
+        settings.update(PPO_RM_SETTINGS)
+    return {**pipeline_task_settings(task_spec), **{f"rl_stage.{k}": v for k, v in settings.items()}}
+
+
 def pipeline_task_settings(task_spec: str) -> dict:
     """`task_settings` for every stage of `lmpo pipeline`, as dotted keys."""
     stages = {"cpt": "cpt", "sft": "sft", "rl_stage": "rl", "online_dpo": "online_dpo", "dpo": "dpo"}

@@ -1,0 +1,171 @@
+"""Task specs: which task a `--task` value names, and its options.
+
+A spec is one of
+
+- a built-in name, `sort_digits`, with options after a colon (`sort_digits:length=6,flaw_rate=0.5`)
+  or after a question mark (`sort_digits?length=6`);
+- an installed plugin's name from the `lmpo.tasks` entry-point group, options the same way;
+- `module:Class` (imported from the module path, the current directory first) or
+  `path/to/file.py:Class` (loaded from that file), options after a question mark only:
+  `my_tasks:Reverse?length=4,name=short`. The colon already separates module and class, so a
+  plugin's options cannot follow a colon.
+
+Option values are read as int, float, `true`/`false`, or else kept as strings. `Class` may be
+any callable returning a task (a class or a factory function).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+import traceback
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Callable
+
+ENTRY_POINT_GROUP = "lmpo.tasks"
+HOW_TO_PLUG_IN = ("plug your own in with --task path/to/file.py:Class or --task module:Class "
+                  "(options: 'module:Class?key=value,key=value'), or install a package that declares it "
+                  f"under the {ENTRY_POINT_GROUP!r} entry-point group; see docs/tasks.md")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A parsed `--task` value: `target` names the task, `options` are its keyword arguments."""
+
+    target: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_import_path(self) -> bool:
+        return ":" in self.target
+
+
+def parse_value(text: str) -> Any:
+    value = text.strip()
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def parse_options(text: str, spec: str) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"task option {item!r} in {spec!r} must look like key=value")
+        options[key.strip()] = parse_value(value)
+    return options
+
+
+def parse_spec(spec: str, named: Callable[[str], bool]) -> TaskSpec:
+    """Split `spec` into target and options; `named(name)` says whether a name is registered
+    (built in or installed), for which a colon introduces options rather than a class."""
+    spec = spec.strip()
+    target, question, query = spec.partition("?")
+    if not question:
+        name, colon, legacy = target.partition(":")
+        if colon and named(name):
+            target, query = name, legacy
+    return TaskSpec(target.strip(), parse_options(query, spec))
+
+
+def installed_tasks() -> dict[str, Any]:
+    """Entry points of the `lmpo.tasks` group, by name (loaded only when used)."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def load_target(target: str, builtins: dict[str, Callable]) -> Callable:
+    """The callable a spec's target names: built in, installed, `module:Class` or `file.py:Class`."""
+    if target in builtins:
+        return builtins[target]
+    if ":" in target:
+        where, _, attr = target.rpartition(":")
+        module = _load_file(where, target) if _looks_like_file(where) else _import_module(where, target)
+        return _attribute(module, attr, target)
+    installed = installed_tasks()
+    if target in installed:
+        try:
+            return installed[target].load()
+        except Exception as err:
+            raise ValueError(f"task {target!r} (entry point {installed[target].value!r} of group "
+                             f"{ENTRY_POINT_GROUP!r}) failed to load: {_failure(err)}") from err
+    raise ValueError(unknown_task_message(target, builtins, installed))
+
+
+def unknown_task_message(target: str, builtins: dict, installed: dict) -> str:
+    names = ", ".join(builtins) + (f"; installed: {', '.join(installed)}" if installed else "")
+    hint = ""
+    head, dot, tail = target.rpartition(".")
+    if dot and head and tail[:1].isupper():
+        hint = f" (did you mean {head + ':' + tail!r}? module and class are separated by a colon)"
+    return f"unknown task {target!r}{hint}; choose one of: {names}; or {HOW_TO_PLUG_IN}"
+
+
+def _looks_like_file(where: str) -> bool:
+    return where.endswith(".py") or "/" in where or "\\" in where
+
+
+def _import_module(name: str, target: str):
+    if "" not in sys.path and "." not in sys.path:  # the installed `lmpo` script lacks the cwd
+        sys.path.insert(0, "")
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name and name.startswith(err.name):
+            raise ValueError(f"task {target!r}: no module named {name!r} on the module path (the current "
+                             f"directory, then PYTHONPATH); for a file use --task path/to/{name}.py:Class") from None
+        raise ValueError(f"task {target!r}: importing {name!r} failed: {_failure(err)}") from err
+    except Exception as err:
+        raise ValueError(f"task {target!r}: importing {name!r} failed: {_failure(err)}") from err
+
+
+def _load_file(where: str, target: str):
+    path = Path(where).expanduser().resolve()
+    if not path.is_file():
+        raise ValueError(f"task {target!r}: file {where} does not exist (relative paths start at the "
+                         f"current directory, {Path.cwd()})")
+    # one module per file: every make_task call of a run gets the same class
+    name = f"lmpo_task_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        del sys.modules[name]
+        raise ValueError(f"task {target!r}: loading {path} failed: {_failure(err)}") from err
+    return module
+
+
+def _attribute(module, attr: str, target: str) -> Callable:
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            defined = sorted(n for n, v in vars(module).items() if isinstance(v, type) and not n.startswith("_")
+                             and getattr(v, "__module__", "") == module.__name__)
+            raise ValueError(f"task {target!r}: {module.__name__ if not hasattr(module, '__file__') else module.__file__} "
+                             f"has no {attr!r}; classes defined there: {', '.join(defined) or 'none'}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"task {target!r}: {attr!r} is a {type(obj).__name__}, not a class or function")
+    return obj
+
+
+def _failure(err: BaseException) -> str:
+    """`Type: message (file:line)` of the innermost frame, for a one-line error."""
+    frames = traceback.extract_tb(err.__traceback__)
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    if isinstance(err, SyntaxError) and err.filename:
+        where = f" ({err.filename}:{err.lineno})"
+    return f"{type(err).__name__}: {err}{where}"

@@ -1,0 +1,313 @@
+"""The doctor: read a run's metrics and say in plain words what limits training.
+
+Each check is a pure function over metrics rows (`metrics.jsonl`, one dict per step) that returns
+findings: the metric, its value, the threshold it crossed, what that means and what to change.
+`diagnose_run(path)` reads a stage directory or every stage of a pipeline directory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .metrics import Row, as_float, read_metrics
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis. `severity`: "warning" (training is limited or going wrong) or "note"."""
+
+    code: str
+    severity: str
+    metric: str
+    value: str
+    threshold: str
+    message: str
+    remedy: str
+
+    def text(self) -> str:
+        return (f"{self.severity}: {self.code}: {self.message} [{self.metric} = {self.value}; "
+                f"threshold {self.threshold}] → {self.remedy}")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Where each check fires; every finding quotes the one it crossed."""
+
+    zero_var_frac: float = 0.9
+    """Mean share of groups whose rewards are all equal (no gradient)."""
+    sparse_accuracy: float = 0.05
+    """Sampled training accuracy at the start below which the reward is too sparse."""
+    easy_accuracy: float = 0.95
+    """Sampled training accuracy at the start above which the task is too easy."""
+    entropy_ratio: float = 0.25
+    """Final entropy over starting entropy below which entropy collapsed..."""
+    entropy_floor: float = 0.05
+    """...when the final entropy (nats/token) is also below this."""
+    kl: float = 1.0
+    """Mean KL to the reference over the last tenth of the run (nats/token)."""
+    truncated_frac: float = 0.2
+    """Share of completions cut at max_new_tokens over the last tenth."""
+    length_growth: float = 2.0
+    """Final over starting mean completion length."""
+    reward_rise: float = 0.1
+    """A rise of the training reward ..."""
+    heldout_drop: float = 0.05
+    """... while held-out accuracy falls by this much: reward hacking."""
+    eos_drop: float = 0.1
+    """A fall of format accuracy (terminated, well-formed answers), train or held-out."""
+    clip_frac: float = 0.2
+    """Clip fraction above which ..."""
+    clip_share: float = 0.5
+    """... in this share of steps is persistently high."""
+    loss_still_falling: float = 0.05
+    """Relative fall of a supervised loss over the last fifth of the schedule."""
+    sft_format: float = 0.9
+    """Held-out format accuracy after SFT below which RL would mostly learn to stop."""
+
+
+def _values(rows: list[Row], key: str) -> list[float]:
+    out = []
+    for row in rows:
+        v = as_float(row.get(key))
+        if v is not None and math.isfinite(v):
+            out.append(v)
+    return out
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _ends(xs: list[float], share: float = 0.1) -> tuple[float, float]:
+    """Means of the first and the last `share` of a series (at least one point each)."""
+    k = max(1, int(len(xs) * share))
+    return _mean(xs[:k]), _mean(xs[-k:])
+
+
+def rl_rows(rows: list[Row]) -> list[Row]:
+    return [r for r in rows if "reward_mean" in r]
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def check_signal(rows: list[Row], th: Thresholds, group_size: int | None = None) -> list[Finding]:
+    """No signal, and why: too sparse (rarely right), too easy (always right), or neither.
+    `group_size` (from the run's config) turns the starting accuracy into an estimated pass@k."""
+    zero_var = _values(rows, "zero_var_frac")
+    acc = _values(rows, "accuracy") or _values(rows, "reward_mean")
+    if not zero_var or not acc:
+        return []
+    findings = []
+    start_acc = _ends(acc, 0.1)[0]
+    group = group_size
+    pass_k = 1 - (1 - start_acc) ** group if group else None
+    pass_text = (f"; the starting model's sampled accuracy is {_pct(start_acc)}, an estimated pass@{group} of "
+                 f"{_pct(pass_k)} (independent samples assumed)") if pass_k is not None else ""
+    z = _mean(zero_var)
+    if z >= th.zero_var_frac:
+        findings.append(Finding("no_signal", "warning", "zero_var_frac", _pct(z), f">= {_pct(th.zero_var_frac)}",
+                                f"{_pct(z)} of groups had all-equal rewards and gave no gradient{pass_text}",
+                                "raise --group_size (more chances of one right answer per group), sample hotter "
+                                "(--temperature), or make the task's difficulty match the model"))
+    if start_acc <= th.sparse_accuracy:
+        findings.append(Finding("reward_sparse", "warning", "accuracy (first steps)", _pct(start_acc),
+                                f"<= {_pct(th.sparse_accuracy)}",
+                                "the model is rarely right at the start, so almost every reward is 0",
+                                "train CPT/SFT longer (--cpt.steps, --sft.epochs), use easier problems, add partial "
+                                "credit (--rewards correct=1.0,format=0.1) or a larger --group_size"))
+    elif start_acc >= th.easy_accuracy:
+        findings.append(Finding("reward_easy", "warning", "accuracy (first steps)", _pct(start_acc),
+                                f">= {_pct(th.easy_accuracy)}",
+                                "the model is already right almost always, so groups rarely differ",
+                                "use harder problems (task options) or stop after SFT"))
+    return findings
+
+
+def check_entropy(rows: list[Row], th: Thresholds) -> list[Finding]:
+    ent = _values(rows, "entropy")
+    if len(ent) < 4:
+        return []
+    start, end = _ends(ent)
+    if start > 0 and end / start <= th.entropy_ratio and end <= th.entropy_floor:
+        return [Finding("entropy_collapse", "warning", "entropy", f"{start:.3f} → {end:.3f} nats/token",
+                        f"final <= {th.entropy_ratio:g} × start and <= {th.entropy_floor:g}",
+                        "the policy became (nearly) deterministic: sampling stops exploring and groups stop differing",
+                        "lower --lr (the evidence note: 3e-4 lost 22 points where 1e-4 gained), raise --beta, "
+                        "or narrow the clip range")]
+    return []
+
+
+def check_kl(rows: list[Row], th: Thresholds) -> list[Finding]:
+    kl = _values(rows, "kl")
+    if not kl:
+        return []
+    end = _ends(kl)[1]
+    if end > th.kl:
+        return [Finding("kl_runaway", "warning", "kl", f"{end:.3f} nats/token (last tenth)", f"> {th.kl:g}",
+                        "the policy drifted far from its reference", "raise --beta, lower --lr, or train fewer steps")]
+    return []
+
+
+def check_length(rows: list[Row], th: Thresholds) -> list[Finding]:
+    findings = []
+    trunc = _values(rows, "truncated_frac")
+    if trunc:
+        end = _ends(trunc)[1]
+        if end > th.truncated_frac:
+            findings.append(Finding("truncation", "warning", "truncated_frac", f"{_pct(end)} (last tenth)",
+                                    f"> {_pct(th.truncated_frac)}",
+                                    "completions hit --max_new_tokens before EOS: they are unterminated, "
+                                    "so graded wrong, and their length gradient is biased",
+                                    "raise --max_new_tokens (and --eval_max_new_tokens), or penalise length "
+                                    "(--overlong penalty, --missing_eos_penalty)"))
+    length = _values(rows, "completion_len_mean")
+    if len(length) >= 4:
+        start, end = _ends(length)
+        if start > 0 and end / start >= th.length_growth:
+            findings.append(Finding("length_growth", "warning", "completion_len_mean",
+                                    f"{start:.1f} → {end:.1f} tokens", f">= {th.length_growth:g} × start",
+                                    "completions grew much longer during training",
+                                    "check for rambling in `lmpo trajectories`; add --overlong penalty or "
+                                    "--missing_eos_penalty, or use a length-neutral aggregation (dr_grpo)"))
+    return findings
+
+
+def check_hacking(rows: list[Row], th: Thresholds) -> list[Finding]:
+    """Reward up while held-out accuracy falls, or completions that stop ending well."""
+    findings = []
+    reward = _values(rl_rows(rows), "reward_mean")
+    evals = _values(rows, "eval_accuracy")
+    if len(reward) >= 4 and len(evals) >= 2:
+        r0, r1 = _ends(reward)
+        if r1 - r0 >= th.reward_rise and evals[-1] - evals[0] <= -th.heldout_drop:
+            findings.append(Finding("reward_hacking", "warning", "reward_mean vs eval_accuracy",
+                                    f"reward {r0:.3f} → {r1:.3f}, held-out {_pct(evals[0])} → {_pct(evals[-1])}",
+                                    f"reward +{th.reward_rise:g} while held-out -{_pct(th.heldout_drop)}",
+                                    "the reward rose while held-out accuracy fell: the policy exploits the reward",
+                                    "score with the verifier (--rewards correct=1.0), keep the reward model's "
+                                    "output bounded, raise --beta, add --missing_eos_penalty, stop earlier"))
+    for key, where in (("format_accuracy", "training"), ("eval_format_accuracy", "held-out")):
+        fmt = _values(rows, key)
+        if len(fmt) >= 2:
+            f0, f1 = _ends(fmt) if len(fmt) >= 4 else (fmt[0], fmt[-1])
+            if f0 - f1 >= th.eos_drop:
+                findings.append(Finding("eos_loss", "warning", key, f"{_pct(f0)} → {_pct(f1)}",
+                                        f"a fall of >= {_pct(th.eos_drop)}",
+                                        f"fewer {where} completions end with EOS in the answer format",
+                                        "add --missing_eos_penalty, raise --beta, lower --lr; if a reward model "
+                                        "scores, it likely rewards unterminated text"))
+                break
+    return findings
+
+
+def check_clip(rows: list[Row], th: Thresholds) -> list[Finding]:
+    clip = _values(rows, "clip_frac")
+    if len(clip) < 4:
+        return []
+    share = sum(c > th.clip_frac for c in clip) / len(clip)
+    if share >= th.clip_share:
+        return [Finding("clip_high", "warning", "clip_frac", f"> {_pct(th.clip_frac)} in {_pct(share)} of steps",
+                        f"> {_pct(th.clip_frac)} in >= {_pct(th.clip_share)} of steps",
+                        "the ratio is clipped often: updates move the policy further than the trust region",
+                        "lower --lr, fewer --num_iterations, or more --num_minibatches")]
+    return []
+
+
+def check_faults(rows: list[Row], th: Thresholds) -> list[Finding]:
+    findings = []
+    skipped = _values(rows, "skipped_updates")
+    if skipped and max(skipped) > 0:
+        findings.append(Finding("nonfinite_skips", "warning", "skipped_updates", f"{int(max(skipped))}", "> 0",
+                                "some updates had a non-finite loss or gradient and were skipped",
+                                "lower --lr, keep --grad_clip, check the reward for inf/NaN"))
+    unscorable = _values(rows, "unscorable")
+    if unscorable and sum(unscorable) > 0:
+        findings.append(Finding("unscorable", "warning", "unscorable", f"{int(sum(unscorable))} completions",
+                                "> 0", "a reward function could not score some completions (left out of the "
+                                "baseline, zero advantage)", "read RUN_DIR/reward_failures.jsonl; fix the function "
+                                "or raise --reward_timeout"))
+    return findings
+
+
+def check_supervised(rows: list[Row], th: Thresholds, stage: str) -> list[Finding]:
+    findings = []
+    loss = [(as_float(r.get("step")), as_float(r.get("loss"))) for r in rows if as_float(r.get("loss")) is not None]
+    values = [v for _, v in loss if v is not None and math.isfinite(v)]
+    if len(values) >= 5 and stage == "cpt":
+        k = max(1, len(values) // 5)
+        before, last = _mean(values[-2 * k:-k]), _mean(values[-k:])
+        if before > 0 and (before - last) / before >= th.loss_still_falling:
+            findings.append(Finding("loss_still_falling", "note", "loss", f"{before:.3f} → {last:.3f} over the "
+                                    "last fifth", f"a fall of >= {_pct(th.loss_still_falling)}",
+                                    "the loss was still falling when the schedule ended",
+                                    "more --cpt.steps (a better CPT model gives RL more right samples to reinforce)"))
+    fmt = _values(rows, "eval_format_accuracy")
+    if stage == "sft" and fmt and fmt[-1] < th.sft_format:
+        findings.append(Finding("sft_format_low", "warning", "eval_format_accuracy", _pct(fmt[-1]),
+                                f"< {_pct(th.sft_format)}",
+                                "after SFT many answers are malformed or never end: RL gains would mostly be "
+                                "learning to stop, not the task", "more --sft.epochs or --sft.demonstrations"))
+    return findings
+
+
+RL_CHECKS: tuple[Callable[[list[Row], Thresholds], list[Finding]], ...] = (
+    check_entropy, check_kl, check_length, check_hacking, check_clip, check_faults)
+
+
+def diagnose(rows: list[Row], stage: str = "", thresholds: Thresholds | None = None,
+             group_size: int | None = None) -> list[Finding]:
+    """Every finding for one stage's metrics rows. RL rows (with `reward_mean`) get the RL checks;
+    supervised stages (`stage` "cpt" or "sft") the loss and format checks."""
+    th = thresholds or Thresholds()
+    if rl_rows(rows):
+        return check_signal(rows, th, group_size) + [f for check in RL_CHECKS for f in check(rows, th)]
+    return check_supervised(rows, th, stage) + check_faults(rows, th)
+
+
+def diagnose_run(path: str | Path) -> dict[str, list[Finding]]:
+    """Findings per stage of a pipeline directory, or of one stage directory."""
+    path = Path(path)
+    if (path / "summary.json").is_file() or not (path / "metrics.jsonl").is_file():
+        stages = [d for d in sorted(path.iterdir()) if (d / "metrics.jsonl").is_file()] if path.is_dir() else []
+        if not stages:
+            raise ValueError(f"{path}: no metrics.jsonl here nor in its stage directories")
+        return {d.name: diagnose_stage(d) for d in _ordered(path, stages)}
+    return {path.name: diagnose_stage(path)}
+
+
+def diagnose_stage(stage_dir: Path) -> list[Finding]:
+    kind, config = _run_info(stage_dir)
+    group = config.get("group_size") if isinstance(config.get("group_size"), int) else None
+    return diagnose(read_metrics(stage_dir / "metrics.jsonl"), kind, group_size=group)
+
+
+def _ordered(path: Path, stages: list[Path]) -> list[Path]:
+    """Stages in the pipeline's order when summary.json says it."""
+    try:
+        names = [s["run_dir"] for s in json.loads((path / "summary.json").read_text())["stages"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return stages
+    rank = {n: i for i, n in enumerate(names)}
+    return sorted(stages, key=lambda d: rank.get(d.name, len(rank)))
+
+
+def _run_info(stage_dir: Path) -> tuple[str, dict]:
+    """(trainer name, options) from the stage's run.json; the directory's name when absent."""
+    try:
+        info = json.loads((stage_dir / "run.json").read_text())
+        return str(info.get("trainer") or stage_dir.name), dict(info.get("config") or {})
+    except (OSError, ValueError, AttributeError, TypeError):
+        return stage_dir.name, {}
+
+
+def format_findings(findings: dict[str, list[Finding]] | list[Finding], label: str = "") -> str:
+    """Lines for the terminal; empty when there is nothing to say."""
+    if not isinstance(findings, dict):
+        return "\n".join(f"{label}: {f.text()}" for f in findings)
+    return "\n".join(f"{label}{stage}: {f.text()}" for stage, items in findings.items() for f in items)

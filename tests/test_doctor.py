@@ -1,0 +1,120 @@
+"""The doctor diagnoses planted failures and stays quiet on a healthy run.
+
+Planted by real short runs (a few seconds each, from a fresh tiny model): no signal (the
+correct-answer reward on a model that never answers right), entropy collapse (lr 0.03 with a
+dense reward), truncation (`--max_new_tokens 2`). Synthetic metrics rows, where a real run would
+take minutes: reward hacking with a learned reward model (shaped like a `ppo_rm` run whose reward
+rises while held-out accuracy falls and completions stop ending with EOS), KL runaway, high clip
+fraction, non-finite skips, unscorable rewards, length growth. The healthy run is a real
+default `lmpo pipeline --seed 1` run on sort_digits, subsampled (tests/data/healthy_sort_pipeline)."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from lmpo.cli.main import main
+from lmpo.reports.doctor import Thresholds, diagnose, diagnose_run
+
+HERE = Path(__file__).parent
+
+
+def _codes(findings) -> set[str]:
+    return {f.code for f in findings if f.severity == "warning"}
+
+
+def _rl_run(tmp_path: Path, name: str, *flags: str) -> Path:
+    out = tmp_path / name
+    argv = ["train", "grpo", "--model", "tiny", "--out", str(out), "--threads", "1", "--prompts_per_step", "2",
+            "--group_size", "4", "--eval_problems", "20", "--prompt_pool", "100", "--eval_every", "100", *flags]
+    assert main(argv) == 0
+    return out
+
+
+@pytest.fixture
+def reward_fns_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), *sys.path]))
+
+
+def test_healthy_run_has_no_warnings(capsys):
+    findings = diagnose_run(HERE / "data" / "healthy_sort_pipeline")
+    assert list(findings) == ["cpt", "sft", "grpo"]
+    assert not any(f.severity == "warning" for items in findings.values() for f in items)
+    assert main(["doctor", str(HERE / "data" / "healthy_sort_pipeline")]) == 0
+    assert "no problems found in: cpt, sft, grpo" in capsys.readouterr().out
+
+
+def test_no_signal_from_a_model_that_is_never_right(tmp_path, capsys):
+    out = _rl_run(tmp_path, "no_signal", "--steps", "3")
+    found = diagnose_run(out)["no_signal"]
+    assert {"no_signal", "reward_sparse"} <= _codes(found)
+    no_signal = next(f for f in found if f.code == "no_signal")
+    assert no_signal.metric == "zero_var_frac" and no_signal.value == "100.0%" and "pass@4" in no_signal.message
+    assert main(["doctor", str(out)]) == 0
+    assert "warning: no_signal" in capsys.readouterr().out
+
+
+def test_entropy_collapse_from_a_too_high_learning_rate(tmp_path, reward_fns_on_path):
+    out = _rl_run(tmp_path, "collapse", "--steps", "20", "--lr", "0.03", "--max_new_tokens", "8",
+                  "--rewards", "reward_fns:count_sevens=1.0")
+    found = diagnose_run(out)["collapse"]
+    collapse = next(f for f in found if f.code == "entropy_collapse")
+    assert "--lr" in collapse.remedy and collapse.metric == "entropy"
+
+
+def test_truncation(tmp_path):
+    out = _rl_run(tmp_path, "short", "--steps", "3", "--max_new_tokens", "2")
+    truncation = next(f for f in diagnose_run(out)["short"] if f.code == "truncation")
+    assert truncation.metric == "truncated_frac" and "--max_new_tokens" in truncation.remedy
+
+
+def _rows(n: int, **series) -> list[dict]:
+    """n RL rows; each keyword is (start, end), linearly interpolated."""
+    rows = []
+    for i in range(n):
+        t = i / (n - 1)
+        rows.append({"step": i + 1, "reward_mean": 0.5, "zero_var_frac": 0.3, "accuracy": 0.5,
+                     **{k: a + (b - a) * t for k, (a, b) in series.items()}})
+    return rows
+
+
+def test_reward_hacking_with_a_learned_reward_model():
+    """Synthetic: the reward model's score rises, held-out accuracy (step 0 and the last eval)
+    falls, and completions stop ending with EOS."""
+    rows = [{"step": 0, "eval_accuracy": 0.40, "eval_format_accuracy": 1.0}]
+    rows += _rows(40, reward_mean=(0.1, 2.0), format_accuracy=(1.0, 0.3), truncated_frac=(0.0, 0.1))
+    rows[-1].update(eval_accuracy=0.15, eval_format_accuracy=0.5)
+    found = diagnose(rows, "rl")
+    assert {"reward_hacking", "eos_loss"} <= _codes(found)
+    hacking = next(f for f in found if f.code == "reward_hacking")
+    assert "40.0% → 15.0%" in hacking.value
+
+
+@pytest.mark.parametrize("series, extra, code", [
+    ({"kl": (0.01, 3.0)}, {}, "kl_runaway"),
+    ({"clip_frac": (0.3, 0.5)}, {}, "clip_high"),
+    ({"completion_len_mean": (5.0, 30.0)}, {}, "length_growth"),
+    ({}, {"skipped_updates": 2}, "nonfinite_skips"),
+    ({}, {"unscorable": 3}, "unscorable"),
+    ({"accuracy": (0.99, 1.0), "zero_var_frac": (0.95, 1.0)}, {}, "reward_easy"),
+])
+def test_synthetic_failures(series, extra, code):
+    rows = _rows(30, **series)
+    rows[10].update(extra)
+    assert code in _codes(diagnose(rows, "rl"))
+    assert _codes(diagnose(_rows(30), "rl")) == set()
+
+
+def test_supervised_stages():
+    falling = [{"step": s, "loss": 3.0 - 0.02 * s} for s in range(10, 110, 10)]
+    assert [f.code for f in diagnose(falling, "cpt")] == ["loss_still_falling"]
+    assert [f.code for f in diagnose([{"step": 5, "eval_format_accuracy": 0.4}], "sft")] == ["sft_format_low"]
+    assert diagnose(falling, "cpt", Thresholds(loss_still_falling=0.5)) == []
+
+
+def test_findings_quote_metric_value_threshold_and_remedy():
+    finding = diagnose(_rows(30, kl=(0.01, 3.0)), "rl")[0]
+    text = finding.text()
+    assert all(part in text for part in ("kl_runaway", "kl =", "threshold > 1", "--beta"))
