@@ -303,6 +303,9 @@ def _check_parallel_options(cfg, ctx: Distributed) -> None:
     if cfg.fsdp and cfg.lora_r:
         raise ValueError("fsdp with LoRA is not supported: a LoRA adapter is small enough to replicate; "
                          "drop --fsdp (DDP) or --lora_r")
+    if getattr(cfg, "micro_batch_tokens", 0) and ctx.active:
+        raise ValueError("micro_batch_tokens packs each process's rows differently, so processes would run different "
+                         "numbers of forward passes; with several processes use micro_batch_size")
     if cfg.logprob_chunk_tokens and ctx.active:
         raise ValueError("logprob_chunk_tokens calls the model's trunk and head directly, around the data-parallel "
                          "wrapper's forward; with several processes use micro_batch_size or gradient_checkpointing")
