@@ -121,7 +121,7 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, generators: dict[st
 
         load_sharded(model, optimizer, path / SHARDED)
     else:
-        _load_weights(path, model)
+        load_weights(path, model)
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
     for name, module in (extra_modules or {}).items():
         load_model(module, str(path / f"{name}.safetensors"))
@@ -152,7 +152,8 @@ def sharded_checkpoint_dir(run_dir: str | Path, step: int) -> Path:
     return tmp
 
 
-def _load_weights(path: Path, model) -> None:
+def load_weights(path: Path, model) -> None:
+    """The weights of a model directory (or a LoRA adapter) saved by lmpo, into `model`."""
     if hasattr(model, "peft_config"):  # a LoRA run's checkpoint holds the adapter (the base is frozen)
         from peft import set_peft_model_state_dict
 

@@ -39,6 +39,7 @@ from lmpo.trainers.rl_batch import Batch, Scored, collect, compute_advantages, m
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.rl_update import LossParts, update
 from lmpo.trainers.runtime import make_optimizer, make_scheduler
+from lmpo.trainers.stopping import BestWeights, StopRule
 from lmpo.trainers.sampler_mismatch import (correct_for_sampler, recompute_logprobs, samples_with_trainer_forward,
                                             sync_and_probe)
 
@@ -82,12 +83,14 @@ def train_rl(cfg: RLConfig) -> StageResult:
     extra_modules = {"critic": critic} if critic is not None else {}
     beta = cfg.beta
 
+    stop, best = StopRule.from_options(cfg, higher_is_better=True), BestWeights(run.out / "best")
     start_step = nonfinite_streak = 0
     resumed = run.resume(policy, optimizer, scheduler, {"sampler": sampler}, extra_modules)
     if resumed is not None:
         start_step, stream.position = resumed.step, resumed.state["prompt_position"]
         beta = resumed.state.get("beta", beta)
         nonfinite_streak = resumed.state.get("nonfinite_steps", 0)
+        stop.load_state(resumed.state.get("stopping", {}))
     if external:  # after the checkpoint: the engine samples the weights training continues from
         sync_and_probe(engine, run.plain(policy), probe_ids, cfg.probe_tolerance)
     if run.dist.is_main:
@@ -99,10 +102,13 @@ def train_rl(cfg: RLConfig) -> StageResult:
             f"critic={cfg.critic}; {cfg.prompts_per_step}x{cfg.group_size} samples per step; {run.describe(policy)}")
 
     heldout = _heldout(cfg, task, tokenizer) if run.dist.is_main else []
-    last_eval = None
+    last_eval, last_eval_step = None, -1
     if heldout and start_step == 0:  # the starting point of the curves
         first = evaluate(run.plain(policy), tokenizer, task, heldout, **eval_options(cfg))
         run.write({"step": 0, **first.metrics()})
+        last_eval_step = 0
+        if stop.active and stop.observe(0, first.accuracy):
+            best.keep(run.plain(policy), tokenizer)
         saved.write(0, "eval", first.trajectories, task)
     policy.train()
     trained = run.trained(policy)
@@ -158,18 +164,31 @@ def train_rl(cfg: RLConfig) -> StageResult:
                 policy.train()
                 row.update(last_eval.metrics())
                 saved.write(step, "eval", last_eval.trajectories, task)
+                last_eval_step = step
+                if stop.active and stop.observe(step, last_eval.accuracy):
+                    best.keep(run.plain(policy), tokenizer)
+            reason = run.dist.broadcast(stop.reason()) if stop.active else None
             run.write(row)
             progress.update(step, reward=row["reward_mean"], acc=row["accuracy"],
                             **({"eval": last_eval.accuracy} if last_eval else {}))
+            if reason:
+                run.say(f"stopping at step {step}: {reason}; keeping the model of step {stop.best_step}")
+                run.write({"step": step, "stopped": reason, "best_step": stop.best_step})
+                break
             if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
                 run.checkpoint(step, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
-                               {"prompt_position": stream.position, "beta": beta, "nonfinite_steps": nonfinite_streak},
-                               extra_modules)
+                               {"prompt_position": stream.position, "beta": beta, "nonfinite_steps": nonfinite_streak,
+                                "stopping": stop.state()}, extra_modules)
             fault_point("step_end", step)
 
     rewards.close()
     getattr(engine, "close", lambda: None)()
     result = StageResult(name="rl", seconds=0.0, model_dir="", run_dir=str(run.out))
+    run.dist.barrier()
+    if stop.active and stop.best_step != last_eval_step and best.restore(policy):
+        run.sync(policy)  # the next stage starts from the best model: evaluate that one
+        last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, **eval_options(cfg)) if heldout else None
+        run.say(f"the model of step {stop.best_step} is the stage's model")
     if last_eval is not None:
         result.accuracy, result.format_accuracy = last_eval.accuracy, last_eval.format_accuracy
         result.tool_call_rate, result.terminations = last_eval.tool_call_rate, last_eval.terminations

@@ -25,10 +25,14 @@ from lmpo.models import load_tokenizer
 from lmpo.rollout import right_pad
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater
+from lmpo.trainers.stopping import BestWeights, StoppingOptions, StopRule, stopping_problems
 from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
                                      raise_if_any)
+
+
+HELDOUT_SEED_OFFSET = 1_000_003  # CPT's held-out documents come from another seed of the same generator
 
 
 @dataclass
@@ -78,7 +82,7 @@ class SupervisedConfig(RunOptions):
 
 
 @dataclass
-class CPTConfig(SupervisedConfig):
+class CPTConfig(SupervisedConfig, StoppingOptions):
     out: str = "runs/cpt"
     """Run directory: metrics.jsonl, checkpoints/, the final model in `model/`, the report."""
     steps: int = 300
@@ -87,9 +91,17 @@ class CPTConfig(SupervisedConfig):
     """Tokens per packed training sequence."""
     corpus_documents: int = 120_000
     """Documents generated for the corpus (each is one line of the task's text)."""
+    heldout_documents: int = 2000
+    """Documents generated from another seed for the held-out loss that the stopping rule reads."""
+    eval_loss_every: int = 25
+    """Measure the held-out loss every this many steps when a stopping rule is on."""
 
     def validate(self) -> None:
-        problems = supervised_problems(self) + at_least(self, 1, "steps", "corpus_documents") + at_least(self, 2, "seq_len")
+        problems = supervised_problems(self) + at_least(self, 1, "steps", "corpus_documents", "heldout_documents",
+                                                        "eval_loss_every") + at_least(self, 2, "seq_len")
+        problems += stopping_problems(self)
+        if (self.stop_patience or self.max_minutes) and self.data:
+            problems.append("a stopping rule reads the held-out loss of the task's corpus; with --data it has none")
         raise_if_any("CPT", problems)
 
 
@@ -276,7 +288,15 @@ def train_cpt(cfg: CPTConfig) -> StageResult:
                 stream.extend(ids if ids[-1:] == [tok.eos_token_id] else [*ids, tok.eos_token_id])
         return CPTBatches(stream, cfg.seq_len, cfg.batch_size, cfg.steps, cfg.seed), cfg.steps
 
-    return _train(cfg, "cpt", prepare, task)
+    def heldout_rows(tok) -> torch.Tensor:
+        stream = []
+        docs = task_documents(task, tok, cfg.heldout_documents, cfg.seed + HELDOUT_SEED_OFFSET)
+        for ids in tok(docs, add_special_tokens=False).input_ids:
+            stream.extend(ids if ids[-1:] == [tok.eos_token_id] else [*ids, tok.eos_token_id])
+        return torch.tensor(stream[: len(stream) // (cfg.seq_len + 1) * (cfg.seq_len + 1)]).view(-1, cfg.seq_len + 1)
+
+    stop = StopRule.from_options(cfg, higher_is_better=False)
+    return _train(cfg, "cpt", prepare, task, (stop, heldout_rows) if stop.active else None)
 
 
 def train_sft(cfg: SFTConfig) -> StageResult:
@@ -318,12 +338,32 @@ def _step(run: Run, model, updater: Updater, batch: tuple, step: int) -> tuple[d
     return row, updated
 
 
-def _train(cfg: SupervisedConfig, name: str, prepare, task) -> StageResult:
+@torch.no_grad()
+def heldout_loss(run: Run, model, rows: torch.Tensor, batch_size: int) -> float:
+    """Mean token cross-entropy on held-out packed rows, in eval mode."""
+    was_training = model.training
+    model.eval()
+    total = count = 0.0
+    for start in range(0, len(rows), batch_size):
+        ids = run.to_device(rows[start:start + batch_size])
+        with run.autocast():
+            logits = model(input_ids=ids).logits
+        n = ids[:, 1:].numel()
+        total += masked_cross_entropy(logits[:, :-1].float(), ids[:, 1:], torch.ones_like(ids[:, 1:]).float()).item() * n
+        count += n
+    model.train(was_training)
+    return total / max(count, 1)
+
+
+def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> StageResult:
+    """`stopping`: (StopRule, held-out rows builder) for a stage that stops on its held-out loss."""
     run = Run(cfg, name)
     tokenizer = load_tokenizer(cfg.model)
     model = run.load_policy(tokenizer)
     model.train()
     batches, total_steps = prepare(tokenizer)
+    stop, rows = (stopping[0], stopping[1](tokenizer)) if stopping else (None, None)
+    best = BestWeights(run.out / "best")
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, total_steps, cfg.lr_schedule, cfg.min_lr_ratio)
     updater = Updater(optimizer, scheduler, cfg.grad_clip, cfg.max_nonfinite_steps, name)
@@ -333,31 +373,49 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task) -> StageResult:
         batches.load_state_dict(resumed.data)
         start_step = resumed.step
         updater.load_state(resumed.state)
+        if stop is not None:
+            stop.load_state(resumed.state.get("stopping", {}))
     trained = run.trained(model)
     run.say(f"{cfg.model}: {run.describe(model)}, {total_steps} steps")
+    last = start_step
     with run.progress(total_steps, initial=start_step) as progress:
         for step, batch in enumerate(batches, start=start_step + 1):
+            last = step
             row, updated = _step(run, trained, updater, run.dist.shard_batch(batch), step)
             if not updated:
                 row["skipped_updates"] = updater.skipped
                 if updater.streak >= cfg.max_nonfinite_steps:
                     run.write(row)
                     updater.check(step)
-            if step % cfg.log_every == 0 or step == total_steps or "skipped_updates" in row:
+            reason = None
+            if stop is not None and (step % cfg.eval_loss_every == 0 or step == total_steps):
+                row["eval_loss"] = heldout_loss(run, model, rows, cfg.batch_size)
+                if stop.observe(step, row["eval_loss"]) and run.dist.is_main:
+                    best.keep(run.plain(model), tokenizer)
+                reason = run.dist.broadcast(stop.reason())
+            if step % cfg.log_every == 0 or step == total_steps or "skipped_updates" in row or "eval_loss" in row:
                 run.write(row)
             progress.update(step, loss=row["loss"])
+            if reason:
+                run.say(f"stopping at step {step}: {reason}; keeping the model of step {stop.best_step}")
+                run.write({"step": step, "stopped": reason, "best_step": stop.best_step})
+                break
             if cfg.save_every and step % cfg.save_every == 0 and step < total_steps:
-                run.checkpoint(step, model, tokenizer, optimizer, scheduler, state=updater.state(),
+                state = {**updater.state(), **({"stopping": stop.state()} if stop else {})}
+                run.checkpoint(step, model, tokenizer, optimizer, scheduler, state=state,
                                data_state=batches.state_dict())
             if batches.at_epoch_end:
                 fault_point("epoch_end", step)
             fault_point("step_end", step)
     result = StageResult(name=name, seconds=0.0, model_dir="", run_dir=str(run.out))
+    run.dist.barrier()
+    if stop is not None and best.restore(model):  # the next stage starts from the best model
+        run.say(f"the model of step {stop.best_step} (held-out loss {stop.best:.4f}) is the stage's model")
     run.sync(model)
     if cfg.eval_problems > 0 and not cfg.data and run.dist.is_main:  # a task's held-out set says nothing about a user's data
         ev = evaluate(run.plain(model), tokenizer, task, task.heldout_problems(cfg.eval_problems),
                       max_new_tokens=cfg.eval_max_new_tokens)
         result.accuracy, result.format_accuracy = ev.accuracy, ev.format_accuracy
         result.tool_call_rate, result.terminations = ev.tool_call_rate, ev.terminations
-        run.write({"step": total_steps, **ev.metrics()})
-    return run.finish(model, tokenizer, result)
+        run.write({"step": last, **ev.metrics()})
+    return run.finish(model, tokenizer, result, **({"best_step": stop.best_step} if stop is not None else {}))

@@ -1,0 +1,109 @@
+"""Stopping rules: run a stage until its held-out score stops improving (or a wall-time cap),
+and keep the best model rather than the last.
+
+A fixed step budget tuned on one task is wrong for the next one: too short where the loss is
+still falling, wasted where it has flattened. `StopRule` watches the held-out score at each
+evaluation (CPT: held-out loss, lower is better; RL: held-out accuracy, higher is better) and
+says when `patience` evaluations in a row improved on the best by less than `min_delta`, or
+when `max_minutes` have passed. The trainer keeps a copy of the best weights (`BestWeights`)
+and ends with them, so the next stage starts from the best model.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from lmpo.models import save_model
+
+
+@dataclass
+class StoppingOptions:
+    stop_patience: int = 0
+    """Stop after this many held-out evaluations in a row without improvement (CPT: loss, RL: accuracy) and keep the best model; 0 = run every step."""
+    stop_min_delta: float = 0.0
+    """The smallest change in the held-out score that counts as an improvement."""
+    max_minutes: float = 0.0
+    """Wall-time cap of the stage in minutes: stop at the first evaluation past it, keeping the best model (0 = none)."""
+
+
+def stopping_problems(cfg: StoppingOptions) -> list[str]:
+    problems = [f"{n}={getattr(cfg, n)} must be >= 0" for n in ("stop_patience", "stop_min_delta", "max_minutes")
+                if getattr(cfg, n) < 0]
+    if (cfg.stop_patience or cfg.max_minutes) and getattr(cfg, "fsdp", False):
+        problems.append("stopping rules keep the best model from an unsharded copy; not yet with fsdp")
+    return problems
+
+
+@dataclass
+class StopRule:
+    patience: int
+    min_delta: float
+    max_seconds: float
+    higher_is_better: bool
+    best: float | None = None
+    best_step: int = 0
+    waited: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    @classmethod
+    def from_options(cls, cfg: StoppingOptions, higher_is_better: bool) -> "StopRule":
+        return cls(cfg.stop_patience, cfg.stop_min_delta, 60 * cfg.max_minutes, higher_is_better)
+
+    @property
+    def active(self) -> bool:
+        return self.patience > 0 or self.max_seconds > 0
+
+    def observe(self, step: int, score: float) -> bool:
+        """Record an evaluation; True when it is the best so far (by more than `min_delta`)."""
+        gain = (score - self.best) if self.best is not None else float("inf")
+        if not self.higher_is_better and self.best is not None:
+            gain = self.best - score
+        if gain > self.min_delta:
+            self.best, self.best_step, self.waited = score, step, 0
+            return True
+        self.waited += 1
+        return False
+
+    def reason(self) -> str | None:
+        """Why the stage should stop now, or None."""
+        if self.patience and self.waited >= self.patience:
+            return (f"no improvement over {self.best:.4g} (step {self.best_step}) by more than {self.min_delta:g} "
+                    f"in {self.waited} evaluations")
+        if self.max_seconds and time.perf_counter() - self.started >= self.max_seconds:
+            return f"the wall-time cap of {self.max_seconds / 60:g} minutes"
+        return None
+
+    def state(self) -> dict:
+        return {"best": self.best, "best_step": self.best_step, "waited": self.waited}
+
+    def load_state(self, state: dict) -> None:
+        self.best, self.best_step, self.waited = state.get("best"), state.get("best_step", 0), state.get("waited", 0)
+
+
+class BestWeights:
+    """The best model so far, written to `RUN_DIR/best/` (an ordinary model directory, or the
+    adapter under LoRA) each time the score improves, so a crash or a resume never loses it."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+
+    def keep(self, model: torch.nn.Module, tokenizer) -> None:
+        tmp = self.directory.with_name(self.directory.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_model(model, tokenizer, tmp)
+        shutil.rmtree(self.directory, ignore_errors=True)
+        tmp.rename(self.directory)
+
+    def restore(self, model: torch.nn.Module) -> bool:
+        """Load the kept weights into `model`; False when none were kept."""
+        if not self.directory.is_dir():
+            return False
+        from lmpo.trainers.checkpoint import load_weights
+
+        load_weights(self.directory, model)
+        return True
