@@ -15,6 +15,7 @@ from lmpo.algos.advantages import (
     group_means,
     grpo,
     rloo,
+    whiten_sequences,
     zero_variance_fraction,
     zero_variance_groups,
 )
@@ -25,7 +26,7 @@ from lmpo.algos.aggregation import (
     seq_mean_token_sum_norm,
     token_mean,
 )
-from lmpo.algos.kl import KL_ESTIMATORS, k1, k2, k3
+from lmpo.algos.kl import KL_ESTIMATORS, k1, k2, k3, k3_ratio
 from lmpo.algos.policy_loss import POLICY_LOSSES, cispo, gspo, gspo_token, ppo_clip
 from lmpo.algos.registry import Registry, UnknownNameError
 from lmpo.algos.token_ops import entropy_from_logits, masked_cross_entropy, token_logprobs
@@ -62,6 +63,8 @@ __all__ = [
     "k1",
     "k2",
     "k3",
+    "k3_ratio",
+    "whiten_sequences",
     "masked_cross_entropy",
     "masked_mean",
     "ppo_clip",

@@ -162,3 +162,38 @@ def advantages_of_valid(estimator, rewards: Tensor, group_ids: Tensor, valid: Te
     if valid.any():
         out[valid] = estimator(rewards[valid], group_ids[valid], **options)
     return out
+
+
+def whiten_sequences(
+    advantages: Tensor,
+    valid: Tensor | None = None,
+    *,
+    eps: float = 1e-8,
+    unbiased: bool = False,
+) -> Tensor:
+    """``(A_i - mean A) / (std A + eps)`` over the batch's sequences, one value per sequence [N].
+
+    Per-sequence whitening, as TRL's RLOO ``normalize_advantages`` (which uses torch's sample
+    std, i.e. ``unbiased=True``, and ``eps = 1e-4``): every sequence counts once whatever its
+    length, and eps is added to the std, not to the variance (unlike `masked_whiten`, which
+    whitens over tokens as ``(x - mu) / sqrt(var + eps)``). ``valid`` (bool [N], default all)
+    selects the sequences that enter the statistics; the others get exactly 0.
+    ``unbiased=True`` uses Bessel's n-1 (a single sequence has std 0). Float64 inside, result in
+    ``advantages.dtype``; an empty selection gives all zeros. Not differentiable (detached).
+    """
+    if advantages.dim() != 1:
+        raise ValueError(f"advantages must be 1-D [N], got shape {tuple(advantages.shape)}")
+    if valid is None:
+        valid = torch.ones_like(advantages, dtype=torch.bool)
+    if valid.shape != advantages.shape or valid.dtype != torch.bool:
+        raise ValueError(f"valid must be a bool tensor of shape {tuple(advantages.shape)}")
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    a = torch.where(valid, advantages.detach().to(torch.float64), 0.0)
+    count = valid.sum().to(torch.float64)
+    mean = a.sum() / count.clamp_min(1.0)
+    centered = torch.where(valid, a - mean, 0.0)
+    std = _std(centered.square().sum(), count, "sample" if unbiased else "population")
+    denom = std + eps
+    out = torch.where(valid & (denom > 0), centered / torch.where(denom > 0, denom, 1.0), 0.0)
+    return out.to(advantages.dtype)

@@ -177,6 +177,8 @@ def cispo(
     *,
     clip_eps_low: float = 0.2,
     clip_eps_high: float = 0.28,
+    ratio_cap: float | None = None,
+    ratio_level: str = "token",
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """CISPO, clipped importance-sampling weight (MiniMax-M1, 2025, arXiv:2506.13585).
 
@@ -184,15 +186,35 @@ def cispo(
     every token keeps a gradient; only its weight is clipped. MiniMax-M1 effectively
     disables the lower bound (pass ``clip_eps_low >= 1``) and tunes only ``clip_eps_high``;
     the defaults here (0.2 / 0.28) are the DAPO clip-higher values.
+
+    ``ratio_cap`` (TRL's meaning of ``epsilon_high`` for its ``cispo`` loss): the weight is
+    ``sg(min(r, ratio_cap))``, an absolute cap with no lower bound, which may be below 1;
+    ``clip_eps_low``/``clip_eps_high`` are then not used. Must be > 0 (None = off).
+    ``ratio_level="sequence"`` replaces the token ratio with the sequence ratio
+    ``s_i = exp((1/L_i) sum_t rho_{i,t})`` (GSPO's, as TRL's ``importance_sampling_level=
+    "sequence"``): every token of row i gets the same clipped weight ``sg(clip(s_i))``, while the
+    gradient still flows through each token's ``log pi_theta``.
     Indicators: ``clipped`` where the weight was clipped (r outside the range).
     """
     _check_eps(clip_eps_low, clip_eps_high)
+    if ratio_cap is not None and not ratio_cap > 0:
+        raise ValueError(f"ratio_cap must be > 0 (or None), got {ratio_cap}")
+    if ratio_level not in ("token", "sequence"):
+        raise ValueError(f"ratio_level must be 'token' or 'sequence', got {ratio_level!r}")
     valid, rho, adv = _prepare(logprobs, old_logprobs, advantages, mask)
-    ratio = rho.exp()
-    weight = ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high).detach()
+    if ratio_level == "sequence":
+        seq_log_ratio, _ = _sequence_log_ratio(valid, rho, adv)
+        ratio = seq_log_ratio.exp().unsqueeze(-1).expand_as(rho)
+    else:
+        ratio = rho.exp()
+    if ratio_cap is not None:
+        low_bound, high_bound = 0.0, ratio_cap
+    else:
+        low_bound, high_bound = 1.0 - clip_eps_low, 1.0 + clip_eps_high
+    weight = ratio.clamp(low_bound, high_bound).detach()
     loss = -weight * adv * torch.where(valid, logprobs, 0.0)
-    low = (ratio < 1.0 - clip_eps_low) & valid
-    high = (ratio > 1.0 + clip_eps_high) & valid
+    low = (ratio < low_bound) & valid
+    high = (ratio > high_bound) & valid
     indicators = {
         "clipped": (low | high).to(loss.dtype),
         "clipped_low": low.to(loss.dtype),

@@ -9,6 +9,7 @@ from lmpo.algos import (
     group_means,
     grpo,
     rloo,
+    whiten_sequences,
     zero_variance_fraction,
     zero_variance_groups,
 )
@@ -186,3 +187,34 @@ def test_empty_batch():
     assert grpo(empty, ids).shape == (0,)
     assert grpo(empty, ids, scale="batch").shape == (0,)
     assert zero_variance_fraction(empty, ids) == 0.0
+
+
+def test_whiten_sequences_hand_values():
+    # the worked example's dr_grpo advantages: mean 0, population std 0.34911, sample std 0.40311
+    adv = torch.tensor(WORKED_DR, dtype=torch.float64)
+    out = whiten_sequences(adv, eps=0.0)
+    torch.testing.assert_close(out, torch.tensor(WORKED_POP, dtype=torch.float64), atol=1e-5, rtol=0)
+    out = whiten_sequences(adv, eps=0.0, unbiased=True)
+    torch.testing.assert_close(out, torch.tensor(WORKED_SAMPLE, dtype=torch.float64), atol=1e-5, rtol=0)
+    # TRL's RLOO: (A - mean) / (std + 1e-4); 0.475 / (0.403113 + 0.0001) = 1.178038
+    out = whiten_sequences(adv, eps=1e-4, unbiased=True)
+    assert out[0].item() == pytest.approx(0.475 / (math.sqrt(0.4875 / 3) + 1e-4), abs=1e-12)
+    assert out[0].item() == pytest.approx(1.178038, abs=1e-6)
+
+
+def test_whiten_sequences_reference_and_valid():
+    gen = torch.Generator().manual_seed(0)
+    adv = torch.randn(9, generator=gen, dtype=torch.float64) * 3 + 1
+    valid = torch.tensor([True] * 6 + [False] * 3)
+    out = whiten_sequences(adv, valid, eps=1e-4, unbiased=True)
+    kept = adv[:6].tolist()
+    mean = sum(kept) / 6
+    std = math.sqrt(sum((a - mean) ** 2 for a in kept) / 5)
+    expected = [(a - mean) / (std + 1e-4) for a in kept] + [0.0] * 3
+    torch.testing.assert_close(out, torch.tensor(expected, dtype=torch.float64), atol=1e-12, rtol=1e-12)
+    # a float32 input comes back float32; empty or constant batches give zeros, not NaN
+    assert whiten_sequences(adv.float()).dtype == torch.float32
+    assert whiten_sequences(adv, torch.zeros(9, dtype=torch.bool)).abs().sum() == 0
+    assert whiten_sequences(torch.ones(4), eps=0.0).abs().sum() == 0
+    with pytest.raises(ValueError, match="1-D"):
+        whiten_sequences(adv[None])

@@ -172,6 +172,50 @@ def test_cispo_gradient_uses_stop_gradient_clipped_weight():
     assert ind["clipped"].tolist() == [[1.0, 1.0, 0.0, 1.0]]
 
 
+def test_cispo_ratio_cap_is_absolute():
+    # TRL's cispo: weight = sg(min(r, cap)), no lower bound; cap 0.9 is below 1
+    ratios = [1.5, 0.5, 0.95, 0.7]
+    advs = [1.0, -2.0, 0.5, 1.0]
+    logprobs = torch.tensor([[-0.4, -1.3, -2.0, -0.1]], dtype=torch.float64, requires_grad=True)
+    old = logprobs.detach() - torch.tensor([[math.log(r) for r in ratios]], dtype=torch.float64)
+    adv = torch.tensor([advs], dtype=torch.float64)
+    mask = torch.ones_like(adv)
+    loss, ind = cispo(logprobs, old, adv, mask, clip_eps_low=0.2, clip_eps_high=0.28, ratio_cap=0.9)
+    # min(1.5, 0.9) = 0.9; 0.5 stays 0.5 (no lower bound); min(0.95, 0.9) = 0.9; 0.7 stays
+    weight = torch.tensor([[0.9, 0.5, 0.9, 0.7]], dtype=torch.float64)
+    # hand value of the first token: -0.9 * 1.0 * (-0.4) = 0.36
+    assert loss[0, 0].item() == pytest.approx(0.36)
+    torch.testing.assert_close(loss, (-weight * adv * logprobs).detach())
+    torch.testing.assert_close(_grad(loss, logprobs), -weight * adv)
+    assert ind["clipped"].tolist() == [[1.0, 0.0, 1.0, 0.0]]
+    assert ind["clipped_low"].sum() == 0
+    with pytest.raises(ValueError, match="ratio_cap"):
+        cispo(logprobs, old, adv, mask, ratio_cap=0.0)
+
+
+def test_cispo_sequence_ratio():
+    # row 0: rho = [log 2, 0] over 2 loss tokens (third masked) -> s = exp(log(2)/2) = sqrt 2
+    # weight = min(max(sqrt 2, 0.8), 1.28) = 1.28 on both tokens; A = 1
+    # row 1: rho = [0.1, -0.1, 0.3] -> mean 0.1 -> s = e^0.1 = 1.10517, in range: weight s
+    logprobs = torch.tensor([[-0.5, -1.0, -7.0], [-0.2, -0.3, -0.4]], dtype=torch.float64, requires_grad=True)
+    rho = torch.tensor([[math.log(2.0), 0.0, 0.0], [0.1, -0.1, 0.3]], dtype=torch.float64)
+    old = logprobs.detach() - rho
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]], dtype=torch.float64)
+    adv = torch.tensor([[1.0], [-2.0]], dtype=torch.float64)
+    loss, ind = cispo(logprobs, old, adv, mask, ratio_level="sequence")
+    weight = torch.tensor([[1.28, 1.28, 0.0], [math.exp(0.1)] * 3], dtype=torch.float64)
+    expected = (-weight * adv * logprobs * mask).detach()
+    torch.testing.assert_close(loss, expected, atol=1e-12, rtol=1e-12)
+    assert loss[0, 0].item() == pytest.approx(-1.28 * 1.0 * -0.5)  # 0.64
+    torch.testing.assert_close(_grad(loss, logprobs), -weight * adv * mask)
+    assert ind["clipped"].tolist() == [[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]
+    # with the TRL cap: min(sqrt 2, 5) = sqrt 2
+    loss, _ = cispo(logprobs, old, adv, mask, ratio_level="sequence", ratio_cap=5.0)
+    assert loss[0, 0].item() == pytest.approx(-math.sqrt(2.0) * -0.5)
+    with pytest.raises(ValueError, match="ratio_level"):
+        cispo(logprobs, old, adv, mask, ratio_level="group")
+
+
 def test_registry_and_eps_validation():
     assert POLICY_LOSSES.names() == ["cispo", "gspo", "gspo_token", "ppo_clip"]
     for name in POLICY_LOSSES.names():
