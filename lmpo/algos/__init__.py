@@ -1,7 +1,8 @@
 """Pure tensor math for RL post-training: sequence and token advantage estimators, policy
 losses, loss aggregation, KL estimators and adaptive KL control, the value loss, DAPO's batch
 filters, token ops (log-probs, entropy, masked cross-entropy), preference losses (DPO, cDPO,
-IPO, SimPO), the Bradley–Terry reward-model loss, and the sampler/trainer mismatch
+IPO, SimPO, robust, hinge, EXO, NCA, BCO, SPPO, AOT, APO, DiscoPOP, SFT, and weighted sums of
+them; KTO and ORPO as functions), the Bradley–Terry reward-model loss, and the sampler/trainer mismatch
 correction (truncated importance sampling, mismatch KL).
 
 Tensors in, tensors out; each family is a `Registry` so configs can select methods by name.
@@ -42,6 +43,10 @@ from lmpo.algos.token_advantages import (
 )
 from lmpo.algos.value_loss import clipped_value_loss
 from lmpo.algos.preference import PREFERENCE_LOSSES, cdpo, dpo, ipo, simpo
+from lmpo.algos.preference_pairs import bco_pair, exo_pair, hinge, nca_pair, robust, sft, sppo_hard
+from lmpo.algos.preference_anchored import aot, aot_pair, apo_down, apo_zero, discopop
+from lmpo.algos.preference_mix import parse_loss_weights, weighted_loss
+from lmpo.algos.preference_unpaired import kto, kto_reference_point, odds_ratio_loss, orpo
 from lmpo.algos.reward_model import bradley_terry_loss, gather_last, last_token_index
 from lmpo.algos.sampler_mismatch import MismatchKL, mismatch_kl, tis_clipped, truncated_importance_weights
 
@@ -94,6 +99,24 @@ __all__ = [
     "ipo",
     "last_token_index",
     "simpo",
+    "aot",
+    "aot_pair",
+    "apo_down",
+    "apo_zero",
+    "bco_pair",
+    "discopop",
+    "exo_pair",
+    "hinge",
+    "kto",
+    "kto_reference_point",
+    "nca_pair",
+    "odds_ratio_loss",
+    "orpo",
+    "parse_loss_weights",
+    "robust",
+    "sft",
+    "sppo_hard",
+    "weighted_loss",
     "MismatchKL",
     "mismatch_kl",
     "tis_clipped",

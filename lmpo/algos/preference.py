@@ -6,7 +6,9 @@ ref_rejected_logps, *, beta=0.1, chosen_lengths=None, rejected_lengths=None, **o
 completion tokens (the caller masks prompt and padding and sums); ``*_lengths`` are the
 [B] completion-token counts, needed only by the length-normalised losses (``ipo``,
 ``simpo``), which divide the sums by them (a length below 1 is treated as 1).
-Reference log-probs are constants (detached); reference-free losses ignore them.
+Reference log-probs are constants (detached); reference-free losses ignore them and carry the
+attribute ``reference_free = True``. More losses: `preference_pairs`, `preference_anchored`;
+weighted sums of them: `preference_mix`.
 
 ``figures`` maps names to detached per-pair [B] tensors, for logging: ``chosen_reward``
 and ``rejected_reward`` (the implicit rewards), ``margin`` (chosen - rejected reward) and
@@ -19,9 +21,10 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from lmpo.algos.registry import Registry
+from lmpo.algos.preference_mix import PreferenceLossRegistry
 
-PREFERENCE_LOSSES = Registry("preference loss")
+# single losses by name; `get` also takes a weighted sum such as "dpo=0.8,bco_pair=0.2,sft=1"
+PREFERENCE_LOSSES = PreferenceLossRegistry("preference loss")
 
 
 def _check_pair(chosen: Tensor, rejected: Tensor, beta: float, **others: Tensor | None) -> None:
@@ -213,3 +216,6 @@ def simpo(
     rejected_reward = beta * _per_token(rejected_logps, rejected_lengths)
     loss = -F.logsigmoid(chosen_reward - rejected_reward - gamma)
     return loss, _figures(chosen_reward, rejected_reward)
+
+
+simpo.reference_free = True  # the trainer holds no reference model for it

@@ -43,7 +43,9 @@ def t(*values):
 
 
 def test_registry():
-    assert PREFERENCE_LOSSES.names() == sorted(LOSSES)
+    more = ["robust", "hinge", "exo_pair", "nca_pair", "bco_pair", "sppo_hard", "aot", "aot_pair", "apo_zero",
+            "apo_down", "discopop", "sft"]  # tests/algos/test_preference_more.py
+    assert PREFERENCE_LOSSES.names() == sorted(LOSSES + more)
     assert PREFERENCE_LOSSES.get("dpo") is dpo and PREFERENCE_LOSSES.get("simpo") is simpo
     with pytest.raises(ValueError, match="choose one of"):
         PREFERENCE_LOSSES.get("orpo")
