@@ -24,7 +24,7 @@ def test_an_option_the_selected_loss_does_not_take_is_an_error(loss, tmp_path, c
     from lmpo.trainers.validation import ConfigError as InvalidConfig
 
     with pytest.raises(InvalidConfig, match=rf"dual_clip=3.0 is not used by loss={loss} \({loss} takes: "
-                                            rf"clip_eps_low, clip_eps_high\)"):
+                                            rf"clip_eps_low, clip_eps_high[,)]"):
         RLConfig(loss=loss, dual_clip=3.0).validate()
     assert main(["train", loss, "--model", "tiny", "--out", str(tmp_path / "r"), "--dual_clip", "3"]) == 2
     assert "dual_clip=3.0 is not used" in _error(capsys)

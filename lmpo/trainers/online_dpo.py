@@ -22,8 +22,8 @@ from lmpo.rollout import SamplingParams
 from lmpo.trainers.checkpoint import resume_training
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, Updater
-from lmpo.trainers.preference import (EncodedPairs, PreferenceConfig, encode_pair_ids, preference_problems,
-                                      preference_step, sequence_logps)
+from lmpo.trainers.preference import (EncodedPairs, PreferenceConfig, encode_pair_ids, preference_options,
+                                      preference_problems, preference_step, sequence_logps)
 from lmpo.trainers.prompts import PromptStream
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_watch import watch_rewards
@@ -100,7 +100,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     optimizer = make_optimizer(policy, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, max_steps, cfg.lr_schedule, cfg.min_lr_ratio)
     updater = Updater(optimizer, scheduler, cfg.grad_clip, cfg.max_nonfinite_steps, f"online_{cfg.loss}")
-    options = options_for(loss_fn, {"label_smoothing": cfg.label_smoothing, "gamma": cfg.gamma})
+    options = options_for(loss_fn, preference_options(cfg))
     heldout = task.heldout_problems(cfg.eval_problems) if cfg.eval_problems and run.dist.is_main else []
     resumed = resume_training(cfg, run.out, "online_dpo", policy, optimizer, scheduler, {"sampler": sampler},
                               rank=run.dist.rank)

@@ -13,6 +13,7 @@ from typing import Literal
 import torch
 
 from lmpo.algos import PREFERENCE_LOSSES
+from lmpo.algos.preference_mix import is_mix
 from lmpo.envs import make_task
 from lmpo.rollout.evaluation import evaluate
 from lmpo.envs.data import PreferencePair
@@ -42,13 +43,15 @@ class PreferenceConfig(RunOptions):
     threads: int = 2
     """Torch CPU threads (0 = one per core)."""
     loss: str = "dpo"
-    """Preference loss: dpo, cdpo, ipo or simpo (reference-free)."""
+    """Preference loss: dpo, cdpo, ipo, simpo (reference-free), robust, hinge, exo_pair, nca_pair, bco_pair, sppo_hard, aot, aot_pair, apo_zero, apo_down, discopop, sft (NLL of the chosen answer); or a weighted sum of them, `name=weight,...` (e.g. MPO's `dpo=0.8,bco_pair=0.2,sft=1`), every part on the same batch."""
     beta: float = 0.1
     """Strength of the implicit KL to the reference (DPO's beta)."""
     label_smoothing: float = 0.1
-    """cdpo: assumed probability that a pair's label is flipped."""
+    """cdpo, robust: assumed probability that a pair's label is flipped; exo_pair: the smoothed label's eps (> 0; TRL's 1e-3); aot, aot_pair: label smoothing of their logistic loss (TRL's default 0)."""
     gamma: float = 0.5
     """simpo: target reward margin (in reward units, after beta)."""
+    discopop_tau: float = 0.05
+    """discopop: temperature of the switch between its logistic and exponential parts."""
     pairs: int = 2000
     """Training pairs drawn from the task's training split."""
     epochs: int = 1
@@ -93,13 +96,24 @@ class PreferenceConfig(RunOptions):
 def preference_problems(cfg: PreferenceConfig) -> list[str]:
     problems = at_least(cfg, 1, "batch_size", "epochs", "pairs", "log_every", "max_length")
     problems += at_least(cfg, 0, "eval_problems") + optimizer_problems(cfg) + checkpoint_problems(cfg)
-    if cfg.loss not in PREFERENCE_LOSSES:
+    if is_mix(cfg.loss):
+        try:  # a weighted sum: say which part is wrong
+            PREFERENCE_LOSSES.get(cfg.loss)
+        except ValueError as err:
+            problems.append(str(err))
+    elif cfg.loss not in PREFERENCE_LOSSES:
         problems.append(f"loss={cfg.loss!r} is not one of {PREFERENCE_LOSSES.names()}")
     if not cfg.beta > 0:
         problems.append(f"beta={cfg.beta} must be > 0")
     if not 0 <= cfg.label_smoothing < 0.5:
         problems.append(f"label_smoothing={cfg.label_smoothing} must be in [0, 0.5)")
     return problems + preference_option_problems(cfg) + data_option_problems(cfg)
+
+
+def preference_options(cfg: PreferenceConfig) -> dict:
+    """The loss options of the config by name; `options_for` passes each loss those it reads
+    (`validation.PREFERENCE_OPTIONS` lists them)."""
+    return {"label_smoothing": cfg.label_smoothing, "gamma": cfg.gamma, "discopop_tau": cfg.discopop_tau}
 
 
 @dataclass
@@ -171,7 +185,7 @@ def train_preference(cfg: PreferenceConfig) -> StageResult:
                     for s in range(0, len(order), cfg.batch_size)]
     batches = [EncodedPairs(*run.to_device(*vars(enc).values())) for enc in batches]
     reference_logps = [None] * len(batches)
-    if cfg.loss != "simpo":  # reference log-probs once, up front; then the reference is gone
+    if not getattr(loss_fn, "reference_free", False):  # reference log-probs once, up front; then it is gone
         reference_logps = reference_sequence_logps(run, policy, batches)
     # the task's held-out set says nothing about a user's data
     heldout = task.heldout_problems(cfg.eval_problems) if cfg.eval_problems and not cfg.data and run.dist.is_main else []
@@ -185,7 +199,7 @@ def train_preference(cfg: PreferenceConfig) -> StageResult:
     if heldout and not resumed:
         first = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
         run.write({"step": 0, "eval_accuracy": first.accuracy, "eval_format_accuracy": first.format_accuracy})
-    options = options_for(loss_fn, {"label_smoothing": cfg.label_smoothing, "gamma": cfg.gamma})
+    options = options_for(loss_fn, preference_options(cfg))
     run.say(f"{len(pairs)} pairs x {cfg.epochs} epochs, {cfg.loss}, beta={cfg.beta}; {run.describe(policy)}")
     policy.train()
     trained = run.trained(policy)

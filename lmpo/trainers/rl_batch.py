@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lmpo.algos import (ADVANTAGES, TOKEN_ADVANTAGES, advantages_of_valid, groups_with_signal, masked_whiten,
-                        overlong_penalty, token_rewards, truncation_mask)
+                        overlong_penalty, token_rewards, truncation_mask, whiten_sequences)
 from lmpo.envs import Grade, Problem
 from lmpo.rollout import Rollout, concat_rollouts, left_pad
 from lmpo.rollout.agent_loop import EpisodeRunner
@@ -245,7 +245,7 @@ def compute_advantages(batch: Batch, scored: Scored, cfg: RLConfig, beta: float)
             rewards = rewards - beta * kl_penalty.sum(dim=1)
         fn = ADVANTAGES.get(cfg.advantage)
         seq_adv = advantages_of_valid(fn, rewards, scored.group_ids, valid,
-                                      **options_for(fn, {"std": cfg.std, "scale": cfg.scale}))
+                                      **options_for(fn, {"std": cfg.std, "scale": cfg.scale, "eps": cfg.advantage_eps}))
         batch.advantages = seq_adv[:, None].expand_as(mask).contiguous()
     else:
         # the environment's per-turn rewards sit on each turn's last model token, the rest of the
@@ -257,8 +257,11 @@ def compute_advantages(batch: Batch, scored: Scored, cfg: RLConfig, beta: float)
         fn = TOKEN_ADVANTAGES.get(cfg.advantage)
         batch.advantages, batch.returns = fn(per_token, mask, values=batch.old_values, gamma=cfg.gamma,
                                              lam=cfg.gae_lambda)
-    if cfg.whiten_advantages:
-        batch.advantages = masked_whiten(batch.advantages, mask)
+    if cfg.whiten_advantages and cfg.whiten_over == "sequences":  # one value per scored sequence
+        seq_adv = whiten_sequences(seq_adv, valid, eps=cfg.whiten_eps, unbiased=cfg.whiten_std == "sample")
+        batch.advantages = seq_adv[:, None].expand_as(mask).contiguous()
+    elif cfg.whiten_advantages:
+        batch.advantages = masked_whiten(batch.advantages, mask, eps=cfg.whiten_eps, unbiased=cfg.whiten_std == "sample")
     figures = {}
     if kl_penalty is not None:
         figures["kl_reward"] = (kl_penalty.sum() / mask.sum().clamp(min=1)).item()

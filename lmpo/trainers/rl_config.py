@@ -80,12 +80,18 @@ class RLConfig(RunOptions, StoppingOptions):
     """grpo: normalise by the sample (n-1) or population (n) standard deviation."""
     scale: Literal["group", "batch", "none"] = "group"
     """grpo: divide by the group's std, the batch's std, or not at all."""
+    advantage_eps: float = 1e-6
+    """grpo: the eps of (R - mean) / (std + eps) (TRL's GRPO uses 1e-4, verl 1e-6)."""
     loss: str = "ppo_clip"
     """Policy loss: ppo_clip, gspo, gspo_token or cispo."""
     clip_eps_low: float = 0.2
     """Lower clip range of the ratio (1 - eps_low)."""
     clip_eps_high: float = 0.2
     """Upper clip range of the ratio (1 + eps_high); > eps_low is DAPO's clip-higher."""
+    ratio_cap: float = 0.0
+    """cispo: an absolute cap on the importance weight, min(r, ratio_cap), with no lower bound and possibly below 1, instead of the clip range (TRL's `epsilon_high` for its cispo loss; 0 = off)."""
+    ratio_level: Literal["token", "sequence"] = "token"
+    """cispo: the importance ratio per token, or per sequence (exp of the mean token log-ratio, as GSPO and TRL's `importance_sampling_level=sequence`)."""
     dual_clip: float = 0.0
     """Dual-clip constant c > 1 for negative advantages (0 = off)."""
     aggregation: str = "seq_mean_token_mean"
@@ -95,7 +101,7 @@ class RLConfig(RunOptions, StoppingOptions):
     beta: float = 0.0
     """KL coefficient toward the reference (0 = no reference model is held)."""
     kl_estimator: str = "k3"
-    """KL estimator added to the loss: k1, k2 or k3 (a reward penalty always uses k1)."""
+    """KL estimator added to the loss: k1, k2, k3, or k3_ratio (k3 times the token ratio pi/pi_old, differentiable: TRL's `use_bias_correction_kl`); a reward penalty always uses k1."""
     kl_placement: Literal["loss", "reward"] = "loss"
     """Where beta*KL goes: a term of the loss (GRPO) or a per-token reward penalty (PPO-RLHF)."""
     target_kl: float = 0.0
@@ -107,7 +113,13 @@ class RLConfig(RunOptions, StoppingOptions):
     gae_lambda: float = 0.95
     """GAE's lambda."""
     whiten_advantages: bool = False
-    """Whiten advantages over the batch's loss tokens (PPO's usual choice)."""
+    """Whiten advantages over the batch (PPO's usual choice); how: whiten_over, whiten_eps, whiten_std."""
+    whiten_over: Literal["tokens", "sequences"] = "tokens"
+    """Whitening statistics over the batch's loss tokens, (A - mean) / sqrt(var + eps), or over its sequences, one advantage each, (A - mean) / (std + eps) (TRL's RLOO normalize_advantages; per-sequence advantages only)."""
+    whiten_eps: float = 1e-8
+    """The eps of whitening (TRL's RLOO uses 1e-4 with sequences)."""
+    whiten_std: Literal["population", "sample"] = "population"
+    """Whitening's variance: population (n) or sample (n-1; torch's std, as TRL)."""
     critic: Literal["none", "head", "separate"] = "none"
     """Value model for gae: a value head on the policy's trunk, or a separate model initialised from `model`."""
     critic_lr: float = 5e-4

@@ -33,7 +33,8 @@ class LossParts:
     @classmethod
     def from_config(cls, cfg: RLConfig, critic=None) -> "LossParts":
         options = {"clip_eps_low": cfg.clip_eps_low, "clip_eps_high": cfg.clip_eps_high,
-                   "dual_clip": cfg.dual_clip or None, "max_len": cfg.max_len_norm or cfg.max_new_tokens}
+                   "dual_clip": cfg.dual_clip or None, "max_len": cfg.max_len_norm or cfg.max_new_tokens,
+                   "ratio_cap": cfg.ratio_cap or None, "ratio_level": cfg.ratio_level}
         return cls(POLICY_LOSSES.get(cfg.loss), AGGREGATIONS.get(cfg.aggregation), KL_ESTIMATORS.get(cfg.kl_estimator),
                    options, cfg.kl_placement == "loss", critic)
 
@@ -102,7 +103,7 @@ def micro_step(policy, part: Batch, cfg: RLConfig, parts: LossParts, counts: dic
         token_loss = token_loss * part.tis_weights
     kl = None
     if part.ref_logprobs is not None:
-        kl = parts.kl(out.logprobs, part.ref_logprobs)
+        kl = parts.kl(out.logprobs, part.ref_logprobs, **options_for(parts.kl, {"old_logprobs": part.old_logprobs}))
         if parts.kl_in_loss:
             token_loss = token_loss + beta * torch.where(mask.bool(), kl, torch.zeros_like(kl))
     if cfg.entropy_coef > 0:

@@ -101,7 +101,13 @@ RL_PART_OPTIONS = {
     "clip_eps_value": ("critic", ("head", "separate")),
     "tis_cap": ("engine", ("auto", "vllm")), "probe_tolerance": ("engine", ("auto", "vllm")),
     "vllm_gpu_memory_utilization": ("engine", ("auto", "vllm")),
+    "advantage_eps": ("advantage", ("grpo",)),
+    "whiten_over": ("whiten_advantages", (True,)), "whiten_eps": ("whiten_advantages", (True,)),
+    "whiten_std": ("whiten_advantages", (True,)),
 }
+
+# policy-loss options, read by the losses whose functions take a keyword of that name
+POLICY_LOSS_OPTIONS = ("clip_eps_low", "clip_eps_high", "dual_clip", "ratio_cap", "ratio_level")
 
 
 def unused_option_problems(cfg) -> list[str]:
@@ -113,9 +119,10 @@ def unused_option_problems(cfg) -> list[str]:
     problems = []
     if cfg.loss in POLICY_LOSSES:
         takes = [p for p in _params(POLICY_LOSSES.get(cfg.loss))]
-        for option in ("clip_eps_low", "clip_eps_high", "dual_clip"):
+        for option in POLICY_LOSS_OPTIONS:
             if getattr(cfg, option) != getattr(defaults, option) and option not in takes:
                 problems.append(_not_taken(option, getattr(cfg, option), "loss", cfg.loss, takes))
+    problems += algorithm_option_problems(cfg, defaults)
     for option, (part, readers) in RL_PART_OPTIONS.items():
         if getattr(cfg, option) != getattr(defaults, option) and getattr(cfg, part) not in readers:
             takes = [o for o, (p, r) in RL_PART_OPTIONS.items() if p == part and getattr(cfg, part) in r]
@@ -127,17 +134,54 @@ def unused_option_problems(cfg) -> list[str]:
     return problems
 
 
+# preference-loss options that only some losses read (the loss functions' keyword names)
+PREFERENCE_OPTIONS = ("label_smoothing", "gamma", "discopop_tau")
+
+
+def algorithm_option_problems(cfg, defaults) -> list[str]:
+    """Values of the RL algorithm options that cannot work (`ratio_cap`, `advantage_eps`, `whiten_*`)."""
+    problems = []
+    if cfg.ratio_cap < 0:
+        problems.append(f"ratio_cap={cfg.ratio_cap} must be > 0 (or 0 = off)")
+    elif cfg.ratio_cap and (cfg.clip_eps_low, cfg.clip_eps_high) != (defaults.clip_eps_low, defaults.clip_eps_high):
+        problems.append(f"ratio_cap={cfg.ratio_cap} replaces the clip range: clip_eps_low/clip_eps_high are not "
+                        f"used with it")
+    if cfg.ratio_level not in ("token", "sequence"):
+        problems.append(f"ratio_level={cfg.ratio_level!r} must be token or sequence")
+    if cfg.advantage_eps < 0 or cfg.whiten_eps < 0:
+        problems.append(f"advantage_eps={cfg.advantage_eps} and whiten_eps={cfg.whiten_eps} must be >= 0")
+    if cfg.whiten_advantages and cfg.whiten_over == "sequences":
+        from lmpo.algos import ADVANTAGES
+
+        if cfg.advantage not in ADVANTAGES:
+            problems.append(f"whiten_over=sequences needs a per-sequence advantage (grpo, dr_grpo, rloo); "
+                            f"{cfg.advantage} gives one per token: use whiten_over=tokens")
+    return problems
+
+
 def preference_option_problems(cfg) -> list[str]:
-    """`label_smoothing` (cdpo) and `gamma` (simpo) given to a loss that does not read them."""
+    """A loss option (`label_smoothing`, `gamma`, `discopop_tau`) given to a loss (or to every part
+    of a weighted sum) that does not read it, and values the selected loss cannot take."""
     from lmpo.algos import PREFERENCE_LOSSES
 
     if cfg.loss not in PREFERENCE_LOSSES:
         return []
     defaults = type(cfg)()
-    takes = [p for p in _params(PREFERENCE_LOSSES.get(cfg.loss)) if p in ("label_smoothing", "gamma")]
-    return [_not_taken(option, getattr(cfg, option), "loss", cfg.loss, takes)
-            for option in ("label_smoothing", "gamma")
-            if getattr(cfg, option) != getattr(defaults, option) and option not in takes]
+    takes = [p for p in _params(PREFERENCE_LOSSES.get(cfg.loss)) if p in PREFERENCE_OPTIONS]
+    problems = [_not_taken(option, getattr(cfg, option), "loss", cfg.loss, takes)
+                for option in PREFERENCE_OPTIONS
+                if getattr(cfg, option) != getattr(defaults, option) and option not in takes]
+    if "discopop_tau" in takes and not cfg.discopop_tau > 0:
+        problems.append(f"discopop_tau={cfg.discopop_tau} must be > 0")
+    if "exo_pair" in _loss_names(cfg.loss) and not cfg.label_smoothing > 0:
+        problems.append(f"label_smoothing={cfg.label_smoothing}: exo_pair takes log(label_smoothing), so it "
+                        f"must be > 0 (TRL uses 1e-3)")
+    return problems
+
+
+def _loss_names(spec: str) -> list[str]:
+    """The single losses of a loss name or a weighted-sum spec."""
+    return [part.partition("=")[0].strip() for part in spec.split(",")]
 
 
 DATA_ONLY = ("max_length", "overlong")  # read only when the rows come from --data FILE
