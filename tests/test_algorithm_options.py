@@ -135,3 +135,32 @@ def test_weighted_preference_loss_trains(start_model, tmp_path):
     assert first["loss_bco_pair"] == pytest.approx(2 * math.log(2), abs=1e-5)
     assert first["loss"] == pytest.approx(0.8 * first["loss_dpo"] + 0.2 * first["loss_bco_pair"] + first["loss_sft"],
                                           rel=1e-5)
+
+
+def test_rl_runs_with_the_ported_options(start_model, tmp_path):
+    """TRL-style CISPO (absolute cap, sequence ratio), bias-corrected KL, TRL's eps and per-sequence
+    whitening, through the real loop, with two passes so that the ratio moves off 1."""
+    from lmpo.trainers.rl import train_rl
+
+    cfg = RLConfig(model=start_model, out=str(tmp_path / "run"), steps=2, prompts_per_step=2, group_size=4,
+                   prompt_pool=32, max_new_tokens=6, eval_problems=0, save_every=0, lr=1e-3, warmup_steps=1,
+                   threads=1, loss="cispo", ratio_cap=5.0, ratio_level="sequence", kl_estimator="k3_ratio",
+                   beta=0.04, advantage_eps=1e-4, whiten_advantages=True, whiten_over="sequences",
+                   whiten_eps=1e-4, whiten_std="sample", num_iterations=2, aggregation="token_mean")
+    train_rl(cfg)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "kl" in r]
+    assert len(steps) == 2 and all(math.isfinite(r["kl"]) and r["kl"] >= 0 for r in steps)
+
+
+@pytest.mark.parametrize("loss", ["robust", "hinge", "exo_pair", "nca_pair", "bco_pair", "sppo_hard", "aot",
+                                  "aot_pair", "apo_zero", "apo_down", "discopop", "sft"])
+def test_every_new_preference_loss_trains(loss, start_model, tmp_path):
+    from lmpo.trainers.preference import train_preference
+
+    out = tmp_path / loss
+    options = {"label_smoothing": 0.001} if loss == "exo_pair" else {}
+    train_preference(PreferenceConfig(loss=loss, model=start_model, out=str(out), pairs=8, batch_size=8,
+                                      eval_problems=0, log_every=1, threads=1, **options))
+    steps = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+    assert len(steps) == 1 and math.isfinite(steps[0]["loss"])
