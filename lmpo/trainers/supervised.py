@@ -332,8 +332,9 @@ def _step(run: Run, model, updater: Updater, batch: tuple, step: int) -> tuple[d
     # data parallel: each rank's share of the global token mean, times the ranks DDP averages over
     loss = masked_cross_entropy(logits[:, :-1].float(), ids[:, 1:], mask[:, 1:],
                                 num_tokens=global_tokens / run.dist.world)
+    lr = updater.lr  # the rate this step uses
     updated, grad_norm = updater.step(loss)
-    row = {"step": step, "loss": run.dist.all_sum(loss.item()) / run.dist.world, "lr": updater.lr,
+    row = {"step": step, "loss": run.dist.all_sum(loss.item()) / run.dist.world, "lr": lr,
            "grad_norm": grad_norm, "tokens_per_s": global_tokens / (time.perf_counter() - t0)}
     return row, updated
 
