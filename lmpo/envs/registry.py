@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Callable
 
+from lmpo.envs.aftersales import Aftersales
 from lmpo.envs.base import Task
 from lmpo.envs.exact_match import ExactMatch
 from lmpo.envs.sort_digits import SortDigits
 from lmpo.envs.tool_tasks import Calculator, Vault
 
 TASKS: dict[str, Callable[..., Task]] = {"sort_digits": SortDigits, "exact_match": ExactMatch, "vault": Vault,
-                                         "calculator": Calculator}
+                                         "calculator": Calculator, "aftersales": Aftersales}
 
 
 def make_task(spec: str) -> Task:

@@ -155,6 +155,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     if last_eval is not None:
         result.accuracy, result.format_accuracy = last_eval.accuracy, last_eval.format_accuracy
         result.tool_call_rate, result.terminations = last_eval.tool_call_rate, last_eval.terminations
+        result.breakdown = last_eval.breakdown or None
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result.write(out / "result.json", config=asdict(cfg), models_held=held, peak_rss_mb=round(peak_mb, 1))
     run.close()

@@ -373,6 +373,7 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task) -> StageResult:
                       max_new_tokens=cfg.eval_max_new_tokens)
         result.accuracy, result.format_accuracy = ev.accuracy, ev.format_accuracy
         result.tool_call_rate, result.terminations = ev.tool_call_rate, ev.terminations
+        result.breakdown = ev.breakdown or None
         log.write({"step": total_steps, **ev.metrics()})
     result.seconds = time.perf_counter() - started
     result.write(out / "result.json", config=asdict(cfg))
