@@ -34,7 +34,7 @@ class Aftersales:
     max_turn_tokens = 32
     max_tokens = 160
     pipeline_settings = {
-        "cpt": {"corpus_documents": 20000, "seq_len": 256},
+        "cpt": {"corpus_documents": 20000},
         "sft": {"demonstrations": 3000, "epochs": 2},
         "rl": {"rewards": "format=0.1"},  # the outcome and process rewards come from the environment
     }
