@@ -27,8 +27,8 @@ from lmpo.envs.tools.schema import clip
 @dataclass(frozen=True)
 class Rewards:
     outcome: float = 1.0
-    process: float = 0.02
-    block_penalty: float = 0.2
+    process: float = 0.05
+    block_penalty: float = 0.1
 
 
 class AftersalesEnv:
@@ -60,12 +60,16 @@ class AftersalesEnv:
             return self._finish(reply.strip(), {"answer": reply})
         reward, observations, info = 0.0, [], {"tool_calls": len(parsed.calls), "parse_error": False}
         for call in parsed.calls:
+            known = len(self.tools.evidence.orders) + len(self.tools.evidence.policies)
             text, ok, blocked = self._run(call)
+            # only new evidence or a write earns the process reward: repeating a lookup farms nothing
+            fresh = len(self.tools.evidence.orders) + len(self.tools.evidence.policies) > known
+            ok_paid = ok and (fresh or call.name in WRITE_TOOLS)
             if blocked:
                 self.blocks += 1
                 info["counts"] = {"guardrail_blocks": info.get("counts", {}).get("guardrail_blocks", 0) + 1}
                 reward -= self.rewards.block_penalty
-            elif ok:
+            elif ok_paid:
                 reward += self.rewards.process
             info["parse_error"] = info["parse_error"] or not (ok or blocked)
             if ok and call.name == HANDOFF:

@@ -30,17 +30,17 @@ SFT_KINDS = ("refund", "where", "addr", "cancel", "complaint")
 class Aftersales:
     name = "aftersales"
     chat = True
-    max_turns = 5
+    max_turns = 6
     max_turn_tokens = 32
-    max_tokens = 160
+    max_tokens = 192
     pipeline_settings = {
         "cpt": {"corpus_documents": 20000},
         "sft": {"demonstrations": 3000, "epochs": 2},
-        "rl": {"rewards": "format=0.1"},  # the outcome and process rewards come from the environment
+        "rl": {"rewards": "format=0.05", "temperature": 0.7},  # the outcome and process rewards come from the environment
     }
 
     def __init__(self, flaw_rate: float = 0.6, db_seed: int = 0, heldout_db_seed: int = 1, refund_window_days: int = 30,
-                 approval_limit: int = 100, outcome: float = 1.0, process: float = 0.02, block_penalty: float = 0.2,
+                 approval_limit: int = 100, outcome: float = 1.0, process: float = 0.05, block_penalty: float = 0.1,
                  guardrail: int = 1, sft_kinds: tuple[str, ...] = SFT_KINDS, db_dir: str | os.PathLike | None = None):
         if not 0 <= flaw_rate <= 1:
             raise ValueError(f"flaw_rate must be in [0, 1], got {flaw_rate}")
