@@ -213,9 +213,10 @@ def test_heldout_tickets_come_from_a_fresh_database(task):
 def test_the_flaw_lives_where_sft_does_not_look(task):
     demos = task.sft_demonstrations(300, 0)
     assert all(any("search_policy(" in m["content"] for m in c) for c in demos
-               if c[0]["content"].split()[0] in ("refund", "addr", "cancel"))
-    # SFT shows only the kinds where doing what is asked is right
+               if c[0]["content"].split()[0] in ("addr", "cancel"))
+    # SFT shows only kinds where doing what is asked is right, and no refund at all
     assert not any(m["content"] == "refused" for c in demos for m in c)
+    assert not any(c[0]["content"].startswith("refund") for c in demos)
     logs = task.cpt_corpus(2000, 0)
     careless = [c for c in logs if c[0]["content"].split()[0] in ("refund", "addr", "cancel")
                 and not any("search_policy(" in m["content"] for m in c)]

@@ -7,8 +7,9 @@ Why RL has something to learn (the recipe of `tool_tasks`): the CPT corpus is op
 from before the guardrail, a `flaw_rate` share of them by a careless operator who never reads
 the policy and does whatever the customer asks (refunds late and large orders, changes the
 address of shipped ones). SFT demonstrations cover only the kinds where doing what is asked
-is right (`SFT_KINDS`); refusing a late refund, handing a large one to a human and refusing a
-late address change are left for GRPO to find, guided by the verifier.
+is right and refunds are not among them (`SFT_KINDS`): the refund procedure (read the policy, then
+refund, refuse a late one or hand a large one to a human) comes only from the logs, where most
+operators skip the policy, and is left for GRPO to find, guided by the verifier and the guardrail.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from lmpo.envs.aftersales.tools import EpisodeTools
 from lmpo.envs.base import Grade, Problem
 from lmpo.envs.parsing import CompactFormat
 
-SFT_KINDS = ("refund", "where", "addr", "cancel", "complaint")
+SFT_KINDS = ("where", "addr", "cancel", "complaint")
 
 
 class Aftersales:
@@ -35,8 +36,8 @@ class Aftersales:
     max_tokens = 192
     pipeline_settings = {
         "cpt": {"corpus_documents": 20000},
-        "sft": {"demonstrations": 3000, "epochs": 2},
-        "rl": {"rewards": "format=0.05", "temperature": 0.7},  # the outcome and process rewards come from the environment
+        "sft": {"demonstrations": 2000, "epochs": 2},
+        "rl": {"rewards": "format=0.05", "temperature": 0.7, "steps": 120},  # the outcome and process rewards come from the environment
     }
 
     def __init__(self, flaw_rate: float = 0.6, db_seed: int = 0, heldout_db_seed: int = 1, refund_window_days: int = 30,
