@@ -222,3 +222,37 @@ def test_the_flaw_lives_where_sft_does_not_look(task):
                 and not any("search_policy(" in m["content"] for m in c)]
     writes = [c for c in logs if c[0]["content"].split()[0] in ("refund", "addr", "cancel")]
     assert 0.5 < len(careless) / len(writes) < 0.7
+
+
+def test_evaluation_reports_handoffs_and_blocks_per_kind():
+    from lmpo.envs.base import Grade, Problem
+    from lmpo.rollout.evaluation import breakdown
+    from lmpo.rollout.trajectory import Trajectory
+
+    def episode(kind, needs_handoff, handed_off, blocks, termination="answered"):
+        t = Trajectory(Problem("p", "a", {"kind": kind, "handoff": needs_handoff}), 1, termination=termination)
+        if handed_off:
+            t.info["handoff"] = True
+        if blocks:
+            t.info["counts"] = {"guardrail_blocks": blocks}
+        return t
+
+    episodes = [episode("refund_big", True, True, 0, "env_done"), episode("refund", False, True, 0, "env_done"),
+                episode("refund", False, False, 2), episode("refund", False, False, 0, "token_budget")]
+    grades = [Grade(True, True), Grade(False, True), Grade(False, True), Grade(False, False)]
+    b = breakdown(episodes, grades)
+    assert (b["handoff_rate"], b["handoff_correct"], b["handoff_unnecessary"]) == (0.5, 0.25, 0.25)
+    assert b["guardrail_blocks_mean"] == 0.5
+    refund = b["by_kind"]["refund"]
+    assert refund["n"] == 3 and refund["accuracy"] == 0 and refund["guardrail_blocks_mean"] == 2 / 3
+    assert refund["terminations"] == {"answered": 1 / 3, "env_done": 1 / 3, "token_budget": 1 / 3}
+    assert b["by_kind"]["refund_big"]["accuracy"] == 1.0
+    assert breakdown([Trajectory(Problem("p", "a"), 1)], [Grade(True, True)]) == {}  # other tasks: nothing added
+
+
+def test_process_reward_pays_for_new_evidence_only(task):
+    p = _ticket(task, "where")
+    order = p.meta["order"]
+    steps, _ = _play(task, p, [f"lookup_order({order})", f"lookup_order({order})", "search_policy(shipping)",
+                               "lookup_order(o99999)"])
+    assert [s.reward for s in steps] == [task.rewards.process, None, task.rewards.process, None]
