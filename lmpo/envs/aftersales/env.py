@@ -3,7 +3,8 @@ guardrail, the verifier at the end, and the rewards.
 
 Rewards (weights in `Rewards`): per turn, `process` for a call that succeeded with its
 evidence in place, minus `block_penalty` for a write the guardrail blocked; at the end,
-`outcome` if the verifier accepts the final database and reply. (The `format` reward, for an
+`outcome` if the verifier accepts the final database and reply, minus `handoff_cost` for a
+hand-off the ticket did not need. (The `format` reward, for an
 episode closed with EOS, is the trainer's `format` reward function on `grade`.) An episode
 that runs out of turns or tokens never reaches the verifier and so earns no outcome reward;
 what training does with it is the termination policy's business.
@@ -29,6 +30,9 @@ class Rewards:
     outcome: float = 1.0
     process: float = 0.05
     block_penalty: float = 0.1
+    handoff_cost: float = 0.2
+    """Subtracted for a hand-off the ticket did not need: a human's time is not free, and without
+    a cost handing every doubtful ticket over is a safe way never to be wrong."""
 
 
 class AftersalesEnv:
@@ -97,6 +101,8 @@ class AftersalesEnv:
         expected = {tuple(change) for change in meta["expected"]}
         self.verdict = verify(expected, changes(source(meta["db"]), self.db), tuple(meta["facts"]), reply, bool(meta["handoff"]))
         info = {**info, "verdict": self.verdict.correct}
+        if info.get("handoff") and not meta["handoff"]:
+            reward -= self.rewards.handoff_cost
         return Step(done=True, reward=reward + self.rewards.outcome * self.verdict.correct, info=info)
 
     def writes(self) -> set[tuple]:

@@ -42,7 +42,7 @@ class Aftersales:
 
     def __init__(self, flaw_rate: float = 0.6, db_seed: int = 0, heldout_db_seed: int = 1, refund_window_days: int = 30,
                  approval_limit: int = 100, outcome: float = 1.0, process: float = 0.05, block_penalty: float = 0.1,
-                 guardrail: int = 1, sft_kinds: tuple[str, ...] = SFT_KINDS, db_dir: str | os.PathLike | None = None):
+                 handoff_cost: float = 0.2, guardrail: int = 1, sft_kinds: tuple[str, ...] = SFT_KINDS, db_dir: str | os.PathLike | None = None):
         if not 0 <= flaw_rate <= 1:
             raise ValueError(f"flaw_rate must be in [0, 1], got {flaw_rate}")
         if db_seed == heldout_db_seed:
@@ -52,7 +52,7 @@ class Aftersales:
             raise ValueError(f"unknown ticket kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
         self.flaw_rate, self.db_seed, self.heldout_db_seed = flaw_rate, int(db_seed), int(heldout_db_seed)
         self.policies = Policies(int(refund_window_days), int(approval_limit))
-        self.rewards = Rewards(outcome, process, block_penalty)
+        self.rewards = Rewards(outcome, process, block_penalty, handoff_cost)
         self.guardrail, self.sft_kinds, self.db_dir = bool(guardrail), tuple(sft_kinds), db_dir
         self.fmt = CompactFormat()
         self._heldout_cache: dict[int, list[Problem]] = {}
