@@ -42,7 +42,7 @@ class Aftersales:
 
     def __init__(self, flaw_rate: float = 0.6, db_seed: int = 0, heldout_db_seed: int = 1, refund_window_days: int = 30,
                  approval_limit: int = 100, outcome: float = 1.0, process: float = 0.05, block_penalty: float = 0.1,
-                 handoff_cost: float = 0.2, guardrail: int = 1, sft_kinds: tuple[str, ...] = SFT_KINDS, db_dir: str | os.PathLike | None = None):
+                 handoff_cost: float = 0.0, guardrail: int = 1, sft_kinds: tuple[str, ...] = SFT_KINDS, db_dir: str | os.PathLike | None = None):
         if not 0 <= flaw_rate <= 1:
             raise ValueError(f"flaw_rate must be in [0, 1], got {flaw_rate}")
         if db_seed == heldout_db_seed:
