@@ -59,3 +59,23 @@ def test_agentic_pipeline_learns_within_budget(task, tmp_path):
     assert stages["sft"]["tool_call_rate"] == stages["grpo"]["tool_call_rate"] == 1.0
     rows = [json.loads(line) for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert all(0 < r["obs_token_frac"] < 1 for r in rows if "reward_mean" in r)
+
+
+@pytest.mark.slow
+def test_aftersales_pipeline_learns_within_budget(tmp_path):
+    """The after-sales acceptance check: held-out success after GRPO is >= 15 points above SFT,
+    guardrail blocks per held-out episode fall, and the source databases are never written."""
+    from lmpo.envs import make_task
+    from lmpo.envs.aftersales.db import file_checksum
+
+    task = make_task("aftersales")
+    sources = [task.database(), task.database(heldout=True)]
+    before = [file_checksum(p) for p in sources]
+    out = tmp_path / "aftersales"
+    assert main(["pipeline", "--task", "aftersales", "--out", str(out), "--threads", "1"]) == 0
+    stages = {s["name"]: s for s in json.loads((out / "summary.json").read_text())["stages"]}
+    assert stages["grpo"]["accuracy"] - stages["sft"]["accuracy"] >= 0.15
+    blocks = [stages[name]["breakdown"].get("guardrail_blocks_mean", 0.0) for name in ("sft", "grpo")]
+    assert blocks[1] < blocks[0]
+    assert len(stages["grpo"]["breakdown"]["by_kind"]) == 8
+    assert [file_checksum(p) for p in sources] == before

@@ -39,7 +39,9 @@ class Step:
     reads: `answer` (the final answer text, when the turn answered), `parse_error` (the turn
     was malformed: bad call syntax, unknown tool or bad arguments), `tool_calls` (calls made
     this turn), `termination` (a reason from TERMINATIONS when `done` for another reason than
-    an answer)."""
+    an answer), `handoff` (the episode ended by handing over to a human), `verdict` (the
+    environment's own judgement of the episode, for a task's `grade_trajectory`), `counts`
+    ({name: n} tallies the loop sums over the episode, e.g. guardrail blocks)."""
 
     observation: str | list[dict] = ""
     reward: float | None = None

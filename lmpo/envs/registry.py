@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from lmpo.envs.aftersales import Aftersales
 from lmpo.envs.base import Task
 from lmpo.envs.digit_tasks import Increment, ReverseDigits
 from lmpo.envs.exact_match import ExactMatch
@@ -16,7 +17,7 @@ from lmpo.envs.tool_tasks import Calculator, Vault
 
 TASKS: dict[str, Callable[..., Task]] = {"sort_digits": SortDigits, "exact_match": ExactMatch, "vault": Vault,
                                          "calculator": Calculator, "reverse_digits": ReverseDigits,
-                                         "increment": Increment}
+                                         "increment": Increment, "aftersales": Aftersales}
 
 REQUIRED = ("grade", "is_heldout")
 

@@ -136,6 +136,7 @@ def _pipeline_section(
     sub_reports = {i: _stage_report(run_dir, s, seen) for i, s in enumerate(stages)}
     agent = _stage_agent_fields(summary, len(stages))
     body.append(_stage_table(stages, sub_reports, report.html.parent, agent))
+    body += _breakdown_tables(summary, stages)
     png = render_stages(stages, report.html.parent)
     if png is not None:
         report.images.append(png)
@@ -232,6 +233,45 @@ def _stage_table(
     headers = ["stage", "accuracy", "format accuracy", "time"]
     headers += ["tool-call rate"] * has_rate + ["episode endings"] * has_ends
     return page.table(headers + ["run"], rows)
+
+
+def _breakdown_tables(summary: Path, stages: list[Stage]) -> list[str]:
+    """Hand-offs and environment tallies per stage, then success per problem kind and stage
+    (tasks whose evaluation reports a ``breakdown``, e.g. aftersales)."""
+    raw = json.loads(summary.read_text(encoding="utf-8")).get("stages", [])[:len(stages)]
+    found = [s.get("breakdown") if isinstance(s.get("breakdown"), dict) else {} for s in raw]
+    if not any(found):
+        return []
+    names = [s.name for s in stages]
+    tallies = sorted({k for b in found for k in b if k.endswith("_mean")})
+    rows = []
+    for i, b in enumerate(found):
+        cells = [page.cell(names[i])]
+        for key in ("handoff_rate", "handoff_correct", "handoff_unnecessary"):
+            cells.append(page.cell(fmt_pct(as_float(b.get(key))), numeric=True))
+        cells += [page.cell(fmt_value(b[k]) if k in b else "n/a", numeric=True) for k in tallies]
+        rows.append(cells)
+    out = [page.heading("Hand-offs and environment tallies (held-out)", 3),
+           page.table(["stage", "hand-offs", "correct hand-offs", "unnecessary hand-offs",
+                       *[k[:-5].replace("_", " ") + " / episode" for k in tallies]], rows)]
+    kinds = sorted({k for b in found for k in (b.get("by_kind") or {})})
+    if kinds:
+        rows = []
+        for kind in kinds:
+            cells = [page.cell(kind)]
+            for b in found:
+                f = (b.get("by_kind") or {}).get(kind)
+                if not isinstance(f, dict):
+                    cells.append(page.cell("n/a"))
+                    continue
+                extra = "".join(f", {k[:-5].replace('_', ' ')} {fmt_value(v)}/ep" for k, v in f.items()
+                                if k.endswith("_mean"))
+                ends = _fmt_terminations(f.get("terminations") or {})
+                cells.append(page.cell(f"{fmt_pct(as_float(f.get('accuracy')))} (hand-offs "
+                                       f"{fmt_pct(as_float(f.get('handoff_rate')))}{extra}; {ends})"))
+            rows.append(cells)
+        out += [page.heading("Held-out success per problem kind", 3), page.table(["kind", *names], rows)]
+    return out
 
 
 def _extras_table(extras: dict[str, Any]) -> str:

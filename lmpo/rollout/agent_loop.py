@@ -137,9 +137,11 @@ def _take_turn(ep: _Episode, sample, cap_reason: str, eos_ids: set[int], tokeniz
     traj.tool_calls += int(step.info.get("tool_calls", 0))
     if step.info.get("parse_error"):
         traj.parse_errors += 1
+    for name, n in step.info.get("counts", {}).items():  # an environment's own tallies, e.g. guardrail blocks
+        traj.info.setdefault("counts", {})[name] = traj.info.get("counts", {}).get(name, 0) + n
     if step.done:
         reason = step.info.get("termination") or (ANSWERED if "answer" in step.info else ENV_DONE)
-        ep.end(reason, **{k: v for k, v in step.info.items() if k in ("error", "handoff")})
+        ep.end(reason, **{k: v for k, v in step.info.items() if k in ("error", "handoff", "verdict")})
         return False
     if traj.parse_errors >= ep.limits.max_parse_errors:
         ep.end(PARSE_ERROR_LIMIT)

@@ -27,11 +27,14 @@ class EvalResult:
     """Share of episodes per termination reason."""
     trajectories: list[Trajectory] = field(default_factory=list, repr=False)
     """The first few episodes, for people to read."""
+    breakdown: dict = field(default_factory=dict)
+    """Agent figures beyond success (see `breakdown`): hand-offs, environment tallies per
+    episode, and the same per problem kind; empty for tasks whose episodes carry none."""
 
     def as_dict(self) -> dict:
         return {"accuracy": self.accuracy, "format_accuracy": self.format_accuracy, "n": self.n,
                 "tool_call_rate": self.tool_call_rate, "turns_mean": self.turns_mean,
-                "terminations": self.terminations}
+                "terminations": self.terminations, **({"breakdown": self.breakdown} if self.breakdown else {})}
 
     def metrics(self, prefix: str = "eval_") -> dict:
         row = {f"{prefix}accuracy": self.accuracy, f"{prefix}format_accuracy": self.format_accuracy}
@@ -39,6 +42,10 @@ class EvalResult:
             row[f"{prefix}tool_call_rate"] = self.tool_call_rate
             row[f"{prefix}turns_mean"] = self.turns_mean
         row.update({f"{prefix}termination_{k}": v for k, v in self.terminations.items()})
+        overall = {k: v for k, v in self.breakdown.items() if k != "by_kind" and isinstance(v, float)}
+        row.update({f"{prefix}{k}": v for k, v in overall.items()})
+        for kind, figures in self.breakdown.get("by_kind", {}).items():
+            row[f"{prefix}kind_{kind}_accuracy"] = figures["accuracy"]
         return row
 
 
@@ -47,7 +54,43 @@ def encode_prompts(tokenizer, problems: Sequence[Problem]) -> list[list[int]]:
 
 
 def grade_all(task: Task, trajectories: Sequence[Trajectory]) -> list[Grade]:
+    """The task's grade of each episode: `task.grade_trajectory(t)` where the task judges whole
+    episodes (its environment's final state, e.g. a database), else its grader on the final answer."""
+    by_episode = getattr(task, "grade_trajectory", None)
+    if callable(by_episode):
+        return [by_episode(t) for t in trajectories]
     return [task.grade(t.problem, t.final_text, t.terminated) for t in trajectories]
+
+
+def breakdown(trajectories: Sequence[Trajectory], grades: Sequence[Grade]) -> dict:
+    """Hand-offs and environment tallies overall and per problem kind (`problem.meta["kind"]`).
+
+    A hand-off (`info["handoff"]`) is correct when the episode succeeded and unnecessary when
+    the problem did not call for one (`problem.meta["handoff"]` false). Rates are shares of
+    episodes; a tally (`info["counts"]`) is a mean per episode. Empty when no episode has a
+    kind, a hand-off or a tally."""
+    pairs = list(zip(trajectories, grades))
+    if not any(t.problem.meta.get("kind") or "handoff" in t.info or t.info.get("counts") for t in trajectories):
+        return {}
+
+    def figures(group: list) -> dict:
+        n = max(len(group), 1)
+        handoffs = [(t, g) for t, g in group if t.info.get("handoff")]
+        out = {"n": len(group), "accuracy": sum(g.correct for _, g in group) / n,
+               "handoff_rate": len(handoffs) / n,
+               "handoff_correct": sum(g.correct for _, g in handoffs) / n,
+               "handoff_unnecessary": sum(not t.problem.meta.get("handoff", False) for t, _ in handoffs) / n}
+        names = sorted({k for t, _ in group for k in t.info.get("counts", {})})
+        out.update({f"{k}_mean": sum(t.info.get("counts", {}).get(k, 0) for t, _ in group) / n for k in names})
+        ends = Counter(t.termination for t, _ in group)
+        out["terminations"] = {k: v / n for k, v in sorted(ends.items())}
+        return out
+
+    result = {k: v for k, v in figures(pairs).items() if k not in ("n", "accuracy", "terminations")}
+    kinds = sorted({str(t.problem.meta["kind"]) for t in trajectories if t.problem.meta.get("kind")})
+    if kinds:
+        result["by_kind"] = {k: figures([(t, g) for t, g in pairs if t.problem.meta.get("kind") == k]) for k in kinds}
+    return result
 
 
 @torch.no_grad()
@@ -60,11 +103,13 @@ def evaluate(model, tokenizer, task: Task, problems: Sequence[Problem], *, max_n
                                     max_parse_errors=max_parse_errors)
     grades: list[Grade] = []
     kept: list[Trajectory] = []
+    everything: list[Trajectory] = []
     tool_users = turns = 0
     reasons: Counter[str] = Counter()
     for start in range(0, len(problems), batch_size):
         trajectories = runner.run(problems[start:start + batch_size])
         grades += grade_all(task, trajectories)
+        everything += trajectories
         kept += trajectories[:max(0, n_examples - len(kept))]
         tool_users += sum(t.tool_calls > 0 for t in trajectories)
         turns += sum(t.turns for t in trajectories)
@@ -75,4 +120,5 @@ def evaluate(model, tokenizer, task: Task, problems: Sequence[Problem], *, max_n
     return EvalResult(accuracy=sum(g.correct for g in grades) / n,
                       format_accuracy=sum(g.well_formed for g in grades) / n, n=len(grades), examples=examples,
                       tool_call_rate=tool_users / n, turns_mean=turns / n,
-                      terminations={k: v / n for k, v in sorted(reasons.items())}, trajectories=kept)
+                      terminations={k: v / n for k, v in sorted(reasons.items())}, trajectories=kept,
+                      breakdown=breakdown(everything, grades))

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from lmpo.envs.env import TERMINATIONS
+from lmpo.rollout.evaluation import grade_all
 from lmpo.rollout.trajectory import MODEL, PROMPT, Trajectory
 from lmpo.trainers.runtime import keep_rows_through
 
@@ -43,7 +44,7 @@ class TrajectoryLog:
             return
         with self.path.open("a", encoding="utf-8") as f:
             for i, t in enumerate(trajectories[:self.per_step]):
-                grade = task.grade(t.problem, t.final_text, t.terminated)
+                grade = grade_all(task, [t])[0]  # a task that judges whole episodes is graded on the episode
                 reward = None if rewards is None else (rewards[i] if valid is None or valid[i] else None)
                 if rewards is None:
                     reward = float(grade.correct)

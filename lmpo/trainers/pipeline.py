@@ -117,6 +117,7 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
     _report_stage(result)
     report(result)
     write_summary(out, results)
+    _report_kinds(results)
     return results
 
 
@@ -163,14 +164,34 @@ def _report_stage(result: StageResult) -> None:
     if result.terminations and set(result.terminations) != {"answered"}:
         ordered = sorted(result.terminations.items(), key=lambda kv: -kv[1])
         agent += ", endings: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in ordered)
+    if result.breakdown:
+        b = result.breakdown
+        agent += (f", hand-offs {100 * b['handoff_rate']:.1f}% (correct {100 * b['handoff_correct']:.1f}%, "
+                  f"unnecessary {100 * b['handoff_unnecessary']:.1f}%)")
+        agent += "".join(f", {k[:-5].replace('_', ' ')}/episode {v:.3f}" for k, v in b.items() if k.endswith("_mean"))
     print(f"[pipeline] {result.name}: held-out accuracy {100 * (result.accuracy or 0):.1f}%, "
           f"format {100 * (result.format_accuracy or 0):.1f}%{agent}, {result.seconds:.1f} s")
+
+
+def _report_kinds(results: list[StageResult]) -> None:
+    """Held-out success per problem kind and stage, for tasks whose problems have kinds."""
+    kinds = sorted({k for r in results for k in (r.breakdown or {}).get("by_kind", {})})
+    if not kinds:
+        return
+    print("[pipeline] held-out success per kind: " + " | ".join(r.name for r in results))
+    for kind in kinds:
+        cells = []
+        for r in results:
+            f = (r.breakdown or {}).get("by_kind", {}).get(kind)
+            cells.append("n/a" if f is None else f"{100 * f['accuracy']:.1f}%")
+        print(f"[pipeline]   {kind:<12} " + " | ".join(cells))
 
 
 def write_summary(out: Path, results: list[StageResult]) -> Path:
     stages = [{"name": r.name, "accuracy": r.accuracy, "format_accuracy": r.format_accuracy,
                "seconds": round(r.seconds, 2), "run_dir": Path(r.run_dir).name, "model_dir": r.model_dir,
-               **({"tool_call_rate": r.tool_call_rate, "terminations": r.terminations} if r.terminations else {})}
+               **({"tool_call_rate": r.tool_call_rate, "terminations": r.terminations} if r.terminations else {}),
+               **({"breakdown": r.breakdown} if r.breakdown else {})}
               for r in results]
     path = out / "summary.json"
     path.write_text(json.dumps({"stages": stages, "total_seconds": round(sum(r.seconds for r in results), 2),

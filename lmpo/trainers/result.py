@@ -19,6 +19,8 @@ class StageResult:
     """Held-out episodes that called a tool at least once (multi-turn tasks)."""
     terminations: dict[str, float] | None = None
     """Held-out episodes per termination reason (shares)."""
+    breakdown: dict | None = None
+    """Held-out hand-offs, environment tallies (guardrail blocks...) and figures per problem kind."""
 
     def write(self, path: str | Path, **extra) -> None:
         Path(path).write_text(json.dumps({**asdict(self), **extra}, indent=2, default=str))

@@ -192,6 +192,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     if last_eval is not None:
         result.accuracy, result.format_accuracy = last_eval.accuracy, last_eval.format_accuracy
         result.tool_call_rate, result.terminations = last_eval.tool_call_rate, last_eval.terminations
+        result.breakdown = last_eval.breakdown or None
     return run.finish(policy, tokenizer, result, extra_files=[_critic_writer(critic)] if critic is not None else None,
                       models_held=held)
 

@@ -418,5 +418,6 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> St
                       max_new_tokens=cfg.eval_max_new_tokens)
         result.accuracy, result.format_accuracy = ev.accuracy, ev.format_accuracy
         result.tool_call_rate, result.terminations = ev.tool_call_rate, ev.terminations
+        result.breakdown = ev.breakdown or None
         run.write({"step": last, **ev.metrics()})
     return run.finish(model, tokenizer, result, **({"best_step": stop.best_step} if stop is not None else {}))

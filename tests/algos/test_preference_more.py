@@ -6,9 +6,8 @@ import math
 import pytest
 import torch
 
-from lmpo.algos import (PREFERENCE_LOSSES, aot, aot_pair, apo_down, apo_zero, bco_pair, discopop, exo_pair, hinge,
-                        kto, kto_reference_point, nca_pair, odds_ratio_loss, orpo, parse_loss_weights, robust, sft,
-                        sppo_hard)
+from lmpo.algos import (PREFERENCE_LOSSES, aot, aot_pair, bco_pair, discopop, exo_pair, hinge, kto,
+                        kto_reference_point, odds_ratio_loss, orpo, parse_loss_weights, robust, sft)
 
 NEW = ["robust", "hinge", "exo_pair", "nca_pair", "bco_pair", "sppo_hard", "aot", "aot_pair", "apo_zero",
        "apo_down", "discopop", "sft"]
