@@ -102,8 +102,9 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
         cfg = build(cls, preset=preset, yaml_file=args.config, flags=flags)
         with run_command(command):
             result = fn(cfg)
-        acc = "n/a" if result.accuracy is None else f"{100 * result.accuracy:.1f}%"
-        print(f"{result.name}: held-out accuracy {acc}, {result.seconds:.1f} s, model in {result.model_dir}")
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary line from rank 0
+            acc = "n/a" if result.accuracy is None else f"{100 * result.accuracy:.1f}%"
+            print(f"{result.name}: held-out accuracy {acc}, {result.seconds:.1f} s, model in {result.model_dir}")
         return 0
 
     return run
