@@ -25,7 +25,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lmpo.trainers.supervised import CPTBatches, EpochOrder
+from lmpo.trainers.batches import CPTBatches, EpochOrder
 
 # The same run in every test of a trainer: tiny budgets, no evaluation, a checkpoint every few steps.
 COMMON = ["--threads", "1"]

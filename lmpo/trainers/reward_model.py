@@ -23,7 +23,7 @@ from lmpo.trainers.result import StageResult
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
                                      raise_if_any)
 from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
-from lmpo.trainers.supervised import EpochOrder
+from lmpo.trainers.batches import EpochOrder
 
 
 @dataclass
