@@ -300,6 +300,8 @@ def _check_parallel_options(cfg, ctx: Distributed) -> None:
     if cfg.fsdp and not ctx.active:
         raise ValueError("fsdp shards the model over processes: start the run with "
                          "`torchrun --nproc_per_node N -m lmpo train ...` (N >= 2)")
+    if cfg.fsdp and getattr(cfg, "critic", "none") != "none":
+        raise ValueError("fsdp with a critic is not supported yet; use DDP (no --fsdp) for PPO with a critic")
     if cfg.fsdp and cfg.lora_r:
         raise ValueError("fsdp with LoRA is not supported: a LoRA adapter is small enough to replicate; "
                          "drop --fsdp (DDP) or --lora_r")

@@ -58,8 +58,6 @@ def train_rl(cfg: RLConfig) -> StageResult:
     tokenizer = load_tokenizer(cfg.model)
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     reference = run.reference(policy, lambda: load_model(cfg.model, tokenizer, seed=cfg.seed)) if cfg.beta > 0 else None
-    if run.fsdp and cfg.critic != "none":
-        raise ValueError("fsdp with a critic is not supported yet; use DDP (no --fsdp) for PPO with a critic")
     critic = make_critic(cfg, policy, tokenizer)
     critic = critic.to(run.device) if critic is not None else None
     parts = LossParts.from_config(cfg, run.trained(critic) if critic is not None else None)
