@@ -48,3 +48,12 @@ class Task(Protocol):
 
     def sft_demonstrations(self, n: int, seed: int) -> list[Problem]:
         """Problems whose `answer` is a demonstration for supervised fine-tuning."""
+
+
+def check_recipe(flaw_rate: float, heldout_share: float) -> None:
+    """The two numbers of the embedded tasks' recipe: the flawed share of the CPT corpus and the
+    held-out share of the problems."""
+    if not 0 <= flaw_rate <= 1:
+        raise ValueError(f"flaw_rate must be in [0, 1], got {flaw_rate}")
+    if not 0 < heldout_share < 1:
+        raise ValueError(f"heldout_share must be in (0, 1), got {heldout_share}")

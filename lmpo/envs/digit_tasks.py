@@ -21,7 +21,7 @@ import hashlib
 import random
 import re
 
-from lmpo.envs.base import Grade, Problem
+from lmpo.envs.base import Grade, Problem, check_recipe
 
 _DIGITS_ONLY = re.compile(r"[0-9]+")
 
@@ -41,10 +41,7 @@ class _DigitTask:
     kind = ""
 
     def __init__(self, flaw_rate: float, heldout_share: float):
-        if not 0 <= flaw_rate <= 1:
-            raise ValueError(f"flaw_rate must be in [0, 1], got {flaw_rate}")
-        if not 0 < heldout_share < 1:
-            raise ValueError(f"heldout_share must be in (0, 1), got {heldout_share}")
+        check_recipe(flaw_rate, heldout_share)
         self.flaw_rate, self.heldout_share = flaw_rate, heldout_share
 
     def make(self, key: str) -> Problem:

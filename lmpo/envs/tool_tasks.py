@@ -23,7 +23,7 @@ import re
 import sqlite3
 import string
 
-from lmpo.envs.base import Grade, Problem
+from lmpo.envs.base import Grade, Problem, check_recipe
 from lmpo.envs.env import Env
 from lmpo.envs.parsing import CompactFormat, ToolCall
 from lmpo.envs.tool_env import ToolEnv
@@ -51,10 +51,7 @@ class _ToolTask:
     kind = ""
 
     def __init__(self, flaw_rate: float, heldout_share: float):
-        if not 0 <= flaw_rate <= 1:
-            raise ValueError(f"flaw_rate must be in [0, 1], got {flaw_rate}")
-        if not 0 < heldout_share < 1:
-            raise ValueError(f"heldout_share must be in (0, 1), got {heldout_share}")
+        check_recipe(flaw_rate, heldout_share)
         self.flaw_rate, self.heldout_share = flaw_rate, heldout_share
         self._heldout_cache: dict[int, list[Problem]] = {}
 
