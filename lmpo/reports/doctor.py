@@ -226,6 +226,14 @@ def check_faults(rows: list[Row], th: Thresholds) -> list[Finding]:
         findings.append(Finding("nonfinite_skips", "warning", "skipped_updates", f"{int(max(skipped))}", "> 0",
                                 "some updates had a non-finite loss or gradient and were skipped",
                                 "lower --lr, keep --grad_clip, check the reward for inf/NaN"))
+    rollbacks = [r for r in rows if "rollback" in r]
+    if rollbacks:
+        last = rollbacks[-1]
+        findings.append(Finding("rollback", "warning", "rollback", f"{len(rollbacks)}", "> 0",
+                                f"the collapse guard rolled back {len(rollbacks)} time(s); last at step {last['step']} "
+                                f"to step {last.get('to_step')}: {last['rollback']}",
+                                "the learning rate was lowered to x" f"{last.get('lr_scale', 1):g}; start the next run "
+                                "with a lower --lr"))
     unscorable = _values(rows, "unscorable")
     if unscorable and sum(unscorable) > 0:
         findings.append(Finding("unscorable", "warning", "unscorable", f"{int(sum(unscorable))} completions",

@@ -56,6 +56,12 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return done[-1] if done else None
 
 
+def complete_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Every complete checkpoint of a run, oldest first."""
+    root = checkpoint_dir(run_dir)
+    return sorted(p for p in root.glob("step_*") if (p / MARKER).exists()) if root.is_dir() else []
+
+
 def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer, optimizer, scheduler,
                     generators: dict[str, torch.Generator], state: dict, keep_last: int = 2,
                     extra_modules: dict[str, torch.nn.Module] | None = None, data_state: dict | None = None,

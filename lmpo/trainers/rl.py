@@ -39,6 +39,8 @@ from lmpo.trainers.rl_batch import Batch, Scored, collect, compute_advantages, m
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.rl_update import LossParts, update
 from lmpo.trainers.runtime import make_optimizer, make_scheduler
+from lmpo.trainers.checkpoint import complete_checkpoints, load_checkpoint
+from lmpo.trainers.collapse_guard import CollapseGuard, scale_learning_rate
 from lmpo.trainers.stopping import BestWeights, StopRule
 from lmpo.trainers.sampler_mismatch import (correct_for_sampler, recompute_logprobs, samples_with_trainer_forward,
                                             sync_and_probe)
@@ -82,6 +84,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     beta = cfg.beta
 
     stop, best = StopRule.from_options(cfg, higher_is_better=True), BestWeights(run.out / "best")
+    guard = CollapseGuard(cfg) if cfg.collapse_guard else None
     start_step = nonfinite_streak = 0
     resumed = run.resume(policy, optimizer, scheduler, {"sampler": sampler}, extra_modules)
     if resumed is not None:
@@ -89,6 +92,8 @@ def train_rl(cfg: RLConfig) -> StageResult:
         beta = resumed.state.get("beta", beta)
         nonfinite_streak = resumed.state.get("nonfinite_steps", 0)
         stop.load_state(resumed.state.get("stopping", {}))
+        if guard is not None:
+            guard.load_state(resumed.state.get("guard", {}))
     if external:  # after the checkpoint: the engine samples the weights training continues from
         sync_and_probe(engine, run.plain(policy), probe_ids, cfg.probe_tolerance)
     if run.dist.is_main:
@@ -110,8 +115,10 @@ def train_rl(cfg: RLConfig) -> StageResult:
         saved.write(0, "eval", first.trajectories, task)
     policy.train()
     trained = run.trained(policy)
+    step = start_step
     with run.progress(cfg.steps, initial=start_step) as progress:
-        for step in range(start_step + 1, cfg.steps + 1):
+        while step < cfg.steps:
+            step += 1
             times: dict[str, float] = {}
             first_prompt = stream.position
             scored = collect(runner, task, stream, rewards, endings, cfg, times, run.dist)  # generate, score
@@ -145,7 +152,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
             times["time_step"] = sum(times.values())
             all_skipped = stats["skipped_updates"] == cfg.num_iterations * cfg.num_minibatches
             nonfinite_streak = nonfinite_streak + 1 if all_skipped else 0
-            if nonfinite_streak >= cfg.max_nonfinite_steps:
+            if nonfinite_streak >= cfg.max_nonfinite_steps and guard is None:
                 run.write({"step": step, "skipped_updates": stats["skipped_updates"]})
                 updater.check(step, nonfinite_streak)
 
@@ -167,6 +174,21 @@ def train_rl(cfg: RLConfig) -> StageResult:
                     best.keep(run.plain(policy), tokenizer)
             reason = run.dist.broadcast(stop.reason()) if stop.active else None
             run.write(row)
+            alarm = guard.check(row, nonfinite_streak, cfg.max_nonfinite_steps) if guard is not None else None
+            if alarm:  # back to the last complete checkpoint, with a lower learning rate
+                checkpoint = guard.target(complete_checkpoints(run.out))
+                if checkpoint is None:
+                    raise RuntimeError(f"collapse guard at step {step}: {alarm}; no checkpoint to roll back to")
+                scale = guard.rolled_back()
+                back = load_checkpoint(checkpoint, policy, optimizer, scheduler, {"sampler": sampler}, extra_modules,
+                                       run.dist.rank)
+                scale_learning_rate(optimizer, scheduler, scale / back.state.get("guard", {}).get("lr_scale", 1.0))
+                run.sync(policy)
+                stream.position, beta, nonfinite_streak = back.state["prompt_position"], back.state["beta"], 0
+                run.say(f"collapse guard at step {step}: {alarm}; rolled back to step {back.step}, lr x{scale:g}")
+                run.write({"step": step, "rollback": alarm, "to_step": back.step, "lr_scale": scale})
+                step = back.step
+                continue
             progress.update(step, reward=row["reward_mean"], acc=row["accuracy"],
                             **({"eval": last_eval.accuracy} if last_eval else {}))
             if reason:
@@ -176,7 +198,8 @@ def train_rl(cfg: RLConfig) -> StageResult:
             if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
                 run.checkpoint(step, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
                                {"prompt_position": stream.position, "beta": beta, "nonfinite_steps": nonfinite_streak,
-                                "stopping": stop.state()}, extra_modules)
+                                "stopping": stop.state(), **({"guard": guard.state()} if guard else {})},
+                               extra_modules)
             fault_point("step_end", step)
 
     rewards.close()

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lmpo.trainers.harness import RunOptions
+from lmpo.trainers.collapse_guard import GuardOptions, guard_problems
 from lmpo.trainers.stopping import StoppingOptions, stopping_problems
 from lmpo.trainers.runtime import Schedule
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
@@ -13,7 +14,7 @@ from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option
 
 
 @dataclass
-class RLConfig(RunOptions, StoppingOptions):
+class RLConfig(RunOptions, StoppingOptions, GuardOptions):
     model: str = "runs/sft/model"
     """Hugging Face model directory (or preset name) of the policy to start from; also the reference."""
     task: str = "sort_digits"
@@ -209,7 +210,7 @@ class RLConfig(RunOptions, StoppingOptions):
         problems += reward_problems(self) + optimizer_problems(self) + checkpoint_problems(self)
         problems += at_least(self, 1, "prompts_per_step", "eval_every", "max_new_tokens", "max_nonfinite_steps")
         problems += at_least(self, 0, "eval_problems", "max_unscorable_steps", "micro_batch_tokens")
-        problems += at_least(self, 1, "reward_memory_mb") + stopping_problems(self)
+        problems += at_least(self, 1, "reward_memory_mb") + stopping_problems(self) + guard_problems(self)
         if (self.stop_patience or self.max_minutes) and not self.eval_problems:
             problems.append("a stopping rule reads held-out accuracy: eval_problems must be > 0")
         problems += sampling_problems(self) + unused_option_problems(self) + data_option_problems(self)
