@@ -59,17 +59,20 @@ class Distributed:
     def shard(self, rows: Sequence[T], what: str = "rows") -> list[T]:
         """This rank's contiguous share of a global batch; the batch must divide evenly, so every
         rank runs the same number of steps and the mean over ranks is the global mean."""
-        if len(rows) % self.world:
-            raise ValueError(f"{len(rows)} {what} do not divide over {self.world} processes; "
+        return list(rows[self._span(len(rows), what)])
+
+    def _span(self, n: int, what: str) -> slice:
+        if n % self.world:
+            raise ValueError(f"{n} {what} do not divide over {self.world} processes; "
                              f"choose a batch that is a multiple of the process count")
-        size = len(rows) // self.world
-        return list(rows[self.rank * size:(self.rank + 1) * size])
+        size = n // self.world
+        return slice(self.rank * size, (self.rank + 1) * size)
 
     def shard_batch(self, batch: tuple) -> tuple:
         """This rank's rows of every tensor in a batch tuple (None stays None)."""
         if not self.active:
             return batch
-        return tuple(_rows(t, self) for t in batch)
+        return tuple(None if t is None else t[self._span(t.size(0), "rows")] for t in batch)
 
     def all_sum(self, value: float) -> float:
         """The sum of `value` over ranks (a global count: tokens, sequences)."""
@@ -113,16 +116,6 @@ def wrap_data_parallel(model: torch.nn.Module, ctx: Distributed, device: torch.d
 
     ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)
-
-
-def _rows(t: torch.Tensor | None, ctx: Distributed) -> torch.Tensor | None:
-    if t is None:
-        return None
-    if t.size(0) % ctx.world:
-        raise ValueError(f"a batch of {t.size(0)} rows does not divide over {ctx.world} processes; "
-                         f"choose a batch size that is a multiple of the process count")
-    size = t.size(0) // ctx.world
-    return t[ctx.rank * size:(ctx.rank + 1) * size]
 
 
 def unwrap(module):
