@@ -5,7 +5,7 @@ from pathlib import Path
 
 import lmpo
 
-LAYERS = {"algos": 1, "models": 2, "envs": 3, "rollout": 4, "trainers": 5, "reports": 6, "cli": 7}
+LAYERS = {"algos": 1, "models": 2, "envs": 3, "rollout": 4, "trainers": 5, "reports": 6, "teach": 7, "cli": 8}
 ROOT = Path(lmpo.__file__).parent
 
 

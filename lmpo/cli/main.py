@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -216,6 +217,12 @@ def _print_stage_table(results, out: Path) -> None:
     print(f"summary: {out / 'summary.json'}")
 
 
+# Commands that live in a module of their own; each module has `add_parser(subparsers)` and keeps
+# its heavy imports inside the command function, so `lmpo --help` stays fast.
+COMMAND_MODULES: tuple[str, ...] = (
+)
+
+
 def make_parser() -> argparse.ArgumentParser:
     from lmpo.trainers.pipeline import PipelineConfig
     from lmpo.trainers.presets import RL_PRESETS
@@ -289,6 +296,8 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("presets", help="list the RL presets, their parts and their sources",
                        description="List the RL presets, what each sets, and the paper it comes from.")
     p.set_defaults(func=cmd_presets)
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).add_parser(sub)
     return parser
 
 
