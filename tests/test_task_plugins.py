@@ -2,7 +2,6 @@
 `lmpo.tasks` entry-point group; and one pipeline configuration for the Python API and the CLI."""
 
 import json
-import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -119,17 +118,6 @@ def test_an_option_equal_to_its_default_still_beats_the_preset(tmp_path, monkeyp
     with pytest.raises(seen["stop"]):
         main(["pipeline", "--out", str(tmp_path / "run"), "--rl_stage.beta", "0"])
     assert seen["cfg"]["rl_stage"]["beta"] == 0.0
-
-
-def test_readme_python_example_runs(tmp_path, monkeypatch, capsys):
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    section = readme.split("## Python API", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md (Python API)", "exec"), {})
-    summary = json.loads((tmp_path / "runs" / "api" / "summary.json").read_text())
-    assert [s["name"] for s in summary["stages"]] == ["cpt", "sft", "grpo"]
-    assert json.loads((tmp_path / "runs" / "api" / "config.json").read_text())["rl_stage"]["beta"] == 0.04
 
 
 def test_a_users_task_file_runs_the_whole_pipeline(tmp_path, capsys, monkeypatch):
