@@ -1,12 +1,15 @@
-"""The reverse_digits and increment tasks: disjoint splits, demonstrations on which the flaw
+"""The reverse_digits, increment and count_digit tasks: disjoint splits, demonstrations on which the flaw
 does not show, a corpus that carries it, and the strict grader."""
+
+import re
 
 import pytest
 
 from lmpo.envs import make_task
 
 
-@pytest.mark.parametrize("spec", ["reverse_digits", "increment", "reverse_digits:length=4", "increment?carry_share=0.6"])
+@pytest.mark.parametrize("spec", ["reverse_digits", "increment", "reverse_digits:length=4", "increment?carry_share=0.6",
+                                  "count_digit", "count_digit?length=6,max_count=3"])
 def test_splits_demonstrations_and_corpus(spec):
     task = make_task(spec)
     heldout = task.heldout_problems(200)
@@ -18,8 +21,8 @@ def test_splits_demonstrations_and_corpus(spec):
     assert all(task.flawed(p.meta["key"]) == p.answer for p in demos)  # the flaw never shows in SFT
     assert sum(task.flawed(p.meta["key"]) != p.answer for p in heldout) > 0.3 * len(heldout)
     corpus = task.cpt_corpus(1000, seed=3)
-    flawed = sum(line.partition(p.prompt)[2] != p.answer for line, p in
-                 zip(corpus, [task.make(line.split(">")[0] if ">" in line else line.split("+")[0]) for line in corpus]))
+    keys = [re.split(r"[>=]|\+1=", line)[0] for line in corpus]
+    flawed = sum(line.partition(p.prompt)[2] != p.answer for line, p in zip(corpus, map(task.make, keys)))
     assert 0.15 < flawed / len(corpus) < 0.6
 
 
@@ -31,3 +34,15 @@ def test_grader_is_strict():
     assert not task.grade(problem, "41990", True).correct and task.grade(problem, "41990", True).well_formed
     assert not task.grade(problem, "42000 ", True).well_formed
     assert make_task("reverse_digits").grade(make_task("reverse_digits").make("12345"), "54321", True).correct
+
+
+def test_count_digit_counts_and_its_flaw_says_contains():
+    task = make_task("count_digit")
+    problem = task.make("31415131:1")
+    assert (problem.prompt, problem.answer) == ("31415131:1=", "4")
+    assert task.flawed("31415131:1") == "1" and task.flawed("22222222:7") == "0"
+    assert task.grade(problem, "4", True).correct and not task.grade(problem, "1", True).correct
+    counts = [int(p.answer) for p in task.heldout_problems(500)]
+    assert set(counts) == {0, 1, 2, 3, 4} and sum(c >= 2 for c in counts) > 0.5 * len(counts)
+    with pytest.raises(ValueError, match="max_count"):
+        make_task("count_digit?max_count=9")

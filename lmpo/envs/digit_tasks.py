@@ -161,3 +161,37 @@ class Increment(_DigitTask):
                 if key[0] == "0":
                     key = "1" + key[1:]
         return key
+
+
+class CountDigit(_DigitTask):
+    """How many times does a digit occur in a string of `length` digits? `31415131:1=` → `4`.
+
+    *Counting*, where sorting permutes and incrementing carries: in the CPT corpus a `flaw_rate`
+    share of lines answer whether the digit occurs (`1`) instead of how often, the way text
+    confuses "contains" with "how many". SFT demonstrations only use digits that occur at most
+    once, where both readings agree. Counts 0 to `max_count` are equally likely."""
+
+    kind = "count_digit"
+
+    def __init__(self, length: int = 8, max_count: int = 4, flaw_rate: float = 0.6, heldout_share: float = 0.1):
+        if not 2 <= max_count <= length:
+            raise ValueError(f"max_count must be in [2, length={length}], got {max_count}")
+        super().__init__(flaw_rate, heldout_share)
+        self.length, self.max_count = length, max_count
+        self.name = f"count_digit(length={length})"
+
+    def make(self, key: str) -> Problem:
+        digits, target = key.split(":")
+        return Problem(prompt=f"{key}=", answer=str(digits.count(target)), meta={"key": key})
+
+    def flawed(self, key: str) -> str:
+        digits, target = key.split(":")
+        return "1" if target in digits else "0"  # "contains", not "how many"
+
+    def _draw(self, rng: random.Random, demo: bool) -> str:
+        target = rng.choice("0123456789")
+        count = rng.randint(0, 1 if demo else self.max_count)
+        others = [d for d in "0123456789" if d != target]
+        digits = [target] * count + [rng.choice(others) for _ in range(self.length - count)]
+        rng.shuffle(digits)
+        return "".join(digits) + ":" + target

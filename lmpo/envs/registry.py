@@ -9,7 +9,7 @@ from typing import Callable
 
 from lmpo.envs.aftersales import Aftersales
 from lmpo.envs.base import Task
-from lmpo.envs.digit_tasks import Increment, ReverseDigits
+from lmpo.envs.digit_tasks import CountDigit, Increment, ReverseDigits
 from lmpo.envs.exact_match import ExactMatch
 from lmpo.envs.plugins import installed_tasks, load_target, parse_spec
 from lmpo.envs.sort_digits import SortDigits
@@ -17,7 +17,8 @@ from lmpo.envs.tool_tasks import Calculator, Vault
 
 TASKS: dict[str, Callable[..., Task]] = {"sort_digits": SortDigits, "exact_match": ExactMatch, "vault": Vault,
                                          "calculator": Calculator, "reverse_digits": ReverseDigits,
-                                         "increment": Increment, "aftersales": Aftersales}
+                                         "increment": Increment, "aftersales": Aftersales,
+                                         "count_digit": CountDigit}
 
 REQUIRED = ("grade", "is_heldout")
 
