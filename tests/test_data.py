@@ -231,6 +231,26 @@ def test_sft_and_cpt_train_on_a_users_jsonl_file(tmp_path):
                  "--steps", "2", "--seq_len", "32", "--batch_size", "4", "--threads", "1"]) == 0
 
 
+def test_sft_on_a_users_file_reports_held_out_accuracy_on_their_prompts(tmp_path, capsys):
+    """With --eval_prompts, training on --data is graded on the user's own held-out prompts."""
+    from lmpo.cli.main import main
+
+    rows = [{"prompt": f"{i}=", "completion": str(i % 3)} for i in range(60)]
+    data, held = tmp_path / "train.jsonl", tmp_path / "held.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    held.write_text("\n".join(json.dumps({"prompt": f"{i}=", "answer": str(i % 3)}) for i in range(100, 110)) + "\n")
+    assert main(["train", "sft", "--model", "tiny", "--data", str(data), "--eval_prompts", str(held),
+                 "--task", "exact_match", "--out", str(tmp_path / "sft"), "--epochs", "1", "--batch_size", "8",
+                 "--threads", "1"]) == 0
+    saved = json.loads((tmp_path / "sft" / "result.json").read_text())
+    assert saved["accuracy"] is not None and 0 <= saved["accuracy"] <= 1
+    assert "held-out accuracy" in capsys.readouterr().out
+    held.write_text('{"prompt": "1="}\n')  # no answer column: refused before any training step
+    assert main(["train", "sft", "--model", "tiny", "--data", str(data), "--eval_prompts", str(held),
+                 "--task", "exact_match", "--out", str(tmp_path / "sft2"), "--threads", "1"]) == 2
+    assert "held.jsonl" in capsys.readouterr().err and not (tmp_path / "sft2" / "model").exists()
+
+
 def test_a_bad_row_stops_training_with_its_location(tmp_path, capsys):
     from lmpo.cli.main import main
 

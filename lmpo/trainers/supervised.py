@@ -17,7 +17,7 @@ import torch
 from lmpo.algos import masked_cross_entropy
 from lmpo.envs import make_task
 from lmpo.rollout.evaluation import evaluate
-from lmpo.envs.data import TokenizedExample, load_sft
+from lmpo.envs.data import TokenizedExample, load_prompts, load_sft
 from lmpo.models import load_tokenizer
 from lmpo.trainers.batches import CPTBatches, SFTBatches, task_documents, task_examples
 from lmpo.trainers.faults import fault_point
@@ -76,6 +76,8 @@ class SupervisedConfig(RunOptions):
     """Longest example from `data`, in tokens."""
     overlong: Literal["error", "skip", "truncate"] = "error"
     """What to do with a longer example from `data`: stop with an error naming it, skip it, or truncate it."""
+    eval_prompts: str = ""
+    """Held-out prompts graded after training by `task` (JSONL/Parquet with `prompt` and `answer` columns, as for `lmpo train grpo --eval_prompts`; `--task exact_match` compares with the answer). Without it: the task's own held-out problems, skipped with `data` (they say nothing about a user's data)."""
 
 
 @dataclass
@@ -168,6 +170,15 @@ def train_sft(cfg: SFTConfig) -> StageResult:
     return _train(cfg, "sft", prepare, task)
 
 
+def _heldout(cfg: SupervisedConfig, task, tokenizer) -> list:
+    if cfg.eval_problems <= 0 or (cfg.data and not cfg.eval_prompts):  # a task's held-out set says nothing about a user's data
+        return []
+    if cfg.eval_prompts:
+        exact = cfg.task.partition(":")[0] == "exact_match"  # it grades against the answer column
+        return load_prompts(cfg.eval_prompts, tokenizer=tokenizer, require_answer=exact)[: cfg.eval_problems]
+    return task.heldout_problems(cfg.eval_problems)
+
+
 def _load_data(cfg: SupervisedConfig, tokenizer) -> list[TokenizedExample]:
     examples, report = load_sft(cfg.data, tokenizer, max_length=cfg.max_length, overlong=cfg.overlong)
     print(f"[data] {report.summary()}")
@@ -217,6 +228,7 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> St
     model = run.load_policy(tokenizer)
     model.train()
     batches, total_steps = prepare(tokenizer)
+    heldout = _heldout(cfg, task, tokenizer)  # a bad held-out file stops the run before training
     stop, rows = (stopping[0], stopping[1](tokenizer)) if stopping else (None, None)
     best = BestWeights(run.out / "best")
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
@@ -267,9 +279,8 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> St
     if stop is not None and best.restore(model):  # the next stage starts from the best model
         run.say(f"the model of step {stop.best_step} (held-out loss {stop.best:.4f}) is the stage's model")
     run.sync(model)
-    if cfg.eval_problems > 0 and not cfg.data and run.dist.is_main:  # a task's held-out set says nothing about a user's data
-        ev = evaluate(run.plain(model), tokenizer, task, task.heldout_problems(cfg.eval_problems),
-                      max_new_tokens=cfg.eval_max_new_tokens)
+    if heldout and run.dist.is_main:
+        ev = evaluate(run.plain(model), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
         result.accuracy, result.format_accuracy = ev.accuracy, ev.format_accuracy
         result.tool_call_rate, result.terminations = ev.tool_call_rate, ev.terminations
         result.breakdown = ev.breakdown or None
