@@ -13,6 +13,7 @@ docs/porting.md describes.
 
 from __future__ import annotations
 
+import functools
 import json
 from contextlib import nullcontext
 from pathlib import Path
@@ -39,6 +40,7 @@ TOL = 1e-6
 F64 = torch.float64
 
 
+@functools.cache
 def golden() -> dict:
     if not GOLDEN.exists():
         pytest.fail(f"{GOLDEN} is missing: run tests/golden/trl_generate.py in the TRL environment")
@@ -220,9 +222,11 @@ def test_case(name, monkeypatch):
 
 
 def check_grpo_loss(case, monkeypatch):
-    loss, grad = lmpo_rl_loss(grpo_options(case["effective"]), case["inputs"], monkeypatch)
-    close(loss, case["outputs"]["loss"], "loss")
-    close(grad, case["outputs"]["grad_logps"], "gradient")
+    for micro_batch_size in (0, 2):  # the whole minibatch at once, and two micro-batches accumulated
+        options = {**grpo_options(case["effective"]), "micro_batch_size": micro_batch_size}
+        loss, grad = lmpo_rl_loss(options, case["inputs"], monkeypatch)
+        close(loss, case["outputs"]["loss"], f"loss (micro_batch_size={micro_batch_size})")
+        close(grad, case["outputs"]["grad_logps"], f"gradient (micro_batch_size={micro_batch_size})")
 
 
 def check_advantages(case, monkeypatch):
