@@ -16,7 +16,7 @@ WORKED = [0.9, 0.6, 0.2, 0.0]  # ALGORITHMS.md's worked example
 
 
 def case(label: str, rewards: list[float], ids: list[int], dtype: torch.dtype = torch.float32) -> Case:
-    return Case(label, {"rewards": torch.tensor(rewards, dtype=dtype), "group_ids": torch.tensor(ids)})
+    return Case(label, {"rewards": torch.tensor(rewards, dtype=dtype), "group_ids": torch.tensor(ids, dtype=torch.long)})
 
 
 def random_case(gen: torch.Generator) -> Case:
@@ -81,16 +81,31 @@ CONSTANTS = ("gradient flows through the baseline: the advantages must be consta
              "(stop-gradient); detach the rewards (or the result) so no gradient reaches the group mean and std")
 
 
+
+def _whole_batch(c: Case) -> Tensor:
+    r = c.args["rewards"].double()
+    return ((r - r.mean()) / (r.std() + 1e-6)).to(c.args["rewards"].dtype)
+
+
+_BATCH_VARIANTS = ((_lib("grpo", scale="batch"), fixed(NOT_PER_GROUP)),
+                   (_whole_batch, fixed(NOT_PER_GROUP + " (you used the mean and std of the whole batch)")),
+                   (lambda c: c.args["rewards"] - c.args["rewards"].mean(),
+                    fixed(NOT_PER_GROUP + " (you subtracted the batch mean)")))
+
+
 def _common_probes(single_symptom: str) -> list[Probe]:
     return [
-        Probe("two_groups", "statistics are per group, not per batch", lambda: [SHARED_PROBES["two_groups"]],
-              by_variants((_lib("grpo", scale="batch"), fixed(NOT_PER_GROUP)), fallback=always(NOT_PER_GROUP))),
         Probe("unsorted_ids", "group ids are arbitrary and interleaved", lambda: [SHARED_PROBES["unsorted_ids"]],
-              always(UNSORTED)),
+              by_variants(*_BATCH_VARIANTS, fallback=always(UNSORTED))),
+        Probe("two_groups", "statistics are per group, not per batch", lambda: [SHARED_PROBES["two_groups"]],
+              by_variants(*_BATCH_VARIANTS, fallback=always(NOT_PER_GROUP))),
         Probe("equal_groups", "an all-equal group gets exactly 0", lambda: [EQUAL_GROUPS], always(EQUAL_GROUPS_SYMPTOM)),
         Probe("single_member", "a group of one completion gets 0",
               lambda: [case("a group of one completion next to a group of three", [0.7, 1.0, 0.0, 0.5], [5, 6, 6, 6])],
               always(single_symptom)),
+        Probe("empty_batch", "a batch without completions gives an empty result",
+              lambda: [case("no completions at all (N = 0)", [], [])],
+              always("an empty batch (N = 0) must give an empty [0] result")),
         Probe("float64", "float64 rewards give float64 advantages, at float64 precision",
               lambda: [case("float64 rewards", [1.0 + 1e-9, 1.0, 1.0 - 1e-9, 1.0], [0, 0, 0, 0], torch.float64)]),
         Probe("constants", "no gradient flows through the advantages",
