@@ -15,6 +15,8 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from lmpo.teach.exercise.plug import Plug
+
 
 @dataclass(frozen=True)
 class Case:
@@ -87,8 +89,8 @@ class Exercise:
     """The comparable part of an output (e.g. the loss of a ``(loss, figures)`` pair)."""
     rtol: float = 1e-4
     atol: float = 1e-5
-    plug: Any = None
-    """How `lmpo exercise train` plugs the function into a training stage (a `train.Plug`)."""
+    plug: Plug | None = None
+    """How `lmpo exercise train` plugs the function into a training stage."""
     preamble: str = ""
     """Helper imports the starter needs besides torch."""
 
@@ -246,7 +248,3 @@ def _constant_ratio(expected: tuple, got: tuple) -> float | None:
         return r
     return None
 
-
-def constant_ratio(expected: Any, got: Any) -> float | None:
-    """The constant c with got = c·expected (elementwise, over all outputs), or None."""
-    return _constant_ratio(as_tuple(expected), as_tuple(got))
