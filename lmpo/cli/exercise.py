@@ -1,0 +1,131 @@
+"""`lmpo exercise`: list the exercises, write a starter file, check a solution against the library,
+train with it."""
+
+from __future__ import annotations
+
+import argparse
+import traceback
+from pathlib import Path
+
+DESCRIPTION = """Write a core function of post-training yourself (GRPO or RLOO advantages, the PPO clip loss,
+loss aggregation, GAE, the k3 KL estimator, the DPO or Bradley–Terry loss), check it against
+lmpo's own implementation — the first difference is explained in words, with the input where it
+appears — and train with it to see whether it learns.
+
+  lmpo exercise list
+  lmpo exercise start grpo_advantages --out grpo.py [--lang zh]
+  lmpo exercise check grpo.py
+  lmpo exercise train grpo.py --steps 60"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("exercise", help="write a core function yourself, check it against lmpo's, train with it",
+                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    a = actions.add_parser("list", help="the exercises, one line each")
+    a.set_defaults(func=cmd_list)
+    a = actions.add_parser("start", help="write the starter file of an exercise",
+                           description="Write a Python file with the function's signature, a docstring with the "
+                                       "formula, tensor shapes and masks, and `raise NotImplementedError`.")
+    a.add_argument("name", help="the exercise (see `lmpo exercise list`)")
+    a.add_argument("--out", default=None, metavar="FILE", help="where to write it (default: NAME.py)")
+    a.add_argument("--lang", default="en", choices=["en", "zh"], help="language of the explanations")
+    a.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    a.set_defaults(func=cmd_start)
+    a = actions.add_parser("check", help="test your function against lmpo's; explain the first difference",
+                           description="Import FILE's function and compare it with the library's on worked "
+                                       "examples, edge cases (equal-reward groups, padding, extreme ratios, empty "
+                                       "and single-element groups, float64) and gradients. Exit code 0 when it "
+                                       "agrees everywhere, 1 otherwise.")
+    a.add_argument("file", help="your Python file")
+    a.add_argument("--name", default=None, help="the exercise (default: from the file's `# lmpo exercise:` line)")
+    a.set_defaults(func=cmd_check)
+    a = actions.add_parser("train", help="a short run with your function, and the same with lmpo's",
+                           description="Plug your function into its training stage (GRPO-family RL, PPO for gae, "
+                                       "DPO for the preference losses), train from the task's SFT checkpoint, and "
+                                       "print held-out accuracy before → after, next to the same run with lmpo's "
+                                       "function.")
+    a.add_argument("file", help="your Python file")
+    a.add_argument("--name", default=None, help="the exercise (default: from the file)")
+    a.add_argument("--steps", type=int, default=60, help="optimizer steps of each run (default 60)")
+    a.add_argument("--seed", type=int, default=0, help="seed of the runs and of the SFT checkpoint (default 0)")
+    a.add_argument("--out", default=None, metavar="DIR", help="run directory (default runs/exercise/NAME)")
+    a.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    a.add_argument("--eval-problems", type=int, default=500, help="held-out problems evaluated (default 500)")
+    a.set_defaults(func=cmd_train)
+
+
+def cmd_list(args: argparse.Namespace, flags: dict) -> int:
+    from lmpo.teach.exercise import EXERCISES
+
+    width = max(len(name) for name in EXERCISES)
+    for name, ex in EXERCISES.items():
+        print(f"{name:<{width}}  {ex.summary}  [{ex.plug.stage}]")
+    return 0
+
+
+def cmd_start(args: argparse.Namespace, flags: dict) -> int:
+    from lmpo.teach.exercise import get_exercise, write_starter
+
+    exercise = get_exercise(args.name)
+    out = args.out or f"{exercise.name}.py"
+    try:
+        path = write_starter(exercise, out, lang=args.lang, force=args.force)
+    except FileExistsError as err:
+        raise ValueError(str(err)) from None
+    print(f"wrote {path}: write `{exercise.function}`, then `lmpo exercise check {path}`")
+    return 0
+
+
+def _exercise_for(file: str, name: str | None):
+    from lmpo.teach.exercise import EXERCISES, exercise_of_file, get_exercise
+
+    path = Path(file)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    return get_exercise(name or exercise_of_file(path, EXERCISES))
+
+
+def cmd_check(args: argparse.Namespace, flags: dict) -> int:
+    from lmpo.teach.exercise import check_file
+
+    report = check_file(args.file, _exercise_for(args.file, args.name))
+    print(report.text())
+    return 0 if report.ok else 1
+
+
+def cmd_train(args: argparse.Namespace, flags: dict) -> int:
+    from lmpo.teach.exercise import check_file
+    from lmpo.teach.exercise.check import user_function
+    from lmpo.teach.exercise.core import UserCodeError, user_error
+    from lmpo.teach.exercise.train import TrainOptions, figures_table, train_exercise, verdict
+
+    exercise = _exercise_for(args.file, args.name)
+    opts = TrainOptions(steps=args.steps, seed=args.seed, out=args.out or f"runs/exercise/{exercise.name}",
+                        threads=args.threads, eval_problems=args.eval_problems)
+    opts.validate()
+    report = check_file(args.file, exercise)
+    if report.error is not None:
+        print(report.text())
+        return 1
+    if report.ok:
+        print(f"check: pass ({len(report.passed)} probes)")
+    else:
+        print(f"check: FAIL at {report.mismatch.probe}: {report.mismatch.symptom}\n"
+              f"training anyway, to show what the difference does")
+    path = Path(args.file).resolve()
+    fn = user_function(path, exercise)
+    if isinstance(fn, UserCodeError):
+        print(report.text())
+        return 1
+    try:
+        runs = train_exercise(exercise, fn, opts)
+    except Exception as err:
+        if not any(frame.filename == str(path) for frame in traceback.extract_tb(err.__traceback__)):
+            raise  # lmpo's own error, reported by main()
+        error = user_error(err, str(path))
+        print(f"your code raised {error.exception} during training\n    at {error.location}")
+        return 1
+    print(figures_table(runs))
+    print(verdict(*runs))
+    return 0

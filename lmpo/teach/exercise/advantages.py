@@ -1,0 +1,237 @@
+"""Exercises on outcome-reward advantages: GRPO's normalised advantage and RLOO's leave-one-out one."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from lmpo.algos import ADVANTAGES
+from lmpo.teach.exercise.core import Case, Exercise, Probe
+from lmpo.teach.exercise.explain import always, by_variants, fixed
+from lmpo.teach.exercise.plug import Plug
+
+WORKED = [0.9, 0.6, 0.2, 0.0]  # ALGORITHMS.md's worked example
+
+
+def case(label: str, rewards: list[float], ids: list[int], dtype: torch.dtype = torch.float32) -> Case:
+    return Case(label, {"rewards": torch.tensor(rewards, dtype=dtype), "group_ids": torch.tensor(ids, dtype=torch.long)})
+
+
+def random_case(gen: torch.Generator) -> Case:
+    """1–4 groups of 1–6 completions, ids shuffled; binary or continuous rewards, some groups equal."""
+    groups = int(torch.randint(1, 5, (), generator=gen))
+    rewards, ids = [], []
+    for g in range(groups):
+        size = int(torch.randint(1, 7, (), generator=gen))
+        kind = int(torch.randint(0, 3, (), generator=gen))
+        if kind == 0:
+            values = torch.randint(0, 2, (size,), generator=gen).float()
+        elif kind == 1:
+            values = torch.full((size,), float(torch.rand((), generator=gen)))
+        else:
+            values = torch.rand(size, generator=gen) * 2 - 0.5
+        rewards += values.tolist()
+        ids += [10 * g + 3] * size
+    order = torch.randperm(len(ids), generator=gen)
+    return Case(f"random batch of {groups} group(s)",
+                {"rewards": torch.tensor(rewards)[order], "group_ids": torch.tensor(ids)[order]})
+
+
+def _lib(name: str, **options):
+    return lambda c: ADVANTAGES.get(name)(c.args["rewards"], c.args["group_ids"], **options)
+
+
+def _negated(name: str):
+    return lambda c: -ADVANTAGES.get(name)(c.args["rewards"], c.args["group_ids"])
+
+
+def _factor(c: Case, expected: Tensor, got: Tensor) -> float:
+    big = expected.abs() > 1e-6
+    return float((got[big] / expected[big])[0]) if big.any() else float("nan")
+
+
+def _population(c: Case, expected: Tensor, got: Tensor) -> str:
+    n = int((c.args["group_ids"] == c.args["group_ids"][0]).sum())
+    return (f"your std uses N instead of N-1 (population vs sample): on a group of {n} rewards your advantages "
+            f"are {_factor(c, expected, got):.4g}× the reference (sqrt({n}/{n - 1}) = {math.sqrt(n / (n - 1)):.4g}); "
+            f"lmpo's GRPO default is the sample std (Bessel's N-1, `std=\"sample\"`)")
+
+
+EQUAL_GROUPS = case("three groups whose rewards are all equal (0.3 ×7, 1.0 ×3, 0.0 ×4), then one mixed group",
+                    [0.3] * 7 + [1.0] * 3 + [0.0] * 4 + [1.0, 0.0, 0.0], [0] * 7 + [1] * 3 + [2] * 4 + [3] * 3)
+EQUAL_GROUPS_SYMPTOM = (
+    "advantages of an all-equal group are not zero: a group whose rewards are all equal carries no signal and "
+    "every member must get exactly 0; R − mean is rounding noise there (0.3 ×7 does not average to exactly 0.3 in "
+    "float32) and dividing it by std + eps ≈ 1e-6 blows it up (or 0/0 gives NaN without eps). Detect such groups "
+    "(min == max) and return 0 for them")
+
+SHARED_PROBES = {
+    "two_groups": case("two prompts' groups in one batch, sizes 3 and 5",
+                       [1.0, 0.0, 0.0, 0.5, 0.9, 0.1, 0.2, 0.4], [0, 0, 0, 1, 1, 1, 1, 1]),
+    "unsorted_ids": case("two groups with ids 7 and 3, interleaved in the batch",
+                         [1.0, 0.2, 0.0, 0.9, 0.4, 0.5], [7, 3, 7, 3, 7, 3]),
+}
+NOT_PER_GROUP = ("your statistics are not per group: each completion must be compared with the other completions "
+                 "of its own prompt (same group id) only")
+UNSORTED = ("groups are not found by their ids: group ids may be any integers in any order (not 0..G-1, not "
+            "contiguous blocks); gather each group with `group_ids == id` or torch.unique(return_inverse=True)")
+CONSTANTS = ("gradient flows through the baseline: the advantages must be constants of the policy-gradient loss "
+             "(stop-gradient); detach the rewards (or the result) so no gradient reaches the group mean and std")
+
+
+
+def _whole_batch(c: Case) -> Tensor:
+    r = c.args["rewards"].double()
+    return ((r - r.mean()) / (r.std() + 1e-6)).to(c.args["rewards"].dtype)
+
+
+_BATCH_VARIANTS = ((_lib("grpo", scale="batch"), fixed(NOT_PER_GROUP)),
+                   (_whole_batch, fixed(NOT_PER_GROUP + " (you used the mean and std of the whole batch)")),
+                   (lambda c: c.args["rewards"] - c.args["rewards"].mean(),
+                    fixed(NOT_PER_GROUP + " (you subtracted the batch mean)")))
+
+
+def _common_probes(single_symptom: str) -> list[Probe]:
+    return [
+        Probe("unsorted_ids", "group ids are arbitrary and interleaved", lambda: [SHARED_PROBES["unsorted_ids"]],
+              by_variants(*_BATCH_VARIANTS, fallback=always(UNSORTED))),
+        Probe("two_groups", "statistics are per group, not per batch", lambda: [SHARED_PROBES["two_groups"]],
+              by_variants(*_BATCH_VARIANTS, fallback=always(NOT_PER_GROUP))),
+        Probe("equal_groups", "an all-equal group gets exactly 0", lambda: [EQUAL_GROUPS], always(EQUAL_GROUPS_SYMPTOM)),
+        Probe("single_member", "a group of one completion gets 0",
+              lambda: [case("a group of one completion next to a group of three", [0.7, 1.0, 0.0, 0.5], [5, 6, 6, 6])],
+              always(single_symptom)),
+        Probe("empty_batch", "a batch without completions gives an empty result",
+              lambda: [case("no completions at all (N = 0)", [], [])],
+              always("an empty batch (N = 0) must give an empty [0] result")),
+        Probe("float64", "float64 rewards give float64 advantages, at float64 precision",
+              lambda: [case("float64 rewards", [1.0 + 1e-9, 1.0, 1.0 - 1e-9, 1.0], [0, 0, 0, 0], torch.float64)]),
+        Probe("constants", "no gradient flows through the advantages",
+              lambda: [case("rewards that require grad", WORKED, [0, 0, 0, 0])], grad=("rewards",),
+              grad_messages={"rewards": CONSTANTS}),
+    ]
+
+
+_WORKED_CASE = case("the worked example of ALGORITHMS.md: one group of 4 rewards", WORKED, [0, 0, 0, 0])
+_SIGN = fixed("the advantages have the wrong sign: better-than-average completions get a negative advantage, "
+              "so training would push the policy away from its best answers")
+
+GRPO_DOC = {
+    "en": """GRPO advantages (DeepSeekMath, Shao et al. 2024, arXiv:2402.03300).
+
+    A_i = (R_i − mean_j R_j) / (std_j R_j + eps),   j over the group of completion i
+
+    rewards:   float [N], one scalar reward per completion (N = all completions of the batch).
+    group_ids: int [N]; completions sampled for the same prompt share an id. Ids are arbitrary
+               integers in any order (e.g. [7, 3, 7, 3]); groups may have different sizes.
+    returns:   [N] advantages, same dtype as `rewards`.
+
+    Conventions of lmpo (`lmpo.algos.ADVANTAGES.get("grpo")`, std="sample", scale="group"):
+    - std is the SAMPLE std (Bessel, divide by N−1); a group of one completion has std 0.
+    - eps = 1e-6, added to the std (not to the variance).
+    - a group whose rewards are all equal gets exactly 0 for every member (no signal).
+    - the advantages are constants of the loss: no gradient may flow back into `rewards`.
+    - float64 in gives float64 out (compute in float64 and cast back if you like).
+    Worked example: rewards 0.9, 0.6, 0.2, 0.0 → 1.17833, 0.43412, −0.55816, −1.05430.""",
+    "zh": """GRPO 优势（DeepSeekMath，Shao 等 2024，arXiv:2402.03300）。
+
+    A_i = (R_i − mean_j R_j) / (std_j R_j + eps)，j 取遍补全 i 所在的组
+
+    rewards:   float [N]，每个补全一个标量奖励（N = 该批全部补全）。
+    group_ids: int [N]；同一提示采样出的补全共享一个 id。id 可以是任意整数、任意顺序
+               （例如 [7, 3, 7, 3]）；各组大小可以不同。
+    返回:      [N] 优势，dtype 与 `rewards` 相同。
+
+    lmpo 的约定（`lmpo.algos.ADVANTAGES.get("grpo")`，std="sample"，scale="group"）：
+    - std 为样本标准差（Bessel 校正，除以 N−1）；只有一个补全的组 std 为 0。
+    - eps = 1e-6，加在标准差上（不是方差上）。
+    - 奖励全部相等的组，每个成员的优势都必须恰好为 0（没有信号）。
+    - 优势是损失中的常数：梯度不能流回 `rewards`（stop-gradient）。
+    - 输入 float64 则输出 float64（可以在 float64 中计算再转回）。
+    示例：奖励 0.9, 0.6, 0.2, 0.0 → 1.17833, 0.43412, −0.55816, −1.05430。""",
+}
+
+GRPO = Exercise(
+    name="grpo_advantages",
+    summary="GRPO's group-normalised advantage (R − mean) / (std + eps), per prompt group",
+    function="grpo_advantages",
+    signature="def grpo_advantages(rewards: Tensor, group_ids: Tensor) -> Tensor:",
+    reference=ADVANTAGES.get("grpo"),
+    reference_label='lmpo.algos.ADVANTAGES.get("grpo") (std="sample", scale="group", eps=1e-6)',
+    doc=GRPO_DOC,
+    random_case=random_case,
+    probes=(
+        Probe("worked_example", "ALGORITHMS.md's example: rewards 0.9, 0.6, 0.2, 0.0", lambda: [_WORKED_CASE],
+              by_variants((_lib("grpo", std="population"), _population),
+                          (_negated("grpo"), _SIGN),
+                          (_lib("dr_grpo"), fixed("you did not divide by the group's std (that is Dr. GRPO's "
+                                                  "advantage, R − mean)")),
+                          (_lib("rloo"), fixed("you used RLOO's leave-one-out baseline and no std")))),
+        *_common_probes("a group of one completion must get advantage 0: its sample std (N−1 = 0) is "
+                                "taken as 0, not NaN, and R − mean is 0"),
+    ),
+    plug=Plug("rl", ADVANTAGES, "advantage", "grpo", {}, "the GRPO stage's advantage estimator"),
+)
+
+RLOO_DOC = {
+    "en": """RLOO advantages (Ahmadian et al. 2024, "Back to Basics", arXiv:2402.14740).
+
+    A_i = R_i − (1/(G−1)) Σ_{j≠i} R_j     (G = size of the group of completion i)
+
+    rewards:   float [N], one scalar reward per completion.
+    group_ids: int [N]; completions of the same prompt share an id (any integers, any order).
+    returns:   [N] advantages, same dtype as `rewards`.
+
+    Conventions of lmpo (`lmpo.algos.ADVANTAGES.get("rloo")`):
+    - the baseline is the mean of the OTHER completions of the group, not including i.
+    - no division by a std.
+    - a group of one completion has no baseline: its advantage is 0.
+    - a group whose rewards are all equal gets exactly 0.
+    - the advantages are constants: no gradient may flow back into `rewards`.
+    Worked example: rewards 0.9, 0.6, 0.2, 0.0 → 0.63333, 0.23333, −0.30000, −0.56667.""",
+    "zh": """RLOO 优势（Ahmadian 等 2024，"Back to Basics"，arXiv:2402.14740）。
+
+    A_i = R_i − (1/(G−1)) Σ_{j≠i} R_j     （G = 补全 i 所在组的大小）
+
+    rewards:   float [N]，每个补全一个标量奖励。
+    group_ids: int [N]；同一提示的补全共享一个 id（任意整数、任意顺序）。
+    返回:      [N] 优势，dtype 与 `rewards` 相同。
+
+    lmpo 的约定（`lmpo.algos.ADVANTAGES.get("rloo")`）：
+    - 基线是同组其他补全的平均值，不包括 i 自己。
+    - 不除以标准差。
+    - 只有一个补全的组没有基线：优势为 0。
+    - 奖励全部相等的组优势恰好为 0。
+    - 优势是常数：梯度不能流回 `rewards`。
+    示例：奖励 0.9, 0.6, 0.2, 0.0 → 0.63333, 0.23333, −0.30000, −0.56667。""",
+}
+
+
+def _includes_self(c: Case, expected: Tensor, got: Tensor) -> str:
+    n = int((c.args["group_ids"] == c.args["group_ids"][0]).sum())
+    return (f"your baseline includes the completion itself: it must be the mean of the OTHER G−1 rewards; on a "
+            f"group of {n} your advantages are {_factor(c, expected, got):.4g}× the reference ((G−1)/G = "
+            f"{(n - 1) / n:.4g})")
+
+
+RLOO = Exercise(
+    name="rloo_advantages",
+    summary="RLOO's leave-one-out advantage R_i − mean of the other completions of the group",
+    function="rloo_advantages",
+    signature="def rloo_advantages(rewards: Tensor, group_ids: Tensor) -> Tensor:",
+    reference=ADVANTAGES.get("rloo"),
+    reference_label='lmpo.algos.ADVANTAGES.get("rloo")',
+    doc=RLOO_DOC,
+    random_case=random_case,
+    probes=(
+        Probe("worked_example", "ALGORITHMS.md's example: rewards 0.9, 0.6, 0.2, 0.0", lambda: [_WORKED_CASE],
+              by_variants((_lib("dr_grpo"), _includes_self),
+                          (_negated("rloo"), _SIGN),
+                          (_lib("grpo"), fixed("you divided by the std: RLOO's advantage is not normalised")))),
+        *_common_probes("a group of one completion has no other completions to form a baseline: its "
+                                "advantage must be 0 (you divide by G−1 = 0)"),
+    ),
+    plug=Plug("rl", ADVANTAGES, "advantage", "rloo", {"preset": "rloo"}, "the RLOO stage's advantage estimator"),
+)

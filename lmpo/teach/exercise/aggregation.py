@@ -1,0 +1,156 @@
+"""Exercise: loss aggregation, GRPO's sequence mean of token means (vs DAPO's token mean)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from lmpo.algos import AGGREGATIONS
+from lmpo.teach.exercise.core import Case, Exercise, Probe
+from lmpo.teach.exercise.explain import always, by_variants, fixed
+from lmpo.teach.exercise.plug import Plug, keywords_taken
+
+
+def agg_case(label: str, loss: list[list[float]], mask: list[list[float]], dtype=torch.float32) -> Case:
+    return Case(label, {"loss": torch.tensor(loss, dtype=dtype), "mask": torch.tensor(mask, dtype=dtype)})
+
+
+def random_case(gen: torch.Generator) -> Case:
+    rows, length = int(torch.randint(1, 6, (), generator=gen)), int(torch.randint(1, 9, (), generator=gen))
+    lengths = torch.randint(0, length + 1, (rows,), generator=gen)
+    mask = (torch.arange(length) < lengths[:, None]).float()
+    loss = torch.randn(rows, length, generator=gen)
+    return Case(f"random losses, {rows} row(s) × {length} tokens, right-padded (some rows may be empty)",
+                {"loss": loss, "mask": mask})
+
+
+def _token_mean(c: Case) -> Tensor:
+    return AGGREGATIONS.get("token_mean")(c.args["loss"], c.args["mask"])
+
+
+def _unmasked_mean(c: Case) -> Tensor:
+    return c.args["loss"].mean()
+
+
+def _unmasked_row_means(c: Case) -> Tensor:
+    return c.args["loss"].mean(-1).mean()
+
+
+def _rows_counting_empty(c: Case) -> Tensor:
+    loss, mask = c.args["loss"], c.args["mask"]
+    per_row = torch.where(mask != 0, loss, 0.0).sum(-1) / mask.sum(-1).clamp_min(1)
+    return per_row.mean()
+
+
+def _row_sums(c: Case) -> Tensor:
+    loss, mask = c.args["loss"], c.args["mask"]
+    return torch.where(mask != 0, loss, 0.0).sum(-1).mean()
+
+
+TOKEN_MEAN = ("token-mean vs sequence-mean aggregation: you divide the sum over all loss tokens by the batch's token "
+              "count (DAPO's token_mean), so a long sequence weighs more and the loss changes when one sequence "
+              "gets longer; GRPO's seq_mean_token_mean averages each sequence over its own tokens first, then "
+              "averages the sequences")
+PADDING = ("padding tokens change the loss: the mask is not applied (mask-0 positions must count neither in the sums "
+           "nor in the lengths)")
+EMPTY_ROW = ("an all-padding row counts as a sequence: only rows with at least one loss token are sequences (a row "
+             "may be fully masked, e.g. an overlong completion masked out), so your mean divides by too many")
+VARIANTS = (
+    (_token_mean, fixed(TOKEN_MEAN)),
+    (_unmasked_mean, fixed(PADDING)),
+    (_unmasked_row_means, fixed(PADDING)),
+    (_rows_counting_empty, fixed(EMPTY_ROW)),
+    (_row_sums, fixed("you sum each sequence's token losses instead of averaging them over the sequence's length")),
+)
+EXPLAIN = by_variants(*VARIANTS)
+
+
+def _longer_sequence(c: Case, expected: Tensor, got: Tensor) -> str:
+    return (f"token-mean vs sequence-mean aggregation: the loss changes when one sequence gets longer: row 0 has "
+            f"loss 1.0 on each of its 6 tokens, row 1 loss 0.0 on its 2 tokens; each sequence's mean is unchanged by "
+            f"its length, so the sequence mean is {expected.item():g}; you give {got.item():.4g} (a token mean gives "
+            f"6/8 = 0.75: long sequences weigh more)")
+
+
+AGG_DOC = {
+    "en": """Loss aggregation "seq_mean_token_mean" (original GRPO, Shao et al. 2024, arXiv:2402.03300).
+
+    loss = (1/G) Σ_i (1/L_i) Σ_t ℓ_{i,t} · mask_{i,t},   L_i = Σ_t mask_{i,t}
+
+    loss:    [B, T] per-token losses ℓ (from the policy loss); may be NaN/inf where mask is 0.
+    mask:    [B, T] 1 on loss tokens, 0 on padding (and prompt / tool tokens).
+    returns: a scalar (0-dim tensor), differentiable with respect to `loss`.
+
+    G counts the rows with at least one loss token: a fully masked row is not a sequence.
+    A batch with no loss token at all gives 0, not NaN. Compare DAPO's "token_mean",
+    Σ_{i,t} ℓ_{i,t} / Σ_i L_i, where a long sequence weighs more.
+    lmpo's function also takes the counts of the whole global batch (num_sequences,
+    num_tokens) for gradient accumulation; with one micro-batch they are this batch's own.""",
+    "zh": """损失聚合 "seq_mean_token_mean"（原始 GRPO，Shao 等 2024，arXiv:2402.03300）。
+
+    loss = (1/G) Σ_i (1/L_i) Σ_t ℓ_{i,t} · mask_{i,t}，  L_i = Σ_t mask_{i,t}
+
+    loss:    [B, T] 逐 token 损失 ℓ（来自策略损失）；mask 为 0 处可能是 NaN/inf。
+    mask:    [B, T] 计入损失的 token 为 1，padding（以及提示、工具输出）为 0。
+    返回:    标量（0 维张量），对 `loss` 可微。
+
+    G 只计至少有一个损失 token 的行：全部被 mask 的行不算一个序列。
+    一个损失 token 都没有的批次返回 0，而不是 NaN。对比 DAPO 的 "token_mean"：
+    Σ_{i,t} ℓ_{i,t} / Σ_i L_i，长序列权重更大。
+    lmpo 的函数还接受整个全局批次的计数（num_sequences、num_tokens），用于梯度累积；
+    只有一个 micro-batch 时它们就是本批次自己的计数。""",
+}
+
+
+def wrap_aggregation(fn: Callable) -> Callable:
+    """The user's aggregation with the registry's keywords (the global counts are passed on only if
+    the user's function takes them; with one micro-batch per step they equal the batch's own)."""
+
+    def aggregate(loss, mask, *, num_sequences=None, num_tokens=None, max_len=None):
+        counts = {"num_sequences": num_sequences, "num_tokens": num_tokens, "max_len": max_len}
+        return fn(loss, mask, **keywords_taken(fn, counts))
+
+    return aggregate
+
+
+AGGREGATION = Exercise(
+    name="aggregation",
+    summary="token losses → one number: GRPO's sequence mean of token means (vs DAPO's token mean)",
+    function="seq_mean_token_mean",
+    signature="def seq_mean_token_mean(loss: Tensor, mask: Tensor) -> Tensor:",
+    reference=AGGREGATIONS.get("seq_mean_token_mean"),
+    reference_label='lmpo.algos.AGGREGATIONS.get("seq_mean_token_mean")',
+    doc=AGG_DOC,
+    random_case=random_case,
+    probes=(
+        Probe("ragged", "three sequences of 4, 2 and 1 loss tokens",
+              lambda: [agg_case("rows of length 4, 2, 1 (right-padded)",
+                                [[1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 5.0, 7.0], [-3.0, 9.0, 9.0, 9.0]],
+                                [[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])], EXPLAIN),
+        Probe("longer_sequence", "a longer sequence does not weigh more",
+              lambda: [agg_case("row 0: 6 tokens of loss 1.0; row 1: 2 tokens of loss 0.0",
+                                [[1.0] * 6, [0.0] * 6], [[1] * 6, [1, 1, 0, 0, 0, 0]])],
+              by_variants(fallback=_longer_sequence)),
+        Probe("padding", "values at padding do not count",
+              lambda: [agg_case("padding holds large losses", [[1.0, 1.0, 50.0], [3.0, 80.0, 90.0]],
+                                [[1, 1, 0], [1, 0, 0]])], by_variants(*VARIANTS, fallback=always(PADDING))),
+        Probe("nan_padding", "NaN/inf at padding do not leak in",
+              lambda: [agg_case("padding holds NaN and inf", [[1.0, float("nan")], [2.0, float("inf")]],
+                                [[1, 0], [1, 0]])],
+              always("NaN/inf at padding leak into your result: multiplying by the mask keeps them (0 × NaN = NaN); "
+                     "select with torch.where(mask != 0, loss, 0)")),
+        Probe("empty_row", "a fully masked row is not a sequence",
+              lambda: [agg_case("row 1 has no loss token", [[1.0, 3.0], [5.0, 5.0], [2.0, 2.0]],
+                                [[1, 1], [0, 0], [1, 0]])], by_variants(*VARIANTS, fallback=always(EMPTY_ROW))),
+        Probe("all_masked", "a batch with no loss token gives 0",
+              lambda: [agg_case("every position masked", [[1.0, 2.0], [3.0, 4.0]], [[0, 0], [0, 0]])],
+              always("a batch without any loss token must give 0, not NaN (0/0): clamp the counts to at least 1")),
+        Probe("gradient", "the gradient with respect to each token's loss is mask_{i,t} / (G·L_i)",
+              lambda: [agg_case("rows of length 3 and 1", [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]],
+                                [[1, 1, 1], [1, 0, 0]])], EXPLAIN, grad=("loss",)),
+    ),
+    plug=Plug("rl", AGGREGATIONS, "aggregation", "seq_mean_token_mean", {},
+              "the GRPO stage's loss aggregation (also of its KL term)", wrap=wrap_aggregation),
+)

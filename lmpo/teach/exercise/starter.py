@@ -1,0 +1,62 @@
+"""`lmpo exercise start`: the starter file of an exercise, in English or Chinese."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lmpo.teach.exercise.core import Exercise
+
+LANGUAGES = ("en", "zh")
+
+HEADER = {
+    "en": """# lmpo exercise: {name}
+# {summary}
+#
+# Write the function below (replace `raise NotImplementedError`), then check it against
+# lmpo's own implementation, {reference}:
+#     lmpo exercise check {file}
+# and see whether it trains (a short {stage} run, yours vs the library's):
+#     lmpo exercise train {file}
+# Keep the function's name and argument order; use torch only.
+""",
+    "zh": """# lmpo exercise: {name}
+# {summary}
+#
+# 完成下面的函数（替换 `raise NotImplementedError`），然后与 lmpo 自己的实现
+# {reference} 对照检查：
+#     lmpo exercise check {file}
+# 再看它能否训练（一次简短的 {stage} 训练，你的实现与库的实现对比）：
+#     lmpo exercise train {file}
+# 保持函数名和参数顺序不变；只使用 torch。
+""",
+}
+
+STAGE_NAMES = {"rl": "RL", "dpo": "DPO"}
+
+
+def starter_text(exercise: Exercise, lang: str = "en", file: str = "") -> str:
+    """The starter file: a header saying what to do, imports, the signature, the docstring
+    (formula, shapes, masks, lmpo's conventions) and ``raise NotImplementedError``."""
+    if lang not in LANGUAGES:
+        raise ValueError(f"--lang must be one of {', '.join(LANGUAGES)}, got {lang!r}")
+    stage = STAGE_NAMES.get(getattr(exercise.plug, "stage", ""), "training")
+    header = HEADER[lang].format(name=exercise.name, summary=exercise.summary, reference=exercise.reference_label,
+                                 file=file or f"{exercise.name}.py", stage=stage)
+    imports = "from __future__ import annotations\n\nimport torch\nimport torch.nn.functional as F\nfrom torch import Tensor\n"
+    if exercise.preamble:
+        imports += exercise.preamble + "\n"
+    todo = "TODO" if lang == "en" else "待完成"
+    body = (f'{exercise.signature}\n    """{exercise.doc[lang]}\n    """\n'
+            f'    raise NotImplementedError("{todo}: {exercise.function}")\n')
+    return f"{header}\n{imports}\n\n{body}"
+
+
+def write_starter(exercise: Exercise, out: str | Path, lang: str = "en", force: bool = False) -> Path:
+    """Write the starter to `out`; an existing file is kept unless `force`."""
+    path = Path(out)
+    if path.exists() and not force:
+        raise FileExistsError(f"{path} exists; pass --force to overwrite it (your code in it would be lost)")
+    if path.parent and not path.parent.exists():
+        raise FileNotFoundError(f"{path.parent}: no such directory")
+    path.write_text(starter_text(exercise, lang, file=str(path)))
+    return path

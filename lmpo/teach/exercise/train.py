@@ -1,0 +1,139 @@
+"""`lmpo exercise train`: a short run with the user's function plugged into its stage, and the same
+run with the library's function, both from the task's SFT checkpoint (`sft_start`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Callable
+
+from lmpo.teach.exercise.core import Exercise
+from lmpo.teach.exercise.plug import Plug, plugged
+
+PAIRS_PER_STEP = 32  # the DPO stage's batch size: --steps N trains on N × 32 pairs
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    steps: int = 60
+    """Optimizer steps of each run (RL: rollout batches; DPO: batches of 32 pairs)."""
+    seed: int = 0
+    """Seed of both runs and of the SFT starting checkpoint."""
+    out: str = "runs/exercise"
+    """Directory of the runs: OUT/yours and OUT/lmpo."""
+    threads: int = 1
+    """Torch CPU threads."""
+    eval_problems: int = 500
+    """Held-out problems evaluated before and after each run."""
+    task: str = "sort_digits"
+    """The task of the runs and of the SFT checkpoint."""
+
+    def validate(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"--steps must be >= 1, got {self.steps}")
+        if self.eval_problems < 1:
+            raise ValueError(f"--eval-problems must be >= 1 (accuracy is what the runs are compared on), "
+                             f"got {self.eval_problems}")
+        if self.threads < 0:
+            raise ValueError(f"--threads must be >= 0, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """Held-out accuracy of one run, before (its step-0 evaluation) and after training."""
+
+    label: str
+    before: float
+    after: float
+    seconds: float
+    run_dir: str
+
+
+def stage_settings(plug: Plug, name: str, model_dir: str, out: Path, opts: TrainOptions) -> tuple[str, dict]:
+    """(stage kind, config values) of one run with the function registered under `name`."""
+    from lmpo.trainers.presets import rl_preset, task_settings
+
+    settings = dict(plug.settings)
+    common = {"model": model_dir, "out": str(out), "task": opts.task, "seed": opts.seed, "threads": opts.threads,
+              "eval_problems": opts.eval_problems, "save_every": 0, plug.option: name}
+    if plug.stage == "rl":
+        preset = rl_preset(settings.pop("preset", "grpo")).settings
+        return "rl", {**task_settings(opts.task, "rl"), **preset, **settings, **common, "steps": opts.steps,
+                      "eval_every": opts.steps}
+    if plug.stage == "dpo":
+        return "dpo", {**task_settings(opts.task, "dpo"), **settings, **common, "batch_size": PAIRS_PER_STEP,
+                       "pairs": opts.steps * PAIRS_PER_STEP, "epochs": 1}
+    raise ValueError(f"unknown stage {plug.stage!r}")
+
+
+def run_stage(kind: str, values: dict, label: str):
+    """Train one stage; the result and the step-0 held-out accuracy from its metrics."""
+    if kind == "rl":
+        from lmpo.trainers.rl import train_rl
+        from lmpo.trainers.rl_config import RLConfig as Config
+
+        train = train_rl
+    else:
+        from lmpo.trainers.preference import PreferenceConfig as Config
+        from lmpo.trainers.preference import train_preference as train
+    known = {f.name for f in fields(Config)}
+    started = time.perf_counter()
+    result = train(Config(**{k: v for k, v in values.items() if k in known}))
+    return RunFigures(label, step0_accuracy(Path(result.run_dir)), float(result.accuracy or 0.0),
+                      time.perf_counter() - started, result.run_dir)
+
+
+def step0_accuracy(run_dir: Path) -> float:
+    """The held-out accuracy a run measured before its first update (its step-0 metrics row)."""
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row.get("step") == 0 and "eval_accuracy" in row:
+            return float(row["eval_accuracy"])
+    raise ValueError(f"{run_dir / 'metrics.jsonl'}: no step-0 evaluation")
+
+
+def train_exercise(exercise: Exercise, fn: Callable, opts: TrainOptions, model_dir: str | None = None,
+                   say: Callable[[str], None] = print) -> list[RunFigures]:
+    """Run the exercise's stage with `fn` plugged in, then with the library's function; the registry
+    is left as it was. `model_dir` defaults to the task's SFT checkpoint for `opts.seed`."""
+    opts.validate()
+    plug: Plug = exercise.plug
+    if model_dir is None:
+        from lmpo.teach.start import sft_start
+
+        model_dir = sft_start(opts.task, seed=opts.seed, threads=opts.threads or 2).model_dir
+    out = Path(opts.out)
+    wrapped = plug.wrap(fn) if plug.wrap else fn
+    say(f"[exercise] {exercise.name}: your {exercise.function} as {plug.role}; {opts.steps} steps from the SFT "
+        f"checkpoint {model_dir}")
+    with plugged(plug.registry, wrapped, plug.reference if plug.own_name else None) as name:
+        kind, values = stage_settings(plug, name, model_dir, out / "yours", opts)
+        yours = run_stage(kind, values, "yours")
+    say(f"[exercise] the same run with lmpo's {plug.reference}")
+    kind, values = stage_settings(plug, plug.reference, model_dir, out / "lmpo", opts)
+    reference = run_stage(kind, values, f"lmpo {plug.reference}")
+    return [yours, reference]
+
+
+def figures_table(runs: list[RunFigures]) -> str:
+    width = max(len("run"), *(len(r.label) for r in runs))
+    lines = [f"{'run':<{width}} {'held-out accuracy':>20} {'time (s)':>9}  run directory"]
+    for r in runs:
+        change = f"{100 * r.before:.1f}% → {100 * r.after:.1f}%"
+        lines.append(f"{r.label:<{width}} {change:>20} {r.seconds:>9.1f}  {r.run_dir}")
+    return "\n".join(lines)
+
+
+def verdict(yours: RunFigures, reference: RunFigures) -> str:
+    """A plain reading of the two runs (accuracies are deterministic for a seed)."""
+    gain, ref_gain = yours.after - yours.before, reference.after - reference.before
+    if abs(yours.after - reference.after) < 1e-9:
+        return "yours trains exactly like lmpo's here (same held-out accuracy)."
+    if gain <= 0 < ref_gain:
+        return (f"yours does not learn: {100 * gain:+.1f} points, where lmpo's gains {100 * ref_gain:+.1f}. "
+                f"Run `lmpo exercise check` on your file.")
+    return (f"yours: {100 * gain:+.1f} points, lmpo's: {100 * ref_gain:+.1f} points "
+            f"({'close' if abs(gain - ref_gain) <= 0.05 else 'different'}; a correct function gives the same run, "
+            f"up to floating-point rounding).")

@@ -1,0 +1,16 @@
+# lmpo exercise: grpo_advantages
+"""Planted mistake: mean − R instead of R − mean."""
+import torch
+from torch import Tensor
+
+
+def grpo_advantages(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    r = rewards.detach().double()
+    out = torch.zeros_like(r)
+    for gid in torch.unique(group_ids):
+        members = group_ids == gid
+        values = r[members]
+        if values.numel() < 2 or values.min() == values.max():
+            continue
+        out[members] = (values.mean() - values) / (values.std() + 1e-6)
+    return out.to(rewards.dtype)
