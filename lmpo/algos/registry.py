@@ -38,6 +38,11 @@ class Registry:
 
         return decorator
 
+    def unregister(self, name: str) -> Callable[..., Any]:
+        """Remove `name` and return its function (to plug a user's function in for a while)."""
+        self.get(name)  # the same error as `get` for an unknown name
+        return self._entries.pop(name)
+
     def get(self, name: str) -> Callable[..., Any]:
         """The callable registered under `name`; `UnknownNameError` listing the valid names otherwise."""
         try:

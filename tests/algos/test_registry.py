@@ -34,3 +34,13 @@ def test_duplicate_registration_rejected():
     reg.register("x")(lambda: None)
     with pytest.raises(ValueError, match="already registered"):
         reg.register("x")(lambda: None)
+
+
+def test_unregister_returns_the_function_and_forgets_the_name():
+    from lmpo.algos.registry import Registry, UnknownNameError
+
+    reg = Registry("thing")
+    reg.register("a")(len)
+    assert reg.unregister("a") is len and "a" not in reg
+    with pytest.raises(UnknownNameError, match="unknown thing 'a'"):
+        reg.unregister("a")

@@ -38,21 +38,15 @@ class Plug:
 def plugged(registry: Registry, fn: Callable[..., Any], name: str | None = None) -> Iterator[str]:
     """Register `fn` for the duration of the block, under `name` (replacing that entry) or a fresh
     unique name; the registry is exactly as before afterwards, whatever happens inside."""
-    entries = registry._entries  # Registry has no public way to remove an entry
-    if name is None:
-        name = f"exercise_{uuid.uuid4().hex[:8]}"
-        registry.register(name)(fn)
-        try:
-            yield name
-        finally:
-            entries.pop(name, None)
-        return
-    saved = entries[name]
-    entries[name] = fn
+    saved = registry.unregister(name) if name is not None else None
+    name = name or f"exercise_{uuid.uuid4().hex[:8]}"
+    registry.register(name)(fn)
     try:
         yield name
     finally:
-        entries[name] = saved
+        registry.unregister(name)
+        if saved is not None:
+            registry.register(name)(saved)
 
 
 def keywords_taken(fn: Callable[..., Any], available: dict[str, Any]) -> dict[str, Any]:
