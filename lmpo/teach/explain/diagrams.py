@@ -85,13 +85,13 @@ def group_normalisation(path: str) -> None:
     rewards = torch.tensor([r for g in GROUPS for r in g], dtype=torch.float64)
     ids = torch.tensor([i for i, g in enumerate(GROUPS) for _ in g])
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [1, 3]})
-    positions = torch.arange(len(rewards), dtype=torch.float64)
-    axes[0].bar(positions, rewards, color="grey")
+    positions = list(range(len(rewards)))
+    axes[0].bar(positions, rewards.tolist(), color="grey")
     axes[0].set_title("R_i")
     for k, name in enumerate(("grpo", "dr_grpo", "rloo")):
         fn = ADVANTAGES.get(name)
         adv = fn(rewards, ids, **advantage_options(fn, rl_settings(name)))
-        axes[1].bar(positions + (k - 1) * 0.27, adv, width=0.27, label=name)
+        axes[1].bar([p + (k - 1) * 0.27 for p in positions], adv.tolist(), width=0.27, label=name)
     axes[1].set_title("A_i")
     for ax in axes:
         ax.set_xticks(positions, [f"g{int(g) + 1}·y{j % 4 + 1}" for j, g in enumerate(ids)], rotation=60, fontsize=7)
@@ -116,9 +116,9 @@ def zero_signal(path: str) -> None:
     (grad,) = torch.autograd.grad(loss, logprobs)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
     names = [f"g{int(g) + 1}·y{j % 4 + 1}" for j, g in enumerate(ids)]
-    axes[0].bar(names, adv, color=["tab:blue"] * 4 + ["tab:red"] * 4)
+    axes[0].bar(names, adv.tolist(), color=["tab:blue"] * 4 + ["tab:red"] * 4)
     axes[0].set_title("A_i (grpo)")
-    axes[1].bar(names, grad.abs().sum(1), color=["tab:blue"] * 4 + ["tab:red"] * 4)
+    axes[1].bar(names, grad.abs().sum(1).tolist(), color=["tab:blue"] * 4 + ["tab:red"] * 4)
     axes[1].set_title("Σ_t |∂L/∂log π_θ(y_t)|")
     for ax in axes:
         ax.tick_params(axis="x", labelrotation=60, labelsize=7)
@@ -135,7 +135,7 @@ def aggregation(path: str) -> None:
     for k, name in enumerate(("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")):
         token_loss = torch.ones_like(mask, requires_grad=True)
         (weight,) = torch.autograd.grad(AGGREGATIONS.get(name)(token_loss, mask, max_len=8), token_loss)
-        ax.bar([i + (k - 1) * 0.27 for i in range(len(lengths))], weight[:, 0], width=0.27, label=name)
+        ax.bar([i + (k - 1) * 0.27 for i in range(len(lengths))], weight[:, 0].tolist(), width=0.27, label=name)
     ax.set_xticks(range(len(lengths)), [f"L_i = {n}" for n in lengths])
     ax.set_ylabel("∂L/∂ℓ_{i,t}  (each token)")
     ax.legend(fontsize=8)
@@ -161,7 +161,7 @@ def gae_masked(path: str, s: dict) -> None:
     ax.plot(t[keep], values[0][keep], "o-", label="V_t (critic)")
     ax.plot(t[keep], adv[0][keep], "s-", label=f"A_t (gae, γ {s['gamma']:g}, λ {s['gae_lambda']:g})")
     ax.plot(t[keep], returns[0][keep], "^-", label="G_t = A_t + V_t")
-    ax.bar(t, rewards[0], width=0.3, color="tab:green", label="r_t")
+    ax.bar(t.tolist(), rewards[0].tolist(), width=0.3, color="tab:green", label="r_t")
     ax.set_xticks(t, [f"t{i}" if m else "obs" for i, m in zip(t.tolist(), GAE_MASK)])
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)

@@ -176,7 +176,7 @@ TEXT: dict[str, str] = {
     "step.gradient.ppo.title": "策略与价值网络上的梯度",
     "step.gradient.ppo.text": "一次反向传播同时给出策略在每个词元上的梯度（push 含义同上）和价值网络在每个值上的梯度；被掩码的工具词元都没有梯度。",
     "step.pairs.dpo.title": "偏好对",
-    "step.pairs.dpo.text": "三个偏好对：被选与被拒回答在策略和参考模型下的对数概率（对词元求和）。",
+    "step.pairs.dpo.text": "三个偏好对：被选与被拒回答在策略和参考模型下的对数概率，都是对词元求和的值。",
     "step.pairs.ipo.title": "偏好对",
     "step.pairs.ipo.text": "三个偏好对及其长度：IPO 会把对数概率按词元平均。",
     "step.pairs.simpo.title": "偏好对",
