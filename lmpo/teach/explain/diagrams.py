@@ -161,7 +161,7 @@ def gae_masked(path: str, s: dict) -> None:
     ax.plot(t[keep], values[0][keep], "o-", label="V_t (critic)")
     ax.plot(t[keep], adv[0][keep], "s-", label=f"A_t (gae, γ {s['gamma']:g}, λ {s['gae_lambda']:g})")
     ax.plot(t[keep], returns[0][keep], "^-", label="G_t = A_t + V_t")
-    ax.bar(t.tolist(), rewards[0].tolist(), width=0.3, color="tab:green", label="r_t")
+    ax.bar(t.tolist(), rewards[0].tolist(), width=0.25, color="tab:green", alpha=0.4, label="r_t", zorder=0)
     ax.set_xticks(t, [f"t{i}" if m else "obs" for i, m in zip(t.tolist(), GAE_MASK)])
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)

@@ -42,7 +42,7 @@ def ppo(lang: str) -> Explanation:
     ], gamma=s["gamma"], lam=s["gae_lambda"])
     unbiased = s["whiten_std"] == "sample"
     white = masked_whiten(adv, mask, eps=s["whiten_eps"], unbiased=unbiased) if s["whiten_advantages"] else adv
-    page.step("whiten", "A ← (A − mean A) / sqrt(var A + eps)  over the batch's loss tokens", [
+    page.step("whiten", "A ← (A − mean_batch A) / sqrt(var_batch A + eps)", [
         page.value("advantages", "A_t", white, mask=mask,
                    source=f"masked_whiten(A, mask, eps={s['whiten_eps']}, unbiased={unbiased})"),
     ], eps=s["whiten_eps"])

@@ -118,7 +118,7 @@ def kl(lang: str) -> Explanation:
     ])
     exact = torch.distributions.kl_divergence(torch.distributions.Categorical(logits=policy_logits),
                                               torch.distributions.Categorical(logits=ref_logits))
-    page.step("kl_expectations", "E_{y∼π_θ}[k] = Σ_y π_θ(y)·k(y)  vs  KL(π_θ‖π_ref)", [
+    page.step("kl_expectations", "E_{y∼π_θ}[k] = Σ_y π_θ(y)·k(y) ,  KL(π_θ‖π_ref) = Σ_y π_θ(y)·log(π_θ(y)/π_ref(y))", [
         page.value("exact_kl", "KL", exact, per="scalar", source="torch.distributions.kl_divergence"),
         *[page.value(f"mean_{name}", f"E[{name}]", (probs * value.detach()).sum(), per="scalar",
                      source=f"Σ_y π_θ(y)·{name}(y)") for name, value in estimates.items()],

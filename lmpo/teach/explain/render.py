@@ -28,44 +28,46 @@ def value_rows(value: Value) -> list[tuple[str, list[str]]]:
 
 
 def provenance(value: Value, tx: Texts) -> str:
-    return tx("heading.given") if value.given else f"{tx('heading.computed')} {value.source}"
+    """`(given)` or `(computed by FUNCTION)`, with the language's parentheses."""
+    text = tx("heading.given") if value.given else f"{tx('heading.computed')} {value.source}"
+    return tx("heading.provenance", text=text)
 
 
 # ---------------------------------------------------------------- terminal
 def render_terminal(expl: Explanation, console) -> None:
-    """Print the explanation step by step (rich)."""
+    """Print the explanation step by step (rich); every text is escaped, so `[1]` stays `[1]`."""
+    from rich.markup import escape as x
     from rich.panel import Panel
     from rich.table import Table
 
     tx = Texts(expl.lang)
-    console.print(Panel(f"{expl.summary}\n\n[bold]{tx('heading.formula')}[/]: {expl.formula}",
-                        title=f"[bold]{expl.title}", expand=True), highlight=False)
-    console.print(f"[bold]{tx('heading.commands')}[/]: " + "  |  ".join(expl.commands), highlight=False)
-    console.print(f"[bold]{tx('heading.settings')}[/]: {settings_text(expl.settings)}", highlight=False)
-    console.print(f"[bold]{tx('heading.when')}[/]: {expl.when}", highlight=False)
-    console.print(f"[bold]{tx('heading.paper')}[/]: " + "; ".join(expl.papers), highlight=False)
-    console.print(f"[dim]{tx('heading.note_masked')} {tx('heading.note_push')}[/]", highlight=False)
+    console.print(Panel(f"{x(expl.summary)}\n\n[bold]{x(tx('heading.formula'))}[/]: {x(expl.formula)}",
+                        title=f"[bold]{x(expl.title)}", expand=True), highlight=False)
+    for key, text in (("heading.commands", "  |  ".join(expl.commands)), ("heading.settings", settings_text(expl.settings)),
+                      ("heading.when", expl.when), ("heading.paper", "; ".join(expl.papers))):
+        console.print(f"[bold]{x(tx(key))}[/]: {x(text)}", highlight=False)
+    console.print(f"[dim]{x(tx('heading.note_masked'))} {x(tx('heading.note_push'))}[/]", highlight=False)
     for n, step in enumerate(expl.steps, 1):
-        console.rule(f"[bold]{n}. {step.title}")
-        console.print(f"[cyan]{step.formula}[/]", highlight=False)
-        console.print(step.text, highlight=False)
+        console.rule(f"[bold]{n}. {x(step.title)}")
+        console.print(f"[cyan]{x(step.formula)}[/]", highlight=False)
+        console.print(x(step.text), highlight=False)
         for value in step.values:
-            console.print(f"[bold]{value.symbol}[/] — {value.label}  [dim]({provenance(value, tx)})[/]",
-                          highlight=False, markup=True)
+            console.print(f"[bold]{x(value.symbol)}[/] — {x(value.label)}  [dim]{x(provenance(value, tx))}[/]",
+                          highlight=False)
             if len(value.rows) == 1 and len(value.rows[0]) == 1:
-                console.print(f"  {value.symbol} = {fmt(value.rows[0][0])}", highlight=False)
+                console.print(f"  {x(value.symbol)} = {fmt(value.rows[0][0])}", highlight=False)
                 continue
             table = Table(show_edge=False, pad_edge=False, box=None, padding=(0, 1))
             table.add_column("")
             for column in value.columns:
-                table.add_column(column, justify="right")
+                table.add_column(x(column), justify="right")
             for label, row in value_rows(value):
-                table.add_row(label, *row)
+                table.add_row(x(label), *row)
             console.print(table)
     if expl.diagrams:
-        console.rule(f"[bold]{tx('heading.diagrams')}")
+        console.rule(f"[bold]{x(tx('heading.diagrams'))}")
         for diagram in expl.diagrams:
-            console.print(f"{diagram.key}.png — {diagram.caption}", highlight=False)
+            console.print(f"{x(diagram.key)}.png — {x(diagram.caption)}", highlight=False)
 
 
 # ---------------------------------------------------------------- markdown
@@ -98,7 +100,7 @@ def render_markdown(expl: Explanation, image_prefix: str = f"../{IMAGE_DIR}/") -
         out += [f"### {n}. {step.title}", "", f"`{step.formula}`", "", step.text, ""]
         for value in step.values:
             out += [f"<!-- value: {value.name} -->",
-                    f"**{value.symbol}** — {value.label} ({provenance(value, tx).replace('|', '/')})", ""]
+                    f"**{value.symbol}** — {value.label} {provenance(value, tx).replace('|', '/')}", ""]
             out += markdown_table(value) + [""]
     if expl.diagrams:
         out += [f"## {tx('heading.diagrams')}", ""]
@@ -121,7 +123,7 @@ def html_table(value: Value, tx: Texts) -> str:
     rows = "".join(
         f"<tr><th>{e(label)}</th>" + "".join(f'<td class="num">{e(c)}</td>' for c in row) + "</tr>"
         for label, row in value_rows(value))
-    caption = f"<b>{e(value.symbol)}</b> — {e(value.label)} <span class=\"src\">({e(provenance(value, tx))})</span>"
+    caption = f"<b>{e(value.symbol)}</b> — {e(value.label)} <span class=\"src\">{e(provenance(value, tx))}</span>"
     return (f'<table class="value" data-name="{e(value.name)}"><caption style="text-align:left">{caption}</caption>'
             f"<tr><th>{e(value.symbol)}</th>{head}</tr>{rows}</table>")
 

@@ -108,7 +108,7 @@ def dapo_steps(page: Page, s: dict) -> None:
     """Dynamic sampling (drop groups without signal) and the soft overlong penalty."""
     rewards = x.tensor(x.REWARDS + x.FLAT_REWARDS)
     ids = torch.tensor([0] * len(x.REWARDS) + [1] * len(x.FLAT_REWARDS))
-    page.step("dynamic_sampling", "keep_i = [group(i) has rewards that differ]", [
+    page.step("dynamic_sampling", "keep_i = [max_{j∈g(i)} R_j > min_{j∈g(i)} R_j]", [
         page.value("batch_rewards", "R_i", rewards, given=True, per="sequence"),
         page.value("batch_groups", "group", ids.float(), given=True, per="sequence"),
         page.value("keep", "keep", groups_with_signal(rewards, ids).float(), per="sequence",
@@ -165,7 +165,7 @@ def reinforce_pp(lang: str) -> Explanation:
         page.value("token_rewards", "r_t", per_token, mask=mask, source=f"token_rewards(R, mask, kl=k1, beta={s['beta']})"),
     ], beta=s["beta"])
     adv, returns = TOKEN_ADVANTAGES.get("reinforce_pp")(per_token, mask, gamma=s["gamma"])
-    page.step("advantages.reinforce_pp", "G_t = Σ_l γ^l r_{t+l} ,  A = (G − mean G) / sqrt(var G + eps)  (whole batch)", [
+    page.step("advantages.reinforce_pp", "G_t = Σ_l γ^l r_{t+l} ,  A = (G − mean_batch G) / sqrt(var_batch G + eps)", [
         page.value("returns", "G_t", returns, mask=mask, source=f"TOKEN_ADVANTAGES.get('reinforce_pp')(gamma={s['gamma']})"),
         page.value("advantages", "A_t", adv, mask=mask, source=f"TOKEN_ADVANTAGES.get('reinforce_pp')(gamma={s['gamma']})"),
     ], gamma=s["gamma"])
@@ -194,7 +194,7 @@ RL_FORMULAS = {
     "grpo": "L = (1/G) Σ_i (1/L_i) Σ_t −min(r·A_i, clip(r, 1−ε, 1+ε)·A_i) + β·k3 ,  A_i = (R_i − mean R)/(std R + eps)",
     "dr_grpo": "L = Σ_{i,t} −min(r·A_i, clip(r, 1−ε, 1+ε)·A_i) / (G·L_max) ,  A_i = R_i − mean R",
     "rloo": "A_i = R_i − (1/(G−1)) Σ_{j≠i} R_j ,  ℓ = −min(r·A_i, clip(r, 1−ε, 1+ε)·A_i)",
-    "dapo": "L = Σ_{i,t} −min(r·A_i, clip(r, 1−ε_low, 1+ε_high)·A_i) / Σ_i L_i  over groups with signal",
+    "dapo": "L = Σ_{i,t} −min(r·A_i, clip(r, 1−ε_low, 1+ε_high)·A_i) / Σ_i L_i ,  i ∈ g: max R_g > min R_g",
     "gspo": "s_i = exp((1/L_i) Σ_t ρ_{i,t}) ,  L = (1/G) Σ_i −min(s_i·A_i, clip(s_i, 1−ε_low, 1+ε_high)·A_i)",
     "cispo": "L = Σ_{i,t} −sg(clip(r, 1−ε_low, 1+ε_high))·A_i·log π_θ(y_{i,t}) / Σ_i L_i",
     "reinforce_pp": "r_t = −β·k1_t + [t = last]·R ,  A = whiten_batch(Σ_l γ^l r_{t+l}) ,  ℓ = −min(r·A, clip(r)·A)",

@@ -13,6 +13,7 @@ TEXT: dict[str, str] = {
     "heading.example": "Worked example",
     "heading.diagrams": "Diagrams",
     "heading.given": "given",
+    "heading.provenance": "({text})",
     "heading.computed": "computed by",
     "heading.methods": "Learn the methods",
     "heading.index_intro": ("Each page works one small example through the functions lmpo trains with "

@@ -25,6 +25,7 @@ GLOSSARY: dict[str, str] = {
     "估计量": "estimator",
     "无偏": "unbiased",
     "掩码": "mask",
+    "熵": "entropy",
 }
 
 TEXT: dict[str, str] = {
@@ -39,6 +40,7 @@ TEXT: dict[str, str] = {
     "heading.example": "数值示例",
     "heading.diagrams": "图示",
     "heading.given": "给定",
+    "heading.provenance": "（{text}）",
     "heading.computed": "计算自",
     "heading.methods": "学习各方法",
     "heading.index_intro": ("每一页都用一个小例子走一遍 lmpo 训练时调用的函数（`lmpo.algos`，参数取自该方法的预设）；"
