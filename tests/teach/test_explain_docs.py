@@ -122,3 +122,27 @@ def test_index_links_every_page(lang, pages):
     index = (DOCS / "README.md").read_text(encoding="utf-8")
     for method in METHODS:
         assert f"({lang}/{method}.md)" in index
+
+
+def test_every_text_entry_is_used(monkeypatch):
+    """No dead or misspelt keys: building and rendering every page reads every entry."""
+    from lmpo.teach.explain import page as page_module
+    from lmpo.teach.explain.render import render_html, render_markdown
+
+    used: set[str] = set()
+    original = page_module.Texts.__call__
+
+    def recording(self, key, **fields):
+        used.add(key)
+        return original(self, key, **fields)
+
+    monkeypatch.setattr(page_module.Texts, "__call__", recording)
+    pages = explanations()
+    for expl in pages.values():
+        render_html(expl), render_markdown(expl)
+    render_docs(pages)
+    from lmpo.cli.explain import _list
+
+    _list("en")
+    not_in_any_preset = {"word.std.population"}  # every preset's grpo std is "sample"
+    assert set(text_en.TEXT) - used == not_in_any_preset

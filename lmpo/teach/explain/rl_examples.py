@@ -97,7 +97,8 @@ def flat_group_step(page: Page, s: dict) -> None:
     logprobs = x.tensor(x.NEW_LOGPROBS).requires_grad_(True)
     *_, loss = policy_objective({**s, "beta": 0.0}, logprobs, old, adv[:, None], mask)
     (grad,) = torch.autograd.grad(loss, logprobs)
-    page.step("flat_group", "R_1 = … = R_G  ⇒  A_i = 0  ⇒  ∂L_pg/∂log π_θ = 0", [
+    key = "flat_group.kl" if s["beta"] > 0 and s["kl_placement"] == "loss" else "flat_group"
+    page.step(key, "R_1 = … = R_G  ⇒  A_i = 0  ⇒  ∂L_pg/∂log π_θ = 0", [
         page.value("flat_rewards", "R_i", rewards, given=True, per="sequence"),
         page.value("flat_advantages", "A_i", adv, per="sequence", source=f"ADVANTAGES.get({s['advantage']!r})"),
         page.value("flat_grad", "∂L_pg/∂logπ", grad, mask=mask, source="torch.autograd.grad (policy term, β = 0)"),

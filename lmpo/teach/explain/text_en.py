@@ -164,7 +164,11 @@ TEXT: dict[str, str] = {
     "step.flat_group.title": "A group whose rewards are all equal",
     "step.flat_group.text": ("When every completion of a group gets the same reward, the estimator returns 0 for all, "
                              "so the policy term gives those tokens no gradient: the group costs generation and "
-                             "teaches nothing. (With β = {beta} the KL term alone still acts on them.)"),
+                             "teaches nothing."),
+    "step.flat_group.kl.title": "A group whose rewards are all equal",
+    "step.flat_group.kl.text": ("When every completion of a group gets the same reward, the estimator returns 0 for "
+                                "all, so the policy term gives those tokens no gradient: the group costs generation and "
+                                "teaches nothing. Only the KL term (β = {beta}) still acts on them."),
     "step.dynamic_sampling.title": "Dynamic sampling: keep the groups with signal",
     "step.dynamic_sampling.text": ("A batch of two groups; the second has all rewards equal, so it is dropped "
                                    "(keep = 0) and more prompts are sampled until the batch is full of groups with signal. "
@@ -249,7 +253,7 @@ TEXT: dict[str, str] = {
     "diagram.surrogate_ppo": ("The clipped surrogate and its gradient against r, with the dual-clip variant: for A < 0 "
                               "and a very large ratio, dual-clip caps the loss at −c·A and removes the gradient."),
     "diagram.surrogate_gspo": ("GSPO's surrogate against the sequence ratio s: the range is "
-                               "[1 − {clip_eps_low}, 1 + {clip_eps_high}], about a thousand times narrower than PPO's."),
+                               "[1 − {clip_eps_low}, 1 + {clip_eps_high}], hundreds of times narrower than PPO's."),
     "diagram.surrogate_cispo": ("CISPO against PPO-clip (DAPO's range): CISPO's gradient never drops to 0, its weight "
                                 "only stops growing at the bound; there is no lower bound."),
     "diagram.surrogate_dapo": ("Clip-higher against symmetric clipping: with A > 0 the ratio may rise to "

@@ -153,7 +153,10 @@ TEXT: dict[str, str] = {
                            "即 push = +1，并降低其余词元的对数概率；被裁剪的词元梯度为 0。"),
     "step.flat_group.title": "奖励全部相同的组",
     "step.flat_group.text": ("组内每个回答奖励相同时，估计量给出的优势全为 0，策略项对这些词元没有梯度：这一组花了生成成本，"
-                             "却什么也没教给模型。（β = {beta} 时，只有 KL 项仍作用于它们。）"),
+                             "却什么也没教给模型。"),
+    "step.flat_group.kl.title": "奖励全部相同的组",
+    "step.flat_group.kl.text": ("组内每个回答奖励相同时，估计量给出的优势全为 0，策略项对这些词元没有梯度：这一组花了生成成本，"
+                                "却什么也没教给模型。只有 KL 项（β = {beta}）仍作用于它们。"),
     "step.dynamic_sampling.title": "动态采样：只保留有信号的组",
     "step.dynamic_sampling.text": ("一个批次有两组；第二组奖励全相同，于是被丢弃（keep = 0），并继续采样新的提示，直到批次里"
                                    "都是有信号的组。示例的其余部分使用第一组。"),
@@ -224,7 +227,7 @@ TEXT: dict[str, str] = {
     "diagram.surrogate_rloo": "裁剪代理损失及其梯度随 r 的变化，分 A > 0 与 A < 0（ε {clip_eps_low}/{clip_eps_high}）。",
     "diagram.surrogate_reinforce_pp": "裁剪代理损失及其梯度随 r 的变化，分 A > 0 与 A < 0（ε {clip_eps_low}/{clip_eps_high}）。",
     "diagram.surrogate_ppo": "裁剪代理损失及其梯度随 r 的变化，并与双裁剪对比：A < 0 且比值很大时，双裁剪把损失封顶在 −c·A 并去掉梯度。",
-    "diagram.surrogate_gspo": "GSPO 的代理损失随序列比值 s 的变化：范围是 [1 − {clip_eps_low}, 1 + {clip_eps_high}]，比 PPO 窄约一千倍。",
+    "diagram.surrogate_gspo": "GSPO 的代理损失随序列比值 s 的变化：范围是 [1 − {clip_eps_low}, 1 + {clip_eps_high}]，比 PPO 窄数百倍。",
     "diagram.surrogate_cispo": "CISPO 与 PPO-clip（DAPO 的范围）对比：CISPO 的梯度从不降到 0，权重只是在边界处不再增长；它没有下界。",
     "diagram.surrogate_dapo": "clip-higher 与对称裁剪对比：A > 0 时比值可以升到 1 + {clip_eps_high} 才失去梯度，给低概率词元留出空间。",
     "diagram.group_normalisation": ("同样三组奖励在 grpo、dr_grpo、rloo 下的优势。第三组奖励几乎没有差别，grpo 除以标准差后"
