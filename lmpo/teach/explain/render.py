@@ -41,11 +41,11 @@ def render_terminal(expl: Explanation, console) -> None:
     from rich.table import Table
 
     tx = Texts(expl.lang)
-    console.print(Panel(f"{x(expl.summary)}\n\n[bold]{x(tx('heading.formula'))}[/]: {x(expl.formula)}",
+    console.print(Panel(f"{x(expl.summary)}\n\n[bold]{x(tx('heading.formula'))}[/]{tx('heading.colon')}{x(expl.formula)}",
                         title=f"[bold]{x(expl.title)}", expand=True), highlight=False)
     for key, text in (("heading.commands", "  |  ".join(expl.commands)), ("heading.settings", settings_text(expl.settings)),
                       ("heading.when", expl.when), ("heading.paper", "; ".join(expl.papers))):
-        console.print(f"[bold]{x(tx(key))}[/]: {x(text)}", highlight=False)
+        console.print(f"[bold]{x(tx(key))}[/]{tx('heading.colon')}{x(text)}", highlight=False)
     console.print(f"[dim]{x(tx('heading.note_masked'))} {x(tx('heading.note_push'))}[/]", highlight=False)
     for n, step in enumerate(expl.steps, 1):
         console.rule(f"[bold]{n}. {x(step.title)}")
@@ -89,10 +89,10 @@ def render_markdown(expl: Explanation, image_prefix: str = f"../{IMAGE_DIR}/") -
     other = "zh" if expl.lang == "en" else "en"
     out = [f"# {expl.title}", "",
            f"[{tx('heading.language')}](../{other}/{expl.method}.md) · [{tx('heading.methods')}](../README.md)", "",
-           expl.summary, "", f"**{tx('heading.formula')}**: `{expl.formula}`", "",
+           expl.summary, "", f"**{tx('heading.formula')}**{tx('heading.colon')}`{expl.formula}`", "",
            f"## {tx('heading.commands')}", ""]
     out += [f"- `{c}`" for c in expl.commands]
-    out += ["", f"**{tx('heading.settings')}**: `{settings_text(expl.settings)}`", "",
+    out += ["", f"**{tx('heading.settings')}**{tx('heading.colon')}`{settings_text(expl.settings)}`", "",
             f"## {tx('heading.when')}", "", expl.when, "", f"## {tx('heading.paper')}", ""]
     out += [f"- {p}" for p in expl.papers]
     out += ["", f"## {tx('heading.example')}", "", f"{tx('heading.note_masked')} {tx('heading.note_push')}", ""]
@@ -133,9 +133,9 @@ def render_html(expl: Explanation, image_prefix: str = f"{IMAGE_DIR}/") -> str:
     e = html.escape
     parts = [f"<!doctype html><html lang=\"{expl.lang}\"><head><meta charset=\"utf-8\"><title>{e(expl.title)}</title>"
              f"<style>{STYLE}</style></head><body>", f"<h1>{e(expl.title)}</h1>", f"<p>{e(expl.summary)}</p>",
-             f'<p><b>{e(tx("heading.formula"))}</b>: <span class="formula">{e(expl.formula)}</span></p>',
+             f'<p><b>{e(tx("heading.formula"))}</b>{e(tx("heading.colon"))}<span class="formula">{e(expl.formula)}</span></p>',
              f"<h2>{e(tx('heading.commands'))}</h2><ul>" + "".join(f"<li><code>{e(c)}</code></li>" for c in expl.commands)
-             + f"</ul><p><b>{e(tx('heading.settings'))}</b>: <code>{e(settings_text(expl.settings))}</code></p>",
+             + f"</ul><p><b>{e(tx('heading.settings'))}</b>{e(tx('heading.colon'))}<code>{e(settings_text(expl.settings))}</code></p>",
              f"<h2>{e(tx('heading.when'))}</h2><p>{e(expl.when)}</p>",
              f"<h2>{e(tx('heading.paper'))}</h2><ul>" + "".join(f"<li>{e(p)}</li>" for p in expl.papers) + "</ul>",
              f"<h2>{e(tx('heading.example'))}</h2><p class=\"src\">{e(tx('heading.note_masked'))} "

@@ -82,5 +82,5 @@ def commands(method: str) -> tuple[str, ...]:
         return (f"lmpo train dpo --loss {method}", f"lmpo pipeline --rl dpo --dpo.loss {method}")
     if method == "reward_model":
         return ("lmpo train rm", "lmpo pipeline --rl ppo_rm")
-    return ("lmpo train grpo  (k3 in the loss)", "lmpo train ppo  (k1 as a reward penalty)",
+    return ("lmpo train grpo", "lmpo train ppo",
             "lmpo train rl --beta B --kl_estimator k1|k2|k3|k3_ratio --kl_placement loss|reward")

@@ -13,6 +13,7 @@ TEXT: dict[str, str] = {
     "heading.example": "Worked example",
     "heading.diagrams": "Diagrams",
     "heading.given": "given",
+    "heading.colon": ": ",
     "heading.provenance": "({text})",
     "heading.computed": "computed by",
     "heading.methods": "Learn the methods",

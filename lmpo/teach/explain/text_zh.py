@@ -40,6 +40,7 @@ TEXT: dict[str, str] = {
     "heading.example": "数值示例",
     "heading.diagrams": "图示",
     "heading.given": "给定",
+    "heading.colon": "：",
     "heading.provenance": "（{text}）",
     "heading.computed": "计算自",
     "heading.methods": "学习各方法",
@@ -108,8 +109,8 @@ TEXT: dict[str, str] = {
                           "（`lmpo pipeline --rl ppo_rm`）。注意奖励被钻空子（reward hacking）。"),
     "kl.title": "KL 估计量 —— k1、k2、k3",
     "kl.summary": ("策略到参考模型的 KL 散度无法对所有续写的整个词表求和，只能用采样到的词元来估计。设 κ = log π_ref − "
-                   "log π_θ（在采样到的词元处）：k1 = −κ（无偏，可能为负），k2 = κ²/2（有偏，方差小），"
-                   "k3 = exp(κ) − 1 − κ（无偏，从不为负）。"),
+                   "log π_θ（在采样到的词元处）。k1 = −κ：无偏，可能为负；k2 = κ²/2：有偏，方差小；"
+                   "k3 = exp(κ) − 1 − κ：无偏，从不为负。"),
     "kl.when": ("GRPO 把 β·k3 加进损失（grpo 预设 β = {grpo_beta}，与 DeepSeekMath 相同）；PPO-RLHF 和 REINFORCE++ 从"
                 "词元奖励中减去 β·k1（ppo 预设 β = {ppo_beta}；reinforce_pp 为 β = {reinforce_pp_beta}）。许多新方案设 "
                 "β = 0，完全不加载参考模型。"),
