@@ -67,8 +67,8 @@ TEXT: dict[str, str] = {
                      "奖励不除以标准差。"),
     "rloo.when": "简单、无偏的组内基线，效果常与 PPO 相当而开销小得多。同一组内，它的优势恰是 dr_grpo 的 G/(G−1) 倍。",
     "reinforce_pp.title": "REINFORCE++",
-    "reinforce_pp.summary": ("带有 PPO 技巧、没有价值网络的词元级 REINFORCE：每个词元的奖励是 −β·k1（β = {beta}，即把到"
-                             "参考模型的 KL 作为惩罚），最后一个词元再加上结果奖励；回报是折扣累加（γ = {gamma}），"
+    "reinforce_pp.summary": ("带有 PPO 技巧、没有价值网络的词元级 REINFORCE：每个词元的奖励是 −β·k1，即把到参考模型的 KL "
+                             "作为惩罚（β = {beta}），最后一个词元再加上结果奖励；回报是折扣累加（γ = {gamma}），"
                              "优势是这些回报在整个批次（而非组内）上白化后的值。"),
     "reinforce_pp.when": "每个提示只采样一次（没有分组）或组很小，又想像经典 RLHF 那样在奖励里加逐词元 KL 惩罚、且不训练价值函数时。",
     "ppo.title": "PPO —— 近端策略优化（带价值网络与 GAE）",
@@ -168,7 +168,7 @@ TEXT: dict[str, str] = {
     "step.kl_reward.text": "在每个采样到的词元处 k1 = log π_old − log π_ref；每个词元的奖励为 −β·k1（β = {beta}），最后一个词元再加上结果奖励 R_i。",
     "step.kl_reward.ppo.title": "带 KL 惩罚的词元奖励",
     "step.kl_reward.ppo.text": ("与 InstructGPT 相同：每个模型词元的奖励是 −β·k1（β = {beta}），最后一个模型词元再加 R。"
-                                "第一条轨迹是多轮的：第 3、4 个位置是工具的输出（掩码为 0），没有奖励、不计损失，但仍留在上下文里。"),
+                                "第一条轨迹是多轮的：第 3、4 个位置是工具的输出，掩码为 0：没有奖励、不计损失，但仍留在上下文里。"),
     "step.gae.title": "广义优势估计",
     "step.gae.text": ("价值网络在采样时给出的 V_old 与奖励一起得到 δ_t = r_t + γ·V_next − V_t，A_t 是此后各 δ 以 (γλ)^l 加权之和"
                       "（γ = {gamma}，λ = {lam}）。“下一个”指下一个模型词元：递推跳过被掩码的工具词元，最后一个词元之后的价值为 0。"
