@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import string
 from pathlib import Path
 
@@ -67,6 +68,7 @@ def test_chinese_pages_give_each_term_in_english_once_at_first_use(pages):
             for t in longer:
                 head = head.replace(t, "")
             assert term not in head, (method, term)
+        assert not re.search(r"）（|（[^（）]*（[A-Za-z]", prose), method  # no nested or doubled parentheses
     assert annotated  # the last page has some
 
 
