@@ -221,6 +221,7 @@ def _print_stage_table(results, out: Path) -> None:
 # its heavy imports inside the command function, so `lmpo --help` stays fast.
 COMMAND_MODULES: tuple[str, ...] = (
     "lmpo.cli.exercise",
+    "lmpo.cli.explain",
 )
 
 

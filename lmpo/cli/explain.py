@@ -1,0 +1,70 @@
+"""`lmpo explain METHOD`: a method worked through on small numbers by the library's own functions."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub) -> None:
+    from lmpo.teach.explain.settings import METHODS  # names only: no torch
+
+    text = ("work a method through a small numeric example computed by lmpo.algos: print it step by step "
+            "and write an HTML page with diagrams")
+    p = sub.add_parser("explain", help=text, description=text + ". Methods: " + ", ".join(METHODS) + ".")
+    p.add_argument("method", nargs="?", default=None, metavar="METHOD", help="method to explain (none: list them)")
+    p.add_argument("--lang", choices=["en", "zh"], default="en", help="language of the prose (default en)")
+    p.add_argument("--out", default="explain", metavar="DIR",
+                   help="directory of the HTML page and its diagrams (default explain/)")
+    p.add_argument("--list", action="store_true", help="list the methods")
+    p.add_argument("--all", action="store_true", help="every method: HTML pages in --out, or markdown with --docs")
+    p.add_argument("--docs", default=None, metavar="DIR",
+                   help="with --all: write the markdown documentation (both languages) into DIR, e.g. docs/methods")
+    p.set_defaults(func=cmd_explain)
+
+
+def cmd_explain(args: argparse.Namespace, flags: dict) -> int:
+    from lmpo.teach.explain import METHODS
+
+    if args.docs and not args.all:
+        raise ValueError("--docs DIR writes every method's pages; add --all")
+    if args.all:
+        return _all(args)
+    if args.list or args.method is None:
+        return _list(args.lang)
+    if args.method not in METHODS:
+        raise ValueError(f"unknown method {args.method!r}; choose one of: {', '.join(METHODS)}")
+    from rich.console import Console
+
+    from lmpo.teach.explain import explain
+    from lmpo.teach.explain.render import render_terminal, write_html
+
+    expl = explain(args.method, args.lang)
+    render_terminal(expl, Console())
+    print(f"page: {write_html(expl, args.out)}")
+    return 0
+
+
+def _list(lang: str) -> int:
+    from lmpo.teach.explain import METHODS
+    from lmpo.teach.explain.page import Texts
+
+    tx = Texts(lang)
+    for method in METHODS:
+        print(f"{method:13s} {tx(f'{method}.title')}")
+    print("\nlmpo explain METHOD [--lang en|zh] [--out DIR]")
+    return 0
+
+
+def _all(args: argparse.Namespace) -> int:
+    if args.docs:
+        from lmpo.teach.explain.docs import write_docs
+
+        paths = write_docs(args.docs)
+        print(f"wrote {len(paths)} files under {args.docs}")
+        return 0
+    from lmpo.teach.explain import METHODS, explain
+    from lmpo.teach.explain.render import write_html
+
+    for method in METHODS:
+        print(f"page: {write_html(explain(method, args.lang), args.out)}")
+    return 0
