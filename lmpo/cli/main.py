@@ -113,6 +113,10 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
 
 def _trainer(kind: str, flags: dict) -> tuple[type, Callable, dict]:
     """(config class, train function, preset values) of `lmpo train KIND`."""
+    if kind == "rft":
+        from lmpo.trainers.rft import RFTConfig, train_rft
+
+        return RFTConfig, train_rft, {}
     if kind == "online_dpo":
         from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
 
@@ -262,6 +266,12 @@ def make_parser() -> argparse.ArgumentParser:
     sp = train_sub.add_parser("online_dpo", help=text, description=text)
     add_arguments(sp, OnlineDPOConfig)
     sp.set_defaults(func=cmd_train("online_dpo"), config_cls=OnlineDPOConfig)
+    from lmpo.trainers.rft import RFTConfig
+
+    text = "rejection-sampling fine-tuning (RAFT / expert iteration): sample n, keep what the verifier accepts, SFT, repeat"
+    sp = train_sub.add_parser("rft", help=text, description=text)
+    add_arguments(sp, RFTConfig)
+    sp.set_defaults(func=cmd_train("rft"), config_cls=RFTConfig)
     for name, preset in {**RL_PRESETS, "rl": None}.items():
         text = (f"RL with the {name} preset ({preset.source})" if preset
                 else "RL with any preset (--preset NAME) and any part overridden")

@@ -8,7 +8,8 @@ best-of-n fine-tuning): rounds of
     → repeat.
 
 The prompts with no accepted sample go to `RUN_DIR/round_K/hard_prompts.jsonl` and, up to
-`retry_hard` of the next round's prompts, are tried again there. One row per round in
+`retry_hard` of the next round's prompts, are tried again there; every sample of the round, with
+its reward and whether it was kept, goes to `RUN_DIR/round_K/samples.jsonl`. One row per round in
 metrics.jsonl: acceptance rate, kept samples, hard prompts, the SFT loss, held-out accuracy.
 A checkpoint after each round holds everything the next one reads (prompt position, the hard
 prompts, the sampler's state), so `--resume` continues exactly.
@@ -49,6 +50,7 @@ from lmpo.trainers.validation import (at_least, checkpoint_problems, optimizer_p
                                      reward_problems, sampling_problems)
 
 HARD_PROMPTS = "hard_prompts.jsonl"
+SAMPLES = "samples.jsonl"
 PROBE_TOLERANCE = RLConfig.probe_tolerance  # vLLM: the same stale-weights check as the RL loop
 ROUND_ORDER_STRIDE = 1_000_003  # each round's SFT order comes from its own seed
 
@@ -202,6 +204,16 @@ def write_hard_prompts(path: Path, samples: RoundSamples, pool_index: dict[int, 
     return [pool_index[id(samples.problems[j])] for j in hard]
 
 
+def write_samples(path: Path, samples: RoundSamples) -> None:
+    """Every sample of the round: its prompt, answer text, reward (null: unscorable) and whether it was kept."""
+    kept = set(samples.kept)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"prompt": t.problem.prompt, "completion": t.final_text,
+                         "reward": None if math.isnan(float(score)) else float(score), "kept": i in kept})
+             for i, (t, score) in enumerate(zip(samples.trajectories, samples.scores))]
+    path.write_text("".join(f"{line}\n" for line in lines))
+
+
 def sample_round(runner: EpisodeRunner, task, problems: list, rewards, cfg: RFTConfig) -> RoundSamples:
     """Sample, score and select one round's completions."""
     group = cfg.samples_per_prompt
@@ -267,6 +279,7 @@ def train_rft(cfg: RFTConfig) -> StageResult:
             samples = sample_round(runner, task, problems, rewards, cfg)
             hard = write_hard_prompts(run.out / f"round_{round_}" / HARD_PROMPTS, samples, pool_index,
                                       cfg.samples_per_prompt)
+            write_samples(run.out / f"round_{round_}" / SAMPLES, samples)
             fault_point("after_rollout", round_)
             row = {"step": round_, **round_figures(samples, cfg, len(retried), len(hard)),
                    "prompts": [first_prompt, stream.position], "time_sample": time.perf_counter() - tick}
