@@ -90,3 +90,34 @@ def test_bad_options_are_named():
         RFTConfig(retry_hard=2.0, samples_per_prompt=0).validate()
     with pytest.raises(ConfigError, match="reward 'rm' needs reward_model"):
         RFTConfig(rewards="rm=1.0").validate()
+
+
+@pytest.mark.slow
+def test_the_pipeline_ends_with_rft(tmp_path):
+    from lmpo.cli.main import main
+
+    out = tmp_path / "pipe"
+    config = tmp_path / "small.yaml"
+    config.write_text("cpt:\n  steps: 20\n  corpus_documents: 3000\n  eval_problems: 50\n"
+                      "sft:\n  epochs: 1\n  demonstrations: 64\n  eval_problems: 50\n"
+                      "rft:\n  rounds: 2\n  prompts_per_round: 8\n  samples_per_prompt: 4\n  sft_steps_per_round: 2\n"
+                      "  eval_problems: 50\n  prompt_pool: 100\n")
+    assert main(["pipeline", "--config", str(config), "--out", str(out), "--threads", "1", "--rl", "rft"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["name"] for s in summary["stages"]] == ["cpt", "sft", "rft"]
+    assert (out / "rft" / "round_2" / "hard_prompts.jsonl").exists() and (out / "rft" / "report" / "rft.png").exists()
+
+
+def test_the_command_trains_and_resumes_alone(start_model, tmp_path, capsys):
+    from lmpo.cli.main import main
+
+    run = tmp_path / "run"  # `lmpo train rft`, then `--resume` alone continues it with its own options
+    flags = ["--model", start_model, "--rounds", "2", "--prompts_per_round", "4", "--samples_per_prompt", "3",
+             "--rewards", VERIFIER, "--reward_timeout", "0", "--eval_problems", "0", "--max_new_tokens", "6",
+             "--threads", "1"]
+    assert main(["train", "rft", *flags, "--out", str(run)]) == 0
+    for done in ("model", "checkpoints/step_000001"):  # as if killed in round 1
+        shutil.rmtree(run / done)
+    (run / "result.json").unlink()
+    assert main(["train", "rft", "--resume", str(run)]) == 0
+    assert "rft: held-out accuracy n/a" in capsys.readouterr().out and (run / "model").is_dir()
