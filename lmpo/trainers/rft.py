@@ -292,7 +292,8 @@ def train_rft(cfg: RFTConfig) -> StageResult:
                     sync_and_probe(engine, run.plain(policy), probe_ids, PROBE_TOLERANCE)
             row["time_train"], row["updates"] = time.perf_counter() - tick, scheduler.last_epoch
             if heldout and (round_ % cfg.eval_every == 0 or round_ == cfg.rounds):
-                last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
+                last_eval = evaluate(run.plain(policy), tokenizer, task, heldout,
+                                     max_new_tokens=cfg.eval_max_new_tokens)
                 policy.train()
                 row.update(last_eval.metrics())
             run.write(row)

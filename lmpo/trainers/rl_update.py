@@ -68,7 +68,7 @@ def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossPar
                           for rows in micro_batch_rows(minibatch, cfg)]
                 if ptx is not None and cfg.ptx_coef:
                     shares.append({"ptx_loss": ptx_backward(policy, next(ptx), cfg.ptx_coef, ctx)})
-            finite = all(math.isfinite(value) for s in shares for key, value in s.items() if key in ("loss", "ptx_loss"))
+            finite = all(math.isfinite(v) for s in shares for key, v in s.items() if key in ("loss", "ptx_loss"))
             applied, grad_norm = updater.apply(ctx.all_true(finite))
             if not applied:  # a non-finite loss or gradient never reaches the weights
                 continue
