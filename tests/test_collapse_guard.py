@@ -4,6 +4,7 @@ rolls back to the last checkpoint with a lower learning rate, and the run recove
 from __future__ import annotations
 
 import json
+from html import escape as html_escape
 
 import pytest
 
@@ -44,3 +45,30 @@ def test_a_learning_rate_spike_is_rolled_back_and_the_run_recovers(start_model, 
 
     shown = [f for f in diagnose_run(str(out))["rl"] if f.code == "rollback"]  # the doctor (and the pipeline) say so
     assert shown and f"{len(rollbacks)} time(s)" in shown[0].message
+    assert rollbacks[0]["new_lr"] == pytest.approx(0.05 * 0.01)  # logged: the rate training goes on with
+    from lmpo.reports import write_report
+
+    html = write_report(out).read_text()  # the report shows each rollback: a table row, and markers on the curves
+    table = html[html.index("Collapse-guard rollbacks"):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr>") == 1 + len(rollbacks)
+    for rb in rollbacks:
+        assert html_escape(rb["rollback"]) in table and f'<td class="num">{rb["to_step"]}</td>' in table
+        assert f'<td class="num">{rb["new_lr"]:.3g}</td>' in table
+    assert "to_step" not in html  # a rollback's own figures are not drawn as metrics
+
+
+def test_rollbacks_are_marked_on_the_curves():
+    from matplotlib.figure import Figure
+
+    from lmpo.reports.rollbacks import mark_rollbacks, read_rollbacks
+
+    rows = [{"step": 3, "entropy": 1.0}, {"step": 6, "rollback": "entropy collapse", "to_step": 4, "lr_scale": 0.5,
+                                           "new_lr": 5e-5}, {"step": 5, "entropy": 1.0}]
+    rollbacks = read_rollbacks(rows)
+    assert [(r.step, r.to_step, r.new_lr) for r in rollbacks] == [(6.0, 4.0, 5e-5)]
+    ax = Figure().subplots()
+    mark_rollbacks(ax, rollbacks)
+    line, = ax.lines
+    assert list(line.get_xdata()) == [6.0, 6.0] and line.get_label() == "rollback"
+    assert len(ax.patches) == 1  # the undone steps 4..6, shaded

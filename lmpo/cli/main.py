@@ -113,6 +113,10 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
 
 def _trainer(kind: str, flags: dict) -> tuple[type, Callable, dict]:
     """(config class, train function, preset values) of `lmpo train KIND`."""
+    if kind == "rft":
+        from lmpo.trainers.rft import RFTConfig, train_rft
+
+        return RFTConfig, train_rft, {}
     if kind == "online_dpo":
         from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
 
@@ -198,9 +202,49 @@ def cmd_doctor(args: argparse.Namespace, flags: dict) -> int:
 def cmd_presets(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.trainers.presets import RL_PRESETS
 
+    if args.show:
+        return _show_preset(args.show, args.task)
+    if args.task:
+        raise ConfigError("--task goes with --show NAME: the task's settings under that preset")
     for name, preset in RL_PRESETS.items():
         parts = ", ".join(f"{k}={v}" for k, v in preset.settings.items())
         print(f"{name:10s} {parts}\n{'':10s} source: {preset.source}")
+    return 0
+
+
+def _show_preset(name: str, task: str | None) -> int:
+    """Every option of `lmpo train NAME [--task T]` as resolved before the user's own flags:
+    RLConfig's defaults < the task's suggested settings < the preset; grouped by where each came from."""
+    import dataclasses
+
+    from lmpo.trainers.presets import rl_preset, task_settings
+    from lmpo.trainers.rl_config import RLConfig
+
+    preset = rl_preset(name)
+    suggested = {}
+    if task:
+        from lmpo.envs import make_task
+
+        make_task(task)  # a bad task spec is an error here, not an empty list of settings
+        suggested = {k: v for k, v in task_settings(task, "rl").items() if k in RLConfig.__dataclass_fields__}
+        suggested = {"task": task, **suggested}
+    default = RLConfig()
+    shared = {f.name for base in RLConfig.__bases__ for f in dataclasses.fields(base)}
+    names = [f.name for f in dataclasses.fields(RLConfig)]
+    names = [n for n in names if n not in shared] + [n for n in names if n in shared]  # the RL options first
+    groups = [(f"set by the preset {name} ({preset.source})", [n for n in names if n in preset.settings]),
+              (f"suggested by the task {task}" + (" (the preset wins over it)" if task else ""),
+               [n for n in names if n in suggested and n not in preset.settings]),
+              ("defaults (RLConfig)", [n for n in names if n not in preset.settings and n not in suggested])]
+    print(f"every option of `lmpo train {name}{f' --task {task}' if task else ''}` before your own flags:")
+    for title, group in groups:
+        if not group:
+            continue
+        print(f"\n{title}:")
+        for option in group:
+            value = preset.settings.get(option, suggested.get(option, getattr(default, option)))
+            changed = "" if value == getattr(default, option) else f"  (default {getattr(default, option)!r})"
+            print(f"  {option:<28} {value!r}{changed}")
     return 0
 
 
@@ -264,6 +308,12 @@ def make_parser() -> argparse.ArgumentParser:
     sp = train_sub.add_parser("online_dpo", help=text, description=text)
     add_arguments(sp, OnlineDPOConfig)
     sp.set_defaults(func=cmd_train("online_dpo"), config_cls=OnlineDPOConfig)
+    from lmpo.trainers.rft import RFTConfig
+
+    text = "rejection-sampling fine-tuning (RAFT / expert iteration): sample n, keep what the verifier accepts, SFT, repeat"
+    sp = train_sub.add_parser("rft", help=text, description=text)
+    add_arguments(sp, RFTConfig)
+    sp.set_defaults(func=cmd_train("rft"), config_cls=RFTConfig)
     for name, preset in {**RL_PRESETS, "rl": None}.items():
         text = (f"RL with the {name} preset ({preset.source})" if preset
                 else "RL with any preset (--preset NAME) and any part overridden")
@@ -296,7 +346,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a run directory (or a pipeline directory)")
     p.set_defaults(func=cmd_doctor)
     p = sub.add_parser("presets", help="list the RL presets, their parts and their sources",
-                       description="List the RL presets, what each sets, and the paper it comes from.")
+                       description="List the RL presets, what each sets, and the paper it comes from; "
+                                   "--show NAME prints every option of one preset, resolved.")
+    p.add_argument("--show", metavar="NAME", default=None,
+                   help="print every RL option as the preset NAME resolves it, marking what the preset sets")
+    p.add_argument("--task", metavar="TASK", default=None,
+                   help="with --show: also apply TASK's suggested settings (under the preset), as `lmpo train` does")
     p.set_defaults(func=cmd_presets)
     for module in COMMAND_MODULES:
         importlib.import_module(module).add_parser(sub)

@@ -49,6 +49,7 @@ PANELS: tuple[Panel, ...] = (
         Axis("Loss", (
             Curve("loss", "train loss"),
             Curve("eval_loss", "eval loss", sparse=True),
+            Curve("ptx_loss", "ptx loss (PPO-ptx data NLL)"),
         )),
     )),
     Panel("reward", "Reward", (
@@ -65,6 +66,17 @@ PANELS: tuple[Panel, ...] = (
             Curve("format_accuracy", "train batch"),
             Curve("eval_format_accuracy", "held-out eval", sparse=True),
         ), percent=True),
+    )),
+    # Rejection-sampling fine-tuning (lmpo train rft): one point per round.
+    Panel("rft", "Rejection sampling per round", (
+        Axis("Accepted samples and solved prompts", (
+            Curve("acceptance_rate", "samples accepted", sparse=True),
+            Curve("solved_rate", "prompts with an accepted sample", sparse=True),
+        ), percent=True),
+        Axis("Kept samples and hard prompts", (
+            Curve("kept", "kept samples", sparse=True),
+            Curve("hard_prompts", "hard prompts", sparse=True),
+        ), ylabel="count"),
     )),
     Panel("kl", "KL divergence to reference", (
         Axis("KL", (Curve("kl", "KL"),)),

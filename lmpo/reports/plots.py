@@ -15,6 +15,7 @@ from matplotlib.ticker import PercentFormatter
 
 from .metrics import Series, align, ema
 from .panels import Axis, Curve, Panel
+from .rollbacks import Rollback, mark_rollbacks
 
 MIN_SMOOTH_POINTS = 10  # below this, draw raw points only
 RAW_ALPHA = 0.25
@@ -38,14 +39,17 @@ def present_axes(panel: Panel, data: dict[str, Series]) -> list[Axis]:
     return [a for a in panel.axes if any(k in data for k in a.keys())]
 
 
-def render_panel(panel: Panel, data: dict[str, Series], out_dir: Path) -> Path | None:
-    """Write ``<out_dir>/<panel.name>.png``; None if the panel has no data."""
+def render_panel(panel: Panel, data: dict[str, Series], out_dir: Path,
+                 rollbacks: list[Rollback] = ()) -> Path | None:
+    """Write ``<out_dir>/<panel.name>.png``; None if the panel has no data. Collapse-guard
+    ``rollbacks`` are marked on every subplot."""
     axes_specs = present_axes(panel, data)
     if not axes_specs:
         return None
     fig = new_figure(len(axes_specs))
     axs = fig.subplots(len(axes_specs), 1, sharex=True, squeeze=False)[:, 0]
     for ax, spec in zip(axs, axes_specs):
+        mark_rollbacks(ax, list(rollbacks))
         draw_axis(ax, spec, data)
     axs[-1].set_xlabel("step")
     fig.suptitle(panel.title)

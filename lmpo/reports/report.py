@@ -14,6 +14,7 @@ from . import page
 from .metrics import Row, Series, all_series, as_float, read_metrics
 from .panels import MAIN_KEYS, Panel, panels_for
 from .plots import render_panel
+from .rollbacks import read_rollbacks, rollback_section, without_rollbacks
 from .stages import Stage, fmt_pct, fmt_seconds, read_summary, render_stages
 from .trajectories import TRAJECTORIES_FILE, html_section
 
@@ -67,13 +68,14 @@ def _write(run_dir: Path, seen: frozenset[Path]) -> Report:
 
 def _metrics_section(metrics: Path, report: Report) -> list[str]:
     rows = read_metrics(metrics)
-    data = all_series(rows)
-    body = [page.heading("Training metrics"), _run_overview(metrics, rows)]
+    rollbacks = read_rollbacks(rows)
+    data = all_series(without_rollbacks(rows))
+    body = [page.heading("Training metrics"), _run_overview(metrics, rows), *rollback_section(rollbacks)]
     if not data:
         return body + [page.paragraph("No numeric metrics logged yet.", "note")]
     body.append(_final_values_table(data))
     for panel in _panel_order(data):
-        png = render_panel(panel, data, report.html.parent)
+        png = render_panel(panel, data, report.html.parent, rollbacks)
         if png is not None:
             report.images.append(png)
             body.append(page.image(png.name, panel.title))

@@ -14,6 +14,7 @@ from lmpo.trainers.preference import PreferenceConfig, train_preference
 from lmpo.trainers.presets import RL_PRESETS, pipeline_preset
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
+from lmpo.trainers.rft import RFTConfig, train_rft
 from lmpo.trainers.rl import train_rl
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.run_dir import open_run_dir
@@ -37,7 +38,7 @@ class PipelineConfig:
     precision: str = "auto"
     """Precision of every stage: auto (bf16 autocast on GPUs that support it, else fp32), fp32 or bf16."""
     rl: str = "grpo"
-    """Last stage: an RL preset (see `lmpo presets`), dpo, online_dpo, or ppo_rm (reward model, then PPO on it); the stage is named after it."""
+    """Last stage: an RL preset (see `lmpo presets`), dpo, online_dpo, rft (rejection-sampling fine-tuning), or ppo_rm (reward model, then PPO on it); the stage is named after it."""
     cpt: CPTConfig = field(default_factory=CPTConfig)
     """Continued pre-training options (the pipeline sets model, out, task, seed and threads)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
@@ -50,6 +51,8 @@ class PipelineConfig:
     """The last stage when --rl online_dpo (the pipeline sets model, out, task, seed and threads)."""
     rm: RewardModelConfig = field(default_factory=RewardModelConfig)
     """The reward model trained when --rl ppo_rm (the pipeline sets model, out, task, seed and threads)."""
+    rft: RFTConfig = field(default_factory=RFTConfig)
+    """The last stage when --rl rft (the pipeline sets model, out, task, seed and threads)."""
 
 
 def resolve_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None) -> PipelineConfig:
@@ -121,7 +124,7 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
     return results
 
 
-LAST_STAGES = (*RL_PRESETS, "dpo", "online_dpo", "ppo_rm")
+LAST_STAGES = (*RL_PRESETS, "dpo", "online_dpo", "ppo_rm", "rft")
 
 
 def validate_stages(cfg: PipelineConfig) -> None:
@@ -136,6 +139,8 @@ def validate_stages(cfg: PipelineConfig) -> None:
         cfg.dpo.validate()
     elif cfg.rl == "online_dpo":
         cfg.online_dpo.validate()
+    elif cfg.rl == "rft":
+        cfg.rft.validate()
     else:
         if cfg.rl == "ppo_rm":
             cfg.rm.validate()
@@ -145,12 +150,15 @@ def validate_stages(cfg: PipelineConfig) -> None:
 
 
 def last_stage(cfg: PipelineConfig, sft_model: str, out: Path, shared: dict) -> StageResult:
-    """The stage after SFT: an RL preset, offline or online DPO, or PPO on a learned reward."""
+    """The stage after SFT: an RL preset, offline or online DPO, rejection-sampling fine-tuning, or PPO on a
+    learned reward."""
     stage_out = str(out / cfg.rl)
     if cfg.rl == "dpo":
         return train_preference(replace(cfg.dpo, model=sft_model, out=stage_out, **shared))
     if cfg.rl == "online_dpo":
         return train_online_dpo(replace(cfg.online_dpo, model=sft_model, out=stage_out, **shared))
+    if cfg.rl == "rft":
+        return train_rft(replace(cfg.rft, model=sft_model, out=stage_out, resume="", **shared))
     extra = {}
     if cfg.rl == "ppo_rm":
         rm = train_reward_model(replace(cfg.rm, model=sft_model, out=str(out / "rm"), **shared))

@@ -108,5 +108,5 @@ def pipeline_preset(task_spec: str, last_stage: str) -> dict:
 
 def pipeline_task_settings(task_spec: str) -> dict:
     """`task_settings` for every stage of `lmpo pipeline`, as dotted keys."""
-    stages = {"cpt": "cpt", "sft": "sft", "rl_stage": "rl", "online_dpo": "online_dpo", "dpo": "dpo"}
+    stages = {"cpt": "cpt", "sft": "sft", "rl_stage": "rl", "online_dpo": "online_dpo", "dpo": "dpo", "rft": "rl"}
     return {f"{section}.{k}": v for section, stage in stages.items() for k, v in task_settings(task_spec, stage).items()}

@@ -32,6 +32,7 @@ from lmpo.trainers.faults import fault_point
 from lmpo.trainers.distributed import Distributed
 from lmpo.trainers.harness import Run, Updater
 from lmpo.trainers.prompts import PromptStream
+from lmpo.trainers.ptx import ptx_batches, ptx_state, restore_ptx
 from lmpo.trainers.preflight import check_rl_inputs
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_watch import watch_rewards
@@ -58,6 +59,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     rewards = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
     rewards = watch_rewards(rewards, run.out, cfg)
     tokenizer = load_tokenizer(cfg.model)
+    ptx = ptx_batches(cfg, task, tokenizer)  # PPO-ptx: None when ptx_coef is 0
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     reference = run.reference(policy, lambda: load_model(cfg.model, tokenizer, seed=cfg.seed)) if cfg.beta > 0 else None
     critic = make_critic(cfg, policy, tokenizer)
@@ -94,6 +96,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
         stop.load_state(resumed.state.get("stopping", {}))
         if guard is not None:
             guard.load_state(resumed.state.get("guard", {}))
+        restore_ptx(ptx, resumed.data)
     if external:  # after the checkpoint: the engine samples the weights training continues from
         sync_and_probe(engine, run.plain(policy), probe_ids, cfg.probe_tolerance)
     if run.dist.is_main:
@@ -142,7 +145,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
             figures = compute_advantages(batch, scored, cfg, beta)
             times["time_advantages"] = time.perf_counter() - tick
             tick = time.perf_counter()
-            stats = update(trained, updater, batch, cfg, parts, beta, run.dist, run.autocast)
+            stats = update(trained, updater, batch, cfg, parts, beta, run.dist, run.autocast, ptx)
             run.sync(policy)  # FSDP: the sampling copy takes the new weights
             times["time_update"] = time.perf_counter() - tick
             if external:
@@ -183,10 +186,12 @@ def train_rl(cfg: RLConfig) -> StageResult:
                 back = load_checkpoint(checkpoint, policy, optimizer, scheduler, {"sampler": sampler}, extra_modules,
                                        run.dist.rank)
                 scale_learning_rate(optimizer, scheduler, scale / back.state.get("guard", {}).get("lr_scale", 1.0))
+                restore_ptx(ptx, back.data)
                 run.sync(policy)
                 stream.position, beta, nonfinite_streak = back.state["prompt_position"], back.state["beta"], 0
                 run.say(f"collapse guard at step {step}: {alarm}; rolled back to step {back.step}, lr x{scale:g}")
-                run.write({"step": step, "rollback": alarm, "to_step": back.step, "lr_scale": scale})
+                run.write({"step": step, "rollback": alarm, "to_step": back.step, "lr_scale": scale,
+                           "new_lr": optimizer.param_groups[0]["lr"]})
                 step = back.step
                 continue
             progress.update(step, reward=row["reward_mean"], acc=row["accuracy"],
@@ -199,7 +204,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
                 run.checkpoint(step, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
                                {"prompt_position": stream.position, "beta": beta, "nonfinite_steps": nonfinite_streak,
                                 "stopping": stop.state(), **({"guard": guard.state()} if guard else {})},
-                               extra_modules)
+                               extra_modules, data_state=ptx_state(ptx))
             fault_point("step_end", step)
 
     rewards.close()

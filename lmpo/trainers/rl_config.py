@@ -179,6 +179,16 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions):
     """vllm engine: largest mean absolute log-prob difference, on a fixed probe sequence after each weight sync, between the engine and the trainer before the run stops as sampling from stale weights (bf16 engine vs fp32 trainer differ by about 1e-2; identical fp32 forwards by under 1e-5); 0 = no probe."""
     vllm_gpu_memory_utilization: float = 0.3
     """vllm engine: fraction of GPU memory vLLM may take (weights and KV cache); the rest is left to training, which shares the GPU."""
+    ptx_coef: float = 0.0
+    """PPO-ptx (InstructGPT, arXiv:2203.02155): every update adds ptx_coef x the mean token NLL of a batch of pre-training or SFT data to the loss, so that RL does not forget it (0 = off)."""
+    ptx_data: str = ""
+    """The ptx data, read like `lmpo train cpt/sft --data` (JSONL, Parquet or a `datasets` directory): `text` rows carry loss on every token (CPT), `prompt`/`completion` or `messages` rows on the completion (SFT); empty = the task's own CPT corpus."""
+    ptx_batch_size: int = 8
+    """Sequences of ptx data per update."""
+    ptx_max_length: int = 1024
+    """Longest ptx_data example, in tokens (a longer one is an error naming its row)."""
+    ptx_documents: int = 20_000
+    """Documents of the task's CPT corpus generated as the ptx data when ptx_data is empty."""
 
     def validate(self) -> None:
         """Fail before any model loads when the batch arithmetic cannot work."""
@@ -224,11 +234,26 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions):
             problems.append(str(err))
         if self.dual_clip and self.dual_clip <= 1:
             problems.append(f"dual_clip={self.dual_clip} must be > 1 (or 0 = off)")
-        problems += engine_problems(self)
+        problems += engine_problems(self) + ptx_problems(self)
         raise_if_any("RL", problems)
 
 
 ENGINES = ("auto", "local", "vllm")
+
+
+def ptx_problems(cfg: RLConfig) -> list[str]:
+    """`ptx_coef` and the options only it reads."""
+    problems = at_least(cfg, 0, "ptx_coef") + at_least(cfg, 1, "ptx_batch_size", "ptx_max_length", "ptx_documents")
+    defaults = RLConfig()
+    changed = [n for n in ("ptx_data", "ptx_batch_size", "ptx_max_length", "ptx_documents")
+               if getattr(cfg, n) != getattr(defaults, n)]
+    if changed and not cfg.ptx_coef:
+        problems.append(f"{', '.join(changed)} only read with ptx_coef > 0")
+    if cfg.ptx_data and cfg.ptx_documents != defaults.ptx_documents:
+        problems.append(f"ptx_documents={cfg.ptx_documents} is not used with ptx_data (the file's rows are)")
+    if not cfg.ptx_data and cfg.ptx_max_length != defaults.ptx_max_length:
+        problems.append(f"ptx_max_length={cfg.ptx_max_length} is only read with ptx_data")
+    return problems
 
 
 def engine_problems(cfg: RLConfig) -> list[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 
@@ -16,6 +17,7 @@ from lmpo.trainers.rl_batch import Batch
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.distributed import Distributed, unwrap
 from lmpo.trainers.harness import Updater
+from lmpo.trainers.ptx import ptx_backward
 from lmpo.trainers.runtime import options_for
 
 
@@ -40,12 +42,13 @@ class LossParts:
 
 
 def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossParts, beta: float,
-           ctx: Distributed = Distributed(), autocast=nullcontext) -> dict:
+           ctx: Distributed = Distributed(), autocast=nullcontext, ptx: Iterator[tuple] | None = None) -> dict:
     """`num_iterations` passes of `num_minibatches` optimizer steps over the batch (this process's
     share of it when several train: the token and sequence counts are global, so the update is
     the one-process update on the whole batch; with several minibatches each process shuffles
     its own share, so a minibatch is every process's random part of its share). Figures are
-    means over the applied updates."""
+    means over the applied updates. `ptx` (PPO-ptx, with `ptx_coef` > 0): batches of which each
+    optimizer step adds `ptx_coef` × the next one's NLL."""
     size = batch.completion_ids.size(0)
     mb_size = size // cfg.num_minibatches
     sums: dict[str, float] = {}
@@ -63,12 +66,15 @@ def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossPar
             with autocast():
                 shares = [micro_step(policy, minibatch.select(torch.tensor(rows)), cfg, parts, counts, beta)
                           for rows in micro_batch_rows(minibatch, cfg)]
-            applied, grad_norm = updater.apply(ctx.all_true(all(math.isfinite(s["loss"]) for s in shares)))
+                if ptx is not None and cfg.ptx_coef:
+                    shares.append({"ptx_loss": ptx_backward(policy, next(ptx), cfg.ptx_coef, ctx)})
+            finite = all(math.isfinite(v) for s in shares for key, v in s.items() if key in ("loss", "ptx_loss"))
+            applied, grad_norm = updater.apply(ctx.all_true(finite))
             if not applied:  # a non-finite loss or gradient never reaches the weights
                 continue
             for share in shares:
-                for key, value in share.items():
-                    sums[key] = sums.get(key, 0.0) + ctx.all_sum(value) / ctx.world
+                for key, value in share.items():  # the ptx loss is a mean over processes already
+                    sums[key] = sums.get(key, 0.0) + (value if key == "ptx_loss" else ctx.all_sum(value) / ctx.world)
             sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
     skipped = updater.skipped - skipped_before
     applied = cfg.num_iterations * cfg.num_minibatches - skipped
