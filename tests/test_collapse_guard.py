@@ -4,6 +4,7 @@ rolls back to the last checkpoint with a lower learning rate, and the run recove
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from html import escape as html_escape
 
 import pytest
@@ -23,6 +24,17 @@ def test_the_alarms():
     assert "reward drop" in guard.check({"entropy": 2.0, "reward_mean": 0.1}, 0, 3)  # mean 0.1
     assert "non-finite" in guard.check({"entropy": 2.0, "reward_mean": 0.5}, 3, 3)
     assert guard.rolled_back() == 0.5
+
+
+def test_the_rollback_skips_the_weights_the_alarm_was_measured_on():
+    """Step 9's samples came from the weights saved at step 8: going back there would raise the
+    same alarm again; the guard goes to the newest checkpoint before it, then further back."""
+    guard = CollapseGuard(GuardOptions(collapse_guard=True))
+    saved = [Path(f"ckpt/step_{n:06d}") for n in (4, 6, 8)]
+    assert guard.target(saved, alarm_step=9) == saved[1]
+    assert guard.target(saved, alarm_step=8) == saved[0]  # the alarm came back from step 6
+    assert guard.target(saved, alarm_step=12) == saved[2]  # a newer one was written since
+    assert CollapseGuard(GuardOptions(collapse_guard=True)).target(saved[:1], alarm_step=5) == saved[0]
 
 
 def test_a_learning_rate_spike_is_rolled_back_and_the_run_recovers(start_model, tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass
@@ -82,14 +83,17 @@ class CollapseGuard:
             self.best_reward_mean = mean if self.best_reward_mean is None else max(self.best_reward_mean, mean)
         return None
 
-    def target(self, checkpoints: list) -> object | None:
-        """The checkpoint to go back to: the newest one, or, when no newer one was written since
+    def target(self, checkpoints: list[Path], alarm_step: int) -> Path | None:
+        """The checkpoint to go back to: the newest one older than the weights the alarm was
+        measured on — step `alarm_step`'s samples came from the weights saved at `alarm_step - 1`,
+        so going back there would raise the same alarm — and, when no newer one was written since
         the last rollback (the alarm came back from there), the one before that."""
-        if self.last_target is not None and checkpoints and checkpoints[-1] == self.last_target:
-            earlier = [c for c in checkpoints if c < self.last_target]
+        older = [c for c in checkpoints if checkpoint_step(c) < alarm_step - 1] or checkpoints[:1]
+        if self.last_target is not None and older and older[-1] == self.last_target:
+            earlier = [c for c in older if c < self.last_target]
             self.last_target = earlier[-1] if earlier else None
         else:
-            self.last_target = checkpoints[-1] if checkpoints else None
+            self.last_target = older[-1] if older else None
         return self.last_target
 
     def rolled_back(self) -> float:
@@ -109,6 +113,10 @@ class CollapseGuard:
         self.first_entropy = state.get("first_entropy")
         self.best_reward_mean = state.get("best_reward_mean")
         self.rollbacks, self.lr_scale = state.get("rollbacks", 0), state.get("lr_scale", 1.0)
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(Path(path).name.rpartition("_")[2])
 
 
 def scale_learning_rate(optimizer, scheduler, scale: float) -> None:

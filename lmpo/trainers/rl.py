@@ -179,7 +179,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
             run.write(row)
             alarm = guard.check(row, nonfinite_streak, cfg.max_nonfinite_steps) if guard is not None else None
             if alarm:  # back to the last complete checkpoint, with a lower learning rate
-                checkpoint = guard.target(complete_checkpoints(run.out))
+                checkpoint = guard.target(complete_checkpoints(run.out), step)
                 if checkpoint is None:
                     raise RuntimeError(f"collapse guard at step {step}: {alarm}; no checkpoint to roll back to")
                 scale = guard.rolled_back()
