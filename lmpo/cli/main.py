@@ -83,7 +83,7 @@ def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:
                               f"(or set it in the stage's own `lmpo train` command)")
 
 
-NOT_RL = ("cpt", "sft", "dpo", "online_dpo", "rm")  # their options are kept in their checkpoints
+NOT_RL = ("cpt", "sft", "dpo", "online_dpo", "rm", "kto", "orpo")  # their options are kept in their checkpoints
 
 
 def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
@@ -121,6 +121,9 @@ def _trainer(kind: str, flags: dict) -> tuple[type, Callable, dict]:
         from lmpo.trainers.preference import PreferenceConfig, train_preference
 
         return PreferenceConfig, train_preference, {}
+    if kind in ("kto", "orpo"):
+        module = importlib.import_module(f"lmpo.trainers.{kind}")
+        return getattr(module, f"{kind.upper()}Config"), getattr(module, f"train_{kind}"), {}
     if kind == "rm":
         from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
 
@@ -262,6 +265,14 @@ def make_parser() -> argparse.ArgumentParser:
     sp = train_sub.add_parser("online_dpo", help=text, description=text)
     add_arguments(sp, OnlineDPOConfig)
     sp.set_defaults(func=cmd_train("online_dpo"), config_cls=OnlineDPOConfig)
+    from lmpo.trainers.kto import KTOConfig
+    from lmpo.trainers.orpo import ORPOConfig
+
+    for name, cls, text in (("kto", KTOConfig, "KTO on unpaired desirable / undesirable completions, against a reference"),
+                            ("orpo", ORPOConfig, "ORPO: SFT plus an odds-ratio preference term on pairs, no reference")):
+        sp = train_sub.add_parser(name, help=text, description=text)
+        add_arguments(sp, cls)
+        sp.set_defaults(func=cmd_train(name), config_cls=cls)
     for name, preset in {**RL_PRESETS, "rl": None}.items():
         text = (f"RL with the {name} preset ({preset.source})" if preset
                 else "RL with any preset (--preset NAME) and any part overridden")
