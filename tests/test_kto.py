@@ -99,8 +99,9 @@ RUN = ["train", "kto", "--log_every", "1", "--pairs", "8", "--batch_size", "8", 
        "--eval_problems", "0", "--save_every", "1", "--threads", "1"]  # 16 examples: 2 steps per epoch
 
 
-def test_killed_and_resumed_kto_run_equals_the_uninterrupted_one(launcher, start_model, tmp_path):  # noqa: F811
-    argv = [*RUN, "--model", start_model]
+def check_exact_resume(launcher, argv: list[str], tmp_path, steps: int) -> None:  # noqa: F811
+    """Killed at the end of step 2 (an epoch's end) and while writing step 3's checkpoint, then
+    resumed: the same weights and losses as the uninterrupted run, each step logged once."""
     ref, run = tmp_path / "ref", tmp_path / "run"
     assert _run(launcher, [*argv, "--out", str(ref)], ref) == 0, _tail(ref)
     for attempt, kill in enumerate(["epoch_end:2", "checkpoint_write:3"]):
@@ -108,16 +109,22 @@ def test_killed_and_resumed_kto_run_equals_the_uninterrupted_one(launcher, start
         assert _run(launcher, argv + flags, run, kill) == -signal.SIGKILL, _tail(run)
     assert _run(launcher, [*argv, "--resume", str(run)], run) == 0, _tail(run)
     _assert_same_weights(ref / "model", run / "model")
-    assert [r["step"] for r in rows_of(run) if "loss" in r] == [1, 2, 3, 4]
+    assert [r["step"] for r in rows_of(run) if "loss" in r] == list(range(1, steps + 1))
     assert [r["loss"] for r in rows_of(run) if "loss" in r] == [r["loss"] for r in rows_of(ref) if "loss" in r]
 
 
-def test_the_pipeline_runs_kto_as_its_last_stage(start_model, tmp_path):
-    cfg = PipelineConfig(rl="kto")
-    cfg = replace(cfg, kto=replace(cfg.kto, pairs=8, batch_size=8, eval_problems=8))
+def test_killed_and_resumed_kto_run_equals_the_uninterrupted_one(launcher, start_model, tmp_path):  # noqa: F811
+    check_exact_resume(launcher, [*RUN, "--model", start_model], tmp_path, steps=4)
+
+
+@pytest.mark.parametrize("rl,bad,error", [("kto", {"batch_size": 1}, "batch_size=1"),
+                                          ("orpo", {"beta": 0.0}, "beta=0.0 must be > 0")])
+def test_the_pipeline_runs_it_as_its_last_stage(rl, bad, error, start_model, tmp_path):
+    cfg = PipelineConfig(rl=rl)
+    cfg = replace(cfg, **{rl: replace(getattr(cfg, rl), pairs=8, batch_size=8, eval_problems=8)})
     validate_stages(cfg)
     shared = {"task": cfg.task, "seed": 0, "threads": 1, "device": "cpu", "precision": "fp32"}
     result = last_stage(cfg, start_model, tmp_path, shared)
-    assert result.name == "kto" and (tmp_path / "kto" / "model").is_dir() and result.accuracy is not None
-    with pytest.raises(ValueError, match="batch_size=1"):
-        validate_stages(replace(cfg, kto=replace(cfg.kto, batch_size=1)))
+    assert result.name == rl and (tmp_path / rl / "model").is_dir() and result.accuracy is not None
+    with pytest.raises(ValueError, match=error):
+        validate_stages(replace(cfg, **{rl: replace(getattr(cfg, rl), **bad)}))

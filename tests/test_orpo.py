@@ -1,19 +1,17 @@
 """The ORPO trainer: a few steps on a tiny model, its loss against a hand computation from the
-model's own log-probs, a falling loss on a fixed batch, exact resume, and `--rl orpo`."""
+model's own log-probs, a falling loss on a fixed batch, exact resume (`lmpo pipeline --rl orpo`: tests/test_kto.py)."""
 
 import json
 import math
-import signal
-from dataclasses import replace
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lmpo.cli.main import main
-from lmpo.trainers.pipeline import PipelineConfig, last_stage, validate_stages
 from test_data import write
-from test_resume import _assert_same_weights, _run, _tail, launcher  # noqa: F401 (a fixture)
+from test_kto import check_exact_resume
+from test_resume import launcher  # noqa: F401 (a fixture)
 
 
 def step_rows(out):
@@ -74,16 +72,7 @@ RUN = ["train", "orpo", "--log_every", "1", "--pairs", "16", "--batch_size", "8"
 
 
 def test_killed_and_resumed_orpo_run_equals_the_uninterrupted_one(launcher, start_model, tmp_path):  # noqa: F811
-    argv = [*RUN, "--model", start_model]
-    ref, run = tmp_path / "ref", tmp_path / "run"
-    assert _run(launcher, [*argv, "--out", str(ref)], ref) == 0, _tail(ref)
-    for attempt, kill in enumerate(["epoch_end:2", "checkpoint_write:3"]):
-        flags = ["--out", str(run)] if attempt == 0 else ["--resume", str(run)]
-        assert _run(launcher, argv + flags, run, kill) == -signal.SIGKILL, _tail(run)
-    assert _run(launcher, [*argv, "--resume", str(run)], run) == 0, _tail(run)
-    _assert_same_weights(ref / "model", run / "model")
-    assert [r["step"] for r in step_rows(run)] == [1, 2, 3, 4]
-    assert [r["loss"] for r in step_rows(run)] == [r["loss"] for r in step_rows(ref)]
+    check_exact_resume(launcher, [*RUN, "--model", start_model], tmp_path, steps=4)
 
 
 def test_a_run_resumes_only_under_its_own_command(start_model, tmp_path, capsys):
@@ -92,14 +81,3 @@ def test_a_run_resumes_only_under_its_own_command(start_model, tmp_path, capsys)
     assert main(["train", "orpo", *argv, "--out", str(out)]) == 0
     assert main(["train", "kto", *argv, "--resume", str(out)]) == 2
     assert f"it is a orpo run; resume it with `lmpo train orpo --resume {out}`" in capsys.readouterr().err
-
-
-def test_the_pipeline_runs_orpo_as_its_last_stage(start_model, tmp_path):
-    cfg = PipelineConfig(rl="orpo")
-    cfg = replace(cfg, orpo=replace(cfg.orpo, pairs=8, batch_size=8, eval_problems=8))
-    validate_stages(cfg)
-    shared = {"task": cfg.task, "seed": 0, "threads": 1, "device": "cpu", "precision": "fp32"}
-    result = last_stage(cfg, start_model, tmp_path, shared)
-    assert result.name == "orpo" and (tmp_path / "orpo" / "model").is_dir() and result.accuracy is not None
-    with pytest.raises(ValueError, match="beta=0.0 must be > 0"):
-        validate_stages(replace(cfg, orpo=replace(cfg.orpo, beta=0.0)))

@@ -18,9 +18,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 from lmpo.envs.data import chat
-from lmpo.envs.data.records import DataError, Record, ShapeCheck, read_records, type_name
-from lmpo.envs.data.report import (LoadReport, Overlong, certainly_overlong, check_options, finish, overlong_error,
-                                  overlong_before_tokenizing)
+from lmpo.envs.data.records import DataError, Record, type_name
+from lmpo.envs.data.report import LoadReport, Overlong, RowFormat, certainly_overlong, load_rows
 from lmpo.envs.data.sft import prompt_messages
 
 FIELDS = ("prompt", "completion", "label")
@@ -39,36 +38,23 @@ def load_unpaired(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, max_l
     completion; "truncate" keeps the whole prompt and cuts the completion, and skips an example
     whose prompt leaves no room. KTO weighs desirable against undesirable examples, so a file
     must hold both kinds."""
-    check_options(max_length, overlong)
-    records = read_records(path)
-    shapes = ShapeCheck()
-    report = LoadReport(str(path), "", len(records), 0, 0, 0, max_length=max_length, overlong=overlong)
-    examples = []
-    for rec in records:
-        shape, field = _shape(rec)
-        shapes.check(rec, shape, field)
-        least = certainly_overlong(rec, ("prompt", "completion"), max_length, tokenizer)
-        if least is not None and overlong != "truncate":
-            if overlong == "error":
-                raise overlong_before_tokenizing(rec, field, least, max_length)
-            report.skipped_overlong += 1
-            continue
-        example = _tokenize(rec, shape, tokenizer)
-        length = len(example.prompt_ids) + len(example.completion_ids)
-        if length > max_length:
-            if overlong == "error":
-                raise overlong_error(rec, field, length, max_length)
-            room = max_length - len(example.prompt_ids)
-            if overlong == "skip" or room < 1:
-                report.skipped_overlong += 1
-                continue
-            example.completion_ids = example.completion_ids[:room]
-            report.truncated += 1
-        examples.append(example)
-    report.shape, report.shape_field, report.kept = shapes.shape or "", shapes.field, len(examples)
-    finish(report)
+    examples, report = load_rows(path, tokenizer, max_length, overlong, EXAMPLES)
     _require_both_kinds(examples, str(path))
     return examples, report
+
+
+def _least_tokens(rec: Record, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:
+    return certainly_overlong(rec, ("prompt", "completion"), max_length, tokenizer)
+
+
+def _length(example: UnpairedExample) -> int:
+    return len(example.prompt_ids) + len(example.completion_ids)
+
+
+def _truncate(example: UnpairedExample, max_length: int) -> UnpairedExample | None:
+    """The whole prompt and as much of the completion as fits; None when no room is left."""
+    room = max_length - len(example.prompt_ids)
+    return UnpairedExample(example.prompt_ids, example.completion_ids[:room], example.desirable) if room >= 1 else None
 
 
 def _shape(rec: Record) -> tuple[str, str]:
@@ -108,3 +94,6 @@ def _require_both_kinds(examples: list[UnpairedExample], path: str) -> None:
         kind, missing = ("desirable", "false (undesirable)") if desirable else ("undesirable", "true (desirable)")
         raise DataError(path, f"all {len(examples)} examples are {kind}; KTO weighs desirable against undesirable "
                               f"completions, so it needs rows with label {missing} too")
+
+
+EXAMPLES = RowFormat(_shape, _least_tokens, _tokenize, _length, _truncate)
