@@ -14,7 +14,7 @@ from lmpo.algos import kto
 from lmpo.cli.main import main
 from lmpo.envs.data.unpaired import UnpairedExample
 from lmpo.trainers.distributed import Distributed
-from lmpo.trainers.kto import KTOConfig, encode_unpaired, kto_loss, summed_logps
+from lmpo.trainers.kto import KTOConfig, encode_unpaired, kto_loss, summed_logps, with_mismatched
 from lmpo.trainers.pipeline import PipelineConfig, last_stage, validate_stages
 from test_data import write
 from test_resume import _assert_same_weights, _run, _tail, launcher  # noqa: F401 (a fixture)
@@ -61,7 +61,7 @@ def test_the_reference_point_carries_no_gradient(tiny_llama, char_tokenizer):
     policy = copy.deepcopy(tiny_llama).train().requires_grad_(True)
     examples = [UnpairedExample(char_tokenizer(p).input_ids, char_tokenizer(c).input_ids + [char_tokenizer.eos_token_id],
                                 d) for p, c, d in [("12=", "12", True), ("31=", "31", False), ("20=", "02", True)]]
-    enc = encode_unpaired(examples, char_tokenizer.pad_token_id)
+    enc = encode_unpaired(with_mismatched(examples), char_tokenizer.pad_token_id)
     with torch.no_grad():
         ref_logps = summed_logps(policy, enc, enc.completion, enc.completion_mask) - 0.5
         ref_kl = summed_logps(policy, enc, enc.kl_completion, enc.kl_completion_mask) - 1.0  # so z0 = 1
@@ -84,7 +84,7 @@ def test_the_reference_point_carries_no_gradient(tiny_llama, char_tokenizer):
 
 def test_the_mismatched_completions_are_the_batchs_own_shifted_by_one():
     examples = [UnpairedExample([5], [10 + i, 2], i % 2 == 0) for i in range(3)]
-    enc = encode_unpaired(examples, pad_id=0)
+    enc = encode_unpaired(with_mismatched(examples), pad_id=0)
     assert enc.kl_completion[:, 0].tolist() == [12, 10, 11] and enc.desirable.tolist() == [True, False, True]
 
 
@@ -128,3 +128,20 @@ def test_the_pipeline_runs_it_as_its_last_stage(rl, bad, error, start_model, tmp
     assert result.name == rl and (tmp_path / rl / "model").is_dir() and result.accuracy is not None
     with pytest.raises(ValueError, match=error):
         validate_stages(replace(cfg, **{rl: replace(getattr(cfg, rl), **bad)}))
+
+
+@pytest.mark.slow
+def test_two_processes_train_as_one_on_the_same_global_batch(start_model, tmp_path):
+    """The mismatched pairs are made on the whole batch and z0 is gathered over the processes,
+    so two data-parallel processes log the losses and reference points of one."""
+    from test_distributed import torchrun
+
+    args = ["train", "kto", "--model", start_model, "--pairs", "8", "--batch_size", "8", "--epochs", "3",
+            "--lr", "1e-3", "--eval_problems", "0", "--log_every", "1", "--save_every", "0", "--threads", "1"]
+    torchrun("-m", "lmpo", *args, "--out", str(tmp_path / "two"))
+    assert main([*args, "--out", str(tmp_path / "one")]) == 0
+    one, two = ([r for r in rows_of(tmp_path / name) if "loss" in r] for name in ("one", "two"))
+    assert len(one) == len(two) == 6 and any(r["kl"] > 0 for r in one), one
+    for a, b in zip(one, two):
+        for key in ("loss", "kl", "desirable_reward", "undesirable_reward"):
+            assert b[key] == pytest.approx(a[key], abs=1e-5), (a["step"], key)

@@ -4,8 +4,9 @@ arXiv:2402.01306) on unpaired examples: completions labelled desirable or undesi
 As TRL's `KTOTrainer`: each example's implicit reward ``beta * (pi - ref)`` (summed log-probs) is
 judged against the reference point z0, the batch's estimate of KL(pi || ref) from mismatched
 (prompt, completion) pairs: each prompt with the previous example's completion in its batch
-(TRL shifts the completions by one). z0 is averaged over the data-parallel processes, clamped at
-0 and detached: the policy's KL log-probs are computed without a graph. The reference's
+(TRL shifts the completions by one; lmpo does it on the whole batch, before it is split over
+data-parallel processes). z0 is the mean over every process's mismatched pairs, clamped at 0
+and detached: the policy's KL log-probs are computed without a graph. The reference's
 log-probs, of the examples and of the mismatched pairs, are computed once up front, as DPO's.
 """
 
@@ -74,18 +75,25 @@ class EncodedUnpaired:
     completion: torch.Tensor
     completion_mask: torch.Tensor
     kl_completion: torch.Tensor
-    """Example i's prompt is scored with example i-1's completion (the batch's first with its last's)."""
+    """Example i's prompt is scored with the previous example's completion (see `with_mismatched`)."""
     kl_completion_mask: torch.Tensor
     desirable: torch.Tensor
 
 
-def encode_unpaired(examples: list[UnpairedExample], pad_id: int) -> EncodedUnpaired:
+def with_mismatched(batch: list[UnpairedExample]) -> list[tuple[UnpairedExample, list[int]]]:
+    """Each example of a whole batch with the completion its prompt is scored with for the
+    reference point: the previous example's (the first takes the last's), as TRL shifts them.
+    Made before the batch is split over processes, so any number of processes pairs alike."""
+    completions = [e.completion_ids for e in batch]
+    return list(zip(batch, completions[-1:] + completions[:-1]))
+
+
+def encode_unpaired(rows: list[tuple[UnpairedExample, list[int]]], pad_id: int) -> EncodedUnpaired:
     """Prompts left-padded; completions and the mismatched completions right-padded with masks."""
-    prompt_ids, prompt_mask = left_pad([e.prompt_ids for e in examples], pad_id)
-    completions = [e.completion_ids for e in examples]
-    completion, completion_mask = right_pad(completions, pad_id)
-    kl_completion, kl_mask = right_pad(completions[-1:] + completions[:-1], pad_id)
-    desirable = torch.tensor([e.desirable for e in examples], dtype=torch.bool)
+    prompt_ids, prompt_mask = left_pad([e.prompt_ids for e, _ in rows], pad_id)
+    completion, completion_mask = right_pad([e.completion_ids for e, _ in rows], pad_id)
+    kl_completion, kl_mask = right_pad([kl for _, kl in rows], pad_id)
+    desirable = torch.tensor([e.desirable for e, _ in rows], dtype=torch.bool)
     return EncodedUnpaired(prompt_ids, prompt_mask, completion, completion_mask.float(), kl_completion, kl_mask.float(),
                            desirable)
 
@@ -157,7 +165,7 @@ def train_kto(cfg: KTOConfig) -> StageResult:
     else:
         examples = unpair(embedded_pairs(task, tokenizer, cfg.pairs, cfg.seed))
     batches = ordered_batches(run, cfg, examples, lambda share: encode_unpaired(share, tokenizer.pad_token_id),
-                              "examples")
+                              "examples", whole=with_mismatched)
     ref = reference_logps(run, policy, batches, unpaired_logps)  # once, up front; then it is gone
 
     def step(trained, updater: Updater, i: int) -> dict:

@@ -89,17 +89,17 @@ def offline_problems(cfg: OfflineConfig) -> list[str]:
     return problems + data_option_problems(cfg)
 
 
-def ordered_batches(run: Run, cfg: OfflineConfig, items: Sequence[T], encode: Callable[[list[T]], object],
-                    what: str) -> list:
+def ordered_batches(run: Run, cfg: OfflineConfig, items: Sequence[T], encode: Callable[[list], object],
+                    what: str, whole: Callable[[list[T]], list] = list) -> list:
     """`cfg.epochs` seeded passes over `items` in batches of `cfg.batch_size`; every process orders
-    them alike and keeps its share of each batch; `encode` makes a batch of tensors (a dataclass
-    whose fields are tensors), moved to the run's device."""
+    them alike, applies `whole` to the whole batch and keeps its share of the result; `encode`
+    makes a batch of tensors (a dataclass whose fields are tensors), moved to the run's device."""
     rng = random.Random(f"pref-order:{cfg.seed}")
     batches = []
     for _ in range(cfg.epochs):
         order = list(range(len(items)))
         rng.shuffle(order)
-        batches += [encode(run.dist.shard([items[i] for i in order[s:s + cfg.batch_size]], what))
+        batches += [encode(run.dist.shard(whole([items[i] for i in order[s:s + cfg.batch_size]]), what))
                     for s in range(0, len(order), cfg.batch_size)]
     return [type(enc)(*run.to_device(*vars(enc).values())) for enc in batches]
 
