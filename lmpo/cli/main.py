@@ -83,7 +83,7 @@ def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:
                               f"(or set it in the stage's own `lmpo train` command)")
 
 
-NOT_RL = ("cpt", "sft", "dpo", "online_dpo", "rm")  # their options are kept in their checkpoints
+NOT_RL = ("cpt", "sft", "dpo", "online_dpo", "rm", "kto", "orpo")  # their options are kept in their checkpoints
 
 
 def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
@@ -111,30 +111,21 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
     return run
 
 
+# `lmpo train KIND` → (module, config class, train function); every other KIND is an RL preset.
+TRAINERS = {"cpt": ("supervised", "CPTConfig", "train_cpt"), "sft": ("supervised", "SFTConfig", "train_sft"),
+            "rm": ("reward_model", "RewardModelConfig", "train_reward_model"),
+            "dpo": ("preference", "PreferenceConfig", "train_preference"),
+            "kto": ("kto", "KTOConfig", "train_kto"), "orpo": ("orpo", "ORPOConfig", "train_orpo"),
+            "online_dpo": ("online_dpo", "OnlineDPOConfig", "train_online_dpo"),
+            "rft": ("rft", "RFTConfig", "train_rft")}
+
+
 def _trainer(kind: str, flags: dict) -> tuple[type, Callable, dict]:
     """(config class, train function, preset values) of `lmpo train KIND`."""
-    if kind == "rft":
-        from lmpo.trainers.rft import RFTConfig, train_rft
-
-        return RFTConfig, train_rft, {}
-    if kind == "online_dpo":
-        from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
-
-        return OnlineDPOConfig, train_online_dpo, {}
-    if kind == "dpo":
-        from lmpo.trainers.preference import PreferenceConfig, train_preference
-
-        return PreferenceConfig, train_preference, {}
-    if kind == "rm":
-        from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
-
-        return RewardModelConfig, train_reward_model, {}
-    if kind in ("cpt", "sft"):
-        from lmpo.trainers import supervised
-
-        if kind == "cpt":
-            return supervised.CPTConfig, supervised.train_cpt, {}
-        return supervised.SFTConfig, supervised.train_sft, {}
+    if kind in TRAINERS:
+        module, config, train = TRAINERS[kind]
+        module = importlib.import_module(f"lmpo.trainers.{module}")
+        return getattr(module, config), getattr(module, train), {}
     from lmpo.trainers.presets import rl_preset
     from lmpo.trainers.rl import train_rl
     from lmpo.trainers.rl_config import RLConfig
@@ -314,6 +305,14 @@ def make_parser() -> argparse.ArgumentParser:
     sp = train_sub.add_parser("rft", help=text, description=text)
     add_arguments(sp, RFTConfig)
     sp.set_defaults(func=cmd_train("rft"), config_cls=RFTConfig)
+    from lmpo.trainers.kto import KTOConfig
+    from lmpo.trainers.orpo import ORPOConfig
+
+    for name, cls, text in (("kto", KTOConfig, "KTO on unpaired desirable / undesirable completions, against a reference"),
+                            ("orpo", ORPOConfig, "ORPO: SFT plus an odds-ratio preference term on pairs, no reference")):
+        sp = train_sub.add_parser(name, help=text, description=text)
+        add_arguments(sp, cls)
+        sp.set_defaults(func=cmd_train(name), config_cls=cls)
     for name, preset in {**RL_PRESETS, "rl": None}.items():
         text = (f"RL with the {name} preset ({preset.source})" if preset
                 else "RL with any preset (--preset NAME) and any part overridden")

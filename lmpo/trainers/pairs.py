@@ -1,5 +1,6 @@
-"""Preference pairs for DPO and reward-model training, as token ids: the task's embedded
-pairs, or a user's file (`prompt`/`chosen`/`rejected`, strings or message lists)."""
+"""Preference data as token ids, for DPO, ORPO, KTO and reward-model training: the task's embedded
+pairs, or a user's file (`prompt`/`chosen`/`rejected`, strings or message lists); for KTO the
+same pairs unpaired, or a user's file of `prompt`/`completion`/`label` rows."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import random
 import torch
 
 from lmpo.envs.data import PreferencePair, load_preferences
+from lmpo.envs.data.unpaired import UnpairedExample, load_unpaired
 from lmpo.rollout import right_pad
 
 
@@ -28,6 +30,20 @@ def file_pairs(path: str, tokenizer, max_length: int, overlong: str) -> list[Pre
     pairs, report = load_preferences(path, tokenizer, max_length=max_length, overlong=overlong)
     print(f"[data] {report.summary()}")
     return pairs
+
+
+def unpair(pairs: list[PreferencePair]) -> list[UnpairedExample]:
+    """Each pair as two examples, its chosen reply desirable and its rejected one not (as TRL's
+    `unpair_preference_dataset`): on the embedded task, right answers and wrong ones."""
+    return [example for p in pairs for example in (UnpairedExample(p.prompt_ids, p.chosen_ids, True),
+                                                   UnpairedExample(p.prompt_ids, p.rejected_ids, False))]
+
+
+def file_unpaired(path: str, tokenizer, max_length: int, overlong: str) -> list[UnpairedExample]:
+    examples, report = load_unpaired(path, tokenizer, max_length=max_length, overlong=overlong)
+    desirable = sum(e.desirable for e in examples)
+    print(f"[data] {report.summary()}; {desirable} desirable, {len(examples) - desirable} undesirable")
+    return examples
 
 
 def split_heldout(pairs: list[PreferencePair], n_heldout: int, seed: int,

@@ -9,7 +9,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from lmpo.trainers.kto import KTOConfig, train_kto
 from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
+from lmpo.trainers.orpo import ORPOConfig, train_orpo
 from lmpo.trainers.preference import PreferenceConfig, train_preference
 from lmpo.trainers.presets import RL_PRESETS, pipeline_preset
 from lmpo.trainers.result import StageResult
@@ -38,7 +40,7 @@ class PipelineConfig:
     precision: str = "auto"
     """Precision of every stage: auto (bf16 autocast on GPUs that support it, else fp32), fp32 or bf16."""
     rl: str = "grpo"
-    """Last stage: an RL preset (see `lmpo presets`), dpo, online_dpo, rft (rejection-sampling fine-tuning), or ppo_rm (reward model, then PPO on it); the stage is named after it."""
+    """Last stage: an RL preset (see `lmpo presets`), dpo, online_dpo, kto, orpo, rft (rejection-sampling fine-tuning), or ppo_rm (reward model, then PPO on it); the stage is named after it."""
     cpt: CPTConfig = field(default_factory=CPTConfig)
     """Continued pre-training options (the pipeline sets model, out, task, seed and threads)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
@@ -49,6 +51,10 @@ class PipelineConfig:
     """The last stage when --rl dpo (the pipeline sets model, out, task, seed and threads)."""
     online_dpo: OnlineDPOConfig = field(default_factory=OnlineDPOConfig)
     """The last stage when --rl online_dpo (the pipeline sets model, out, task, seed and threads)."""
+    kto: KTOConfig = field(default_factory=KTOConfig)
+    """The last stage when --rl kto (the pipeline sets model, out, task, seed and threads)."""
+    orpo: ORPOConfig = field(default_factory=ORPOConfig)
+    """The last stage when --rl orpo (the pipeline sets model, out, task, seed and threads)."""
     rm: RewardModelConfig = field(default_factory=RewardModelConfig)
     """The reward model trained when --rl ppo_rm (the pipeline sets model, out, task, seed and threads)."""
     rft: RFTConfig = field(default_factory=RFTConfig)
@@ -124,7 +130,8 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
     return results
 
 
-LAST_STAGES = (*RL_PRESETS, "dpo", "online_dpo", "ppo_rm", "rft")
+OFFLINE_STAGES = {"dpo": train_preference, "kto": train_kto, "orpo": train_orpo}  # the section is the name
+LAST_STAGES = (*RL_PRESETS, *OFFLINE_STAGES, "online_dpo", "ppo_rm", "rft")
 
 
 def validate_stages(cfg: PipelineConfig) -> None:
@@ -132,11 +139,11 @@ def validate_stages(cfg: PipelineConfig) -> None:
     cfg.sft.validate()
     from lmpo.envs import make_task
 
-    if cfg.rl in ("dpo", "online_dpo", "ppo_rm") and getattr(make_task(cfg.task), "max_turns", 1) > 1:
+    if cfg.rl in (*OFFLINE_STAGES, "online_dpo", "ppo_rm") and getattr(make_task(cfg.task), "max_turns", 1) > 1:
         raise ValueError(f"--rl {cfg.rl} pairs or scores whole single-turn completions; task {cfg.task!r} is "
                          f"multi-turn: use an RL preset ({', '.join(RL_PRESETS)})")
-    if cfg.rl == "dpo":
-        cfg.dpo.validate()
+    if cfg.rl in OFFLINE_STAGES:
+        getattr(cfg, cfg.rl).validate()
     elif cfg.rl == "online_dpo":
         cfg.online_dpo.validate()
     elif cfg.rl == "rft":
@@ -150,11 +157,11 @@ def validate_stages(cfg: PipelineConfig) -> None:
 
 
 def last_stage(cfg: PipelineConfig, sft_model: str, out: Path, shared: dict) -> StageResult:
-    """The stage after SFT: an RL preset, offline or online DPO, rejection-sampling fine-tuning, or PPO on a
-    learned reward."""
+    """The stage after SFT: an RL preset, offline DPO, KTO or ORPO, online DPO, rejection-sampling fine-tuning,
+    or PPO on a learned reward."""
     stage_out = str(out / cfg.rl)
-    if cfg.rl == "dpo":
-        return train_preference(replace(cfg.dpo, model=sft_model, out=stage_out, **shared))
+    if cfg.rl in OFFLINE_STAGES:
+        return OFFLINE_STAGES[cfg.rl](replace(getattr(cfg, cfg.rl), model=sft_model, out=stage_out, **shared))
     if cfg.rl == "online_dpo":
         return train_online_dpo(replace(cfg.online_dpo, model=sft_model, out=stage_out, **shared))
     if cfg.rl == "rft":

@@ -1,47 +1,33 @@
-"""Offline preference optimisation (DPO, cDPO, IPO, SimPO) on (prompt, chosen, rejected) pairs.
+"""Offline preference optimisation (DPO, cDPO, IPO, SimPO, ...) on (prompt, chosen, rejected) pairs.
 
 The reference model's log-probs are computed once, up front, and the reference is then
-released, so only the policy stays in memory while training.
+released, so only the policy stays in memory while training. `train_pairs` is the trainer of
+any pair loss; ORPO (lmpo/trainers/orpo.py) uses it too.
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
 from lmpo.algos import PREFERENCE_LOSSES
 from lmpo.algos.preference_mix import is_mix
 from lmpo.envs import make_task
-from lmpo.rollout.evaluation import evaluate
 from lmpo.envs.data import PreferencePair
 from lmpo.models import completion_outputs, load_tokenizer
 from lmpo.rollout import left_pad, right_pad
-from lmpo.trainers.faults import fault_point
-from lmpo.trainers.harness import Run, RunOptions, Updater
+from lmpo.trainers.harness import Run, Updater
+from lmpo.trainers.offline import (OfflineConfig, mean_over_processes, offline_problems, ordered_batches,
+                                   reference_logps, train_offline)
 from lmpo.trainers.pairs import embedded_pairs, file_pairs
 from lmpo.trainers.result import StageResult
-from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
-                                     preference_option_problems, raise_if_any)
-from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler, options_for
+from lmpo.trainers.runtime import options_for
+from lmpo.trainers.validation import preference_option_problems, raise_if_any
 
 
 @dataclass
-class PreferenceConfig(RunOptions):
-    model: str = "runs/sft/model"
-    """Hugging Face model directory of the policy to start from; also the reference."""
-    task: str = "sort_digits"
-    """Task that supplies the embedded preference pairs and the held-out evaluation."""
-    out: str = "runs/dpo"
-    """Run directory: metrics.jsonl, checkpoints/, the final model in `model/`, result.json."""
-    resume: str = ""
-    """Run directory of an interrupted run to continue from its newest complete checkpoint; repeat its options."""
-    seed: int = 0
-    """Seed for the pairs and their order."""
-    threads: int = 2
-    """Torch CPU threads (0 = one per core)."""
+class PreferenceConfig(OfflineConfig):
     loss: str = "dpo"
     """Preference loss: dpo, cdpo, ipo, simpo (reference-free), robust, hinge, exo_pair, nca_pair, bco_pair, sppo_hard, aot, aot_pair, apo_zero, apo_down, discopop, sft (NLL of the chosen answer); or a weighted sum of them, `name=weight,...` (e.g. MPO's `dpo=0.8,bco_pair=0.2,sft=1`), every part on the same batch."""
     beta: float = 0.1
@@ -52,50 +38,13 @@ class PreferenceConfig(RunOptions):
     """simpo: target reward margin (in reward units, after beta)."""
     discopop_tau: float = 0.05
     """discopop: temperature of the switch between its logistic and exponential parts."""
-    pairs: int = 2000
-    """Training pairs drawn from the task's training split."""
-    epochs: int = 1
-    """Passes over the pairs."""
-    batch_size: int = 32
-    """Pairs per optimizer step."""
-    lr: float = 5e-5
-    """Peak learning rate of AdamW."""
-    warmup_steps: int = 5
-    """Steps of linear warm-up."""
-    lr_schedule: Schedule = "cosine"
-    """Decay after warm-up: cosine, linear or constant."""
-    min_lr_ratio: float = 0.1
-    """Final learning rate as a fraction of the peak."""
-    weight_decay: float = 0.0
-    """AdamW weight decay (matrices only)."""
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this value (0 = off)."""
-    keep_dropout: bool = False
-    """Keep the model's dropout on while training; by default it is off, so the policy and the reference score a pair alike and the first DPO loss is ln 2."""
-    eval_problems: int = 500
-    """Held-out problems for greedy task accuracy at the start and the end (0 = skip)."""
-    eval_max_new_tokens: int = 12
-    """Token limit for evaluation answers."""
-    log_every: int = 5
-    """Write a metrics row every this many steps."""
-    save_every: int = 50
-    """Write a resumable checkpoint every this many steps (0 = only the final model)."""
-    keep_checkpoints: int = 2
-    """Complete checkpoints to keep."""
-    data: str = ""
-    """Train on the pairs of this file instead of the task's: JSONL, Parquet or a `datasets` directory (`DIR::split`) with `prompt`, `chosen`, `rejected` (strings, or message lists rendered with the chat template)."""
-    max_length: int = 1024
-    """Longest pair from `data` (prompt + longer reply), in tokens."""
-    overlong: Literal["error", "skip", "truncate"] = "error"
-    """What to do with a longer pair from `data`: stop with an error naming it, skip it, or truncate the replies."""
 
     def validate(self) -> None:
         raise_if_any("preference", preference_problems(self))
 
 
 def preference_problems(cfg: PreferenceConfig) -> list[str]:
-    problems = at_least(cfg, 1, "batch_size", "epochs", "pairs", "log_every", "max_length")
-    problems += at_least(cfg, 0, "eval_problems") + optimizer_problems(cfg) + checkpoint_problems(cfg)
+    problems = offline_problems(cfg)
     if is_mix(cfg.loss):
         try:  # a weighted sum: say which part is wrong
             PREFERENCE_LOSSES.get(cfg.loss)
@@ -103,11 +52,9 @@ def preference_problems(cfg: PreferenceConfig) -> list[str]:
             problems.append(str(err))
     elif cfg.loss not in PREFERENCE_LOSSES:
         problems.append(f"loss={cfg.loss!r} is not one of {PREFERENCE_LOSSES.names()}")
-    if not cfg.beta > 0:
-        problems.append(f"beta={cfg.beta} must be > 0")
     if not 0 <= cfg.label_smoothing < 0.5:
         problems.append(f"label_smoothing={cfg.label_smoothing} must be in [0, 0.5)")
-    return problems + preference_option_problems(cfg) + data_option_problems(cfg)
+    return problems + preference_option_problems(cfg)
 
 
 def preference_options(cfg: PreferenceConfig) -> dict:
@@ -159,83 +106,33 @@ def preference_step(run: Run, policy, updater: Updater, enc: EncodedPairs, ref, 
     _, grad_norm = updater.step(loss)
     figures = {"loss": loss.detach(), "chosen_logps": chosen.detach().mean(), "rejected_logps": rejected.detach().mean(),
                **{k: v.detach().float().mean() for k, v in figures.items()}}
-    return {"grad_norm": grad_norm, "lr": updater.lr,
-            **{k: run.dist.all_sum(v.item()) / run.dist.world for k, v in figures.items()}}
+    return {"grad_norm": grad_norm, "lr": updater.lr, **mean_over_processes(run, figures)}
 
 
 def train_preference(cfg: PreferenceConfig) -> StageResult:
     cfg.validate()
     loss_fn = PREFERENCE_LOSSES.get(cfg.loss)
+    return train_pairs(cfg, loss_fn, "dpo", cfg.loss, options_for(loss_fn, preference_options(cfg)))
+
+
+def train_pairs(cfg: OfflineConfig, loss_fn, name: str, label: str, options: dict) -> StageResult:
+    """A pair loss (`PREFERENCE_LOSSES`' signature) on the task's pairs or `cfg.data`'s: the run
+    named `name` (its trainer), the loss shown as `label`; `options` are the loss's keywords."""
     task = make_task(cfg.task)
-    run = Run(cfg, "dpo")
+    run = Run(cfg, name)
     tokenizer = load_tokenizer(cfg.model)
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     if cfg.data:
         pairs = file_pairs(cfg.data, tokenizer, cfg.max_length, cfg.overlong)
     else:
         pairs = embedded_pairs(task, tokenizer, cfg.pairs, cfg.seed)
-    rng = random.Random(f"pref-order:{cfg.seed}")
-    batches = []
-    for _ in range(cfg.epochs):
-        order = list(range(len(pairs)))
-        rng.shuffle(order)
-        # every process orders the pairs alike and keeps its share of each batch
-        batches += [encode_pairs(run.dist.shard([pairs[i] for i in order[s:s + cfg.batch_size]], "pairs"),
-                                 tokenizer.pad_token_id)
-                    for s in range(0, len(order), cfg.batch_size)]
-    batches = [EncodedPairs(*run.to_device(*vars(enc).values())) for enc in batches]
-    reference_logps = [None] * len(batches)
+    batches = ordered_batches(run, cfg, pairs, lambda share: encode_pairs(share, tokenizer.pad_token_id), "pairs")
+    ref = [None] * len(batches)
     if not getattr(loss_fn, "reference_free", False):  # reference log-probs once, up front; then it is gone
-        reference_logps = reference_sequence_logps(run, policy, batches)
-    # the task's held-out set says nothing about a user's data
-    heldout = task.heldout_problems(cfg.eval_problems) if cfg.eval_problems and not cfg.data and run.dist.is_main else []
-    optimizer = make_optimizer(policy, cfg.lr, cfg.weight_decay)
-    scheduler = make_scheduler(optimizer, cfg.warmup_steps, len(batches), cfg.lr_schedule, cfg.min_lr_ratio)
-    updater = Updater(optimizer, scheduler, cfg.grad_clip, cfg.max_nonfinite_steps, cfg.loss)
-    resumed = run.resume(policy, optimizer, scheduler)  # after the reference log-probs
-    start_step = resumed.step if resumed else 0  # the batches' order is fixed by the seed: the step is the position
-    if resumed:
-        updater.load_state(resumed.state)
-    if heldout and not resumed:
-        first = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
-        run.write({"step": 0, "eval_accuracy": first.accuracy, "eval_format_accuracy": first.format_accuracy})
-    options = options_for(loss_fn, preference_options(cfg))
-    run.say(f"{len(pairs)} pairs x {cfg.epochs} epochs, {cfg.loss}, beta={cfg.beta}; {run.describe(policy)}")
-    policy.train()
-    trained = run.trained(policy)
-    per_epoch = max(len(batches) // max(cfg.epochs, 1), 1)
-    with run.progress(len(batches), initial=start_step, label=cfg.loss) as progress:
-        for step in range(start_step + 1, len(batches) + 1):
-            row = preference_step(run, trained, updater, batches[step - 1], reference_logps[step - 1], loss_fn,
-                                  cfg, options)
-            row["step"] = step
-            if updater.streak:
-                row["skipped_updates"] = updater.skipped
-            if step % cfg.log_every == 0 or step == len(batches) or updater.streak:
-                run.write(row)
-            updater.check(step)
-            progress.update(step, loss=row["loss"], acc=row.get("accuracy", 0.0))
-            if cfg.save_every and step % cfg.save_every == 0 and step < len(batches):
-                run.checkpoint(step, policy, tokenizer, optimizer, scheduler, state=updater.state())
-            if step % per_epoch == 0:
-                fault_point("epoch_end", step)
-            fault_point("step_end", step)
-    result = StageResult(name=cfg.loss, seconds=0.0, model_dir="", run_dir=str(run.out))
-    run.sync(policy)
-    if heldout:
-        final = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
-        run.write({"step": len(batches), "eval_accuracy": final.accuracy, "eval_format_accuracy": final.format_accuracy})
-        result.accuracy, result.format_accuracy = final.accuracy, final.format_accuracy
-    held = {"policy": 1, "reference": 0}
-    return run.finish(policy, tokenizer, result, models_held=held)
+        ref = reference_logps(run, policy, batches, sequence_logps)
 
+    def step(trained, updater: Updater, i: int) -> dict:
+        return preference_step(run, trained, updater, batches[i], ref[i], loss_fn, cfg, options)
 
-@torch.no_grad()
-def reference_sequence_logps(run: Run, policy, batches: list[EncodedPairs]) -> list[tuple]:
-    """The reference's log-probs of every batch, from the starting policy (with LoRA: the base,
-    adapter disabled — the same numbers, since a fresh adapter adds nothing)."""
-    policy.eval()
-    with run.autocast():
-        out = [sequence_logps(policy, enc) for enc in batches]
-    policy.train()
-    return out
+    summary = f"{len(pairs)} pairs x {cfg.epochs} epochs, {label}, beta={cfg.beta}"
+    return train_offline(run, cfg, policy, tokenizer, task, batches, step, label, summary)

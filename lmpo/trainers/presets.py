@@ -98,7 +98,7 @@ PPO_RM_SETTINGS = {"missing_eos_penalty": 10.0}
 def pipeline_preset(task_spec: str, last_stage: str) -> dict:
     """What `lmpo pipeline` (and `run_pipeline`) put under the user's own options, as dotted
     keys: the task's suggested settings for every stage, then the last stage's RL preset
-    (`ppo` plus `PPO_RM_SETTINGS` for `ppo_rm`; none for dpo and online_dpo)."""
+    (`ppo` plus `PPO_RM_SETTINGS` for `ppo_rm`; none for dpo, online_dpo, kto and orpo)."""
     name = "ppo" if last_stage == "ppo_rm" else last_stage
     settings = dict(rl_preset(name).settings) if name in RL_PRESETS else {}
     if last_stage == "ppo_rm":
@@ -108,5 +108,6 @@ def pipeline_preset(task_spec: str, last_stage: str) -> dict:
 
 def pipeline_task_settings(task_spec: str) -> dict:
     """`task_settings` for every stage of `lmpo pipeline`, as dotted keys."""
-    stages = {"cpt": "cpt", "sft": "sft", "rl_stage": "rl", "online_dpo": "online_dpo", "dpo": "dpo", "rft": "rl"}
+    stages = {"cpt": "cpt", "sft": "sft", "rl_stage": "rl", "online_dpo": "online_dpo", "dpo": "dpo", "kto": "kto",
+              "orpo": "orpo", "rft": "rl"}
     return {f"{section}.{k}": v for section, stage in stages.items() for k, v in task_settings(task_spec, stage).items()}

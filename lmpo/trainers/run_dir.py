@@ -170,7 +170,7 @@ def check_resumable(path: str | Path, name: str | None, command: str | None) -> 
 
 def trainer_of(command: str) -> str:
     """The trainer behind `lmpo train COMMAND` (every RL preset is the one RL loop)."""
-    return command if command in ("cpt", "sft", "dpo", "online_dpo", "rm", "rft") else "rl"
+    return command if command in ("cpt", "sft", "dpo", "online_dpo", "rm", "kto", "orpo", "rft") else "rl"
 
 
 def saved_config(path: str | Path) -> dict:

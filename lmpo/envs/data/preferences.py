@@ -18,9 +18,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 from lmpo.envs.data import chat
-from lmpo.envs.data.records import DataError, Record, ShapeCheck, read_records, type_name
-from lmpo.envs.data.report import (LoadReport, Overlong, certainly_overlong, check_options, finish, overlong_error,
-                                  overlong_before_tokenizing)
+from lmpo.envs.data.records import DataError, Record, type_name
+from lmpo.envs.data.report import LoadReport, Overlong, RowFormat, certainly_overlong, load_rows
 from lmpo.envs.data.sft import prompt_messages
 
 FIELDS = ("prompt", "chosen", "rejected")
@@ -38,34 +37,12 @@ def load_preferences(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, ma
     """Pairs from `path` (see `read_records`). A pair's length is its prompt plus its longer
     reply; "truncate" keeps the whole prompt and cuts both replies to fit, and skips a pair
     whose prompt leaves no room or whose cut replies become identical."""
-    check_options(max_length, overlong)
-    records = read_records(path)
-    shapes = ShapeCheck()
-    report = LoadReport(str(path), "", len(records), 0, 0, 0, max_length=max_length, overlong=overlong)
-    pairs = []
-    for rec in records:
-        shape, field = _shape(rec)
-        shapes.check(rec, shape, field)
-        least = certainly_overlong(rec, ("prompt",), max_length, tokenizer)  # the prompt is in every reply's length
-        least = least or max((certainly_overlong(rec, ("prompt", f), max_length, tokenizer) or 0) for f in FIELDS[1:]) or None
-        if least is not None and overlong != "truncate":
-            if overlong == "error":
-                raise overlong_before_tokenizing(rec, field, least, max_length)
-            report.skipped_overlong += 1
-            continue
-        pair = _tokenize(rec, shape, tokenizer)
-        length = len(pair.prompt_ids) + max(len(pair.chosen_ids), len(pair.rejected_ids))
-        if length > max_length:
-            if overlong == "error":
-                raise overlong_error(rec, field, length, max_length)
-            pair = _truncate(pair, max_length) if overlong == "truncate" else None
-            if pair is None:
-                report.skipped_overlong += 1
-                continue
-            report.truncated += 1
-        pairs.append(pair)
-    report.shape, report.shape_field, report.kept = shapes.shape or "", shapes.field, len(pairs)
-    return pairs, finish(report)
+    return load_rows(path, tokenizer, max_length, overlong, PAIRS)
+
+
+def _least_tokens(rec: Record, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:
+    least = certainly_overlong(rec, ("prompt",), max_length, tokenizer)  # the prompt is in every reply's length
+    return least or max((certainly_overlong(rec, ("prompt", f), max_length, tokenizer) or 0) for f in FIELDS[1:]) or None
 
 
 def _shape(rec: Record) -> tuple[str, str]:
@@ -101,8 +78,15 @@ def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> Pr
     return PreferencePair(prompt_ids, chosen, rejected)
 
 
+def _length(pair: PreferencePair) -> int:
+    return len(pair.prompt_ids) + max(len(pair.chosen_ids), len(pair.rejected_ids))
+
+
 def _truncate(pair: PreferencePair, max_length: int) -> PreferencePair | None:
     room = max_length - len(pair.prompt_ids)
     if room < 1 or pair.chosen_ids[:room] == pair.rejected_ids[:room]:
         return None
     return PreferencePair(pair.prompt_ids, pair.chosen_ids[:room], pair.rejected_ids[:room])
+
+
+PAIRS = RowFormat(_shape, _least_tokens, _tokenize, _length, _truncate)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
+from pathlib import Path
+from typing import Any, Callable, Generic, Literal, TypeVar, get_args
 
-from lmpo.envs.data.records import DataError, Record
+from lmpo.envs.data.records import DataError, Record, ShapeCheck, read_records
 
 Overlong = Literal["error", "skip", "truncate"]
+T = TypeVar("T")
 
 
 @dataclass
@@ -31,6 +33,52 @@ class LoadReport:
         return (f"{self.path}: {self.rows} rows, shape '{self.shape}'{decided}, kept {self.kept}; "
                 f"over max_length {self.max_length} ({self.overlong}): "
                 f"{self.skipped_overlong} skipped, {self.truncated} truncated")
+
+
+@dataclass(frozen=True)
+class RowFormat(Generic[T]):
+    """How one kind of loader reads a row: its shape, the fewest tokens it can make before
+    tokenizing (None when it may fit), its tokenized example, that example's length, and the
+    example cut to a length (None when nothing worth training on is left)."""
+
+    shape: Callable[[Record], tuple[str, str]]
+    least_tokens: Callable[[Record, int, Any], int | None]
+    tokenize: Callable[[Record, str, Any], T]
+    length: Callable[[T], int]
+    truncate: Callable[[T, int], T | None]
+
+
+def load_rows(path: str | Path, tokenizer, max_length: int, overlong: Overlong,
+              fmt: RowFormat[T]) -> tuple[list[T], LoadReport]:
+    """Every row of `path` read as `fmt` says, one shape for all rows, examples over
+    `max_length` handled by the `overlong` policy; the examples and what was done to get them."""
+    check_options(max_length, overlong)
+    records = read_records(path)
+    shapes = ShapeCheck()
+    report = LoadReport(str(path), "", len(records), 0, 0, 0, max_length=max_length, overlong=overlong)
+    examples = []
+    for rec in records:
+        shape, field = fmt.shape(rec)
+        shapes.check(rec, shape, field)
+        least = fmt.least_tokens(rec, max_length, tokenizer)
+        if least is not None and overlong != "truncate":
+            if overlong == "error":
+                raise overlong_before_tokenizing(rec, field, least, max_length)
+            report.skipped_overlong += 1
+            continue
+        example = fmt.tokenize(rec, shape, tokenizer)
+        length = fmt.length(example)
+        if length > max_length:
+            if overlong == "error":
+                raise overlong_error(rec, field, length, max_length)
+            example = fmt.truncate(example, max_length) if overlong == "truncate" else None
+            if example is None:
+                report.skipped_overlong += 1
+                continue
+            report.truncated += 1
+        examples.append(example)
+    report.shape, report.shape_field, report.kept = shapes.shape or "", shapes.field, len(examples)
+    return examples, finish(report)
 
 
 def check_options(max_length: int, overlong: str) -> None:

@@ -20,9 +20,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 from lmpo.envs.data import chat
-from lmpo.envs.data.records import DataError, Record, ShapeCheck, read_records, type_name
-from lmpo.envs.data.report import (LoadReport, Overlong, certainly_overlong, check_options, finish, overlong_error,
-                                  overlong_before_tokenizing)
+from lmpo.envs.data.records import DataError, Record, type_name
+from lmpo.envs.data.report import LoadReport, Overlong, RowFormat, certainly_overlong, load_rows
 
 
 @dataclass
@@ -37,32 +36,7 @@ class TokenizedExample:
 def load_sft(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, max_length: int,
              overlong: Overlong = "error") -> tuple[list[TokenizedExample], LoadReport]:
     """Tokenized examples from `path` (see `read_records`), and what was done to get them."""
-    check_options(max_length, overlong)
-    records = read_records(path)
-    shapes = ShapeCheck()
-    report = LoadReport(str(path), "", len(records), 0, 0, 0, max_length=max_length, overlong=overlong)
-    examples = []
-    for rec in records:
-        shape, field = sft_shape(rec)
-        shapes.check(rec, shape, field)
-        least = certainly_overlong(rec, ("messages", "prompt", "completion", "text"), max_length, tokenizer)
-        if least is not None and overlong != "truncate":
-            if overlong == "error":
-                raise overlong_before_tokenizing(rec, field, least, max_length)
-            report.skipped_overlong += 1
-            continue
-        example = _tokenize(rec, shape, tokenizer)
-        if len(example) > max_length:
-            if overlong == "error":
-                raise overlong_error(rec, field, len(example), max_length)
-            example = _truncate(example, max_length) if overlong == "truncate" else None
-            if example is None:
-                report.skipped_overlong += 1
-                continue
-            report.truncated += 1
-        examples.append(example)
-    report.shape, report.shape_field, report.kept = shapes.shape or "", shapes.field, len(examples)
-    return examples, finish(report)
+    return load_rows(path, tokenizer, max_length, overlong, EXAMPLES)
 
 
 def pack(examples: list[TokenizedExample], seq_len: int) -> list[TokenizedExample]:
@@ -130,3 +104,10 @@ def _truncate(example: TokenizedExample, max_length: int) -> TokenizedExample | 
     """The first `max_length` tokens, or None when no loss token is left."""
     cut = TokenizedExample(example.input_ids[:max_length], example.loss_mask[:max_length])
     return cut if any(cut.loss_mask) else None
+
+
+def _least_tokens(rec: Record, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:
+    return certainly_overlong(rec, ("messages", "prompt", "completion", "text"), max_length, tokenizer)
+
+
+EXAMPLES = RowFormat(sft_shape, _least_tokens, _tokenize, len, _truncate)

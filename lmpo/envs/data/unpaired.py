@@ -1,0 +1,99 @@
+"""Unpaired preference examples for KTO (`prompt`, `completion`, `label`) from users' files:
+TRL's unpaired preference format, one completion per row, `label` true (desirable) or false
+(undesirable).
+
+When `prompt` and `completion` are strings they are tokenized as they are, with eos appended to
+the completion. Otherwise the row is a chat row, rendered with the tokenizer's chat template:
+`prompt` is a list of messages or a string taken as one user message; `completion` is a
+string, one assistant message, or a list ending with the assistant message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+from lmpo.envs.data import chat
+from lmpo.envs.data.records import DataError, Record, type_name
+from lmpo.envs.data.report import LoadReport, Overlong, RowFormat, certainly_overlong, load_rows
+from lmpo.envs.data.sft import prompt_messages
+
+FIELDS = ("prompt", "completion", "label")
+
+
+@dataclass
+class UnpairedExample:
+    prompt_ids: list[int]
+    completion_ids: list[int]  # ends with eos unless truncated
+    desirable: bool
+
+
+def load_unpaired(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, max_length: int,
+                  overlong: Overlong = "error") -> tuple[list[UnpairedExample], LoadReport]:
+    """Examples from `path` (see `read_records`). An example's length is its prompt plus its
+    completion; "truncate" keeps the whole prompt and cuts the completion, and skips an example
+    whose prompt leaves no room. KTO weighs desirable against undesirable examples, so a file
+    must hold both kinds."""
+    examples, report = load_rows(path, tokenizer, max_length, overlong, EXAMPLES)
+    _require_both_kinds(examples, str(path))
+    return examples, report
+
+
+def _least_tokens(rec: Record, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:
+    return certainly_overlong(rec, ("prompt", "completion"), max_length, tokenizer)
+
+
+def _length(example: UnpairedExample) -> int:
+    return len(example.prompt_ids) + len(example.completion_ids)
+
+
+def _truncate(example: UnpairedExample, max_length: int) -> UnpairedExample | None:
+    """The whole prompt and as much of the completion as fits; None when no room is left."""
+    room = max_length - len(example.prompt_ids)
+    return UnpairedExample(example.prompt_ids, example.completion_ids[:room], example.desirable) if room >= 1 else None
+
+
+def _shape(rec: Record) -> tuple[str, str]:
+    for field, expected in zip(FIELDS, ("a string or messages", "a string or an assistant message", "true or false")):
+        if rec.get(field) is None:
+            raise rec.missing(field, expected)
+    if not isinstance(rec.get("label"), bool):
+        raise rec.error("label", "true (desirable) or false (undesirable)", type_name(rec.get("label")))
+    if not isinstance(rec.get("prompt"), (str, list)):
+        raise rec.error("prompt", "a string or a list of messages", type_name(rec.get("prompt")))
+    if not isinstance(rec.get("completion"), (str, list, dict)):
+        raise rec.error("completion", "a string, an assistant message or a list of messages",
+                        type_name(rec.get("completion")))
+    for field in FIELDS[:2]:
+        if not isinstance(rec.get(field), str):
+            return "prompt/completion/label (chat)", field
+    return "prompt/completion/label", "prompt"
+
+
+def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> UnpairedExample:
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise DataError(rec.path, "the tokenizer has no eos token")
+    if shape == "prompt/completion/label":
+        prompt_ids = chat.encode(tokenizer, rec.require_str("prompt"))
+        completion = chat.encode(tokenizer, rec.require_str("completion")) + [eos]
+    else:
+        prompt = prompt_messages(rec, "prompt")
+        reply = chat.reply(rec, "completion", rec.get("completion"), prompt)
+        prompt_ids, completion = chat.encode_reply(rec, "completion", tokenizer, prompt, reply)
+    return UnpairedExample(prompt_ids, completion, rec.get("label"))
+
+
+def _require_both_kinds(examples: list[UnpairedExample], path: str) -> None:
+    desirable = sum(e.desirable for e in examples)
+    if desirable in (0, len(examples)):
+        kind, missing = ("desirable", "false (undesirable)") if desirable else ("undesirable", "true (desirable)")
+        raise DataError(path, f"all {len(examples)} examples are {kind}; KTO weighs desirable against undesirable "
+                              f"completions, so it needs rows with label {missing} too")
+
+
+EXAMPLES = RowFormat(_shape, _least_tokens, _tokenize, _length, _truncate)
