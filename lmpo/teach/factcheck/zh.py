@@ -1,0 +1,3 @@
+UI_ZH = {}
+VERDICTS_ZH = {}
+CLAIMS_ZH = {}
