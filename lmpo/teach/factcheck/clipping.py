@@ -9,7 +9,7 @@ from lmpo.teach.factcheck import plots
 from lmpo.teach.factcheck.context import Context
 from lmpo.teach.factcheck.core import DEPENDS, FAILS, HOLDS, Claim, Measured, Verdict
 from lmpo.teach.factcheck.kl import BETAS
-from lmpo.teach.factcheck.runs import RL_STEPS, mean_of, rl_run, tail_mean
+from lmpo.teach.factcheck.runs import RL_STEPS, head_mean, mean_of, rl_run, tail_mean
 
 OFF_POLICY = {"num_minibatches": 4, "beta": 0.0}
 """Four optimizer steps per rollout batch: from the second on, the ratio moves and clipping can act."""
@@ -213,19 +213,23 @@ def _clip_higher(ctx: Context) -> Measured:
         values[f"clip_base_s{seed}"] = mean_of(runs[EPS_HIGH[0]].series("clip_frac"))
         values[f"acc_base_s{seed}"], values[f"acc_high_s{seed}"] = (runs[eps].evals()[-1] for eps in EPS_HIGH)
         for eps, run in runs.items():
-            curves[f"ε_high={eps:g}, seed {seed}"] = (range(1, RL_STEPS + 1), run.series("entropy"))
-    values["entropy_start"] = runs[EPS_HIGH[0]].series("entropy")[0]
+            curves[f"ε_high={eps:g}, seed {seed}"] = (range(1, RL_STEPS + 1), plots.rolling(run.series("entropy")))
+    values["entropy_start"] = head_mean(runs[EPS_HIGH[0]].series("entropy"), 0.1)
+    values["entropy_base_end"] = mean_of([values[f"entropy_base_s{s}"] for s in SEEDS])
     values["ratio_min"], values["ratio_max"] = min(ratios), max(ratios)
     values["ratio_mean"] = mean_of(ratios)
     values["clip_base"] = mean_of([values[f"clip_base_s{s}"] for s in SEEDS])
     fig, (ax,) = plots.figure(1, width=6.0)
-    plots.lines(ax, curves, "entropy of sampled tokens (4 updates per batch, β = 0)", "step", "nats / token")
+    plots.lines(ax, curves, "entropy of sampled tokens (4 updates per batch, β = 0)", "step",
+                "nats / token, 5-step mean")
     return Measured(values, plots.png(fig))
 
 
 def _judge_clip_higher(v: dict, limits: dict) -> Verdict:
     if v["clip_base"] <= 0:
         return Verdict(DEPENDS, "never_clipped")
+    if v["entropy_base_end"] >= v["entropy_start"] * (1 - limits["margin"]):
+        return Verdict(DEPENDS, "no_collapse")
     if v["ratio_min"] >= 1 + limits["margin"]:
         return Verdict(HOLDS, "slower")
     if v["ratio_max"] <= 1 - limits["margin"]:
@@ -238,9 +242,10 @@ CLIP_HIGHER = Claim(
     papers=("DAPO, Yu et al. 2025, arXiv:2503.14476",),
     text="Clip-higher (ε_high = 0.28 > ε_low = 0.2) slows entropy collapse.",
     criterion="GRPO runs (the pipeline's preset with β = 0 and 4 updates per batch, so that clipping acts) with "
-              "ε_high = 0.2 and 0.28, two seeds each. Entropy = mean over the last third of the steps. Holds if "
-              "clip-higher's entropy is higher by more than {margin:.0%} in every seed; does not hold if lower by "
-              "more than {margin:.0%} in every seed; else it depends.",
+              "ε_high = 0.2 and 0.28, two seeds each, {steps:g} steps. Entropy = mean over the last third of the "
+              "steps. It depends if the baseline's entropy did not fall by more than {margin:.0%} from its first "
+              "tenth (no collapse to slow). Holds if clip-higher's entropy is higher by more than {margin:.0%} in "
+              "every seed; does not hold if lower by more than {margin:.0%} in every seed; else it depends.",
     summary="entropy (last third) ε_high 0.2 → 0.28: seed 0 {entropy_base_s0:.3f} → {entropy_high_s0:.3f}, "
             "seed 1 {entropy_base_s1:.3f} → {entropy_high_s1:.3f} (ratio {ratio_min:.2f}–{ratio_max:.2f}); "
             "clip fraction {clip_base:.3f}",
@@ -249,10 +254,14 @@ CLIP_HIGHER = Claim(
                      "no token is ever clipped.",
            "faster": "Clip-higher ended with less entropy in both seeds (×{ratio_mean:.2f}).",
            "within_noise": "Entropy ratio {ratio_min:.2f}–{ratio_max:.2f} across seeds: no consistent effect at this "
-                           "scale (60 steps, 1M parameters; entropy started at {entropy_start:.3f}). And with one update "
+                           "scale ({steps} steps, 1M parameters; entropy started at {entropy_start:.3f}). And with one update "
                            "per batch (lmpo's dapo preset: {dapo_updates_per_batch:g}) clipping never acts at all.",
-           "never_clipped": "No token was clipped, so ε_high could not matter."},
-    limits={"margin": 0.05},
+           "never_clipped": "No token was clipped, so ε_high could not matter.",
+           "no_collapse": "Nothing to slow: in {steps} steps the baseline's entropy did not collapse (first tenth "
+                          "{entropy_start:.3f}, last third {entropy_base_end:.3f} nats/token). Clip-higher's ratio to it "
+                          "was {ratio_min:.2f}–{ratio_max:.2f} across seeds. With one update per batch (lmpo's dapo "
+                          "preset: {dapo_updates_per_batch:g}) clipping would not act at all."},
+    limits={"margin": 0.05, "steps": RL_STEPS},
     measure=_clip_higher, judge=_judge_clip_higher,
 )
 

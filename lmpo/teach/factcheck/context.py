@@ -50,7 +50,7 @@ class Context:
                   "precision": cfg.precision}
         section = getattr(cfg, STAGE_SECTIONS[kind])
         start = model or self.start().model_dir
-        return replace(section, model=start, out=str(self.run_dir(name)), **shared, **overrides)
+        return replace(section, **{"model": start, "out": str(self.run_dir(name)), **shared, **overrides})
 
     @contextlib.contextmanager
     def quiet(self, name: str):

@@ -10,7 +10,9 @@ from lmpo.teach.factcheck.runs import head_mean, rl_run, tail_mean
 RM_PAIRS = 2000
 """Pairs the reward model trains on (one epoch). The pipeline's ppo_rm stage uses 10,000 x 3 epochs;
 the README records PPO hacking a 2000-pair reward model with sorted wrong digits."""
-HACK_STEPS = 80
+HACK_STEPS = 150
+HACK_BETA = 0.0
+"""No KL leash (as many recent recipes): measured, the grpo preset's β = 0.04 held the hack off for 150 steps."""
 PROBE_PROBLEMS = 200
 
 
@@ -54,22 +56,23 @@ def _hacking(ctx: Context) -> Measured:
     penalty = float(PPO_RM_SETTINGS["missing_eos_penalty"])
     values = {"rm_pairs": RM_PAIRS, "rm_accuracy": rm.accuracy, "penalty": penalty, "steps": HACK_STEPS,
               "acc_start": ctx.start().sft_accuracy}
-    curves = {}
+    scores, accuracies = {}, {}
     for tag, pen in (("plain", 0.0), ("eos", penalty)):
         run = rl_run(ctx, f"rm_reward_{tag}", "grpo", rewards="rm=1.0", reward_model=rm.model_dir,
-                     reward_timeout=0, missing_eos_penalty=pen, steps=HACK_STEPS)
+                     reward_timeout=0, missing_eos_penalty=pen, steps=HACK_STEPS, beta=HACK_BETA, eval_every=50)
         rm_reward, accuracy = run.series("reward_rm"), run.series("accuracy")
         values.update({f"{tag}_hacked": int(bool(check_hacking(run.rows, Thresholds()))),
                        f"{tag}_rm_first": head_mean(rm_reward, 0.1), f"{tag}_rm_last": tail_mean(rm_reward, 0.1),
                        f"{tag}_acc_first": head_mean(accuracy, 0.1), f"{tag}_acc_last": tail_mean(accuracy, 0.1),
                        f"{tag}_truncated": tail_mean(run.series("truncated_frac")),
                        f"{tag}_heldout_first": run.evals()[0], f"{tag}_heldout_last": run.evals()[-1]})
-        curves[f"RM score, penalty {pen:g}"] = (range(1, len(rm_reward) + 1), rm_reward)
-        curves[f"verifier accuracy, penalty {pen:g}"] = (range(1, len(accuracy) + 1), accuracy)
+        scores[f"missing-EOS penalty {pen:g}"] = (range(1, len(rm_reward) + 1), plots.rolling(rm_reward))
+        accuracies[f"missing-EOS penalty {pen:g}"] = (range(1, len(accuracy) + 1), plots.rolling(accuracy))
     probe = eos_probe(ctx, rm.model_dir, penalty)
     values.update({f"probe_{k}": v for k, v in probe.items()})
-    fig, (ax,) = plots.figure(1, width=6.5)
-    plots.lines(ax, curves, "GRPO on the reward model: its score vs the verifier (same samples)", "step", "")
+    fig, (left, right) = plots.figure(2)
+    plots.lines(left, scores, "reward model's score (what GRPO maximises)", "step", "5-step mean")
+    plots.lines(right, accuracies, "verifier: right answers (same samples)", "step", "5-step mean")
     return Measured(values, plots.png(fig))
 
 
@@ -89,21 +92,24 @@ HACKING = Claim(
             "InstructGPT, Ouyang et al. 2022, arXiv:2203.02155 (missing-EOS penalty: TRL's missing_eos_penalty)"),
     text="A learned reward model can be hacked, and a penalty on completions that never end (missing EOS) closes "
          "one hole.",
-    criterion="A reward model (lmpo's trainer, {rm_pairs:,.0f} pairs, 1 epoch), then GRPO from the SFT start on its "
-              "score alone, {steps:g} steps, without and with the missing-EOS penalty. Hacked = lmpo's doctor "
+    criterion="A reward model (lmpo's trainer, {rm_pairs:,.0f} pairs, 1 epoch), then GRPO (β = {beta:g}) from the SFT start "
+              "on its score alone, {steps:g} steps, without and with the missing-EOS penalty. Hacked = lmpo's doctor "
               "finds reward_hacking (the reward rises ≥ 0.1 while held-out accuracy falls ≥ 5 points). The hole = "
               "the share of 200 held-out problems where the model scores the right answer followed by rambling "
               "without EOS above the right answer with EOS. Holds if the plain run is hacked, the hole is open "
               "(> {share:g}) and the penalty closes it (≤ {share:g}).",
     summary="RM {rm_accuracy:.1%} pairwise; plain: RM score {plain_rm_first:.2f} → {plain_rm_last:.2f}, verifier "
             "{plain_acc_first:.0%} → {plain_acc_last:.0%}, held-out {plain_heldout_first:.1%} → "
-            "{plain_heldout_last:.1%}; with penalty: held-out → {eos_heldout_last:.1%}; rambling preferred on "
+            "{plain_heldout_last:.1%}; cut off without EOS {plain_truncated:.0%}; with "
+            "penalty: held-out → {eos_heldout_last:.1%}, cut off {eos_truncated:.0%}; rambling preferred on "
             "{probe_open:.0%} of problems, {probe_closed:.0%} with the penalty",
     notes={"closed": "Optimising the reward model's score raised it from {plain_rm_first:.2f} to {plain_rm_last:.2f} "
                      "while the verifier's accuracy on the same samples fell from {plain_acc_first:.0%} to "
-                     "{plain_acc_last:.0%}. The model prefers unterminated rambling to the right answer on "
-                     "{probe_open:.0%} of problems; a penalty of {penalty:g} closes that ({probe_closed:.0%}), and "
-                     "the penalised run was not flagged.",
+                     "{plain_acc_last:.0%}, held-out accuracy from {plain_heldout_first:.1%} to {plain_heldout_last:.1%}; at "
+                     "the end {plain_truncated:.0%} of its completions rambled to the length cap. The reward model "
+                     "prefers such rambling to the right answer on {probe_open:.0%} of problems; a penalty of "
+                     "{penalty:g} closes that hole ({probe_closed:.0%}; cut off: {eos_truncated:.0%}), and the "
+                     "penalised run was not flagged (held-out {eos_heldout_last:.1%}).",
            "hacked_elsewhere": "Optimising the reward model's score raised it from {plain_rm_first:.2f} to "
                                "{plain_rm_last:.2f} while the verifier's accuracy on the same samples fell from "
                                "{plain_acc_first:.0%} to {plain_acc_last:.0%}. The penalty of {penalty:g} closes the "
@@ -116,7 +122,7 @@ HACKING = Claim(
                           "rambling ({probe_open:.0%}): the penalty has no hole to close here.",
            "still_open": "Even with the penalty, rambling scores above the right answer on {probe_closed:.0%} of "
                          "problems."},
-    limits={"share": 0.0, "rm_pairs": RM_PAIRS, "steps": HACK_STEPS},
+    limits={"share": 0.0, "rm_pairs": RM_PAIRS, "steps": HACK_STEPS, "beta": HACK_BETA},
     measure=_hacking, judge=_judge_hacking,
 )
 

@@ -10,7 +10,7 @@ from lmpo.algos import KL_ESTIMATORS
 from lmpo.teach.factcheck import plots
 from lmpo.teach.factcheck.context import Context
 from lmpo.teach.factcheck.core import DEPENDS, FAILS, HOLDS, Claim, Measured, Verdict
-from lmpo.teach.factcheck.runs import rl_run
+from lmpo.teach.factcheck.runs import RL_STEPS, rl_run
 
 SAMPLES = 200_000
 SCALES = (0.25, 0.5, 1.0, 2.0)  # logit scales of the distribution pairs: from close to far apart
@@ -153,7 +153,7 @@ BETA_CLOSER = Claim(
     name="beta_keeps_close", fast=False,
     papers=("InstructGPT, Ouyang et al. 2022, arXiv:2203.02155", "DeepSeekMath, Shao et al. 2024, arXiv:2402.03300"),
     text="A larger β keeps the policy closer to the reference model.",
-    criterion="Two GRPO runs (the pipeline's preset, 60 steps) from the SFT start that differ only in β; then the "
+    criterion="Two GRPO runs (the pipeline's preset, {steps:g} steps) from the SFT start that differ only in β; then the "
               "exact per-token KL(π‖π_ref) over the vocabulary on one sample for each of 500 held-out prompts. "
               "Holds if the larger β's KL is lower by more than {z:g} standard errors and by more than "
               "{margin:.0%}; does not hold if it is higher by more than {z:g} standard errors.",
@@ -165,7 +165,7 @@ BETA_CLOSER = Claim(
            "farther": "The larger β ended farther from the reference ({kl_high:.3f} vs {kl_low:.3f}).",
            "no_difference": "The two runs ended at about the same distance ({kl_high:.3f} vs {kl_low:.3f}, "
                             "{kl_diff_se:.1f} standard errors): at this budget β did not matter measurably."},
-    limits={"z": 2.0, "margin": 0.2},
+    limits={"z": 2.0, "margin": 0.2, "steps": RL_STEPS},
     measure=_beta_runs, judge=_judge_beta,
 )
 

@@ -46,3 +46,9 @@ def bars(ax: Axes, values: dict[str, float], title: str, ylabel: str) -> None:
     ax.set_title(title, fontsize=10)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3, axis="y")
+
+
+def rolling(xs: Sequence[float], k: int = 5) -> list[float]:
+    """Trailing mean over up to `k` points (noisy per-step curves made readable)."""
+    xs = list(xs)
+    return [sum(xs[max(0, i - k + 1): i + 1]) / len(xs[max(0, i - k + 1): i + 1]) for i in range(len(xs))]

@@ -98,7 +98,7 @@ DPO_NEEDS = Claim(
 
 # --- 13. online DPO beats offline DPO at the same pair budget ----------------------------------------
 
-ONLINE_ROUNDS = 15
+ONLINE_ROUNDS = 20
 
 
 def _online_vs_offline(ctx: Context) -> Measured:

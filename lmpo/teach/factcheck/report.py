@@ -95,7 +95,7 @@ def _section(r: dict, plot: bytes | None, words: dict) -> str:
              f'<p><b>{esc(words["criterion"])}</b> {esc(r["criterion"])}</p>',
              f'<p><b>{esc(words["source"])}</b> {papers}</p>']
     if r["summary"]:
-        parts.append(f'<p><b>{esc(words["key_numbers"])}</b> {esc(r["summary"])}</p>')
+        parts.append(f'<p><b>{esc(words["key_numbers_label"])}</b> {esc(r["summary"])}</p>')
     if r["evidence"]:
         parts.append("<details><summary>" + esc(words["evidence"]) + "</summary>" +
                      table([words["measure"], words["value"]],

@@ -73,6 +73,9 @@ NO_CRITIC = Claim(
 # --- 10. dynamic sampling raises the share of groups that carry signal ---------------------------------
 
 PROBE_STEPS = 10
+MAX_ROUNDS = 32
+"""Rounds of 8 prompts dynamic sampling may draw to fill a batch (lmpo's default of 4 can fall short
+at the SFT start, where many groups are all wrong)."""
 
 
 def signal_share(ctx: Context, model_dir: str, dynamic: bool) -> tuple[float, float]:
@@ -88,7 +91,8 @@ def signal_share(ctx: Context, model_dir: str, dynamic: bool) -> tuple[float, fl
     from lmpo.trainers.rl_batch import collect
     from lmpo.trainers.termination import TerminationPolicy
 
-    cfg = ctx.stage("rl", "dynamic_sampling_probe", "grpo", model=model_dir, dynamic_sampling=dynamic)
+    cfg = ctx.stage("rl", "dynamic_sampling_probe", "grpo", model=model_dir, dynamic_sampling=dynamic,
+                    max_sampling_rounds=MAX_ROUNDS)
     task = make_task(cfg.task)
     tokenizer = load_tokenizer(cfg.model)
     policy = load_model(cfg.model, tokenizer, seed=cfg.seed, keep_dropout=False)
