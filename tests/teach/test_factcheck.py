@@ -15,6 +15,8 @@ from lmpo.teach.factcheck.zh import CLAIMS_ZH, UI_ZH, VERDICTS_ZH
 from lmpo.teach.factcheck.texts import UI_EN, VERDICTS_EN
 
 BY_NAME = {c.name: c for c in CLAIMS}
+# exact computations: their verdicts are fixed by the math (and by lmpo's functions being right)
+EXPECTED = {**{c.name: HOLDS for c in CLAIMS if c.fast}, "k3_loss_minimises_kl": FAILS}
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +33,12 @@ def test_enough_claims_and_the_fast_ones_are_exact():
         assert claim.papers and all("arXiv:" in p or "http" in p for p in claim.papers), claim.name
 
 
-def test_every_exact_claim_holds_with_all_its_numbers(fast_report):
+def test_exact_claims_verdicts_with_all_their_numbers(fast_report):
     report, _ = fast_report
     assert [o.claim.name for o in report.outcomes] == [c.name for c in CLAIMS if c.fast]
     for outcome in report.outcomes:
         assert outcome.error == "", f"{outcome.claim.name}: {outcome.error}"
-        assert outcome.verdict == HOLDS, f"{outcome.claim.name}: {outcome.verdict} ({outcome.note})"
+        assert outcome.verdict == EXPECTED[outcome.claim.name], f"{outcome.claim.name}: {outcome.verdict} ({outcome.note})"
         # every field of the templates was measured
         for template in (outcome.claim.summary, outcome.claim.notes[outcome.note]):
             assert "?" not in fill(template, outcome.values).replace("?)", ""), outcome.claim.name
@@ -45,7 +47,7 @@ def test_every_exact_claim_holds_with_all_its_numbers(fast_report):
 def test_json_and_html_shape(fast_report):
     report, out = fast_report
     data = json.loads((out / "factcheck.json").read_text())
-    assert data["fast_only"] is True and data["counts"][HOLDS] == len(report.outcomes)
+    assert data["fast_only"] is True and data["counts"][FAILS] == 1 and data["counts"][HOLDS] == len(report.outcomes) - 1
     record = data["claims"][0]
     assert set(record) >= {"number", "name", "claim", "papers", "criterion", "verdict", "verdict_text", "note",
                            "summary", "evidence", "seconds", "plot", "fast"}
@@ -54,7 +56,7 @@ def test_json_and_html_shape(fast_report):
     html = (out / "factcheck.html").read_text()
     assert html.count("<section id=") == len(report.outcomes)
     assert html.count("data:image/png;base64,") == len(with_plots)
-    assert "https://arxiv.org/abs/2402.03300" in html and ">holds<" in html
+    assert "https://arxiv.org/abs/2402.03300" in html and ">holds<" in html and ">does not hold<" in html
 
 
 def test_chinese_report_uses_the_zh_table(fast_report, tmp_path):

@@ -86,6 +86,77 @@ ESTIMATORS = Claim(
 )
 
 
+# --- the k3 term in the loss: which KL does its gradient minimise? -----------------------------------
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+
+
+def _loss_gradients(ctx: Context) -> Measured:
+    """Per distribution pair: the expected gradient (exact, over the vocabulary, tokens drawn from π)
+    of each estimator used as a loss term — differentiated through log π of the sampled token, as
+    the RL loss does — against the gradients of the exact reverse and forward KL."""
+    gen = torch.Generator().manual_seed(ctx.seed)
+    worst: dict[str, float] = {}
+    for scale in SCALES:
+        logits = (scale * torch.randn(VOCAB, generator=gen, dtype=torch.float64)).requires_grad_()
+        log_q = (scale * torch.randn(VOCAB, generator=gen, dtype=torch.float64)).log_softmax(0)
+
+        def grad(objective) -> torch.Tensor:
+            (g,) = torch.autograd.grad(objective(logits.log_softmax(0)), logits)
+            return g
+
+        p = logits.detach().softmax(0)
+        reverse = grad(lambda lp: (lp.exp() * (lp - log_q)).sum())
+        forward = grad(lambda lp: (log_q.exp() * (log_q - lp)).sum())
+        as_loss = {name: grad(lambda lp, f=KL_ESTIMATORS.get(name): (p * f(lp, log_q)).sum())
+                   for name in ("k1", "k2", "k3")}
+        as_loss["k3_ratio"] = grad(lambda lp: (p * KL_ESTIMATORS.get("k3_ratio")(lp, log_q, old_logprobs=lp.detach())).sum())
+        figures = {"k3_vs_reverse": _relative(as_loss["k3"], reverse), "k3_vs_forward": _relative(as_loss["k3"], forward),
+                   "k2_vs_reverse": _relative(as_loss["k2"], reverse),
+                   "k3_ratio_vs_reverse": _relative(as_loss["k3_ratio"], reverse),
+                   "k1_norm": float(as_loss["k1"].norm())}
+        if scale == SCALES[0]:
+            worst["close_k3_vs_reverse"] = figures["k3_vs_reverse"]
+            worst["close_kl"] = float((p * (p.log() - log_q)).sum())
+        for key, value in figures.items():
+            worst[key] = max(worst.get(key, 0.0), value)
+    return Measured(worst)
+
+
+def _judge_loss_gradients(v: dict, limits: dict) -> Verdict:
+    if v["k3_vs_reverse"] <= limits["tol"]:
+        return Verdict(HOLDS, "reverse")
+    if v["k3_vs_forward"] <= limits["tol"]:
+        return Verdict(FAILS, "forward")
+    return Verdict(FAILS, "neither")
+
+
+K3_LOSS = Claim(
+    name="k3_loss_minimises_kl", fast=True,
+    papers=("DeepSeekMath (GRPO's k3 loss term), Shao et al. 2024, arXiv:2402.03300",
+            "On a few pitfalls in KL divergence gradient estimation for RL, Tang & Munos 2025, arXiv:2506.09477"),
+    text="Adding β·k3 to the loss, as GRPO does, minimises KL(π‖π_ref): k3 is an unbiased estimate of it, so its "
+         "gradient is the KL's gradient.",
+    criterion="Four pairs of categorical distributions over 50 tokens: the exact expected gradient, over tokens drawn "
+              "from π, of lmpo's k1/k2/k3/k3_ratio used as a loss (differentiated through log π of the token, as in "
+              "the RL loss), against autograd of the exact KL(π‖π_ref) and KL(π_ref‖π). Holds if k3's gradient is "
+              "the reverse KL's within a relative {tol:g} for every pair.",
+    summary="relative gap to ∇KL(π‖π_ref): k3 up to {k3_vs_reverse:.2f} (closest pair {close_k3_vs_reverse:.3f}), "
+            "k2 {k2_vs_reverse:.1g}, k3_ratio {k3_ratio_vs_reverse:.1g}; k3 to ∇KL(π_ref‖π): {k3_vs_forward:.1g}; "
+            "k1's expected gradient {k1_norm:.1g}",
+    notes={"forward": "k3 estimates KL(π‖π_ref) without bias, but its gradient as a loss is that of the forward "
+                      "KL(π_ref‖π) (gap {k3_vs_forward:.1g}), up to {k3_vs_reverse:.0%} away from the reverse KL's; "
+                      "the gap shrinks as π nears π_ref ({close_k3_vs_reverse:.0%} on the closest pair, KL "
+                      "{close_kl:.3f}). On-policy, k2 and k3_ratio give the reverse KL's gradient; k1's is zero in "
+                      "expectation.",
+           "reverse": "k3's loss gradient matched the reverse KL's (gap {k3_vs_reverse:.2g}).",
+           "neither": "k3's loss gradient matched neither KL (gaps {k3_vs_reverse:.3g}, {k3_vs_forward:.3g})."},
+    limits={"tol": 1e-6},
+    measure=_loss_gradients, judge=_judge_loss_gradients,
+)
+
+
 # --- 9. a larger β keeps the policy closer to the reference ----------------------------------------
 
 BETAS = (0.0, 0.3)
@@ -209,4 +280,4 @@ REFERENCE_FROZEN = Claim(
     measure=_reference_run, judge=_judge_reference,
 )
 
-CLAIMS = [ESTIMATORS, BETA_CLOSER, REFERENCE_FROZEN]
+CLAIMS = [ESTIMATORS, K3_LOSS, BETA_CLOSER, REFERENCE_FROZEN]

@@ -288,4 +288,22 @@ CLAIMS_ZH: dict[str, dict] = {
             "elsewhere": "IPO 的最小值不在 1/(2τ)（梯度 {max_grad_at_target:.3g}，最小值位置偏离 {max_argmin_error:.3g}）。",
         },
     },
+    "k3_loss_minimises_kl": {
+        "text": "像 GRPO 那样把 β·k3 加进损失，就是在最小化 KL(π‖π_ref)：k3 是它的无偏估计，所以 k3 的梯度就是这个 KL 的梯度"
+                "（反向 KL，reverse KL）。",
+        "criterion": "取四对 50 个词元上的类别分布：对从 π 采样的词元，精确计算把 lmpo 的 k1/k2/k3/k3_ratio 当作损失时的期望梯度"
+                     "（和 RL 损失一样，经采样词元的 log π 求导），并与精确的 KL(π‖π_ref) 和 KL(π_ref‖π) 的自动求导梯度比较。若每一对上"
+                     "k3 的梯度与反向 KL 的梯度相对误差都在 {tol:g} 以内，则成立。",
+        "summary": "与 ∇KL(π‖π_ref) 的相对差距：k3 最多 {k3_vs_reverse:.2f}（最近的一对 {close_k3_vs_reverse:.3f}），k2 "
+                   "{k2_vs_reverse:.1g}，k3_ratio {k3_ratio_vs_reverse:.1g}；k3 与 ∇KL(π_ref‖π)：{k3_vs_forward:.1g}；k1 的期望梯度 "
+                   "{k1_norm:.1g}",
+        "notes": {
+            "forward": "k3 对 KL(π‖π_ref) 的估计是无偏的，但把它当损失时，梯度却是正向 KL（forward KL）KL(π_ref‖π) 的梯度（差距 "
+                       "{k3_vs_forward:.1g}），与反向 KL 的梯度最多相差 {k3_vs_reverse:.0%}；π 越接近 π_ref 差距越小（最近的一对上为 "
+                       "{close_k3_vs_reverse:.0%}，KL {close_kl:.3f}）。同策略时，k2 和 k3_ratio 给出的才是反向 KL 的梯度；k1 的期望"
+                       "梯度为零。",
+            "reverse": "k3 作为损失的梯度与反向 KL 的梯度一致（差距 {k3_vs_reverse:.2g}）。",
+            "neither": "k3 作为损失的梯度与两种 KL 都不一致（差距 {k3_vs_reverse:.3g}、{k3_vs_forward:.3g}）。",
+        },
+    },
 }
