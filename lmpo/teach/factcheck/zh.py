@@ -80,8 +80,8 @@ CLAIMS_ZH: dict[str, dict] = {
     },
     "one_update_no_clipping": {
         "text": "每批采样只做一次优化更新时，重要性比率（importance ratio）恒为 1，裁剪（clipping）从不触发，更新就是普通的策略梯度。",
-        "criterion": "(1) 精确计算：在随机批次上令 π_θ = π_old，调用 lmpo 的 ppo_clip：没有任何词元被裁剪，且梯度与 −A·∇log π 的差"
-                     "≤ {tol:g}，则成立。(2) SFT 模型的采样：|π_训练器/π_采样器 − 1| ≤ {ratio_tol:g}。(3) 一次真实的 GRPO 训练"
+        "criterion": "(1) 精确计算：在随机批次上令 π_θ = π_old，调用 lmpo 的 ppo_clip：若没有任何词元被裁剪，且梯度与 −A·∇log π "
+                     "之差 ≤ {tol:g}，则成立。(2) SFT 模型的采样：|π_训练器/π_采样器 − 1| ≤ {ratio_tol:g}。(3) 一次真实的 GRPO 训练"
                      "（每批一次更新）：每一步的裁剪比例都是 0；而每批 4 次更新的对照训练必须出现裁剪（否则这项检查不可能失败）。",
         "summary": "精确计算：裁剪 {exact_clipped:g} 个，梯度差 {exact_grad_gap:.2g}；采样上最大 |r−1| {sampler_ratio_gap:.2g}；GRPO "
                    "训练 {run_steps} 步中最大裁剪比例 {run_clip_max:g}；对照组（每批 {control_updates} 次更新）{control_clip_mean:.3f}",
@@ -95,8 +95,8 @@ CLAIMS_ZH: dict[str, dict] = {
         },
     },
     "length_bias_aggregation": {
-        "text": "先在每条序列内对词元损失取平均、再对序列取平均（原始 GRPO 的聚合方式 aggregation）会带来长度偏差（length bias）："
-                "长回答的每个词元得到的梯度比短回答的少。",
+        "text": "先在每条序列内对词元（token）损失取平均、再对序列取平均——原始 GRPO 的聚合方式（aggregation）——会带来长度偏差"
+                "（length bias）：长回答的每个词元得到的梯度比短回答的少。",
         "criterion": "对长度 1–{max_len:g}、优势相同的回答，经 lmpo 的 ppo_clip 和各聚合方式自动求导。离散度 = L = 1 时每词元梯度除以 "
                      "L = {max_len:g} 时的。若 seq_mean_token_mean 的离散度大于 1 + {margin:g}，而 token_mean 与 "
                      "seq_mean_token_sum_norm 的离散度在 {tol:g} 以内等于 1，则成立。",
@@ -266,7 +266,7 @@ CLAIMS_ZH: dict[str, dict] = {
         },
     },
     "dpo_weight_sigmoid": {
-        "text": "DPO 给每个偏好对的梯度乘上权重 σ(−h)：隐式奖励模型（implicit reward model）把这一对排错的程度。",
+        "text": "DPO 给每个偏好对的梯度乘上权重 σ(−h)，即隐式奖励模型（implicit reward model）把这一对排错的程度。",
         "criterion": "对间隔（margin）h 从 −8 到 8（β = 0.1）的 lmpo dpo 损失自动求导。若 −(∂loss/∂log π(y_w))/β 处处与 σ(−h) 相差 "
                      "≤ {tol:g}，则成立。",
         "summary": "max |权重 − σ(−h)| = {max_error:.2g}；h = −5 时权重 {weight_at_m5:.3f}，0 时 {weight_at_0:.3f}，5 时 {weight_at_5:.4f}",
