@@ -201,14 +201,14 @@ def _beta_runs(ctx: Context) -> Measured:
         var = sum((k - mean) ** 2 for k in kls) / (len(kls) - 1)
         values.update({f"beta_{tag}": beta, f"kl_{tag}": mean, f"se_{tag}": math.sqrt(var / len(kls)),
                        f"acc_{tag}": run.evals()[-1], f"reward_{tag}": sum(run.series("reward_mean")[-10:]) / 10})
-        curves[f"β={beta:g}"] = run.series("entropy")
+        curves[f"β={beta:g}"] = plots.rolling(run.series("reward_mean"))
     values["acc_start"] = ctx.start().sft_accuracy
     values["kl_diff_se"] = (values["kl_low"] - values["kl_high"]) / math.hypot(values["se_low"], values["se_high"])
     fig, (left, right) = plots.figure(2)
     plots.bars(left, {f"β={b:g}": values[f"kl_{t}"] for t, b in zip(("low", "high"), BETAS)},
                "exact KL(π‖π_ref) after training", "nats / token")
-    plots.lines(right, {k: (range(1, len(v) + 1), v) for k, v in curves.items()}, "entropy while training",
-                "step", "nats / token")
+    plots.lines(right, {k: (range(1, len(v) + 1), v) for k, v in curves.items()}, "training reward (what β trades off)",
+                "step", "5-step mean")
     return Measured(values, plots.png(fig))
 
 
