@@ -149,8 +149,10 @@ DYNAMIC = Claim(
     summary="SFT ({acc_start:.0%}): {share_off_start:.0%} → {share_on_start:.0%} at {cost_on_start:.2f}× the "
             "groups sampled; trained ({acc_trained:.0%}): {share_off_trained:.0%} → {share_on_trained:.0%} at "
             "{cost_on_trained:.2f}×",
-    notes={"raised": "Every trained group carries signal with it on; the price is {cost_on_start:.2f}× the sampling "
-                     "at the SFT start and {cost_on_trained:.2f}× after GRPO, growing as accuracy moves away from 50%.",
+    notes={"raised": "With it on, every trained group carries signal; the price is {cost_on_start:.2f}× the sampling "
+                     "at the SFT start (where {share_off_start:.0%} of groups had signal) and {cost_on_trained:.2f}× "
+                     "after GRPO ({share_off_trained:.0%}): about 1 / (share with signal), dearest where few groups "
+                     "carry any.",
            "base_rate": "It helps only where many groups are all right or all wrong: {share_off_start:.0%} → "
                         "{share_on_start:.0%} at the start, {share_off_trained:.0%} → {share_on_trained:.0%} after "
                         "training. Depends on the accuracy (and group size).",

@@ -159,8 +159,9 @@ CLAIMS_ZH: dict[str, dict] = {
         "summary": "SFT（{acc_start:.0%}）：{share_off_start:.0%} → {share_on_start:.0%}，采样组数为 {cost_on_start:.2f} 倍；训练后"
                    "（{acc_trained:.0%}）：{share_off_trained:.0%} → {share_on_trained:.0%}，为 {cost_on_trained:.2f} 倍",
         "notes": {
-            "raised": "开启后参与训练的每一组都带有信号；代价是 SFT 起点采样量为 {cost_on_start:.2f} 倍，GRPO 训练后为 "
-                      "{cost_on_trained:.2f} 倍——准确率离 50% 越远，代价越大。",
+            "raised": "开启后参与训练的每一组都带有信号；代价是 SFT 起点采样量为 {cost_on_start:.2f} 倍（那里只有 "
+                      "{share_off_start:.0%} 的组有信号），GRPO 训练后为 {cost_on_trained:.2f} 倍（{share_off_trained:.0%}）："
+                      "约为「有信号组所占比例」的倒数，有信号的组越少，代价越高。",
             "base_rate": "只有在很多组全对或全错时才有帮助：起点 {share_off_start:.0%} → {share_on_start:.0%}，训练后 "
                          "{share_off_trained:.0%} → {share_on_trained:.0%}。取决于准确率（以及组的大小）。",
             "nothing_to_raise": "几乎每一组本来就有信号（{share_off_start:.0%}、{share_off_trained:.0%}）：在这样的准确率下无可提高。",
@@ -292,13 +293,13 @@ CLAIMS_ZH: dict[str, dict] = {
         "text": "像 GRPO 那样把 β·k3 加进损失，就是在最小化 KL(π‖π_ref)：k3 是它的无偏估计，所以 k3 的梯度就是这个 KL 的梯度"
                 "（反向 KL，reverse KL）。",
         "criterion": "取四对 50 个词元上的类别分布：对从 π 采样的词元，精确计算把 lmpo 的 k1/k2/k3/k3_ratio 当作损失时的期望梯度"
-                     "（和 RL 损失一样，经采样词元的 log π 求导），并与精确的 KL(π‖π_ref) 和 KL(π_ref‖π) 的自动求导梯度比较。若每一对上"
+                     "（和 RL 损失一样，经采样词元的 log π 求导），并与精确的 KL(π‖π_ref) 和 KL(π_ref‖π) 的自动求导梯度比较。若每一对上 "
                      "k3 的梯度与反向 KL 的梯度相对误差都在 {tol:g} 以内，则成立。",
         "summary": "与 ∇KL(π‖π_ref) 的相对差距：k3 最多 {k3_vs_reverse:.2f}（最近的一对 {close_k3_vs_reverse:.3f}），k2 "
                    "{k2_vs_reverse:.1g}，k3_ratio {k3_ratio_vs_reverse:.1g}；k3 与 ∇KL(π_ref‖π)：{k3_vs_forward:.1g}；k1 的期望梯度 "
                    "{k1_norm:.1g}",
         "notes": {
-            "forward": "k3 对 KL(π‖π_ref) 的估计是无偏的，但把它当损失时，梯度却是正向 KL（forward KL）KL(π_ref‖π) 的梯度（差距 "
+            "forward": "k3 对 KL(π‖π_ref) 的估计是无偏的，但把它当损失时，梯度却是正向 KL（forward KL）即 KL(π_ref‖π) 的梯度（差距 "
                        "{k3_vs_forward:.1g}），与反向 KL 的梯度最多相差 {k3_vs_reverse:.0%}；π 越接近 π_ref 差距越小（最近的一对上为 "
                        "{close_k3_vs_reverse:.0%}，KL {close_kl:.3f}）。同策略时，k2 和 k3_ratio 给出的才是反向 KL 的梯度；k1 的期望"
                        "梯度为零。",
