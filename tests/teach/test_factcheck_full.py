@@ -12,7 +12,7 @@ from lmpo.teach.factcheck.core import VERDICTS, fill
 
 @pytest.mark.slow
 def test_every_claim_runs_to_a_verdict(tmp_path):
-    report = run_factcheck(FactcheckOptions(out=str(tmp_path), threads=2))
+    report = run_factcheck(FactcheckOptions(out=str(tmp_path), threads=1))
     assert [o.claim.name for o in report.outcomes] == [c.name for c in CLAIMS]
     for outcome in report.outcomes:
         assert outcome.error == "", f"{outcome.claim.name}: {outcome.error}"
