@@ -257,6 +257,7 @@ def _print_stage_table(results, out: Path) -> None:
 COMMAND_MODULES: tuple[str, ...] = (
     "lmpo.cli.exercise",
     "lmpo.cli.explain",
+    "lmpo.cli.factcheck",
 )
 
 

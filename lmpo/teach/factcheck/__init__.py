@@ -1,0 +1,119 @@
+"""`lmpo factcheck`: claims the field repeats, each checked by a small experiment or an exact
+computation with lmpo's own functions and trainers, with a verdict computed from the evidence.
+
+    from lmpo.teach.factcheck import FactcheckOptions, run_factcheck
+    report = run_factcheck(FactcheckOptions(fast=True, out="factcheck"))
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from lmpo.teach.factcheck import clipping, hacking, kl, length, preference, sampling, signal
+from lmpo.teach.factcheck.context import Context
+from lmpo.teach.factcheck.core import DEPENDS, ERROR, FAILS, HOLDS, Claim, Outcome, check
+from lmpo.teach.factcheck.report import Report, print_table, write_outputs
+from lmpo.teach.factcheck.texts import LANGS
+
+_BY_NAME = {c.name: c for c in [*sampling.CLAIMS, *signal.CLAIMS, *preference.CLAIMS, *kl.CLAIMS, *clipping.CLAIMS,
+                                *length.CLAIMS, *hacking.CLAIMS]}
+ORDER = ("grpo_no_critic", "zero_var_no_gradient", "dpo_no_rm_no_sampling", "kl_estimators", "one_update_no_clipping",
+         "length_bias_aggregation", "reference_no_gradient", "gspo_geometric_mean", "beta_keeps_close",
+         "dynamic_sampling_signal", "clip_higher_entropy", "reward_model_hacking", "online_beats_offline_dpo",
+         "rloo_leave_one_out", "grpo_std_upweights", "ppo_clip_lower_bound", "dpo_weight_sigmoid", "ipo_target_margin",
+         "k3_loss_minimises_kl")
+CLAIMS: list[Claim] = [_BY_NAME[name] for name in ORDER]
+assert set(ORDER) == set(_BY_NAME), "every claim has its place in ORDER"
+
+
+@dataclass
+class FactcheckOptions:
+    only: str = ""
+    """Comma-separated claim names to run (default: all)."""
+    fast: bool = False
+    """Run only the exact computations (seconds), not the training experiments."""
+    out: str = "factcheck"
+    """Directory for factcheck.html, factcheck.json, plots/, runs/ and logs/."""
+    threads: int = 2
+    """Torch CPU threads for training runs and computations."""
+    lang: str = "en"
+    """Language of the report: en or zh."""
+    seed: int = 0
+    """Seed of the SFT start and of every experiment."""
+
+
+def select(only: str = "", fast: bool = False) -> list[Claim]:
+    """The claims to run, in the report's order; unknown names are an error that lists the known ones."""
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in _BY_NAME]
+    if unknown:
+        raise ValueError(f"--only: unknown claim(s) {', '.join(unknown)}; choose from: {', '.join(ORDER)}")
+    chosen = [c for c in CLAIMS if not names or c.name in names]
+    return [c for c in chosen if c.fast] if fast else chosen
+
+
+def run_factcheck(options: FactcheckOptions, on_outcome: Callable[[int, int, Outcome], None] | None = None,
+                  show: bool = False) -> Report:
+    """Run the selected claims, write DIR/factcheck.json and DIR/factcheck.html, and return the report;
+    `on_outcome(i, n, outcome)` is called as each claim finishes; `show` prints the table."""
+    if options.lang not in LANGS:
+        raise ValueError(f"--lang {options.lang!r}: choose one of {', '.join(LANGS)}")
+    if options.threads < 0:
+        raise ValueError(f"--threads {options.threads}: must be >= 0 (0 = one per core)")
+    claims = select(options.only, options.fast)
+    if not claims:
+        raise ValueError("no claim selected (--only and --fast together left none)")
+    import torch
+
+    from lmpo.trainers.runtime import setup_torch
+
+    out = Path(options.out)
+    for owned in ("runs", "plots"):  # an earlier factcheck's runs and plots must not mix into this one's
+        if (out / owned).is_dir():
+            shutil.rmtree(out / owned)
+    threads_before = torch.get_num_threads()
+    try:
+        setup_torch(options.threads, options.seed)
+        ctx = Context(out=out, threads=options.threads or torch.get_num_threads(), seed=options.seed)
+        started = time.perf_counter()
+        start_seconds = _sft_start(ctx) if any(not c.fast for c in claims) else 0.0
+        outcomes = []
+        for i, claim in enumerate(claims, 1):
+            outcomes.append(check(claim, ctx))
+            if on_outcome:
+                on_outcome(i, len(claims), outcomes[-1])
+    finally:
+        torch.set_num_threads(threads_before)
+    report = Report(outcomes, time.perf_counter() - started, start_seconds, options.lang, ctx.threads, options.fast)
+    write_outputs(report, out)
+    if show:
+        print_table(report)
+    return report
+
+
+def _sft_start(ctx: Context) -> float:
+    """Seconds spent obtaining the SFT start: about 0 when cached, else CPT → SFT (once)."""
+    from lmpo.teach.start import default_cache
+
+    tick = time.perf_counter()
+    if not any(default_cache().glob(f"{ctx.task}-{ctx.model}-seed{ctx.seed}/start.json")):
+        print(f"[factcheck] training the SFT start for seed {ctx.seed} once (CPT → SFT, about 70 s on a quiet "
+              f"2-core CPU; kept in {default_cache()})", file=sys.stderr, flush=True)
+    with ctx.quiet("sft_start"):
+        ctx.start()
+    return time.perf_counter() - tick
+
+
+def progress_line(i: int, n: int, outcome: Outcome) -> None:
+    error = f" ({outcome.error})" if outcome.error else ""
+    print(f"[factcheck] {i}/{n} {outcome.claim.name}: {outcome.verdict}{error}, {outcome.seconds:.1f} s",
+          file=sys.stderr, flush=True)
+
+
+__all__ = ["CLAIMS", "DEPENDS", "ERROR", "FAILS", "HOLDS", "FactcheckOptions", "Report", "progress_line",
+           "run_factcheck", "select"]
