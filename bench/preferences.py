@@ -1,8 +1,9 @@
-"""Issue 4's figures from one SFT checkpoint: a reward model's held-out pairwise accuracy, then
-PPO driven only by that reward model, offline DPO and online DPO, each with the commands'
-defaults, side by side.
+"""From one SFT checkpoint: a reward model's held-out pairwise accuracy, then PPO driven only by
+that reward model, offline DPO, KTO, ORPO, online DPO, rejection-sampling fine-tuning, and PPO
+with and without a pre-training loss mixed in (PPO-ptx), each with the commands' defaults, side
+by side.
 
-    .venv/bin/python bench/preferences.py [--sft-model DIR] [--out bench/results/preferences]
+    .venv/bin/python bench/preferences.py [--sft-model DIR] [--only dpo,kto] [--out bench/results/preferences]
 
 Without --sft-model it first runs CPT and SFT (the pipeline's defaults). Each method runs in its
 own process (`lmpo train ...`). Writes `OUT/table.md` and `OUT/results.json`, prints the table,
@@ -28,6 +29,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--ppo-steps", type=int, default=150)
+    parser.add_argument("--ptx-coef", type=float, default=0.1, help="γ of the PPO-ptx run")
+    parser.add_argument("--only", default="", help="comma-separated methods to run (default: all)")
     parser.add_argument("--out", default="bench/results/preferences")
     args = parser.parse_args()
     out = Path(args.out)
@@ -43,18 +46,32 @@ def main() -> None:
     before = _sft_accuracy(Path(sft_model))
     start = ["--model", sft_model, "--save_every", "0", *common]
 
-    _run([*lmpo, "train", "rm", "--out", str(out / "rm"), *start])
     ppo_rm = [x for k, v in PPO_RM_SETTINGS.items() for x in (f"--{k}", str(v))]
+    ppo = ["train", "ppo", "--steps", str(args.ppo_steps), "--eval_every", "25"]
     runs = {
-        "ppo_rm": [*lmpo, "train", "ppo", "--out", str(out / "ppo_rm"), "--rewards", "rm=1.0", "--reward_model",
-                   str(out / "rm" / "model"), "--steps", str(args.ppo_steps), "--eval_every", "25", *ppo_rm, *start],
+        "ppo_rm": [*lmpo, *ppo, "--out", str(out / "ppo_rm"), "--rewards", "rm=1.0", "--reward_model",
+                   str(out / "rm" / "model"), *ppo_rm, *start],
         "dpo": [*lmpo, "train", "dpo", "--out", str(out / "dpo"), *start],
+        "kto": [*lmpo, "train", "kto", "--out", str(out / "kto"), *start],
+        "orpo": [*lmpo, "train", "orpo", "--out", str(out / "orpo"), *start],
         "online_dpo": [*lmpo, "train", "online_dpo", "--out", str(out / "online_dpo"), *start],
+        "rft": [*lmpo, "train", "rft", "--out", str(out / "rft"), *start],
+        "ppo": [*lmpo, *ppo, "--out", str(out / "ppo"), *start],
+        "ppo_ptx": [*lmpo, *ppo, "--out", str(out / "ppo_ptx"), "--ptx_coef", str(args.ptx_coef), *start],
     }
-    rm = json.loads((out / "rm" / "result.json").read_text())
-    rows = [{"method": "reward model", "metric": "held-out pairwise accuracy", "value": rm["accuracy"],
-             "seconds": round(rm["seconds"], 1)}]
+    chosen = args.only.split(",") if args.only else ["rm", *runs]
+    unknown = set(chosen) - {"rm", *runs}
+    if unknown:
+        parser.error(f"--only: unknown {sorted(unknown)}; choose from rm, {', '.join(runs)}")
+    rows = []
+    if "rm" in chosen or "ppo_rm" in chosen:
+        _run([*lmpo, "train", "rm", "--out", str(out / "rm"), *start])
+        rm = json.loads((out / "rm" / "result.json").read_text())
+        rows.append({"method": "reward model", "metric": "held-out pairwise accuracy", "value": rm["accuracy"],
+                     "seconds": round(rm["seconds"], 1)})
     for name, cmd in runs.items():
+        if name not in chosen:
+            continue
         _run(cmd)
         result = json.loads((out / name / "result.json").read_text())
         row = {"method": name, "metric": "held-out task accuracy", "before": before, "value": result["accuracy"],
@@ -66,7 +83,7 @@ def main() -> None:
     (out / "table.md").write_text(table)
     (out / "results.json").write_text(json.dumps(rows, indent=2))
     print(table)
-    print(json.dumps({"sft_accuracy": before, "rm_pairwise_accuracy": rm["accuracy"],
+    print(json.dumps({"sft_accuracy": before, "rm_pairwise_accuracy": rows[0]["value"] if "rm" in chosen else None,
                       "gains": {r["method"]: r["gain_points"] for r in rows if "gain_points" in r}}))
 
 
