@@ -77,7 +77,7 @@ class Batch:
     def real_completion_lengths(self) -> torch.Tensor:
         """Per row, the completion columns up to its last loss token (later ones affect no loss)."""
         width = self.loss_mask.size(1)
-        last = torch.where(self.loss_mask.bool(), torch.arange(1, width + 1), 0).amax(dim=1)
+        last = torch.where(self.loss_mask.bool(), torch.arange(1, width + 1, device=self.loss_mask.device), 0).amax(dim=1)
         return last
 
     def trimmed(self) -> "Batch":
