@@ -4,7 +4,8 @@ Each side runs its own trainer in its own process (TRL in its own environment, n
 in lmpo's); both load, warm up one step, then the driver alternates them one step at a time
 (lmpo first on even pairs, TRL first on odd ones), so every pair of steps sees the same machine.
 Reported per workload: medians over pairs of each side's step time and phases (generation,
-scoring, log-probs, update), the median of the per-pair ratios TRL/lmpo, the fraction of the
+scoring, log-probs, update), the median of the per-pair ratios TRL/lmpo (of wall time, and of
+the processes' CPU time, `cpu`, the steadier one when others share the machine), the fraction of the
 matrix-multiply peak each side reaches (useful FLOPs counted per step from the model's shapes
 and the real token counts; the peak is a torch.mm benchmark run between the pairs, same
 threads), and each side's peak RSS. The last line is one JSON object.
@@ -191,7 +192,8 @@ def summarise(w: Workload, rows: list[tuple[dict, dict]], peaks: list[float], rs
     peak = med(peaks)
     out = {"workload": w.name, "pairs": len(rows), "ratio_median": med(t["step_s"] / l["step_s"] for l, t in rows),
            "ratio_min": min(t["step_s"] / l["step_s"] for l, t in rows),
-           "ratio_max": max(t["step_s"] / l["step_s"] for l, t in rows), "matmul_peak_gflops": peak}
+           "ratio_max": max(t["step_s"] / l["step_s"] for l, t in rows), "matmul_peak_gflops": peak,
+           "cpu_ratio_median": med(t["cpu_s"] / l["cpu_s"] for l, t in rows)}
     for side, index, rss in (("lmpo", 0, rss_l), ("trl", 1, rss_t)):
         results = [r[index] for r in rows]
         phases = sorted({k for r in results for k in r if k.endswith("_s")})
@@ -208,14 +210,14 @@ def summarise(w: Workload, rows: list[tuple[dict, dict]], peaks: list[float], rs
 
 
 def table(results: list[dict]) -> str:
-    head = (f"{'workload':<15}{'lmpo s':>8}{'TRL s':>8}{'TRL/lmpo':>9}{'range':>12}  "
+    head = (f"{'workload':<15}{'lmpo s':>8}{'TRL s':>8}{'TRL/lmpo':>9}{'range':>12}{'cpu':>6}  "
             f"{'lmpo gen/lp/upd':>18}  {'TRL gen/lp/upd':>18}{'peak% l/T':>11}{'RSS MiB l/T':>14}")
     lines = [head]
     for r in results:
         l, t = r["lmpo"], r["trl"]
         phases = lambda s: "/".join(f"{s.get(k, 0.0):.2f}" for k in ("generate_s", "logprobs_s", "update_s"))  # noqa: E731
         lines.append(f"{r['workload']:<15}{l['step_s']:>8.3f}{t['step_s']:>8.3f}{r['ratio_median']:>9.2f}"
-                     f"{r['ratio_min']:>6.2f}-{r['ratio_max']:<5.2f}  {phases(l):>18}  {phases(t):>18}"
+                     f"{r['ratio_min']:>6.2f}-{r['ratio_max']:<5.2f}{r['cpu_ratio_median']:>6.2f}  {phases(l):>18}  {phases(t):>18}"
                      f"{100 * l['peak_fraction']:>5.0f}/{100 * t['peak_fraction']:<5.0f}"
                      f"{l['peak_rss_mb']:>7.0f}/{t['peak_rss_mb']:<6.0f}")
     return "\n".join(lines)

@@ -41,10 +41,12 @@ def wait_for_step() -> None:
 
 
 class StepClock:
-    """Wall time of one step and the named phases inside it (added by `phase`)."""
+    """Wall time of one step, the named phases inside it (`add`), and the process's CPU time
+    (all its threads: steadier than wall time on a machine others are using)."""
 
     def __init__(self):
         self.start = time.perf_counter()
+        self.cpu_start = time.process_time()
         self.phases: dict[str, float] = {}
         self.tokens: dict[str, int] = {}
 
@@ -52,7 +54,8 @@ class StepClock:
         self.phases[name] = self.phases.get(name, 0.0) + seconds
 
     def result(self, **extra) -> dict:
-        return {"step_s": time.perf_counter() - self.start, **{f"{k}_s": v for k, v in self.phases.items()},
+        return {"step_s": time.perf_counter() - self.start, "cpu_s": time.process_time() - self.cpu_start,
+                **{f"{k}_s": v for k, v in self.phases.items()},
                 **self.tokens, "peak_rss_mb": peak_rss_mb(), **extra}
 
 
