@@ -268,6 +268,8 @@ def main() -> None:
     parser.add_argument("--trl-python", default=default_trl_python(), help="interpreter of the TRL environment")
     parser.add_argument("--lmpo-option", action="append", default=[], metavar="KEY=VALUE",
                         help="an option of lmpo's trainer config for its side (repeatable), to measure a variant")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch threads per side (1 gives steadier figures on a machine others are using)")
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench-vs-trl"), help="results, logs and the plot")
     args = parser.parse_args()
     if not Path(args.trl_python).exists():
@@ -282,19 +284,20 @@ def main() -> None:
     workloads = main_workloads(work, pairs)
     results = []
     for name in names:
-        w = replace(workloads[name], options=options)
+        w = replace(workloads[name], options=options, threads=args.threads)
         results.append(run_workload(w, pairs, args.trl_python, work, say))
+        (out / "results.json").write_text(json.dumps({"pairs": pairs, "results": results}, indent=1))
     scaling = []
     if args.scaling == "on" or (args.scaling == "auto" and not args.quick and not args.only):
         for axis, x, w in scaling_workloads(work, args.quick):
-            w = replace(w, options=options)
+            w = replace(w, options=options, threads=args.threads)
             scaling.append((axis, x, run_workload(w, args.scaling_pairs, args.trl_python, work, say)))
         plot_scaling(scaling, out / "scaling.png")
         say(f"scaling curves: {out / 'scaling.png'}")
     print(table(results))
     if scaling:
         print(table([r for _, _, r in scaling]))
-    summary = {"pairs": pairs, "lmpo_options": options, "results": results,
+    summary = {"pairs": pairs, "threads": args.threads, "lmpo_options": options, "results": results,
                "scaling": [{"axis": a, "x": x, **r} for a, x, r in scaling]}
     (out / "results.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))

@@ -91,9 +91,8 @@ def run_dpo(w: dict, out: Path) -> None:
         return row
 
     pref.preference_step = preference_step
-    n_pairs = sum(1 for _ in open(w["data"]))
     cfg = pref.PreferenceConfig(model=w["model"], out=str(out), seed=w["seed"], threads=w["threads"], loss="dpo",
-                                beta=0.1, label_smoothing=0.0, data=w["data"], pairs=n_pairs,
+                                beta=0.1, data=w["data"],
                                 batch_size=w["batch_size"], lr=w["lr"], warmup_steps=0, lr_schedule="constant",
                                 eval_problems=0, save_every=0, log_every=1, device="cpu", **w["options"])
     pref.train_preference(cfg)
