@@ -9,7 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from lmpo.models import completion_outputs
 from lmpo.models.logprobs import can_pack, packed_token_outputs
-from lmpo.models.packing import block_causal_mask, pack_completions, pays_to_pack
+from lmpo.models.packing import block_causal_mask, choose_layout, pack_completions
 
 
 def tiny(cls, config_cls, tie: bool, attn: str):
@@ -38,16 +38,19 @@ def grads(model):
 @pytest.mark.parametrize("cls,config_cls,tie", [(Qwen2ForCausalLM, Qwen2Config, False),  # q/k/v biases, own head
                                                  (Qwen2ForCausalLM, Qwen2Config, True),
                                                  (LlamaForCausalLM, LlamaConfig, True)])
-@pytest.mark.parametrize("chunk", [0, 7])
-def test_packed_equals_padded(cls, config_cls, tie, attn, chunk):
+@pytest.mark.parametrize("chunk,share", [(0, False), (7, False), (0, True)])
+def test_packed_equals_padded(cls, config_cls, tie, attn, chunk, share):
     model = tiny(cls, config_cls, tie, attn)
     prompt, prompt_mask, completion, lengths = batch()
+    if share:  # rows 1 and 3, and rows 0 and 4, share their prompts
+        prompt[3], prompt_mask[3] = prompt[1], prompt_mask[1]
+        prompt[4], prompt_mask[4] = prompt[0], prompt_mask[0]
     valid = torch.arange(9) < lengths[:, None]
     padded = completion_outputs(model, prompt, prompt_mask, completion, 0.7, entropy=True, entropy_grad=True)
     ((padded.logprobs + 0.1 * padded.entropy) * valid).sum().backward()
     padded_grads = grads(model)
     packed = packed_token_outputs(model, prompt, prompt_mask, completion, lengths, 0.7, entropy=True,
-                                  entropy_grad=True, chunk_tokens=chunk)
+                                  entropy_grad=True, chunk_tokens=chunk, share_prompts=share)
     ((packed.logprobs + 0.1 * packed.entropy) * valid).sum().backward()
     torch.testing.assert_close(packed.logprobs[valid], padded.logprobs[valid], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(packed.entropy[valid], padded.entropy[valid], atol=1e-5, rtol=1e-5)
@@ -61,19 +64,31 @@ def test_rows_keep_sequences_apart():
     assert pack_completions(prompt, prompt_mask, completion, lengths).input_ids.size(1) == 12  # the longest
     packed = pack_completions(prompt, prompt_mask, completion, lengths, row_tokens=24)
     real = int(prompt_mask.sum(1)[lengths > 0].sum() + lengths.sum())
-    assert int((packed.segments >= 0).sum()) == real  # every real token once, nothing of the empty row
+    assert int((packed.groups >= 0).sum()) == real  # every real token once, nothing of the empty row
     assert packed.input_ids.shape == (2, 24)  # sequences of 12, 11, 9 and 7 tokens: 12 + 11, 9 + 7
-    mask = block_causal_mask(packed.segments)[:, 0]
+    mask = block_causal_mask(packed.groups, packed.branches)[:, 0]
     assert mask.diagonal(dim1=1, dim2=2).all()  # no empty softmax row, padding included
     assert not mask.triu(1).any()  # nothing attends to later tokens
     starts = packed.position_ids == 0
     assert int(starts.sum()) >= int((lengths > 0).sum())  # positions restart at every sequence
 
 
-def test_packs_only_when_padding_pays():
-    mask = torch.ones(4, 5, dtype=torch.long)
-    assert not pays_to_pack(mask, torch.tensor([8, 8, 8, 8]))
-    assert pays_to_pack(mask, torch.tensor([30, 2, 3, 1]))
+def test_a_shared_prompt_is_held_once_and_completions_do_not_see_each_other():
+    prompt = torch.tensor([[5, 6, 7]] * 3)
+    completion = torch.tensor([[1, 2], [3, 4], [8, 9]])
+    packed = pack_completions(prompt, torch.ones_like(prompt), completion, torch.tensor([2, 2, 1]), share_prompts=True)
+    assert packed.input_ids.tolist() == [[5, 6, 7, 1, 2, 3, 4, 8]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 4, 3, 4, 3]]
+    mask = block_causal_mask(packed.groups, packed.branches)[0, 0]
+    assert mask[5].tolist() == [True, True, True, False, False, True, False, False]  # 3: the prompt and itself
+    assert packed.predictor.tolist() == [2, 3, 2, 5, 2]  # the prompt's last token predicts each first token
+
+
+def test_layout_follows_the_cost():
+    per_token, per_pair = 1000.0, 10.0
+    assert choose_layout([[i] * 5 for i in range(4)], [8, 8, 8, 8], per_token, per_pair) == "padded"  # nothing to save
+    assert choose_layout([[1, 2], [3, 4], [5, 6], [7, 8]], [30, 2, 3, 1], per_token, per_pair) == "packed"
+    assert choose_layout([[1] * 20] * 8, [4] * 8, per_token, per_pair) == "shared"  # long prompt, short answers
 
 
 def test_completion_outputs_chooses_packing_for_long_tails(monkeypatch):
@@ -85,7 +100,8 @@ def test_completion_outputs_chooses_packing_for_long_tails(monkeypatch):
     prompt, prompt_mask, completion, lengths = batch()
     completion_outputs(model, prompt, prompt_mask, completion, lengths=lengths)
     assert calls
-    completion_outputs(model, prompt, torch.ones_like(prompt_mask), completion, lengths=torch.full((5,), 9))
+    completion_outputs(model, torch.randint(1, 50, (5, 6)), torch.ones_like(prompt_mask), completion,
+                       lengths=torch.full((5,), 9))
     assert len(calls) == 1
 
 

@@ -17,7 +17,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from lmpo.algos import entropy_from_logits, token_logprobs
-from lmpo.models.packing import pack_completions, packed_states, pays_to_pack
+from lmpo.models.packing import choose_layout, pack_completions, packed_states, real_prompts
 
 
 @dataclass
@@ -58,9 +58,11 @@ def completion_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_
     many completion tokens at a time (see `chunked_token_outputs`); 0 applies it to all at once.
     `lengths` [B]: only each row's first `lengths[b]` completion tokens are wanted (later ones
     come out 0); where that leaves enough padding, the forward is packed (see `packing`)."""
-    if lengths is not None and not hidden and can_pack(model) and pays_to_pack(prompt_mask, lengths):
+    layout = "padded" if lengths is None or hidden else layout_for(model, prompt_ids, prompt_mask, lengths)
+    if layout != "padded":
         return packed_token_outputs(model, prompt_ids, prompt_mask, completion_ids, lengths, temperature,
-                                    entropy=entropy, entropy_grad=entropy_grad, chunk_tokens=chunk_tokens)
+                                    entropy=entropy, entropy_grad=entropy_grad, chunk_tokens=chunk_tokens,
+                                    share_prompts=layout == "shared")
     if chunk_tokens > 0:
         return chunked_token_outputs(model, prompt_ids, prompt_mask, completion_ids, temperature, chunk_tokens,
                                      entropy=entropy, entropy_grad=entropy_grad, hidden=hidden)
@@ -143,6 +145,18 @@ def head_outputs(head: torch.nn.Module, states: torch.Tensor, ids: torch.Tensor,
     return logprobs, entropies if entropy_grad else entropies.detach()
 
 
+def layout_for(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+               lengths: torch.Tensor) -> str:
+    """padded, packed or shared (see `packing.choose_layout`), costed from the model's shapes."""
+    if not can_pack(model) or not bool((lengths > 0).any()):
+        return "padded"
+    config = causal_lm_parts(model)[0].config
+    hidden, layers = config.hidden_size, config.num_hidden_layers
+    inner = getattr(config, "intermediate_size", None) or 4 * hidden
+    per_token = 2 * layers * (4 * hidden * hidden + 3 * hidden * inner)
+    return choose_layout(real_prompts(prompt_ids, prompt_mask), lengths.tolist(), per_token, 4 * hidden * layers)
+
+
 def can_pack(model: torch.nn.Module) -> bool:
     """A causal LM whose trunk takes an explicit 4-D mask (eager or SDPA attention), in one process
     (a data-parallel wrapper must see the whole model's forward)."""
@@ -157,11 +171,14 @@ def can_pack(model: torch.nn.Module) -> bool:
 
 def packed_token_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                          completion_ids: torch.Tensor, lengths: torch.Tensor, temperature: float = 1.0, *,
-                         entropy: bool = False, entropy_grad: bool = False, chunk_tokens: int = 0) -> TokenOutputs:
-    """`completion_outputs` padding-free: the sequences packed into rows (see `packing`), the
-    head applied only to the scored tokens; positions past `lengths` come out 0."""
+                         entropy: bool = False, entropy_grad: bool = False, chunk_tokens: int = 0,
+                         share_prompts: bool = False) -> TokenOutputs:
+    """`completion_outputs` padding-free: the sequences packed into rows (see `packing`; with
+    `share_prompts`, each distinct prompt once), the head applied only to the scored tokens;
+    positions past `lengths` come out 0."""
     trunk, head = causal_lm_parts(model)
-    packed = pack_completions(prompt_ids, prompt_mask, completion_ids, lengths.to(completion_ids.device))
+    packed = pack_completions(prompt_ids, prompt_mask, completion_ids, lengths.to(completion_ids.device),
+                              share_prompts=share_prompts)
     states = packed_states(trunk, packed)
     logprobs, entropies = head_outputs(head, states, packed.targets, temperature, chunk_tokens,
                                        entropy or entropy_grad, entropy_grad)

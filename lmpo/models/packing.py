@@ -1,13 +1,16 @@
 """Padding-free forwards: a batch's sequences (real prompt tokens, then the completion up to its
 last scored token) laid end to end in a few rows, positions restarting at each sequence, and
-attention kept within each sequence by a block-diagonal causal mask. The model then computes
-nothing for padding, and the output head runs only on the tokens that are scored.
+attention kept within each sequence by an explicit block-diagonal causal mask. The model then
+computes nothing for padding, and the output head runs only on the tokens that are scored.
+Rows that share a prompt (a GRPO group, a preference pair) can hold it once: each completion
+then attends to the one copy and to its own earlier tokens, so the prompt's work is done once
+per group instead of once per completion (its gradient is the sum over the completions, as
+before).
 
-Rows are filled first-fit, longest sequence first, up to the longest sequence's length (or a
-larger `row_tokens`), so a row's attention never spans more than one row's worth of tokens.
-The numbers equal the padded forward's to float tolerance (the same sums in another order);
-`pays_to_pack` says when the saving is worth the explicit mask (with no padding at all the
-padded forward keeps its faster causal attention)."""
+Rows are filled first-fit, largest unit first, up to the largest unit's length (or a larger
+`row_tokens`). The numbers equal the padded forward's to float tolerance (the same sums in
+another order); `choose_layout` picks padded, packed or shared by a rough cost model, since a
+dense mask costs attention work that causal attention on a padded batch does not."""
 
 from __future__ import annotations
 
@@ -15,96 +18,143 @@ from dataclasses import dataclass
 
 import torch
 
-PACK_MIN_SAVING = 0.15
-"""Pack only when padding would be at least this fraction of the padded batch's tokens."""
-
-
 @dataclass
 class PackedRows:
-    """A batch packed into rows [R, N]; `segments` numbers each row's sequences (padding gets its
-    own negative id per position). For each scored token, `predictor` is the flat index into
-    [R * N] of the state that predicts it, `targets` its id and `scatter` its flat index into the
-    batch's [B * T] completion grid."""
+    """A batch packed into rows [R, N]. `groups` numbers each row's units (a prompt with the
+    completions that follow it; padding gets its own negative id per position) and `branches`
+    each unit's parts (0 for the prompt, k for its k-th completion). For each scored token,
+    `predictor` is the flat index into [R * N] of the state that predicts it, `targets` its id
+    and `scatter` its flat index into the batch's [B * T] completion grid."""
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
-    segments: torch.Tensor
+    groups: torch.Tensor
+    branches: torch.Tensor
     predictor: torch.Tensor
     targets: torch.Tensor
     scatter: torch.Tensor
+
+
+@dataclass
+class Unit:
+    """A prompt and the batch rows whose completions (their first `lengths` tokens) follow it."""
+
+    prompt: list[int]
+    rows: list[int]
+    lengths: list[int]
+
+    @property
+    def size(self) -> int:
+        return len(self.prompt) + sum(self.lengths)
 
 
 def real_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
     return [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask)]
 
 
-def pays_to_pack(prompt_mask: torch.Tensor, lengths: torch.Tensor) -> bool:
-    """True when the trimmed padded batch would hold at least PACK_MIN_SAVING padding."""
-    prompt_lengths = prompt_mask.sum(dim=1)
-    real = int((prompt_lengths + lengths).sum())
-    padded = prompt_mask.size(0) * (int(prompt_lengths.max()) + int(lengths.max()))
-    return padded > 0 and real <= (1 - PACK_MIN_SAVING) * padded
+def units_of(prompts: list[list[int]], lengths: list[int], share_prompts: bool) -> list[Unit]:
+    """One unit per row with a scored token, or, sharing prompts, one per distinct prompt (a
+    GRPO group's completions, a preference pair's two answers): its tokens then run once."""
+    units: dict = {}
+    for b, (prompt, n) in enumerate(zip(prompts, lengths)):
+        if n > 0:
+            unit = units.setdefault(tuple(prompt) if share_prompts else b, Unit(prompt, [], []))
+            unit.rows.append(b)
+            unit.lengths.append(n)
+    return list(units.values())
+
+
+def forward_cost(sizes: list[int], width: int, per_token: float, per_pair: float) -> float:
+    """Rough cost of a forward over sequences of `sizes` in rows of `width`: the weights' work per
+    token plus attention's per pair of tokens in a row (dense: a masked pair costs as much)."""
+    tokens = sum(sizes)
+    return tokens * per_token + tokens * width * per_pair
+
+
+def choose_layout(prompts: list[list[int]], lengths: list[int], per_token: float, per_pair: float) -> str:
+    """`padded` (the trimmed padded batch, causal attention at half the pairs), `packed`, or
+    `shared` (packed with each distinct prompt once): whichever `forward_cost` finds cheapest."""
+    width = max(len(p) for p in prompts) + max(lengths)
+    costs = {"padded": forward_cost([width] * len(prompts), width, per_token, per_pair / 2)}
+    for layout in ("packed", "shared"):
+        sizes = [u.size for u in units_of(prompts, lengths, layout == "shared")]
+        if sizes:
+            costs[layout] = forward_cost(sizes, max(sizes), per_token, per_pair)
+    return min(costs, key=costs.get)
 
 
 def pack_completions(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
-                     lengths: torch.Tensor, pad_id: int = 0, row_tokens: int = 0) -> PackedRows:
+                     lengths: torch.Tensor, pad_id: int = 0, row_tokens: int = 0,
+                     share_prompts: bool = False) -> PackedRows:
     """Pack each row's real prompt and its first `lengths[b]` completion tokens (rows with length
-    0 are left out: nothing of theirs is scored)."""
+    0 are left out: nothing of theirs is scored); with `share_prompts`, rows with the same prompt
+    hold it once, each completion attending to it and to its own earlier tokens only."""
     prompts = real_prompts(prompt_ids, prompt_mask)
     completions = completion_ids.tolist()
     width = completion_ids.size(1)
-    sizes = [(len(prompts[b]) + int(n), b) for b, n in enumerate(lengths.tolist()) if n > 0]
-    capacity = max([row_tokens] + [s for s, _ in sizes]) if sizes else 1
-    rows: list[list[int]] = []  # the sequences (batch rows) of each packed row
+    units = sorted(units_of(prompts, lengths.tolist(), share_prompts), key=lambda u: -u.size)
+    capacity = max([row_tokens] + [u.size for u in units]) if units else 1
+    rows: list[list[Unit]] = []
     room: list[int] = []
-    for size, b in sorted(sizes, key=lambda x: -x[0]):
-        slot = next((r for r, free in enumerate(room) if free >= size), None)
+    for unit in units:  # first fit, largest first
+        slot = next((r for r, free in enumerate(room) if free >= unit.size), None)
         if slot is None:
             rows.append([])
             room.append(capacity)
             slot = len(rows) - 1
-        rows[slot].append(b)
-        room[slot] -= size
+        rows[slot].append(unit)
+        room[slot] -= unit.size
     n_rows = max(len(rows), 1)
     ids = [[pad_id] * capacity for _ in range(n_rows)]
     positions = [list(range(capacity)) for _ in range(n_rows)]
-    segments = [[-1 - i for i in range(capacity)] for _ in range(n_rows)]
+    groups = [[-1 - i for i in range(capacity)] for _ in range(n_rows)]
+    branches = [[0] * capacity for _ in range(n_rows)]
     predictor, targets, scatter = [], [], []
+
+    def put(r: int, at: int, tokens: list[int], first_position: int, group: int, branch: int) -> None:
+        ids[r][at:at + len(tokens)] = tokens
+        positions[r][at:at + len(tokens)] = range(first_position, first_position + len(tokens))
+        groups[r][at:at + len(tokens)] = [group] * len(tokens)
+        branches[r][at:at + len(tokens)] = [branch] * len(tokens)
+
     for r, members in enumerate(rows):
         at = 0
-        for segment, b in enumerate(members):
-            n = int(lengths[b])
-            tokens = prompts[b] + completions[b][:n]
-            ids[r][at:at + len(tokens)] = tokens
-            positions[r][at:at + len(tokens)] = range(len(tokens))
-            segments[r][at:at + len(tokens)] = [segment] * len(tokens)
-            first = r * capacity + at + len(prompts[b]) - 1  # the last prompt token predicts the first one
-            predictor += range(first, first + n)
-            targets += completions[b][:n]
-            scatter += range(b * width, b * width + n)
-            at += len(tokens)
+        for group, unit in enumerate(members):
+            plen = len(unit.prompt)
+            put(r, at, unit.prompt, 0, group, 0)
+            last_prompt = r * capacity + at + plen - 1
+            at += plen
+            for branch, (b, n) in enumerate(zip(unit.rows, unit.lengths), start=1):
+                put(r, at, completions[b][:n], plen, group, branch)
+                first = r * capacity + at
+                predictor += [last_prompt, *range(first, first + n - 1)]  # the last prompt token predicts the first
+                targets += completions[b][:n]
+                scatter += range(b * width, b * width + n)
+                at += n
     as_long = lambda x: torch.tensor(x, dtype=torch.long, device=completion_ids.device)  # noqa: E731
-    return PackedRows(as_long(ids), as_long(positions), as_long(segments), as_long(predictor), as_long(targets),
-                      as_long(scatter))
+    return PackedRows(as_long(ids), as_long(positions), as_long(groups), as_long(branches), as_long(predictor),
+                      as_long(targets), as_long(scatter))
 
 
-def block_causal_mask(segments: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+def block_causal_mask(groups: torch.Tensor, branches: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Attention mask [R, 1, N, N], True (or 0 with a float `dtype`: additive, for eager
-    attention) where a token may attend: same sequence, not later; False (the dtype's minimum)
-    elsewhere. Each padding position attends to itself only, so no softmax row is empty (an
-    empty one would put NaN into the backward)."""
-    n = segments.size(1)
-    causal = torch.ones(n, n, dtype=torch.bool, device=segments.device).tril()
-    allowed = ((segments[:, :, None] == segments[:, None, :]) & causal)[:, None]
+    attention) where a token may attend: same unit, not later, and the unit's prompt or its own
+    completion; False (the dtype's minimum) elsewhere. Each padding position attends to itself
+    only, so no softmax row is empty (an empty one would put NaN into the backward)."""
+    n = groups.size(1)
+    causal = torch.ones(n, n, dtype=torch.bool, device=groups.device).tril()
+    same_unit = groups[:, :, None] == groups[:, None, :]
+    visible_part = (branches[:, None, :] == 0) | (branches[:, :, None] == branches[:, None, :])
+    allowed = (same_unit & visible_part & causal)[:, None]
     if dtype is None:
         return allowed
-    return torch.zeros(allowed.shape, dtype=dtype, device=segments.device).masked_fill_(~allowed, torch.finfo(dtype).min)
+    return torch.zeros(allowed.shape, dtype=dtype, device=groups.device).masked_fill_(~allowed, torch.finfo(dtype).min)
 
 
 def packed_states(trunk: torch.nn.Module, packed: PackedRows) -> torch.Tensor:
     """The trunk's last hidden states [K, H] at the positions that predict the scored tokens."""
     eager = trunk.config._attn_implementation == "eager"
-    mask = block_causal_mask(packed.segments, trunk.dtype if eager else None)
+    mask = block_causal_mask(packed.groups, packed.branches, trunk.dtype if eager else None)
     states = trunk(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=mask,
                    use_cache=False).last_hidden_state
     return states.reshape(-1, states.size(-1))[packed.predictor]
