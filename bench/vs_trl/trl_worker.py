@@ -97,9 +97,17 @@ def run_grpo(w: dict, out: Path, steps: int) -> None:
     trainer.train()
 
 
-def _tokens_of(clock_ref, inputs, keys):
-    counts = [int(inputs[k].sum()) for k in keys if k in inputs]
-    clock_ref[0].tokens = {"tokens": sum(counts)}
+def count_tokens(trainer, clock_ref: list) -> None:
+    """Record each step's real tokens (the batch's attention mask) for the FLOP count."""
+    real = trainer.compute_loss
+
+    def compute_loss(model, inputs, *args, **kwargs):
+        mask = inputs.get("attention_mask")
+        if mask is not None and clock_ref[0] is not None:
+            clock_ref[0].tokens = {"tokens": int(mask.sum()), "sequences": int(mask.size(0))}
+        return real(model, inputs, *args, **kwargs)
+
+    trainer.compute_loss = compute_loss
 
 
 def run_dpo(w: dict, out: Path, steps: int) -> None:
@@ -112,6 +120,7 @@ def run_dpo(w: dict, out: Path, steps: int) -> None:
                      max_length=None)
     trainer = DPOTrainer(model=w["model"], args=args, train_dataset=Dataset.from_list(rows))
     clock_ref: list = [None]
+    count_tokens(trainer, clock_ref)
     trainer.add_callback(callback(clock_ref))
     trainer.train()
 
@@ -130,6 +139,7 @@ def run_rm(w: dict, out: Path, steps: int) -> None:
                         gradient_accumulation_steps=1, max_length=None)
     trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
     clock_ref: list = [None]
+    count_tokens(trainer, clock_ref)
     trainer.add_callback(callback(clock_ref))
     trainer.train()
 
