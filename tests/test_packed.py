@@ -125,3 +125,31 @@ def test_on_policy_ratio_is_exactly_one(monkeypatch):
     assert (seen[0] == 0).all()
     micro_step(model, part, cfg, parts, counts, 0.0, on_policy=False)
     assert (seen[1][loss_mask.bool()] != 0).all()
+
+
+def test_packed_reward_scores_equal_padded():
+    from transformers import Qwen2ForSequenceClassification
+
+    from lmpo.envs.data import PreferencePair
+    from lmpo.models.packing import trunk_layout
+    from lmpo.models.padding import left_pad
+    from lmpo.trainers.pairs import scoring_rows
+    from lmpo.trainers.reward_model import pair_scores, scores
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, num_labels=1, pad_token_id=0)
+    model = Qwen2ForSequenceClassification(config)
+    pairs = [PreferencePair([3, 4, 5], [6, 7], [8, 9, 10, 11]),
+             PreferencePair([12], [13, 14, 15, 16, 17], [18])]
+    prompts, prompt_mask = left_pad([p.prompt_ids for p in pairs] * 2, 0)
+    lengths = torch.tensor([len(p.chosen_ids) for p in pairs] + [len(p.rejected_ids) for p in pairs])
+    assert trunk_layout(model.model, prompts, prompt_mask, lengths) == "shared"  # so pair_scores packs
+    padded = scores(model, *scoring_rows(pairs, 0))
+    padded.sum().backward()
+    padded_grads = grads(model)
+    packed = pair_scores(model, pairs, 0, "cpu")
+    packed.sum().backward()
+    torch.testing.assert_close(packed, padded, atol=1e-5, rtol=1e-5)
+    for a, b in zip(grads(model), padded_grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)

@@ -102,20 +102,20 @@ def run_rm(w: dict, out: Path) -> None:
     import lmpo.trainers.reward_model as rm
 
     steps = Steps()
-    real_rows, real_scores = rm.scoring_rows, rm.scores
+    real_scores = rm.pair_scores
 
-    def scoring_rows(chunk, pad_id):
+    def pair_scores(model, chunk, pad_id, device):
         clock = steps.begin()
-        ids, mask = real_rows(chunk, pad_id)
-        clock.tokens = {"tokens": int(mask.sum()), "sequences": ids.size(0)}
-        return ids, mask
+        clock.tokens = {"tokens": sum(2 * len(p.prompt_ids) + len(p.chosen_ids) + len(p.rejected_ids) for p in chunk),
+                        "sequences": 2 * len(chunk)}
+        return real_scores(model, chunk, pad_id, device)
 
     def fault_point(name, step):
         if name == "step_end":
             steps.clock.add("update", time.perf_counter() - steps.clock.start)
             steps.end()
 
-    rm.scoring_rows, rm.fault_point = scoring_rows, fault_point
+    rm.pair_scores, rm.fault_point = pair_scores, fault_point
     cfg = rm.RewardModelConfig(model=w["model"], out=str(out), seed=w["seed"], threads=w["threads"], data=w["data"],
                                heldout_data=w["data"], epochs=1000, batch_size=w["batch_size"], lr=w["lr"],
                                warmup_steps=0, lr_schedule="constant", save_every=0, log_every=1, device="cpu",

@@ -17,7 +17,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from lmpo.algos import entropy_from_logits, token_logprobs
-from lmpo.models.packing import choose_layout, pack_completions, packed_states, real_prompts
+from lmpo.models.packing import can_pack_trunk, pack_completions, packed_states, trunk_layout
 
 
 @dataclass
@@ -148,25 +148,18 @@ def head_outputs(head: torch.nn.Module, states: torch.Tensor, ids: torch.Tensor,
 def layout_for(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                lengths: torch.Tensor) -> str:
     """padded, packed or shared (see `packing.choose_layout`), costed from the model's shapes."""
-    if not can_pack(model) or not bool((lengths > 0).any()):
+    if not can_pack(model):
         return "padded"
-    config = causal_lm_parts(model)[0].config
-    hidden, layers = config.hidden_size, config.num_hidden_layers
-    inner = getattr(config, "intermediate_size", None) or 4 * hidden
-    per_token = 2 * layers * (4 * hidden * hidden + 3 * hidden * inner)
-    return choose_layout(real_prompts(prompt_ids, prompt_mask), lengths.tolist(), per_token, 4 * hidden * layers)
+    return trunk_layout(causal_lm_parts(model)[0], prompt_ids, prompt_mask, lengths)
 
 
 def can_pack(model: torch.nn.Module) -> bool:
-    """A causal LM whose trunk takes an explicit 4-D mask (eager or SDPA attention), in one process
-    (a data-parallel wrapper must see the whole model's forward)."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return False
+    """A causal LM whose trunk can run packed (see `packing.can_pack_trunk`)."""
     try:
         trunk, _ = causal_lm_parts(model)
     except ValueError:
         return False
-    return getattr(getattr(trunk, "config", None), "_attn_implementation", None) in ("sdpa", "eager")
+    return can_pack_trunk(trunk)
 
 
 def packed_token_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,

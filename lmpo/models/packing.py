@@ -23,14 +23,16 @@ class PackedRows:
     """A batch packed into rows [R, N]. `groups` numbers each row's units (a prompt with the
     completions that follow it; padding gets its own negative id per position) and `branches`
     each unit's parts (0 for the prompt, k for its k-th completion). For each scored token,
-    `predictor` is the flat index into [R * N] of the state that predicts it, `targets` its id
-    and `scatter` its flat index into the batch's [B * T] completion grid."""
+    `predictor` is the flat index into [R * N] of the state that predicts it, `located` its own
+    flat index there, `targets` its id and `scatter` its flat index into the batch's [B * T]
+    completion grid."""
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
     groups: torch.Tensor
     branches: torch.Tensor
     predictor: torch.Tensor
+    located: torch.Tensor
     targets: torch.Tensor
     scatter: torch.Tensor
 
@@ -46,6 +48,14 @@ class Unit:
     @property
     def size(self) -> int:
         return len(self.prompt) + sum(self.lengths)
+
+
+def can_pack_trunk(trunk: torch.nn.Module) -> bool:
+    """A trunk that takes an explicit 4-D mask (eager or SDPA attention), in one process (a
+    data-parallel wrapper must see the whole model's forward)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return False
+    return getattr(getattr(trunk, "config", None), "_attn_implementation", None) in ("sdpa", "eager")
 
 
 def real_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
@@ -83,6 +93,18 @@ def choose_layout(prompts: list[list[int]], lengths: list[int], per_token: float
     return min(costs, key=costs.get)
 
 
+def trunk_layout(trunk: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                 lengths: torch.Tensor) -> str:
+    """`choose_layout` for a batch, costed from the trunk's shapes (padded when nothing is scored)."""
+    if not bool((lengths > 0).any()):
+        return "padded"
+    config = trunk.config
+    hidden, layers = config.hidden_size, config.num_hidden_layers
+    inner = getattr(config, "intermediate_size", None) or 4 * hidden
+    per_token = 2 * layers * (4 * hidden * hidden + 3 * hidden * inner)
+    return choose_layout(real_prompts(prompt_ids, prompt_mask), lengths.tolist(), per_token, 4 * hidden * layers)
+
+
 def pack_completions(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
                      lengths: torch.Tensor, pad_id: int = 0, row_tokens: int = 0,
                      share_prompts: bool = False) -> PackedRows:
@@ -109,7 +131,7 @@ def pack_completions(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, comple
     positions = [list(range(capacity)) for _ in range(n_rows)]
     groups = [[-1 - i for i in range(capacity)] for _ in range(n_rows)]
     branches = [[0] * capacity for _ in range(n_rows)]
-    predictor, targets, scatter = [], [], []
+    predictor, located, targets, scatter = [], [], [], []
 
     def put(r: int, at: int, tokens: list[int], first_position: int, group: int, branch: int) -> None:
         ids[r][at:at + len(tokens)] = tokens
@@ -128,12 +150,13 @@ def pack_completions(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, comple
                 put(r, at, completions[b][:n], plen, group, branch)
                 first = r * capacity + at
                 predictor += [last_prompt, *range(first, first + n - 1)]  # the last prompt token predicts the first
+                located += range(first, first + n)
                 targets += completions[b][:n]
                 scatter += range(b * width, b * width + n)
                 at += n
     as_long = lambda x: torch.tensor(x, dtype=torch.long, device=completion_ids.device)  # noqa: E731
     return PackedRows(as_long(ids), as_long(positions), as_long(groups), as_long(branches), as_long(predictor),
-                      as_long(targets), as_long(scatter))
+                      as_long(located), as_long(targets), as_long(scatter))
 
 
 def block_causal_mask(groups: torch.Tensor, branches: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -151,10 +174,24 @@ def block_causal_mask(groups: torch.Tensor, branches: torch.Tensor, dtype: torch
     return torch.zeros(allowed.shape, dtype=dtype, device=groups.device).masked_fill_(~allowed, torch.finfo(dtype).min)
 
 
-def packed_states(trunk: torch.nn.Module, packed: PackedRows) -> torch.Tensor:
-    """The trunk's last hidden states [K, H] at the positions that predict the scored tokens."""
+def packed_states(trunk: torch.nn.Module, packed: PackedRows, at: torch.Tensor | None = None) -> torch.Tensor:
+    """The trunk's last hidden states [K, H] at the positions that predict the scored tokens
+    (or at the flat positions `at`)."""
     eager = trunk.config._attn_implementation == "eager"
     mask = block_causal_mask(packed.groups, packed.branches, trunk.dtype if eager else None)
     states = trunk(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=mask,
                    use_cache=False).last_hidden_state
-    return states.reshape(-1, states.size(-1))[packed.predictor]
+    return states.reshape(-1, states.size(-1))[packed.predictor if at is None else at]
+
+
+
+def last_states(trunk: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                answer_ids: torch.Tensor, lengths: torch.Tensor, share_prompts: bool) -> torch.Tensor:
+    """The trunk's last hidden state [B, H] at each row's last token (its prompt, then its first
+    `lengths[b]` >= 1 answer tokens), from one packed forward: what a reward model scores."""
+    packed = pack_completions(prompt_ids, prompt_mask, answer_ids, lengths, share_prompts=share_prompts)
+    width = answer_ids.size(1)
+    order = torch.full((answer_ids.numel(),), -1, dtype=torch.long, device=answer_ids.device)
+    order[packed.scatter] = torch.arange(packed.scatter.numel(), device=answer_ids.device)
+    last = order[torch.arange(answer_ids.size(0), device=answer_ids.device) * width + lengths - 1]
+    return packed_states(trunk, packed, packed.located[last])
