@@ -50,7 +50,7 @@ def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossPar
     mb_size = size // cfg.num_minibatches
     sums: dict[str, float] = {}
     skipped_before = updater.skipped
-    on_policy = cfg.num_iterations * cfg.num_minibatches == 1
+    on_policy = batch.on_policy and cfg.num_iterations * cfg.num_minibatches == 1
     order_gen = torch.Generator().manual_seed(cfg.seed)
     for _ in range(cfg.num_iterations):
         order = torch.randperm(size, generator=order_gen) if cfg.num_minibatches > 1 else torch.arange(size)
@@ -93,8 +93,8 @@ def micro_step(policy, part: Batch, cfg: RLConfig, parts: LossParts, counts: dic
                on_policy: bool = False) -> dict:
     """Forward, loss and backward for one micro-batch; returns its share of the figures.
 
-    `on_policy` (one update per rollout batch): π_old is this forward's own log-probs, detached,
-    so the ratio is exactly 1 (the sampler's log-probs differ from them only by float error)."""
+    `on_policy` (one update of a batch the current weights sampled): π_old is this forward's own
+    log-probs, detached, so the ratio is exactly 1 (the sampler's differ only by float error)."""
     head_on_trunk = isinstance(unwrap(parts.critic), ValueHead)
     part = part.to(next(policy.parameters()).device)
     if cfg.micro_batch_tokens:  # the budget counts trimmed rows; without one, shapes stay as sampled
