@@ -42,7 +42,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "vs_trl"))
+sys.path[:0] = [str(HERE / "vs_trl"), str(HERE.parent)]  # the bench's helpers, this checkout's lmpo
 
 from build import (Workload, build_qwen2, linear_parameters, model_shape, random_pairs, random_prompts,  # noqa: E402
                    sort_prompts)

@@ -4,7 +4,7 @@ Only the completion positions go through the output head (`logits_to_keep`), so 
 are materialised for prompt tokens. With `chunk_tokens > 0` the head runs over the completion
 tokens a chunk at a time, so full-vocabulary logits exist for at most `chunk_tokens` tokens at
 once, in the forward and (through per-chunk recomputation) in the backward too. Given each row's
-real completion length, a batch with enough padding runs padding-free instead (see `packing`).
+real completion length, a batch runs padding-free where that costs less (see `packing`).
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def completion_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_
     `chunk_tokens > 0` computes the same numbers with the output head applied to at most that
     many completion tokens at a time (see `chunked_token_outputs`); 0 applies it to all at once.
     `lengths` [B]: only each row's first `lengths[b]` completion tokens are wanted (later ones
-    come out 0); where that leaves enough padding, the forward is packed (see `packing`)."""
+    come out 0), and the forward runs padded, packed or with shared prompts packed once, whichever
+    `packing.choose_layout` costs least (the same numbers to float tolerance)."""
     layout = "padded" if lengths is None or hidden else layout_for(model, prompt_ids, prompt_mask, lengths)
     if layout != "padded":
         return packed_token_outputs(model, prompt_ids, prompt_mask, completion_ids, lengths, temperature,
