@@ -9,7 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from lmpo.models import completion_outputs
 from lmpo.models.logprobs import can_pack, packed_token_outputs
-from lmpo.models.packing import block_causal_mask, choose_layout, pack_completions
+from lmpo.models.packing import Layout, block_causal_mask, choose_layout, pack_completions
 
 
 def tiny(cls, config_cls, tie: bool, attn: str):
@@ -86,9 +86,12 @@ def test_a_shared_prompt_is_held_once_and_completions_do_not_see_each_other():
 
 def test_layout_follows_the_cost():
     per_token, per_pair = 1000.0, 10.0
-    assert choose_layout([[i] * 5 for i in range(4)], [8, 8, 8, 8], per_token, per_pair) == "padded"  # nothing to save
-    assert choose_layout([[1, 2], [3, 4], [5, 6], [7, 8]], [30, 2, 3, 1], per_token, per_pair) == "packed"
-    assert choose_layout([[1] * 20] * 8, [4] * 8, per_token, per_pair) == "shared"  # long prompt, short answers
+    kind = lambda *a: choose_layout(*a, per_token, per_pair).kind  # noqa: E731
+    assert kind([[i] * 5 for i in range(4)], [8, 8, 8, 8]) == "padded"  # nothing to save
+    assert kind([[1, 2], [3, 4], [5, 6], [7, 8]], [30, 2, 3, 1]) == "packed"
+    assert kind([[1] * 20] * 8, [4] * 8) == "shared"  # long prompt, short answers
+    # units of 10 and 6 tokens: rows of 12 hold two of 6 instead of one, worth the wider attention
+    assert choose_layout([[i] for i in range(8)], [9] + [5] * 7, per_token, 1.0) == Layout("packed", 12)
 
 
 def test_completion_outputs_chooses_packing_for_long_tails(monkeypatch):
@@ -144,7 +147,7 @@ def test_packed_reward_scores_equal_padded():
              PreferencePair([12], [13, 14, 15, 16, 17], [18])]
     prompts, prompt_mask = left_pad([p.prompt_ids for p in pairs] * 2, 0)
     lengths = torch.tensor([len(p.chosen_ids) for p in pairs] + [len(p.rejected_ids) for p in pairs])
-    assert trunk_layout(model.model, prompts, prompt_mask, lengths) == "shared"  # so pair_scores packs
+    assert trunk_layout(model.model, prompts, prompt_mask, lengths).kind == "shared"  # so pair_scores packs
     padded = scores(model, *scoring_rows(pairs, 0))
     padded.sum().backward()
     padded_grads = grads(model)

@@ -17,7 +17,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from lmpo.algos import entropy_from_logits, token_logprobs
-from lmpo.models.packing import can_pack_trunk, pack_completions, packed_states, trunk_layout
+from lmpo.models.packing import Layout, can_pack_trunk, pack_completions, packed_states, trunk_layout
 
 
 @dataclass
@@ -59,11 +59,11 @@ def completion_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_
     `lengths` [B]: only each row's first `lengths[b]` completion tokens are wanted (later ones
     come out 0), and the forward runs padded, packed or with shared prompts packed once, whichever
     `packing.choose_layout` costs least (the same numbers to float tolerance)."""
-    layout = "padded" if lengths is None or hidden else layout_for(model, prompt_ids, prompt_mask, lengths)
-    if layout != "padded":
+    layout = Layout("padded") if lengths is None or hidden else layout_for(model, prompt_ids, prompt_mask, lengths)
+    if layout.kind != "padded":
         return packed_token_outputs(model, prompt_ids, prompt_mask, completion_ids, lengths, temperature,
                                     entropy=entropy, entropy_grad=entropy_grad, chunk_tokens=chunk_tokens,
-                                    share_prompts=layout == "shared")
+                                    share_prompts=layout.kind == "shared", row_tokens=layout.row_tokens)
     if chunk_tokens > 0:
         return chunked_token_outputs(model, prompt_ids, prompt_mask, completion_ids, temperature, chunk_tokens,
                                      entropy=entropy, entropy_grad=entropy_grad, hidden=hidden)
@@ -147,10 +147,10 @@ def head_outputs(head: torch.nn.Module, states: torch.Tensor, ids: torch.Tensor,
 
 
 def layout_for(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-               lengths: torch.Tensor) -> str:
+               lengths: torch.Tensor) -> Layout:
     """padded, packed or shared (see `packing.choose_layout`), costed from the model's shapes."""
     if not can_pack(model):
-        return "padded"
+        return Layout("padded")
     return trunk_layout(causal_lm_parts(model)[0], prompt_ids, prompt_mask, lengths)
 
 
@@ -166,13 +166,13 @@ def can_pack(model: torch.nn.Module) -> bool:
 def packed_token_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                          completion_ids: torch.Tensor, lengths: torch.Tensor, temperature: float = 1.0, *,
                          entropy: bool = False, entropy_grad: bool = False, chunk_tokens: int = 0,
-                         share_prompts: bool = False) -> TokenOutputs:
+                         share_prompts: bool = False, row_tokens: int = 0) -> TokenOutputs:
     """`completion_outputs` padding-free: the sequences packed into rows (see `packing`; with
     `share_prompts`, each distinct prompt once), the head applied only to the scored tokens;
     positions past `lengths` come out 0."""
     trunk, head = causal_lm_parts(model)
     packed = pack_completions(prompt_ids, prompt_mask, completion_ids, lengths.to(completion_ids.device),
-                              share_prompts=share_prompts)
+                              row_tokens=row_tokens, share_prompts=share_prompts)
     states = packed_states(trunk, packed)
     logprobs, entropies = head_outputs(head, states, packed.targets, temperature, chunk_tokens,
                                        entropy or entropy_grad, entropy_grad)

@@ -7,10 +7,10 @@ then attends to the one copy and to its own earlier tokens, so the prompt's work
 per group instead of once per completion (its gradient is the sum over the completions, as
 before).
 
-Rows are filled first-fit, largest unit first, up to the largest unit's length (or a larger
-`row_tokens`). The numbers equal the padded forward's to float tolerance (the same sums in
-another order); `choose_layout` picks padded, packed or shared by a rough cost model, since a
-dense mask costs attention work that causal attention on a padded batch does not."""
+Rows are filled first-fit, largest unit first, up to `row_tokens` (at least the largest unit). The numbers equal the padded forward's to float tolerance (the same sums in
+another order); `choose_layout` picks padded, packed or shared and the row length by a rough
+cost model, since a dense mask costs attention work that causal attention on a padded batch
+does not."""
 
 from __future__ import annotations
 
@@ -74,30 +74,61 @@ def units_of(prompts: list[list[int]], lengths: list[int], share_prompts: bool) 
     return list(units.values())
 
 
-def forward_cost(sizes: list[int], width: int, per_token: float, per_pair: float) -> float:
-    """Rough cost of a forward over sequences of `sizes` in rows of `width`: the weights' work per
-    token plus attention's per pair of tokens in a row (dense: a masked pair costs as much)."""
-    tokens = sum(sizes)
-    return tokens * per_token + tokens * width * per_pair
+ROW_MULTIPLES = (1, 1.25, 1.5, 2, 3, 4)  # row lengths tried, in multiples of the largest unit
 
 
-def choose_layout(prompts: list[list[int]], lengths: list[int], per_token: float, per_pair: float) -> str:
-    """`padded` (the trimmed padded batch, causal attention at half the pairs), `packed`, or
-    `shared` (packed with each distinct prompt once): whichever `forward_cost` finds cheapest."""
+@dataclass
+class Layout:
+    """How a batch runs: `padded`, `packed` or `shared` (packed, each distinct prompt once), in
+    rows of `row_tokens` when packed."""
+
+    kind: str
+    row_tokens: int = 0
+
+
+def first_fit(sizes: list[int], capacity: int) -> list[list[int]]:
+    """Indices of `sizes` per row: first fit, largest first, rows of `capacity` (>= every size)."""
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        slot = next((r for r, free in enumerate(room) if free >= sizes[i]), None)
+        if slot is None:
+            rows.append([])
+            room.append(capacity)
+            slot = len(rows) - 1
+        rows[slot].append(i)
+        room[slot] -= sizes[i]
+    return rows
+
+
+def forward_cost(slots: int, width: int, per_token: float, per_pair: float) -> float:
+    """Rough cost of a forward over `slots` token positions (padding included) in rows of `width`:
+    the weights' work per position plus attention's per pair of positions in a row (dense: a
+    masked pair costs as much)."""
+    return slots * per_token + slots * width * per_pair
+
+
+def choose_layout(prompts: list[list[int]], lengths: list[int], per_token: float, per_pair: float) -> Layout:
+    """The trimmed padded batch (causal attention: half the pairs), or packed rows with or without
+    shared prompts, in rows of 1 to 4 times the largest unit: whichever `forward_cost` finds
+    cheapest (wider rows can leave less padding but cost more attention)."""
     width = max(len(p) for p in prompts) + max(lengths)
-    costs = {"padded": forward_cost([width] * len(prompts), width, per_token, per_pair / 2)}
-    for layout in ("packed", "shared"):
-        sizes = [u.size for u in units_of(prompts, lengths, layout == "shared")]
-        if sizes:
-            costs[layout] = forward_cost(sizes, max(sizes), per_token, per_pair)
-    return min(costs, key=costs.get)
+    best, best_cost = Layout("padded"), forward_cost(len(prompts) * width, width, per_token, per_pair / 2)
+    for kind in ("packed", "shared"):
+        sizes = [u.size for u in units_of(prompts, lengths, kind == "shared")]
+        for row_tokens in sorted({int(max(sizes) * k) for k in ROW_MULTIPLES} if sizes else []):
+            slots = len(first_fit(sizes, row_tokens)) * row_tokens
+            cost = forward_cost(slots, row_tokens, per_token, per_pair)
+            if cost < best_cost:
+                best, best_cost = Layout(kind, row_tokens), cost
+    return best
 
 
 def trunk_layout(trunk: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                 lengths: torch.Tensor) -> str:
+                 lengths: torch.Tensor) -> Layout:
     """`choose_layout` for a batch, costed from the trunk's shapes (padded when nothing is scored)."""
     if not bool((lengths > 0).any()):
-        return "padded"
+        return Layout("padded")
     config = trunk.config
     hidden, layers = config.hidden_size, config.num_hidden_layers
     inner = getattr(config, "intermediate_size", None) or 4 * hidden
@@ -114,18 +145,9 @@ def pack_completions(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, comple
     prompts = real_prompts(prompt_ids, prompt_mask)
     completions = completion_ids.tolist()
     width = completion_ids.size(1)
-    units = sorted(units_of(prompts, lengths.tolist(), share_prompts), key=lambda u: -u.size)
+    units = units_of(prompts, lengths.tolist(), share_prompts)
     capacity = max([row_tokens] + [u.size for u in units]) if units else 1
-    rows: list[list[Unit]] = []
-    room: list[int] = []
-    for unit in units:  # first fit, largest first
-        slot = next((r for r, free in enumerate(room) if free >= unit.size), None)
-        if slot is None:
-            rows.append([])
-            room.append(capacity)
-            slot = len(rows) - 1
-        rows[slot].append(unit)
-        room[slot] -= unit.size
+    rows = [[units[i] for i in row] for row in first_fit([u.size for u in units], capacity)]
     n_rows = max(len(rows), 1)
     ids = [[pad_id] * capacity for _ in range(n_rows)]
     positions = [list(range(capacity)) for _ in range(n_rows)]
@@ -186,10 +208,11 @@ def packed_states(trunk: torch.nn.Module, packed: PackedRows, at: torch.Tensor |
 
 
 def last_states(trunk: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                answer_ids: torch.Tensor, lengths: torch.Tensor, share_prompts: bool) -> torch.Tensor:
+                answer_ids: torch.Tensor, lengths: torch.Tensor, layout: Layout) -> torch.Tensor:
     """The trunk's last hidden state [B, H] at each row's last token (its prompt, then its first
     `lengths[b]` >= 1 answer tokens), from one packed forward: what a reward model scores."""
-    packed = pack_completions(prompt_ids, prompt_mask, answer_ids, lengths, share_prompts=share_prompts)
+    packed = pack_completions(prompt_ids, prompt_mask, answer_ids, lengths, row_tokens=layout.row_tokens,
+                              share_prompts=layout.kind == "shared")
     width = answer_ids.size(1)
     order = torch.full((answer_ids.numel(),), -1, dtype=torch.long, device=answer_ids.device)
     order[packed.scatter] = torch.arange(packed.scatter.numel(), device=answer_ids.device)

@@ -113,10 +113,10 @@ def pair_scores(model, pairs: list, pad_id: int, device) -> torch.Tensor:
         prompt_ids, prompt_mask = left_pad([p.prompt_ids for p in pairs] * 2, pad_id)
         answers, mask = right_pad([p.chosen_ids for p in pairs] + [p.rejected_ids for p in pairs], pad_id)
         layout = trunk_layout(trunk, prompt_ids, prompt_mask, mask.sum(1))
-    if not packable or layout == "padded":
+    if not packable or layout.kind == "padded":
         return scores(model, *(t.to(device) for t in scoring_rows(pairs, pad_id)))
     states = last_states(trunk, prompt_ids.to(device), prompt_mask.to(device), answers.to(device),
-                         mask.sum(1).to(device), share_prompts=layout == "shared")
+                         mask.sum(1).to(device), layout)
     return head(states).squeeze(-1).float()
 
 
