@@ -3,7 +3,8 @@
 Only the completion positions go through the output head (`logits_to_keep`), so no logits
 are materialised for prompt tokens. With `chunk_tokens > 0` the head runs over the completion
 tokens a chunk at a time, so full-vocabulary logits exist for at most `chunk_tokens` tokens at
-once, in the forward and (through per-chunk recomputation) in the backward too.
+once, in the forward and (through per-chunk recomputation) in the backward too. Given each row's
+real completion length, a batch runs padding-free where that costs less (see `packing`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from lmpo.algos import entropy_from_logits, token_logprobs
+from lmpo.models.packing import Layout, can_pack_trunk, pack_completions, packed_states, trunk_layout
 
 
 @dataclass
@@ -46,13 +48,22 @@ def completion_inputs(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
 
 def completion_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                        completion_ids: torch.Tensor, temperature: float = 1.0, *, entropy: bool = False,
-                       entropy_grad: bool = False, hidden: bool = False, chunk_tokens: int = 0) -> TokenOutputs:
+                       entropy_grad: bool = False, hidden: bool = False, chunk_tokens: int = 0,
+                       lengths: torch.Tensor | None = None) -> TokenOutputs:
     """Log-probs [B, T] of `completion_ids` given left-padded prompts [B, P], and optionally the
     entropy of the temperature-scaled distribution (with gradient only if `entropy_grad`) and
     the last hidden states. All in fp32, whatever the model's dtype or autocast.
 
     `chunk_tokens > 0` computes the same numbers with the output head applied to at most that
-    many completion tokens at a time (see `chunked_token_outputs`); 0 applies it to all at once."""
+    many completion tokens at a time (see `chunked_token_outputs`); 0 applies it to all at once.
+    `lengths` [B]: only each row's first `lengths[b]` completion tokens are wanted (later ones
+    come out 0), and the forward runs padded, packed or with shared prompts packed once, whichever
+    `packing.choose_layout` costs least (the same numbers to float tolerance)."""
+    layout = Layout("padded") if lengths is None or hidden else layout_for(model, prompt_ids, prompt_mask, lengths)
+    if layout.kind != "padded":
+        return packed_token_outputs(model, prompt_ids, prompt_mask, completion_ids, lengths, temperature,
+                                    entropy=entropy, entropy_grad=entropy_grad, chunk_tokens=chunk_tokens,
+                                    share_prompts=layout.kind == "shared", row_tokens=layout.row_tokens)
     if chunk_tokens > 0:
         return chunked_token_outputs(model, prompt_ids, prompt_mask, completion_ids, temperature, chunk_tokens,
                                      entropy=entropy, entropy_grad=entropy_grad, hidden=hidden)
@@ -97,28 +108,83 @@ def chunked_token_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prom
     states = trunk(**completion_inputs(prompt_ids, prompt_mask, completion_ids), use_cache=False).last_hidden_state
     states = states[:, -(width + 1):-1]
     flat_states, flat_ids = states.reshape(-1, states.size(-1)), completion_ids.reshape(-1)
-    want_entropy = entropy or entropy_grad
+    logprobs, entropies = head_outputs(head, flat_states, flat_ids, temperature, chunk_tokens,
+                                       entropy or entropy_grad, entropy_grad)
+    result = TokenOutputs(logprobs.view_as(completion_ids))
+    if entropies is not None:
+        result.entropy = entropies.view_as(completion_ids)
+    if hidden:
+        result.hidden = states
+    return result
 
-    def score(chunk: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+
+def head_outputs(head: torch.nn.Module, states: torch.Tensor, ids: torch.Tensor, temperature: float,
+                 chunk_tokens: int, want_entropy: bool, entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs [K] (and entropies [K]) of `ids` from the states [K, H] that predict them, the
+    head applied `chunk_tokens` at a time (all at once for 0); under autograd each chunk runs in
+    `torch.utils.checkpoint`, so its logits are recomputed in the backward, not kept."""
+
+    def score(chunk: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits = head(chunk)
-        logprobs = token_logprobs(logits, ids, temperature)
+        logprobs = token_logprobs(logits, targets, temperature)
         if not want_entropy:
             return logprobs, logprobs.new_zeros(())
         return logprobs, entropy_from_logits(logits if entropy_grad else logits.detach(), temperature)
 
-    grad = torch.is_grad_enabled()
-    pieces = []
-    for start in range(0, flat_ids.numel(), chunk_tokens):
-        chunk, ids = flat_states[start:start + chunk_tokens], flat_ids[start:start + chunk_tokens]
-        pieces.append(checkpoint(score, chunk, ids, use_reentrant=False) if grad else score(chunk, ids))
-    result = TokenOutputs(torch.cat([p[0] for p in pieces]).view_as(completion_ids))
-    if want_entropy:
-        result.entropy = torch.cat([p[1] for p in pieces]).view_as(completion_ids)
-        if not entropy_grad:
-            result.entropy = result.entropy.detach()
-    if hidden:
-        result.hidden = states
+    if chunk_tokens <= 0:
+        pieces = [score(states, ids)]
+    else:
+        grad = torch.is_grad_enabled()
+        pieces = []
+        for start in range(0, ids.numel(), chunk_tokens):
+            chunk, targets = states[start:start + chunk_tokens], ids[start:start + chunk_tokens]
+            pieces.append(checkpoint(score, chunk, targets, use_reentrant=False) if grad else score(chunk, targets))
+    logprobs = pieces[0][0] if len(pieces) == 1 else torch.cat([p[0] for p in pieces])
+    if not want_entropy:
+        return logprobs, None
+    entropies = pieces[0][1] if len(pieces) == 1 else torch.cat([p[1] for p in pieces])
+    return logprobs, entropies if entropy_grad else entropies.detach()
+
+
+def layout_for(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+               lengths: torch.Tensor) -> Layout:
+    """padded, packed or shared (see `packing.choose_layout`), costed from the model's shapes."""
+    if not can_pack(model):
+        return Layout("padded")
+    return trunk_layout(causal_lm_parts(model)[0], prompt_ids, prompt_mask, lengths)
+
+
+def can_pack(model: torch.nn.Module) -> bool:
+    """A causal LM whose trunk can run packed (see `packing.can_pack_trunk`)."""
+    try:
+        trunk, _ = causal_lm_parts(model)
+    except ValueError:
+        return False
+    return can_pack_trunk(trunk)
+
+
+def packed_token_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                         completion_ids: torch.Tensor, lengths: torch.Tensor, temperature: float = 1.0, *,
+                         entropy: bool = False, entropy_grad: bool = False, chunk_tokens: int = 0,
+                         share_prompts: bool = False, row_tokens: int = 0) -> TokenOutputs:
+    """`completion_outputs` padding-free: the sequences packed into rows (see `packing`; with
+    `share_prompts`, each distinct prompt once), the head applied only to the scored tokens;
+    positions past `lengths` come out 0."""
+    trunk, head = causal_lm_parts(model)
+    packed = pack_completions(prompt_ids, prompt_mask, completion_ids, lengths.to(completion_ids.device),
+                              row_tokens=row_tokens, share_prompts=share_prompts)
+    states = packed_states(trunk, packed)
+    logprobs, entropies = head_outputs(head, states, packed.targets, temperature, chunk_tokens,
+                                       entropy or entropy_grad, entropy_grad)
+    size = completion_ids.numel()
+    result = TokenOutputs(_scatter(logprobs, packed.scatter, size).view_as(completion_ids))
+    if entropies is not None:
+        result.entropy = _scatter(entropies, packed.scatter, size).view_as(completion_ids)
     return result
+
+
+def _scatter(values: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+    return values.new_zeros(size).index_put((index,), values)
 
 
 def completion_logprobs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,

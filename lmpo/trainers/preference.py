@@ -87,11 +87,23 @@ def encode_pair_ids(prompts: list[list[int]], chosen: list[list[int]], rejected:
     return EncodedPairs(prompt_ids, prompt_mask, chosen_ids, chosen_mask.float(), rejected_ids, rejected_mask.float())
 
 
+def last_scored(mask: torch.Tensor) -> torch.Tensor:
+    """Per row, the columns up to its last scored one."""
+    columns = torch.arange(1, mask.size(1) + 1, device=mask.device)
+    return torch.where(mask.bool(), columns, 0).amax(dim=1)
+
+
 def sequence_logps(model, enc: EncodedPairs) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed completion log-probs of the chosen and rejected answers [B] each."""
-    chosen = completion_outputs(model, enc.prompt_ids, enc.prompt_mask, enc.chosen).logprobs
-    rejected = completion_outputs(model, enc.prompt_ids, enc.prompt_mask, enc.rejected).logprobs
-    return (chosen * enc.chosen_mask).sum(1), (rejected * enc.rejected_mask).sum(1)
+    """Summed completion log-probs of the chosen and rejected answers [B] each, from one forward
+    over both (padding-free when that pays)."""
+    width = max(enc.chosen.size(1), enc.rejected.size(1))
+    widen = lambda t: torch.nn.functional.pad(t, (0, width - t.size(1)))  # noqa: E731 - right padding, masked
+    completions, masks = torch.cat([widen(enc.chosen), widen(enc.rejected)]), torch.cat(
+        [widen(enc.chosen_mask), widen(enc.rejected_mask)])
+    prompts, prompt_mask = enc.prompt_ids.repeat(2, 1), enc.prompt_mask.repeat(2, 1)
+    logprobs = completion_outputs(model, prompts, prompt_mask, completions, lengths=last_scored(masks)).logprobs
+    summed = (logprobs * masks).sum(1)
+    return summed[: enc.prompt_ids.size(0)], summed[enc.prompt_ids.size(0):]
 
 
 def preference_step(run: Run, policy, updater: Updater, enc: EncodedPairs, ref, loss_fn, cfg, options: dict) -> dict:

@@ -15,7 +15,9 @@ from transformers import AutoModelForSequenceClassification
 
 from lmpo.algos import bradley_terry_loss
 from lmpo.envs import make_task
-from lmpo.models import is_preset, load_tokenizer, preset_config
+from lmpo.models import is_peft_model, is_preset, load_tokenizer, preset_config
+from lmpo.models.packing import can_pack_trunk, last_states, trunk_layout
+from lmpo.models.padding import left_pad, right_pad
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater
 from lmpo.trainers.pairs import embedded_pairs, file_pairs, scoring_rows, split_heldout
@@ -100,6 +102,24 @@ def scores(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torc
     return model(input_ids=input_ids, attention_mask=attention_mask).logits.squeeze(-1).float()
 
 
+def pair_scores(model, pairs: list, pad_id: int, device) -> torch.Tensor:
+    """Scores of every pair's chosen answer, then of every rejected one [2B]: one padding-free
+    forward holding each prompt once where the model allows it (the same scores to float
+    tolerance), else the padded rows of `scoring_rows`."""
+    head, trunk = getattr(model, "score", None), getattr(model, "base_model", model)
+    packable = (isinstance(head, torch.nn.Linear) and trunk is not model and not is_peft_model(model)
+                and can_pack_trunk(trunk) and all(p.prompt_ids and p.chosen_ids and p.rejected_ids for p in pairs))
+    if packable:
+        prompt_ids, prompt_mask = left_pad([p.prompt_ids for p in pairs] * 2, pad_id)
+        answers, mask = right_pad([p.chosen_ids for p in pairs] + [p.rejected_ids for p in pairs], pad_id)
+        layout = trunk_layout(trunk, prompt_ids, prompt_mask, mask.sum(1))
+    if not packable or layout.kind == "padded":
+        return scores(model, *(t.to(device) for t in scoring_rows(pairs, pad_id)))
+    states = last_states(trunk, prompt_ids.to(device), prompt_mask.to(device), answers.to(device),
+                         mask.sum(1).to(device), layout)
+    return head(states).squeeze(-1).float()
+
+
 @torch.no_grad()
 def pairwise_accuracy(model, tokenizer, pairs, batch_size: int = 128, device: torch.device | str = "cpu") -> float:
     model.eval()
@@ -150,7 +170,7 @@ def train_reward_model(cfg: RewardModelConfig) -> StageResult:
         for indices in order:
             chunk = run.dist.shard([train_pairs[i] for i in indices], "pairs")
             with run.autocast():
-                s = scores(trained, *run.to_device(*scoring_rows(chunk, tokenizer.pad_token_id)))
+                s = pair_scores(trained, chunk, tokenizer.pad_token_id, run.device)
             loss, figures = bradley_terry_loss(s[: len(chunk)], s[len(chunk):], margin=cfg.margin,
                                                center_coef=cfg.center_coef)
             loss = loss.mean()

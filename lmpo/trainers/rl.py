@@ -268,7 +268,8 @@ def old_log_probs_and_values(batch: Batch, reference, critic, policy, cfg: RLCon
     on_device = batch.to(next(policy.parameters()).device)
     inputs = (on_device.prompt_ids, on_device.prompt_mask, on_device.completion_ids)
     if reference is not None:
-        batch.ref_logprobs = completion_outputs(reference, *inputs, cfg.temperature).logprobs.float().cpu()
+        lengths = on_device.real_completion_lengths() if cfg.mask_observations else None  # packed when it pays
+        batch.ref_logprobs = completion_outputs(reference, *inputs, cfg.temperature, lengths=lengths).logprobs.float().cpu()
     if isinstance(critic, ValueHead):
         hidden = completion_outputs(policy, *inputs, cfg.temperature, hidden=True).hidden
         batch.old_values = critic(hidden).float().cpu()

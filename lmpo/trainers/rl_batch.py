@@ -70,6 +70,9 @@ class Batch:
     """The environment's per-turn rewards on the last model token of each turn [B, T] (token estimators)."""
     tis_weights: torch.Tensor | None = None
     """Truncated importance weights min(π_trainer / π_sampler, C) per token, when another engine sampled [B, T]."""
+    on_policy: bool = False
+    """Sampled this step by the weights being trained, so `old_logprobs` are theirs up to float error: a single
+    update per batch then takes π_old from its own forward, detached, and the ratio is exactly 1."""
 
     def select(self, index: torch.Tensor) -> "Batch":
         return Batch(**{k: (v[index] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()})
@@ -77,7 +80,7 @@ class Batch:
     def real_completion_lengths(self) -> torch.Tensor:
         """Per row, the completion columns up to its last loss token (later ones affect no loss)."""
         width = self.loss_mask.size(1)
-        last = torch.where(self.loss_mask.bool(), torch.arange(1, width + 1), 0).amax(dim=1)
+        last = torch.where(self.loss_mask.bool(), torch.arange(1, width + 1, device=self.loss_mask.device), 0).amax(dim=1)
         return last
 
     def trimmed(self) -> "Batch":
@@ -107,7 +110,7 @@ def make_batch(scored: Scored, cfg: RLConfig, pad_id: int) -> Batch:
     if cfg.overlong == "mask":
         loss_mask = truncation_mask(loss_mask, rollout.truncated)
     return Batch(prompt_ids, prompt_mask, rollout.completion_ids, loss_mask, rollout.logprobs,
-                 turn_rewards=turn_reward_tokens(scored.trajectories, rollout.completion_ids.shape))
+                 turn_rewards=turn_reward_tokens(scored.trajectories, rollout.completion_ids.shape), on_policy=True)
 
 
 def turn_reward_tokens(trajectories: list[Trajectory], shape: torch.Size) -> torch.Tensor | None:

@@ -53,6 +53,7 @@ def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossPar
     mb_size = size // cfg.num_minibatches
     sums: dict[str, float] = {}
     skipped_before = updater.skipped
+    on_policy = batch.on_policy and cfg.num_iterations * cfg.num_minibatches == 1
     order_gen = torch.Generator().manual_seed(cfg.seed)
     for _ in range(cfg.num_iterations):
         order = torch.randperm(size, generator=order_gen) if cfg.num_minibatches > 1 else torch.arange(size)
@@ -64,7 +65,8 @@ def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossPar
                       "max_len": parts.options["max_len"]}
             updater.zero()
             with autocast():
-                shares = [micro_step(policy, minibatch.select(torch.tensor(rows)), cfg, parts, counts, beta)
+                shares = [micro_step(policy, minibatch.select(torch.tensor(rows)), cfg, parts, counts, beta,
+                                     on_policy)
                           for rows in micro_batch_rows(minibatch, cfg)]
                 if ptx is not None and cfg.ptx_coef:
                     shares.append({"ptx_loss": ptx_backward(policy, next(ptx), cfg.ptx_coef, ctx)})
@@ -93,23 +95,28 @@ def micro_batch_rows(minibatch: Batch, cfg: RLConfig) -> list[list[int]]:
     return [list(range(m, min(m + micro, size))) for m in range(0, size, micro)]
 
 
-def micro_step(policy, part: Batch, cfg: RLConfig, parts: LossParts, counts: dict, beta: float) -> dict:
-    """Forward, loss and backward for one micro-batch; returns its share of the figures."""
+def micro_step(policy, part: Batch, cfg: RLConfig, parts: LossParts, counts: dict, beta: float,
+               on_policy: bool = False) -> dict:
+    """Forward, loss and backward for one micro-batch; returns its share of the figures.
+
+    `on_policy` (one update of a batch the current weights sampled): π_old is this forward's own
+    log-probs, detached, so the ratio is exactly 1 (the sampler's differ only by float error)."""
     head_on_trunk = isinstance(unwrap(parts.critic), ValueHead)
     part = part.to(next(policy.parameters()).device)
     if cfg.micro_batch_tokens:  # the budget counts trimmed rows; without one, shapes stay as sampled
         part = part.trimmed()
     out = completion_outputs(policy, part.prompt_ids, part.prompt_mask, part.completion_ids, cfg.temperature,
                              entropy=True, entropy_grad=cfg.entropy_coef > 0, hidden=head_on_trunk,
-                             chunk_tokens=cfg.logprob_chunk_tokens)
+                             chunk_tokens=cfg.logprob_chunk_tokens, lengths=part.real_completion_lengths())
     mask = part.loss_mask
-    token_loss, info = parts.policy_loss(out.logprobs, part.old_logprobs, part.advantages, mask,
+    old = out.logprobs.detach() if on_policy else part.old_logprobs
+    token_loss, info = parts.policy_loss(out.logprobs, old, part.advantages, mask,
                                          **options_for(parts.policy_loss, parts.options))
     if part.tis_weights is not None:  # only the policy-gradient term is the sampler's to correct
         token_loss = token_loss * part.tis_weights
     kl = None
     if part.ref_logprobs is not None:
-        kl = parts.kl(out.logprobs, part.ref_logprobs, **options_for(parts.kl, {"old_logprobs": part.old_logprobs}))
+        kl = parts.kl(out.logprobs, part.ref_logprobs, **options_for(parts.kl, {"old_logprobs": old}))
         if parts.kl_in_loss:
             token_loss = token_loss + beta * torch.where(mask.bool(), kl, torch.zeros_like(kl))
     if cfg.entropy_coef > 0:

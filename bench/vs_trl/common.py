@@ -1,0 +1,71 @@
+"""What both bench workers share (no lmpo and no TRL imports: the TRL worker runs in TRL's own
+environment): the step protocol over stdin/stdout, peak RSS, thread pinning.
+
+A worker loads its trainer, runs its warm-up step, prints `READY`, then for each `step` line on
+stdin runs exactly one training step and prints one JSON line of timings; `quit` ends it. The
+driver alternates the two workers step by step, so each pair of steps sees the same machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+
+PREFIX = "@@bench "  # result lines; everything else a trainer prints is ignored
+
+
+def pin_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.set_num_interop_threads(1)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def emit(obj: dict) -> None:
+    sys.stdout.write(PREFIX + json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def wait_for_step() -> None:
+    """Block until the driver asks for the next step; exit on `quit` or a closed pipe."""
+    line = sys.stdin.readline()
+    if not line or line.strip() == "quit":
+        sys.stdout.flush()
+        os._exit(0)
+
+
+class StepClock:
+    """Wall time of one step, the named phases inside it (`add`), and the process's CPU time
+    (all its threads: steadier than wall time on a machine others are using)."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.cpu_start = time.process_time()
+        self.phases: dict[str, float] = {}
+        self.tokens: dict[str, int] = {}
+
+    def add(self, name: str, seconds: float) -> None:
+        self.phases[name] = self.phases.get(name, 0.0) + seconds
+
+    def result(self, **extra) -> dict:
+        return {"step_s": time.perf_counter() - self.start, "cpu_s": time.process_time() - self.cpu_start,
+                **{f"{k}_s": v for k, v in self.phases.items()},
+                **self.tokens, "peak_rss_mb": peak_rss_mb(), **extra}
+
+
+def timed(clock_ref: list, name: str, fn):
+    """`fn` wrapped so its time adds to phase `name` of the current clock (`clock_ref[0]`)."""
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if clock_ref[0] is not None:
+                clock_ref[0].add(name, time.perf_counter() - start)
+    return wrapper

@@ -1,0 +1,220 @@
+"""Padding-free forwards: a batch's sequences (real prompt tokens, then the completion up to its
+last scored token) laid end to end in a few rows, positions restarting at each sequence, and
+attention kept within each sequence by an explicit block-diagonal causal mask. The model then
+computes nothing for padding, and the output head runs only on the tokens that are scored.
+Rows that share a prompt (a GRPO group, a preference pair) can hold it once: each completion
+then attends to the one copy and to its own earlier tokens, so the prompt's work is done once
+per group instead of once per completion (its gradient is the sum over the completions, as
+before).
+
+Rows are filled first-fit, largest unit first, up to `row_tokens` (at least the largest unit). The numbers equal the padded forward's to float tolerance (the same sums in
+another order); `choose_layout` picks padded, packed or shared and the row length by a rough
+cost model, since a dense mask costs attention work that causal attention on a padded batch
+does not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+@dataclass
+class PackedRows:
+    """A batch packed into rows [R, N]. `groups` numbers each row's units (a prompt with the
+    completions that follow it; padding gets its own negative id per position) and `branches`
+    each unit's parts (0 for the prompt, k for its k-th completion). For each scored token,
+    `predictor` is the flat index into [R * N] of the state that predicts it, `located` its own
+    flat index there, `targets` its id and `scatter` its flat index into the batch's [B * T]
+    completion grid."""
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    groups: torch.Tensor
+    branches: torch.Tensor
+    predictor: torch.Tensor
+    located: torch.Tensor
+    targets: torch.Tensor
+    scatter: torch.Tensor
+
+
+@dataclass
+class Unit:
+    """A prompt and the batch rows whose completions (their first `lengths` tokens) follow it."""
+
+    prompt: list[int]
+    rows: list[int]
+    lengths: list[int]
+
+    @property
+    def size(self) -> int:
+        return len(self.prompt) + sum(self.lengths)
+
+
+def can_pack_trunk(trunk: torch.nn.Module) -> bool:
+    """A trunk that takes an explicit 4-D mask (eager or SDPA attention), in one process (a
+    data-parallel wrapper must see the whole model's forward)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return False
+    return getattr(getattr(trunk, "config", None), "_attn_implementation", None) in ("sdpa", "eager")
+
+
+def real_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
+    return [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask)]
+
+
+def units_of(prompts: list[list[int]], lengths: list[int], share_prompts: bool) -> list[Unit]:
+    """One unit per row with a scored token, or, sharing prompts, one per distinct prompt (a
+    GRPO group's completions, a preference pair's two answers): its tokens then run once."""
+    units: dict = {}
+    for b, (prompt, n) in enumerate(zip(prompts, lengths)):
+        if n > 0:
+            unit = units.setdefault(tuple(prompt) if share_prompts else b, Unit(prompt, [], []))
+            unit.rows.append(b)
+            unit.lengths.append(n)
+    return list(units.values())
+
+
+ROW_MULTIPLES = (1, 1.25, 1.5, 2, 3, 4)  # row lengths tried, in multiples of the largest unit
+
+
+@dataclass
+class Layout:
+    """How a batch runs: `padded`, `packed` or `shared` (packed, each distinct prompt once), in
+    rows of `row_tokens` when packed."""
+
+    kind: str
+    row_tokens: int = 0
+
+
+def first_fit(sizes: list[int], capacity: int) -> list[list[int]]:
+    """Indices of `sizes` per row: first fit, largest first, rows of `capacity` (>= every size)."""
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        slot = next((r for r, free in enumerate(room) if free >= sizes[i]), None)
+        if slot is None:
+            rows.append([])
+            room.append(capacity)
+            slot = len(rows) - 1
+        rows[slot].append(i)
+        room[slot] -= sizes[i]
+    return rows
+
+
+def forward_cost(slots: int, width: int, per_token: float, per_pair: float) -> float:
+    """Rough cost of a forward over `slots` token positions (padding included) in rows of `width`:
+    the weights' work per position plus attention's per pair of positions in a row (dense: a
+    masked pair costs as much)."""
+    return slots * per_token + slots * width * per_pair
+
+
+def choose_layout(prompts: list[list[int]], lengths: list[int], per_token: float, per_pair: float) -> Layout:
+    """The trimmed padded batch (causal attention: half the pairs), or packed rows with or without
+    shared prompts, in rows of 1 to 4 times the largest unit: whichever `forward_cost` finds
+    cheapest (wider rows can leave less padding but cost more attention)."""
+    width = max(len(p) for p in prompts) + max(lengths)
+    best, best_cost = Layout("padded"), forward_cost(len(prompts) * width, width, per_token, per_pair / 2)
+    for kind in ("packed", "shared"):
+        sizes = [u.size for u in units_of(prompts, lengths, kind == "shared")]
+        for row_tokens in sorted({int(max(sizes) * k) for k in ROW_MULTIPLES} if sizes else []):
+            slots = len(first_fit(sizes, row_tokens)) * row_tokens
+            cost = forward_cost(slots, row_tokens, per_token, per_pair)
+            if cost < best_cost:
+                best, best_cost = Layout(kind, row_tokens), cost
+    return best
+
+
+def trunk_layout(trunk: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                 lengths: torch.Tensor) -> Layout:
+    """`choose_layout` for a batch, costed from the trunk's shapes (padded when nothing is scored)."""
+    if not bool((lengths > 0).any()):
+        return Layout("padded")
+    config = trunk.config
+    hidden, layers = config.hidden_size, config.num_hidden_layers
+    inner = getattr(config, "intermediate_size", None) or 4 * hidden
+    per_token = 2 * layers * (4 * hidden * hidden + 3 * hidden * inner)
+    return choose_layout(real_prompts(prompt_ids, prompt_mask), lengths.tolist(), per_token, 4 * hidden * layers)
+
+
+def pack_completions(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
+                     lengths: torch.Tensor, pad_id: int = 0, row_tokens: int = 0,
+                     share_prompts: bool = False) -> PackedRows:
+    """Pack each row's real prompt and its first `lengths[b]` completion tokens (rows with length
+    0 are left out: nothing of theirs is scored); with `share_prompts`, rows with the same prompt
+    hold it once, each completion attending to it and to its own earlier tokens only."""
+    prompts = real_prompts(prompt_ids, prompt_mask)
+    completions = completion_ids.tolist()
+    width = completion_ids.size(1)
+    units = units_of(prompts, lengths.tolist(), share_prompts)
+    capacity = max([row_tokens] + [u.size for u in units]) if units else 1
+    rows = [[units[i] for i in row] for row in first_fit([u.size for u in units], capacity)]
+    n_rows = max(len(rows), 1)
+    ids = [[pad_id] * capacity for _ in range(n_rows)]
+    positions = [list(range(capacity)) for _ in range(n_rows)]
+    groups = [[-1 - i for i in range(capacity)] for _ in range(n_rows)]
+    branches = [[0] * capacity for _ in range(n_rows)]
+    predictor, located, targets, scatter = [], [], [], []
+
+    def put(r: int, at: int, tokens: list[int], first_position: int, group: int, branch: int) -> None:
+        ids[r][at:at + len(tokens)] = tokens
+        positions[r][at:at + len(tokens)] = range(first_position, first_position + len(tokens))
+        groups[r][at:at + len(tokens)] = [group] * len(tokens)
+        branches[r][at:at + len(tokens)] = [branch] * len(tokens)
+
+    for r, members in enumerate(rows):
+        at = 0
+        for group, unit in enumerate(members):
+            plen = len(unit.prompt)
+            put(r, at, unit.prompt, 0, group, 0)
+            last_prompt = r * capacity + at + plen - 1
+            at += plen
+            for branch, (b, n) in enumerate(zip(unit.rows, unit.lengths), start=1):
+                put(r, at, completions[b][:n], plen, group, branch)
+                first = r * capacity + at
+                predictor += [last_prompt, *range(first, first + n - 1)]  # the last prompt token predicts the first
+                located += range(first, first + n)
+                targets += completions[b][:n]
+                scatter += range(b * width, b * width + n)
+                at += n
+    as_long = lambda x: torch.tensor(x, dtype=torch.long, device=completion_ids.device)  # noqa: E731
+    return PackedRows(as_long(ids), as_long(positions), as_long(groups), as_long(branches), as_long(predictor),
+                      as_long(located), as_long(targets), as_long(scatter))
+
+
+def block_causal_mask(groups: torch.Tensor, branches: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Attention mask [R, 1, N, N], True (or 0 with a float `dtype`: additive, for eager
+    attention) where a token may attend: same unit, not later, and the unit's prompt or its own
+    completion; False (the dtype's minimum) elsewhere. Each padding position attends to itself
+    only, so no softmax row is empty (an empty one would put NaN into the backward)."""
+    n = groups.size(1)
+    causal = torch.ones(n, n, dtype=torch.bool, device=groups.device).tril()
+    same_unit = groups[:, :, None] == groups[:, None, :]
+    visible_part = (branches[:, None, :] == 0) | (branches[:, :, None] == branches[:, None, :])
+    allowed = (same_unit & visible_part & causal)[:, None]
+    if dtype is None:
+        return allowed
+    return torch.zeros(allowed.shape, dtype=dtype, device=groups.device).masked_fill_(~allowed, torch.finfo(dtype).min)
+
+
+def packed_states(trunk: torch.nn.Module, packed: PackedRows, at: torch.Tensor | None = None) -> torch.Tensor:
+    """The trunk's last hidden states [K, H] at the positions that predict the scored tokens
+    (or at the flat positions `at`)."""
+    eager = trunk.config._attn_implementation == "eager"
+    mask = block_causal_mask(packed.groups, packed.branches, trunk.dtype if eager else None)
+    states = trunk(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=mask,
+                   use_cache=False).last_hidden_state
+    return states.reshape(-1, states.size(-1))[packed.predictor if at is None else at]
+
+
+
+def last_states(trunk: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                answer_ids: torch.Tensor, lengths: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """The trunk's last hidden state [B, H] at each row's last token (its prompt, then its first
+    `lengths[b]` >= 1 answer tokens), from one packed forward: what a reward model scores."""
+    packed = pack_completions(prompt_ids, prompt_mask, answer_ids, lengths, row_tokens=layout.row_tokens,
+                              share_prompts=layout.kind == "shared")
+    width = answer_ids.size(1)
+    order = torch.full((answer_ids.numel(),), -1, dtype=torch.long, device=answer_ids.device)
+    order[packed.scatter] = torch.arange(packed.scatter.numel(), device=answer_ids.device)
+    last = order[torch.arange(answer_ids.size(0), device=answer_ids.device) * width + lengths - 1]
+    return packed_states(trunk, packed, packed.located[last])

@@ -1,0 +1,158 @@
+"""Padding-free packed forwards give the padded forward's numbers (log-probs, entropies and
+gradients) to float tolerance; on-policy updates see a ratio of exactly 1."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from lmpo.models import completion_outputs
+from lmpo.models.logprobs import can_pack, packed_token_outputs
+from lmpo.models.packing import Layout, block_causal_mask, choose_layout, pack_completions
+
+
+def tiny(cls, config_cls, tie: bool, attn: str):
+    torch.manual_seed(0)
+    config = config_cls(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tie, attn_implementation=attn)
+    return cls(config)
+
+
+def batch():
+    torch.manual_seed(1)
+    prompt = torch.randint(1, 50, (5, 6))
+    prompt_mask = torch.ones(5, 6, dtype=torch.long)
+    prompt_mask[0, :3] = 0
+    prompt_mask[2, :1] = 0
+    return prompt, prompt_mask, torch.randint(1, 50, (5, 9)), torch.tensor([9, 3, 0, 5, 1])
+
+
+def grads(model):
+    out = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    return out
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("cls,config_cls,tie", [(Qwen2ForCausalLM, Qwen2Config, False),  # q/k/v biases, own head
+                                                 (Qwen2ForCausalLM, Qwen2Config, True),
+                                                 (LlamaForCausalLM, LlamaConfig, True)])
+@pytest.mark.parametrize("chunk,share", [(0, False), (7, False), (0, True)])
+def test_packed_equals_padded(cls, config_cls, tie, attn, chunk, share):
+    model = tiny(cls, config_cls, tie, attn)
+    prompt, prompt_mask, completion, lengths = batch()
+    if share:  # rows 1 and 3, and rows 0 and 4, share their prompts
+        prompt[3], prompt_mask[3] = prompt[1], prompt_mask[1]
+        prompt[4], prompt_mask[4] = prompt[0], prompt_mask[0]
+    valid = torch.arange(9) < lengths[:, None]
+    padded = completion_outputs(model, prompt, prompt_mask, completion, 0.7, entropy=True, entropy_grad=True)
+    ((padded.logprobs + 0.1 * padded.entropy) * valid).sum().backward()
+    padded_grads = grads(model)
+    packed = packed_token_outputs(model, prompt, prompt_mask, completion, lengths, 0.7, entropy=True,
+                                  entropy_grad=True, chunk_tokens=chunk, share_prompts=share)
+    ((packed.logprobs + 0.1 * packed.entropy) * valid).sum().backward()
+    torch.testing.assert_close(packed.logprobs[valid], padded.logprobs[valid], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(packed.entropy[valid], padded.entropy[valid], atol=1e-5, rtol=1e-5)
+    assert (packed.logprobs[~valid] == 0).all()
+    for a, b in zip(grads(model), padded_grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_rows_keep_sequences_apart():
+    prompt, prompt_mask, completion, lengths = batch()
+    assert pack_completions(prompt, prompt_mask, completion, lengths).input_ids.size(1) == 12  # the longest
+    packed = pack_completions(prompt, prompt_mask, completion, lengths, row_tokens=24)
+    real = int(prompt_mask.sum(1)[lengths > 0].sum() + lengths.sum())
+    assert int((packed.groups >= 0).sum()) == real  # every real token once, nothing of the empty row
+    assert packed.input_ids.shape == (2, 24)  # sequences of 12, 11, 9 and 7 tokens: 12 + 11, 9 + 7
+    mask = block_causal_mask(packed.groups, packed.branches)[:, 0]
+    assert mask.diagonal(dim1=1, dim2=2).all()  # no empty softmax row, padding included
+    assert not mask.triu(1).any()  # nothing attends to later tokens
+    starts = packed.position_ids == 0
+    assert int(starts.sum()) >= int((lengths > 0).sum())  # positions restart at every sequence
+
+
+def test_a_shared_prompt_is_held_once_and_completions_do_not_see_each_other():
+    prompt = torch.tensor([[5, 6, 7]] * 3)
+    completion = torch.tensor([[1, 2], [3, 4], [8, 9]])
+    packed = pack_completions(prompt, torch.ones_like(prompt), completion, torch.tensor([2, 2, 1]), share_prompts=True)
+    assert packed.input_ids.tolist() == [[5, 6, 7, 1, 2, 3, 4, 8]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 4, 3, 4, 3]]
+    mask = block_causal_mask(packed.groups, packed.branches)[0, 0]
+    assert mask[5].tolist() == [True, True, True, False, False, True, False, False]  # 3: the prompt and itself
+    assert packed.predictor.tolist() == [2, 3, 2, 5, 2]  # the prompt's last token predicts each first token
+
+
+def test_layout_follows_the_cost():
+    per_token, per_pair = 1000.0, 10.0
+    kind = lambda *a: choose_layout(*a, per_token, per_pair).kind  # noqa: E731
+    assert kind([[i] * 5 for i in range(4)], [8, 8, 8, 8]) == "padded"  # nothing to save
+    assert kind([[1, 2], [3, 4], [5, 6], [7, 8]], [30, 2, 3, 1]) == "packed"
+    assert kind([[1] * 20] * 8, [4] * 8) == "shared"  # long prompt, short answers
+    # units of 10 and 6 tokens: rows of 12 hold two of 6 instead of one, worth the wider attention
+    assert choose_layout([[i] for i in range(8)], [9] + [5] * 7, per_token, 1.0) == Layout("packed", 12)
+
+
+def test_completion_outputs_chooses_packing_for_long_tails(monkeypatch):
+    model = tiny(Qwen2ForCausalLM, Qwen2Config, False, "sdpa")
+    assert can_pack(model)
+    calls = []
+    real = pack_completions
+    monkeypatch.setattr("lmpo.models.logprobs.pack_completions", lambda *a, **k: calls.append(1) or real(*a, **k))
+    prompt, prompt_mask, completion, lengths = batch()
+    completion_outputs(model, prompt, prompt_mask, completion, lengths=lengths)
+    assert calls
+    completion_outputs(model, torch.randint(1, 50, (5, 6)), torch.ones_like(prompt_mask), completion,
+                       lengths=torch.full((5,), 9))
+    assert len(calls) == 1
+
+
+def test_on_policy_ratio_is_exactly_one(monkeypatch):
+    from lmpo.trainers.rl_batch import Batch
+    from lmpo.trainers.rl_config import RLConfig
+    from lmpo.trainers.rl_update import LossParts, micro_step
+
+    model = tiny(Qwen2ForCausalLM, Qwen2Config, False, "sdpa")
+    prompt, prompt_mask, completion, lengths = batch()
+    loss_mask = (torch.arange(9) < lengths[:, None]).float()
+    sampler = completion_outputs(model, prompt, prompt_mask, completion).logprobs.detach() + 1e-3  # not bit-equal
+    part = Batch(prompt, prompt_mask, completion, loss_mask, sampler, advantages=torch.randn(5, 1).expand(5, 9))
+    cfg = RLConfig()
+    parts = LossParts.from_config(cfg)
+    seen = []
+    loss = parts.policy_loss
+    parts.policy_loss = lambda new, old, *a, **k: seen.append((new - old).detach()) or loss(new, old, *a, **k)
+    counts = {"num_sequences": 4, "num_tokens": float(loss_mask.sum()), "max_len": 9}
+    micro_step(model, part, cfg, parts, counts, 0.0, on_policy=True)
+    assert (seen[0] == 0).all()
+    micro_step(model, part, cfg, parts, counts, 0.0, on_policy=False)
+    assert (seen[1][loss_mask.bool()] != 0).all()
+
+
+def test_packed_reward_scores_equal_padded():
+    from transformers import Qwen2ForSequenceClassification
+
+    from lmpo.envs.data import PreferencePair
+    from lmpo.models.packing import trunk_layout
+    from lmpo.models.padding import left_pad
+    from lmpo.trainers.pairs import scoring_rows
+    from lmpo.trainers.reward_model import pair_scores, scores
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, num_labels=1, pad_token_id=0)
+    model = Qwen2ForSequenceClassification(config)
+    pairs = [PreferencePair([3, 4, 5], [6, 7], [8, 9, 10, 11]),
+             PreferencePair([12], [13, 14, 15, 16, 17], [18])]
+    prompts, prompt_mask = left_pad([p.prompt_ids for p in pairs] * 2, 0)
+    lengths = torch.tensor([len(p.chosen_ids) for p in pairs] + [len(p.rejected_ids) for p in pairs])
+    assert trunk_layout(model.model, prompts, prompt_mask, lengths).kind == "shared"  # so pair_scores packs
+    padded = scores(model, *scoring_rows(pairs, 0))
+    padded.sum().backward()
+    padded_grads = grads(model)
+    packed = pair_scores(model, pairs, 0, "cpu")
+    packed.sum().backward()
+    torch.testing.assert_close(packed, padded, atol=1e-5, rtol=1e-5)
+    for a, b in zip(grads(model), padded_grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
