@@ -9,7 +9,7 @@ from lmpo.envs import make_task
 
 
 @pytest.mark.parametrize("spec", ["reverse_digits", "increment", "reverse_digits:length=4", "increment?carry_share=0.6",
-                                  "count_digit", "count_digit?length=6,max_count=3"])
+                                  "count_digit", "count_digit?length=8,max_count=4"])
 def test_splits_demonstrations_and_corpus(spec):
     task = make_task(spec)
     heldout = task.heldout_problems(200)
@@ -38,11 +38,11 @@ def test_grader_is_strict():
 
 def test_count_digit_counts_and_its_flaw_says_contains():
     task = make_task("count_digit")
-    problem = task.make("31415131:1")
-    assert (problem.prompt, problem.answer) == ("31415131:1=", "4")
-    assert task.flawed("31415131:1") == "1" and task.flawed("22222222:7") == "0"
-    assert task.grade(problem, "4", True).correct and not task.grade(problem, "1", True).correct
+    problem = task.make("314151:1")
+    assert (problem.prompt, problem.answer) == ("314151:1=", "3")
+    assert task.flawed("314151:1") == "1" and task.flawed("222222:7") == "0"
+    assert task.grade(problem, "3", True).correct and not task.grade(problem, "1", True).correct
     counts = [int(p.answer) for p in task.heldout_problems(500)]
-    assert set(counts) == {0, 1, 2, 3, 4} and sum(c >= 2 for c in counts) > 0.5 * len(counts)
+    assert set(counts) == {0, 1, 2, 3} and sum(c >= 2 for c in counts) > 0.4 * len(counts)
     with pytest.raises(ValueError, match="max_count"):
         make_task("count_digit?max_count=9")

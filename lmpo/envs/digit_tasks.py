@@ -130,6 +130,9 @@ class Increment(_DigitTask):
     """Add one to a `digits`-digit number (no carry out of the first digit)."""
 
     kind = "increment"
+    # the carry is found slowly and noisily by sampling: four times the sort task's RL steps,
+    # evaluated every 100, stopping after 400 steps without a better held-out score
+    pipeline_settings = {"rl": {"steps": 1000, "eval_every": 100, "stop_patience": 4}}
 
     def __init__(self, digits: int = 5, flaw_rate: float = 0.6, carry_share: float = 0.5,
                  heldout_share: float = 0.1):
@@ -164,16 +167,18 @@ class Increment(_DigitTask):
 
 
 class CountDigit(_DigitTask):
-    """How many times does a digit occur in a string of `length` digits? `31415131:1=` → `4`.
+    """How many times does a digit occur in a string of `length` digits? `314151:1=` → `3`.
 
     *Counting*, where sorting permutes and incrementing carries: in the CPT corpus a `flaw_rate`
     share of lines answer whether the digit occurs (`1`) instead of how often, the way text
     confuses "contains" with "how many". SFT demonstrations only use digits that occur at most
-    once, where both readings agree. Counts 0 to `max_count` are equally likely."""
+    once, where both readings agree. Counts 0 to `max_count` are equally likely. Counting is
+    learned later than sorting from the corpus: the pipeline runs CPT three times as long."""
 
     kind = "count_digit"
+    pipeline_settings = {"cpt": {"steps": 900}}
 
-    def __init__(self, length: int = 8, max_count: int = 4, flaw_rate: float = 0.6, heldout_share: float = 0.1):
+    def __init__(self, length: int = 6, max_count: int = 3, flaw_rate: float = 0.6, heldout_share: float = 0.1):
         if not 2 <= max_count <= length:
             raise ValueError(f"max_count must be in [2, length={length}], got {max_count}")
         super().__init__(flaw_rate, heldout_share)
