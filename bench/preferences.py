@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from rl_presets import _run, _sft_accuracy  # noqa: E402  (same directory)
 
-from lmpo.trainers.pipeline import PPO_RM_SETTINGS  # noqa: E402
+from lmpo.trainers.presets import PPO_RM_SETTINGS  # noqa: E402
 
 
 def main() -> None:
