@@ -220,6 +220,7 @@ def _print_stage_table(results, out: Path) -> None:
 # Commands that live in a module of their own; each module has `add_parser(subparsers)` and keeps
 # its heavy imports inside the command function, so `lmpo --help` stays fast.
 COMMAND_MODULES: tuple[str, ...] = (
+    "lmpo.cli.compare",
 )
 
 

@@ -88,6 +88,8 @@ class PreferenceConfig(RunOptions):
     """Longest pair from `data` (prompt + longer reply), in tokens."""
     overlong: Literal["error", "skip", "truncate"] = "error"
     """What to do with a longer pair from `data`: stop with an error naming it, skip it, or truncate the replies."""
+    max_minutes: float = 0.0
+    """Wall-time cap in minutes: stop after the first step (online DPO: round) past it and evaluate that model (0 = none)."""
 
     def validate(self) -> None:
         raise_if_any("preference", preference_problems(self))
@@ -95,7 +97,7 @@ class PreferenceConfig(RunOptions):
 
 def preference_problems(cfg: PreferenceConfig) -> list[str]:
     problems = at_least(cfg, 1, "batch_size", "epochs", "pairs", "log_every", "max_length")
-    problems += at_least(cfg, 0, "eval_problems") + optimizer_problems(cfg) + checkpoint_problems(cfg)
+    problems += at_least(cfg, 0, "eval_problems", "max_minutes") + optimizer_problems(cfg) + checkpoint_problems(cfg)
     if is_mix(cfg.loss):
         try:  # a weighted sum: say which part is wrong
             PREFERENCE_LOSSES.get(cfg.loss)
@@ -198,20 +200,24 @@ def train_preference(cfg: PreferenceConfig) -> StageResult:
         updater.load_state(resumed.state)
     if heldout and not resumed:
         first = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
-        run.write({"step": 0, "eval_accuracy": first.accuracy, "eval_format_accuracy": first.format_accuracy})
+        run.write({"step": 0, "eval_accuracy": first.accuracy, "eval_format_accuracy": first.format_accuracy,
+                   "elapsed_s": run.elapsed()})
     options = options_for(loss_fn, preference_options(cfg))
     run.say(f"{len(pairs)} pairs x {cfg.epochs} epochs, {cfg.loss}, beta={cfg.beta}; {run.describe(policy)}")
     policy.train()
     trained = run.trained(policy)
     per_epoch = max(len(batches) // max(cfg.epochs, 1), 1)
+    last_step = start_step
     with run.progress(len(batches), initial=start_step, label=cfg.loss) as progress:
         for step in range(start_step + 1, len(batches) + 1):
+            last_step = step
             row = preference_step(run, trained, updater, batches[step - 1], reference_logps[step - 1], loss_fn,
                                   cfg, options)
             row["step"] = step
             if updater.streak:
                 row["skipped_updates"] = updater.skipped
-            if step % cfg.log_every == 0 or step == len(batches) or updater.streak:
+            out_of_time = run.out_of_time(cfg.max_minutes)
+            if step % cfg.log_every == 0 or step == len(batches) or updater.streak or out_of_time:
                 run.write(row)
             updater.check(step)
             progress.update(step, loss=row["loss"], acc=row.get("accuracy", 0.0))
@@ -220,14 +226,24 @@ def train_preference(cfg: PreferenceConfig) -> StageResult:
             if step % per_epoch == 0:
                 fault_point("epoch_end", step)
             fault_point("step_end", step)
+            if out_of_time and step < len(batches):
+                reason = f"the wall-time cap of {cfg.max_minutes:g} minutes"
+                run.say(f"stopping at step {step} of {len(batches)}: {reason}")
+                run.write({"step": step, "stopped": reason})
+                break
     result = StageResult(name=cfg.loss, seconds=0.0, model_dir="", run_dir=str(run.out))
     run.sync(policy)
     if heldout:
         final = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
-        run.write({"step": len(batches), "eval_accuracy": final.accuracy, "eval_format_accuracy": final.format_accuracy})
+        run.write({"step": last_step, "eval_accuracy": final.accuracy, "eval_format_accuracy": final.format_accuracy,
+                   "elapsed_s": run.elapsed()})
         result.accuracy, result.format_accuracy = final.accuracy, final.format_accuracy
     held = {"policy": 1, "reference": 0}
-    return run.finish(policy, tokenizer, result, models_held=held)
+    # what `lmpo compare` counts against a sample budget: the pairs trained on and their completions' tokens
+    trained_pairs = min(len(pairs), last_step * cfg.batch_size)
+    tokens_per_pair = sum(len(p.chosen_ids) + len(p.rejected_ids) for p in pairs) / max(len(pairs), 1)
+    return run.finish(policy, tokenizer, result, models_held=held, pairs_trained=trained_pairs,
+                      completion_tokens=round(tokens_per_pair * trained_pairs))
 
 
 @torch.no_grad()

@@ -108,7 +108,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     last_eval, last_eval_step = None, -1
     if heldout and start_step == 0:  # the starting point of the curves
         first = evaluate(run.plain(policy), tokenizer, task, heldout, **eval_options(cfg))
-        run.write({"step": 0, **first.metrics()})
+        run.write({"step": 0, **first.metrics(), "elapsed_s": run.elapsed()})
         last_eval_step = 0
         if stop.active and stop.observe(0, first.accuracy):
             best.keep(run.plain(policy), tokenizer)
@@ -167,7 +167,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
             if heldout and (step % cfg.eval_every == 0 or step == cfg.steps):
                 last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, **eval_options(cfg))
                 policy.train()
-                row.update(last_eval.metrics())
+                row.update(last_eval.metrics(), elapsed_s=run.elapsed())
                 saved.write(step, "eval", last_eval.trajectories, task)
                 last_eval_step = step
                 if stop.active and stop.observe(step, last_eval.accuracy):
