@@ -173,6 +173,14 @@ def train_rl(cfg: RLConfig) -> StageResult:
                 if stop.active and stop.observe(step, last_eval.accuracy):
                     best.keep(run.plain(policy), tokenizer)
             reason = run.dist.broadcast(stop.reason()) if stop.active else None
+            if reason and heldout and last_eval_step != step:  # a wall-time cap between evaluations
+                last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, **eval_options(cfg))
+                policy.train()
+                row.update(last_eval.metrics(), elapsed_s=run.elapsed())
+                saved.write(step, "eval", last_eval.trajectories, task)
+                last_eval_step = step
+                if stop.observe(step, last_eval.accuracy):
+                    best.keep(run.plain(policy), tokenizer)
             run.write(row)
             alarm = guard.check(row, nonfinite_streak, cfg.max_nonfinite_steps) if guard is not None else None
             if alarm:  # back to the last complete checkpoint, with a lower learning rate

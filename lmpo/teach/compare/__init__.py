@@ -22,20 +22,15 @@ from lmpo.teach.compare.summary import Spread, recommend, summarise
 __all__ = ["CompareConfig", "Comparison", "DEFAULT_METHODS", "run_compare", "collect", "RunRecord"]
 
 
-def start_models(cfg: CompareConfig, say: Callable[[str], None]) -> dict[int, tuple[str, float | None]]:
-    """Seed → (starting model directory, its held-out accuracy when known)."""
+def start_model(cfg: CompareConfig, seed: int, say: Callable[[str], None]) -> tuple[str, float | None]:
+    """(The starting model directory of `seed`, its held-out accuracy when known)."""
     if cfg.start:
-        if not Path(cfg.start).is_dir():
-            raise FileNotFoundError(f"--start {cfg.start}: no such model directory")
-        return {seed: (cfg.start, None) for seed in cfg.seed_list()}
+        return cfg.start, None
     from lmpo.teach.start import sft_start
 
-    starts = {}
-    for seed in cfg.seed_list():
-        point = sft_start(task=cfg.task, seed=seed, threads=cfg.threads, model=cfg.model)
-        say(f"seed {seed}: SFT start {point.model_dir} (held-out accuracy {100 * point.sft_accuracy:.1f}%)")
-        starts[seed] = (point.model_dir, point.sft_accuracy)
-    return starts
+    point = sft_start(task=cfg.task, seed=seed, threads=cfg.threads, model=cfg.model)
+    say(f"seed {seed}: SFT start {point.model_dir} (held-out accuracy {100 * point.sft_accuracy:.1f}%)")
+    return point.model_dir, point.sft_accuracy
 
 
 def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> Comparison:
@@ -45,10 +40,17 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
     methods = [Method.parse(name) for name in cfg.method_names()]
     for method in methods:  # every method's arithmetic before the first run spends minutes
         plan_method(cfg, method, cfg.seed_list()[0])
-    starts = start_models(cfg, say)
+    if cfg.start and not Path(cfg.start).is_dir():
+        raise FileNotFoundError(f"--start {cfg.start}: no such model directory")
+    starts: dict[int, float | None] = {}
     for seed in cfg.seed_list():
+        specs = [RunSpec(cfg, method, seed, "") for method in methods]
+        if all(spec.finished for spec in specs):
+            say(f"seed {seed}: every method finished earlier, kept ({Path(cfg.out) / f'seed{seed}'})")
+            continue
+        model_dir, starts[seed] = start_model(cfg, seed, say)  # trained only when a run needs it
         for method in methods:
-            spec = RunSpec(cfg, method, seed, starts[seed][0])
+            spec = RunSpec(cfg, method, seed, model_dir)
             plan = spec.plan()
             if spec.finished:
                 say(f"seed {seed} {method.name}: finished earlier, kept ({spec.stage_dir})")
@@ -59,7 +61,7 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
             record = read_run(spec.stage_dir, method.name, seed, method.stage)
             say(f"seed {seed} {method.name}: held-out accuracy {100 * (record.accuracy or 0):.1f}%, "
                 f"{record.seconds:.0f} s, peak {record.peak_rss_mb} MB")
-    comparison = collect(cfg, command, {seed: acc for seed, (_, acc) in starts.items()})
+    comparison = collect(cfg, command, starts)
     files = write_all(comparison, Path(cfg.out))
     if not quiet:
         print_table(comparison, Path(cfg.out))

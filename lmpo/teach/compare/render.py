@@ -78,6 +78,8 @@ def print_table(c: Comparison, out: Path) -> None:
     for row in table_rows(c):
         table.add_row(*row)
     console = Console()
+    if not console.is_terminal:  # a log file or a pipe: no terminal width to fold the table into
+        console = Console(width=180)
     console.print(table)
     for line in c.recommendation.lines:
         console.print(line, highlight=False, markup=False)
