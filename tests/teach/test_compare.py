@@ -2,7 +2,7 @@
 the runs' own files, and a rerun keeps what finished."""
 
 import json
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest

@@ -69,7 +69,7 @@ def run_one(spec: RunSpec) -> None:
     last_stage(cfg, spec.start_model, spec.run_dir, shared)
 
 
-def launch(spec: RunSpec, quiet: bool = False) -> None:
+def launch(spec: RunSpec) -> None:
     """Run `spec` in a child process unless it has finished; its output goes to log.txt."""
     if spec.finished:
         return

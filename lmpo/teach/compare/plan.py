@@ -17,7 +17,7 @@ What counts as a sample: one completion the method trains on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from lmpo.algos import PREFERENCE_LOSSES
@@ -208,7 +208,3 @@ def reference_note(plan: Plan) -> str:
     if plan.method.stage == "online_dpo":
         return "model" if "reference" in models_held(plan) else "none"
     return f"model, beta={stage.beta:g}" if stage.beta > 0 else "none (beta=0)"
-
-
-def with_threads(cfg: CompareConfig, threads: int) -> CompareConfig:
-    return replace(cfg, threads=threads)
