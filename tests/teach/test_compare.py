@@ -73,7 +73,8 @@ def test_within_noise_the_cheapest_is_recommended():
     assert (rec.best, rec.within_noise, rec.choice) == ("a", ["a", "b"], "b")
     assert recommend([a, b], Spread.of([0.3]), budget="time").choice == "b"  # least memory
     leaner_a = _method("a", [0.60, 0.62, 0.64], 100, 500)
-    assert recommend([leaner_a, b], Spread.of([0.3]), budget="time").choice == "a"
+    rec = recommend([leaner_a, b], Spread.of([0.3]), budget="time")
+    assert rec.choice == "a" and rec.lines[-1].startswith("Recommendation: a — the most accurate")
 
 
 def test_a_gap_larger_than_the_spread_makes_the_best_the_choice():

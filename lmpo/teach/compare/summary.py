@@ -117,7 +117,10 @@ def recommend(methods: list[MethodSummary], start: Spread, budget: str = "sample
                      f"({_mb(tied, leanest)}).")
         choice, why = ((leanest, "the leanest in memory") if budget == "time" and leanest
                        else (fastest.method, "the quickest"))
-        lines.append(f"Recommendation: {choice} — as accurate as {best.method} within noise, and {why} of those.")
+        if choice == best.method:
+            lines.append(f"Recommendation: {choice} — the most accurate, and {why} of the methods within noise of it.")
+        else:
+            lines.append(f"Recommendation: {choice} — as accurate as {best.method} within noise, and {why} of those.")
     elif undecided:
         lines.append(f"Recommendation: {best.method} on these numbers; rerun with more --seeds to tell whether "
                      f"its lead over {', '.join(undecided)} is more than noise.")
