@@ -258,6 +258,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lmpo.cli.exercise",
     "lmpo.cli.explain",
     "lmpo.cli.factcheck",
+    "lmpo.cli.compare",
 )
 
 

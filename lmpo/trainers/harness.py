@@ -230,6 +230,16 @@ class Run:
             return StageProgress(label or self.name, total, initial, quiet=True)
         return StageProgress(label or self.name, total, initial)
 
+    def elapsed(self) -> float:
+        """Seconds since the run started (model loading included), as `result.json`'s `seconds`."""
+        return round(time.perf_counter() - self.started, 3)
+
+    def out_of_time(self, max_minutes: float) -> bool:
+        """True once a wall-time cap of `max_minutes` (0 = none) has passed; rank 0's clock decides for all."""
+        if not max_minutes:
+            return False
+        return bool(self.dist.broadcast(time.perf_counter() - self.started >= 60 * max_minutes))
+
     def say(self, text: str) -> None:
         if self.dist.is_main:
             print(f"[{self.name}] {text}", flush=True)

@@ -24,7 +24,7 @@ from lmpo.models import completion_outputs, load_tokenizer
 from lmpo.rollout import left_pad, right_pad
 from lmpo.trainers.distributed import Distributed
 from lmpo.trainers.harness import Run, Updater
-from lmpo.trainers.offline import (OfflineConfig, mean_over_processes, offline_problems, ordered_batches,
+from lmpo.trainers.offline import (DataSize, OfflineConfig, mean_over_processes, offline_problems, ordered_batches,
                                    reference_logps, train_offline)
 from lmpo.trainers.pairs import embedded_pairs, file_unpaired, unpair
 from lmpo.trainers.result import StageResult
@@ -178,7 +178,8 @@ def train_kto(cfg: KTOConfig) -> StageResult:
     if not WEIGHT_RATIO_RANGE[0] <= ratio <= WEIGHT_RATIO_RANGE[1]:
         run.say(f"note: desirable_weight * n_desirable / (undesirable_weight * n_undesirable) = {ratio:.3g}, outside "
                 f"the paper's advice [1, 4/3]; set the weights to bring it in range")
-    return train_offline(run, cfg, policy, tokenizer, task, batches, step, "kto", summary)
+    size = DataSize.of(examples, lambda e: len(e.completion_ids))
+    return train_offline(run, cfg, policy, tokenizer, task, batches, step, "kto", summary, size)
 
 
 def weight_ratio(cfg: KTOConfig, desirable: int, undesirable: int) -> float:

@@ -78,12 +78,14 @@ class OfflineConfig(RunOptions):
     """Longest pair from `data` (prompt + longer reply), in tokens."""
     overlong: Literal["error", "skip", "truncate"] = "error"
     """What to do with a longer pair from `data`: stop with an error naming it, skip it, or truncate the replies."""
+    max_minutes: float = 0.0
+    """Wall-time cap in minutes: stop after the first step past it and evaluate that model (0 = none)."""
 
 
 def offline_problems(cfg: OfflineConfig) -> list[str]:
     """The shared options' problems, and `beta` (every offline loss has one); each trainer adds its loss's."""
     problems = at_least(cfg, 1, "batch_size", "epochs", "pairs", "log_every", "max_length")
-    problems += at_least(cfg, 0, "eval_problems") + optimizer_problems(cfg) + checkpoint_problems(cfg)
+    problems += at_least(cfg, 0, "eval_problems", "max_minutes") + optimizer_problems(cfg) + checkpoint_problems(cfg)
     if not cfg.beta > 0:
         problems.append(f"beta={cfg.beta} must be > 0")
     return problems + data_option_problems(cfg)
@@ -117,9 +119,11 @@ def reference_logps(run: Run, policy, batches: list, score: Callable) -> list:
 
 
 def train_offline(run: Run, cfg: OfflineConfig, policy, tokenizer, task, batches: list, step_fn: StepFn,
-                  label: str, summary: str) -> StageResult:
+                  label: str, summary: str, data: DataSize) -> StageResult:
     """Held-out accuracy at the start, one `step_fn` per batch (metrics, progress, checkpoints,
-    the non-finite guard, resume at the step), held-out accuracy at the end; the final model."""
+    the non-finite guard, resume at the step, the wall-time cap), held-out accuracy at the end;
+    the final model. `data` says how much was trained on, for `result.json` (`lmpo compare`
+    counts it against a sample budget)."""
     # the task's held-out set says nothing about a user's data
     heldout = task.heldout_problems(cfg.eval_problems) if cfg.eval_problems and not cfg.data and run.dist.is_main else []
     optimizer = make_optimizer(policy, cfg.lr, cfg.weight_decay)
@@ -131,18 +135,22 @@ def train_offline(run: Run, cfg: OfflineConfig, policy, tokenizer, task, batches
         updater.load_state(resumed.state)
     if heldout and not resumed:
         first = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
-        run.write({"step": 0, "eval_accuracy": first.accuracy, "eval_format_accuracy": first.format_accuracy})
+        run.write({"step": 0, "eval_accuracy": first.accuracy, "eval_format_accuracy": first.format_accuracy,
+                   "elapsed_s": run.elapsed()})
     run.say(f"{summary}; {run.describe(policy)}")
     policy.train()
     trained = run.trained(policy)
     per_epoch = max(len(batches) // max(cfg.epochs, 1), 1)
+    last_step = start_step
     with run.progress(len(batches), initial=start_step, label=label) as progress:
         for step in range(start_step + 1, len(batches) + 1):
+            last_step = step
             row = step_fn(trained, updater, step - 1)
             row["step"] = step
             if updater.streak:
                 row["skipped_updates"] = updater.skipped
-            if step % cfg.log_every == 0 or step == len(batches) or updater.streak:
+            out_of_time = run.out_of_time(cfg.max_minutes)
+            if step % cfg.log_every == 0 or step == len(batches) or updater.streak or out_of_time:
                 run.write(row)
             updater.check(step)
             progress.update(step, loss=row["loss"], **{short: row[k] for k, short in SHOWN.items() if k in row})
@@ -151,13 +159,34 @@ def train_offline(run: Run, cfg: OfflineConfig, policy, tokenizer, task, batches
             if step % per_epoch == 0:
                 fault_point("epoch_end", step)
             fault_point("step_end", step)
+            if out_of_time and step < len(batches):
+                reason = f"the wall-time cap of {cfg.max_minutes:g} minutes"
+                run.say(f"stopping at step {step} of {len(batches)}: {reason}")
+                run.write({"step": step, "stopped": reason})
+                break
     result = StageResult(name=label, seconds=0.0, model_dir="", run_dir=str(run.out))
     run.sync(policy)
     if heldout:
         final = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
-        run.write({"step": len(batches), "eval_accuracy": final.accuracy, "eval_format_accuracy": final.format_accuracy})
+        run.write({"step": last_step, "eval_accuracy": final.accuracy, "eval_format_accuracy": final.format_accuracy,
+                   "elapsed_s": run.elapsed()})
         result.accuracy, result.format_accuracy = final.accuracy, final.format_accuracy
-    return run.finish(policy, tokenizer, result, models_held={"policy": 1, "reference": 0})
+    trained_items = min(data.items, last_step * cfg.batch_size)  # a second epoch is not new data
+    return run.finish(policy, tokenizer, result, models_held={"policy": 1, "reference": 0},
+                      pairs_trained=trained_items, completion_tokens=round(data.tokens_per_item * trained_items))
+
+
+@dataclass
+class DataSize:
+    """How much an offline trainer's data holds: items (pairs, or unpaired examples) and the mean
+    completion tokens of one item (both completions of a pair)."""
+
+    items: int
+    tokens_per_item: float
+
+    @classmethod
+    def of(cls, items: Sequence, tokens: Callable[[object], int]) -> "DataSize":
+        return cls(len(items), sum(map(tokens, items)) / max(len(items), 1))
 
 
 def mean_over_processes(run: Run, figures: dict[str, torch.Tensor]) -> dict[str, float]:

@@ -115,7 +115,8 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     last_eval = None
     if heldout and not resumed:
         last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens)
-        run.write({"step": 0, "eval_accuracy": last_eval.accuracy, "eval_format_accuracy": last_eval.format_accuracy})
+        run.write({"step": 0, "eval_accuracy": last_eval.accuracy, "eval_format_accuracy": last_eval.format_accuracy,
+                   "elapsed_s": run.elapsed()})
     run.say(f"{cfg.rounds} rounds of {cfg.prompts_per_round} prompts x {cfg.samples_per_prompt} samples, ranked by "
             f"{cfg.rewards}; {run.describe(policy)}")
     trained = run.trained(policy)
@@ -138,6 +139,8 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
             fault_point("after_rollout", round_)
             row = {"step": step, "round": round_, "reward_mean": reward_sum / scorable if scorable else 0.0,
                    "pairs": len(pairs), "tie_frac": 1 - len(pairs) / cfg.prompts_per_round,
+                   "samples": len(problems) * run.dist.world,
+                   "completion_tokens": int(run.dist.all_sum(float(rollout.lengths.sum()))),
                    "unscorable": int(len(problems) * run.dist.world - scorable), "prompts": [first_prompt, stream.position]}
             if pairs:
                 policy.train()
@@ -160,9 +163,13 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
                 run.sync(policy)
             if updater.skipped:
                 row["skipped_updates"] = updater.skipped
-            if heldout and (round_ % cfg.eval_every == 0 or round_ == cfg.rounds):
+            out_of_time = run.out_of_time(cfg.max_minutes) and round_ < cfg.rounds
+            if heldout and (round_ % cfg.eval_every == 0 or round_ == cfg.rounds or out_of_time):
                 last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens)
                 row["eval_accuracy"], row["eval_format_accuracy"] = last_eval.accuracy, last_eval.format_accuracy
+                row["elapsed_s"] = run.elapsed()
+            if out_of_time:
+                row["stopped"] = f"the wall-time cap of {cfg.max_minutes:g} minutes"
             run.write(row)
             progress.update(round_, reward=row["reward_mean"], pairs=row["pairs"],
                             **({"eval": last_eval.accuracy} if last_eval else {}))
@@ -170,6 +177,9 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
                 run.checkpoint(round_, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
                                {"updates": step, "prompt_position": stream.position, **updater.state()})
             fault_point("step_end", round_)
+            if out_of_time:
+                run.say(f"stopping after round {round_} of {cfg.rounds}: {row['stopped']}")
+                break
     rank_by.close()
     result = StageResult(name="online_dpo", seconds=0.0, model_dir="", run_dir=str(run.out))
     if last_eval:

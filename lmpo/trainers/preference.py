@@ -18,7 +18,7 @@ from lmpo.envs.data import PreferencePair
 from lmpo.models import completion_outputs, load_tokenizer
 from lmpo.rollout import left_pad, right_pad
 from lmpo.trainers.harness import Run, Updater
-from lmpo.trainers.offline import (OfflineConfig, mean_over_processes, offline_problems, ordered_batches,
+from lmpo.trainers.offline import (DataSize, OfflineConfig, mean_over_processes, offline_problems, ordered_batches,
                                    reference_logps, train_offline)
 from lmpo.trainers.pairs import embedded_pairs, file_pairs
 from lmpo.trainers.result import StageResult
@@ -147,4 +147,5 @@ def train_pairs(cfg: OfflineConfig, loss_fn, name: str, label: str, options: dic
         return preference_step(run, trained, updater, batches[i], ref[i], loss_fn, cfg, options)
 
     summary = f"{len(pairs)} pairs x {cfg.epochs} epochs, {label}, beta={cfg.beta}"
-    return train_offline(run, cfg, policy, tokenizer, task, batches, step, label, summary)
+    size = DataSize.of(pairs, lambda p: len(p.chosen_ids) + len(p.rejected_ids))
+    return train_offline(run, cfg, policy, tokenizer, task, batches, step, label, summary, size)

@@ -111,7 +111,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     last_eval, last_eval_step = None, -1
     if heldout and start_step == 0:  # the starting point of the curves
         first = evaluate(run.plain(policy), tokenizer, task, heldout, **eval_options(cfg))
-        run.write({"step": 0, **first.metrics()})
+        run.write({"step": 0, **first.metrics(), "elapsed_s": run.elapsed()})
         last_eval_step = 0
         if stop.active and stop.observe(0, first.accuracy):
             best.keep(run.plain(policy), tokenizer)
@@ -170,12 +170,20 @@ def train_rl(cfg: RLConfig) -> StageResult:
             if heldout and (step % cfg.eval_every == 0 or step == cfg.steps):
                 last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, **eval_options(cfg))
                 policy.train()
-                row.update(last_eval.metrics())
+                row.update(last_eval.metrics(), elapsed_s=run.elapsed())
                 saved.write(step, "eval", last_eval.trajectories, task)
                 last_eval_step = step
                 if stop.active and stop.observe(step, last_eval.accuracy):
                     best.keep(run.plain(policy), tokenizer)
             reason = run.dist.broadcast(stop.reason()) if stop.active else None
+            if reason and heldout and last_eval_step != step:  # a wall-time cap between evaluations
+                last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, **eval_options(cfg))
+                policy.train()
+                row.update(last_eval.metrics(), elapsed_s=run.elapsed())
+                saved.write(step, "eval", last_eval.trajectories, task)
+                last_eval_step = step
+                if stop.observe(step, last_eval.accuracy):
+                    best.keep(run.plain(policy), tokenizer)
             run.write(row)
             alarm = guard.check(row, nonfinite_streak, cfg.max_nonfinite_steps) if guard is not None else None
             if alarm:  # back to the last complete checkpoint, with a lower learning rate

@@ -1,0 +1,91 @@
+"""`lmpo compare`: PPO, GRPO, DPO, online DPO (and any RL preset or DPO loss) from the same SFT
+checkpoint per seed, at a matched budget of samples or wall time; a table of held-out accuracy
+(mean ± std over seeds), wall time, peak memory, models held and samples used, two plots, an
+HTML page, and a recommendation computed from those numbers.
+
+plan: each method's configuration at the budget; execute: the runs, one process each, resumable;
+records: what a run measured; summary: the table's figures and the recommendation; render: the
+files and the terminal table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from lmpo.teach.compare.execute import RunSpec, launch
+from lmpo.teach.compare.plan import (DEFAULT_METHODS, CompareConfig, Method, budget_samples, models_held,
+                                     plan_method, reference_note)
+from lmpo.teach.compare.records import RunRecord, read_run
+from lmpo.teach.compare.render import Comparison, print_table, write_all
+from lmpo.teach.compare.summary import Spread, recommend, summarise
+
+__all__ = ["CompareConfig", "Comparison", "DEFAULT_METHODS", "run_compare", "collect", "RunRecord"]
+
+
+def start_model(cfg: CompareConfig, seed: int, say: Callable[[str], None]) -> tuple[str, float | None]:
+    """(The starting model directory of `seed`, its held-out accuracy when known)."""
+    if cfg.start:
+        return cfg.start, None
+    from lmpo.teach.start import sft_start
+
+    point = sft_start(task=cfg.task, seed=seed, threads=cfg.threads, model=cfg.model)
+    say(f"seed {seed}: SFT start {point.model_dir} (held-out accuracy {100 * point.sft_accuracy:.1f}%)")
+    return point.model_dir, point.sft_accuracy
+
+
+def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> Comparison:
+    """Run every (method, seed) not yet finished, then write the table, plots and page to cfg.out."""
+    cfg.validate()
+    say = (lambda text: None) if quiet else (lambda text: print(f"[compare] {text}", flush=True))
+    methods = [Method.parse(name) for name in cfg.method_names()]
+    for method in methods:  # every method's arithmetic before the first run spends minutes
+        plan_method(cfg, method, cfg.seed_list()[0])
+    if cfg.start and not Path(cfg.start).is_dir():
+        raise FileNotFoundError(f"--start {cfg.start}: no such model directory")
+    starts: dict[int, float | None] = {}
+    for seed in cfg.seed_list():
+        specs = [RunSpec(cfg, method, seed, "") for method in methods]
+        if all(spec.finished for spec in specs):
+            say(f"seed {seed}: every method finished earlier, kept ({Path(cfg.out) / f'seed{seed}'})")
+            continue
+        model_dir, starts[seed] = start_model(cfg, seed, say)  # trained only when a run needs it
+        for method in methods:
+            spec = RunSpec(cfg, method, seed, model_dir)
+            plan = spec.plan()
+            if spec.finished:
+                say(f"seed {seed} {method.name}: finished earlier, kept ({spec.stage_dir})")
+                continue
+            say(f"seed {seed} {method.name}: {plan.units} {plan.unit} x {plan.samples_per_unit} samples"
+                f"{f', at most {cfg.minutes:g} min' if cfg.budget == 'time' else ''}; log {spec.run_dir / 'log.txt'}")
+            launch(spec)
+            record = read_run(spec.stage_dir, method.name, seed, method.stage)
+            say(f"seed {seed} {method.name}: held-out accuracy {100 * (record.accuracy or 0):.1f}%, "
+                f"{record.seconds:.0f} s, peak {record.peak_rss_mb} MB")
+    comparison = collect(cfg, command, starts)
+    files = write_all(comparison, Path(cfg.out))
+    if not quiet:
+        print_table(comparison, Path(cfg.out))
+        print(f"files: {files['md']}, {files['json']}, {files['html']}")
+    return comparison
+
+
+def collect(cfg: CompareConfig, command: str = "", start_accuracy: dict[int, float | None] | None = None) -> Comparison:
+    """The comparison of the finished runs under cfg.out (every (method, seed) must be finished)."""
+    seeds, methods = cfg.seed_list(), [Method.parse(name) for name in cfg.method_names()]
+    records, summaries = [], []
+    for method in methods:
+        mine = [read_run(RunSpec(cfg, method, seed, "").stage_dir, method.name, seed, method.stage) for seed in seeds]
+        records += mine
+        plan = plan_method(cfg, method, seeds[0])
+        unit = f"{plan.units} {plan.unit} x {plan.samples_per_unit}"
+        summaries.append(summarise(method.name, mine, models_held(plan), reference_note(plan), unit, plan.what_counts))
+    known = start_accuracy or {}
+    # the start's accuracy per seed: as the runs measured it before training (the evaluation their
+    # final figures come from), else as the SFT stage measured it
+    start = Spread.of([next((r.start_accuracy for r in records if r.seed == seed and r.start_accuracy is not None),
+                            known.get(seed)) for seed in seeds])
+    budget = {"kind": cfg.budget, "samples": budget_samples(cfg)}
+    if cfg.budget == "time":
+        budget["minutes"] = cfg.minutes
+    return Comparison(command, cfg.task, budget, seeds, start, summaries, recommend(summaries, start, cfg.budget),
+                      records)

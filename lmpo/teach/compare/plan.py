@@ -1,0 +1,210 @@
+"""What `lmpo compare` runs: each method's stage configuration at a matched budget.
+
+A method is the last stage of `lmpo pipeline` (an RL preset, `dpo` or `online_dpo`, optionally
+with a preference loss: `dpo:ipo`, `online_dpo:simpo`) with the pipeline's settings for the task
+(`resolve_pipeline`), so that a compare run of grpo is the pipeline's grpo stage at that budget.
+Only the budget options change: RL `steps`, DPO `pairs`, online DPO `rounds` (and each trainer's
+`max_minutes` under a time budget).
+
+What counts as a sample: one completion the method trains on.
+- RL: every completion sampled by the policy, prompts_per_step x group_size per step.
+- online DPO: every completion sampled by the policy, prompts_per_round x samples_per_prompt per
+  round (ties still cost their samples, though they give no pair).
+- offline DPO: the two completions of each pair trained on, written ahead of time (by the task,
+  not by the policy); a pair seen again in a later epoch is not counted again, as a PPO epoch
+  over the same rollout is not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from lmpo.algos import PREFERENCE_LOSSES
+from lmpo.trainers.pipeline import PipelineConfig, resolve_pipeline, validate_stages, with_options
+from lmpo.trainers.presets import RL_PRESETS
+
+DEFAULT_METHODS = "ppo,grpo,dpo,online_dpo"
+PREFERENCE_STAGES = ("dpo", "online_dpo")
+
+
+@dataclass
+class CompareConfig:
+    methods: str = DEFAULT_METHODS
+    """Methods, comma-separated: RL presets (see `lmpo presets`), dpo, online_dpo; a preference loss after a colon (dpo:ipo, online_dpo:simpo)."""
+    seeds: str = "0,1,2"
+    """Seeds, comma-separated; each seed has its own SFT start and one run per method."""
+    budget: Literal["samples", "time"] = "samples"
+    """What is matched between methods: the number of samples (completions trained on) or the wall time."""
+    samples: int = 0
+    """Samples per run (0 = what the pipeline's grpo stage uses on the task: steps x prompts_per_step x group_size); under a time budget, the most a run may use."""
+    minutes: float = 0.0
+    """Wall time per run under --budget time (each trainer's max_minutes)."""
+    task: str = "sort_digits"
+    """Task for every run and its held-out evaluation (anything `lmpo pipeline --task` takes)."""
+    out: str = "runs/compare"
+    """Directory: one sub-directory per seed and method (SEED/METHOD), compare.json, compare.md, compare.html, plots."""
+    threads: int = 2
+    """Torch CPU threads of each run (0 = one per core); runs go one after another."""
+    model: str = "tiny"
+    """Model preset (or directory) the SFT starts are trained from."""
+    start: str = ""
+    """Start every run from this model directory instead of the task's SFT checkpoint of each seed."""
+    device: str = "auto"
+    """Where every run trains: auto, cpu, cuda or cuda:N."""
+    precision: str = "auto"
+    """Precision of every run: auto, fp32 or bf16."""
+
+    def method_names(self) -> list[str]:
+        return parse_list(self.methods, "methods", str)
+
+    def seed_list(self) -> list[int]:
+        return parse_list(self.seeds, "seeds", int)
+
+    def validate(self) -> None:
+        problems = []
+        for name in self.method_names():
+            try:
+                Method.parse(name)
+            except ValueError as err:
+                problems.append(str(err))
+        if len(set(self.method_names())) != len(self.method_names()):
+            problems.append(f"methods={self.methods!r} names a method twice")
+        if self.samples < 0:
+            problems.append(f"samples={self.samples} must be >= 0 (0 = the pipeline's grpo budget)")
+        if self.budget == "time" and not self.minutes > 0:
+            problems.append("budget=time needs --minutes M > 0")
+        if self.budget == "samples" and self.minutes:
+            problems.append(f"minutes={self.minutes} is for --budget time; a sample budget runs to its samples")
+        if self.threads < 0:
+            problems.append(f"threads={self.threads} must be >= 0")
+        if problems:
+            raise ValueError("compare: " + "; ".join(problems))
+
+
+def parse_list(text: str, name: str, kind: type) -> list:
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    if not items:
+        raise ValueError(f"--{name}: give at least one, comma-separated (got {text!r})")
+    try:
+        return [kind(item) for item in items]
+    except ValueError:
+        raise ValueError(f"--{name}: expected comma-separated {kind.__name__}s, got {text!r}") from None
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    """As the user wrote it: grpo, dpo, dpo:ipo..."""
+    stage: str
+    """The pipeline's last stage: an RL preset, dpo or online_dpo."""
+    loss: str = ""
+    """The preference loss of a dpo/online_dpo method ("" = the pipeline's)."""
+
+    @classmethod
+    def parse(cls, name: str) -> "Method":
+        stage, _, loss = name.partition(":")
+        if stage not in (*RL_PRESETS, *PREFERENCE_STAGES):
+            raise ValueError(f"unknown method {name!r}; choose RL presets ({', '.join(RL_PRESETS)}), dpo or online_dpo")
+        if loss and stage not in PREFERENCE_STAGES:
+            raise ValueError(f"method {name!r}: a loss after ':' is for dpo and online_dpo only")
+        if loss and loss not in PREFERENCE_LOSSES:
+            raise ValueError(f"method {name!r}: loss {loss!r} is not one of {PREFERENCE_LOSSES.names()}")
+        return cls(name, stage, loss)
+
+    @property
+    def slug(self) -> str:
+        """Its directory name."""
+        return self.name.replace(":", "-")
+
+
+@dataclass
+class Plan:
+    """One method at the budget: its pipeline configuration and what one unit of it costs."""
+
+    method: Method
+    pipeline: PipelineConfig
+    unit: str
+    """What the budget converts into: steps, pairs or rounds."""
+    units: int
+    samples_per_unit: int
+    what_counts: str
+
+    @property
+    def stage(self):
+        """The configuration of the stage that runs."""
+        section = {"dpo": "dpo", "online_dpo": "online_dpo"}.get(self.method.stage, "rl_stage")
+        return getattr(self.pipeline, section)
+
+    @property
+    def planned_samples(self) -> int:
+        return self.units * self.samples_per_unit
+
+
+def default_samples(task: str) -> int:
+    """What the pipeline's grpo stage uses on `task`: steps x prompts_per_step x group_size."""
+    rl = resolve_pipeline(PipelineConfig(task=task, rl="grpo")).rl_stage
+    return rl.steps * rl.prompts_per_step * rl.group_size
+
+
+def budget_samples(cfg: CompareConfig) -> int:
+    return cfg.samples or default_samples(cfg.task)
+
+
+def plan_method(cfg: CompareConfig, method: Method, seed: int) -> Plan:
+    """The pipeline configuration of `method` for `seed` with its budget options set."""
+    base = resolve_pipeline(PipelineConfig(out=cfg.out, model=cfg.model, task=cfg.task, seed=seed,
+                                           threads=cfg.threads, device=cfg.device, precision=cfg.precision,
+                                           rl=method.stage), explicit=())
+    samples = budget_samples(cfg)
+    minutes = cfg.minutes if cfg.budget == "time" else 0.0
+    if method.stage == "dpo":
+        section, unit, per_unit = "dpo", "pairs", 2
+        what = "2 completions per pair trained on (written ahead of time, not sampled by the policy)"
+    elif method.stage == "online_dpo":
+        o = base.online_dpo
+        section, unit, per_unit = "online_dpo", "rounds", o.prompts_per_round * o.samples_per_prompt
+        what = f"{o.prompts_per_round} prompts x {o.samples_per_prompt} samples per round, sampled by the policy"
+    else:
+        r = base.rl_stage
+        section, unit, per_unit = "rl_stage", "steps", r.prompts_per_step * r.group_size
+        what = f"{r.prompts_per_step} prompts x {r.group_size} completions per step, sampled by the policy"
+    units = max(1, samples // per_unit)
+    options = {f"{section}.{unit}": units, f"{section}.max_minutes": minutes}
+    if method.loss:
+        options[f"{section}.loss"] = method.loss
+    pipeline = with_options(base, options)
+    validate_stages(pipeline)
+    return Plan(method, pipeline, unit, units, per_unit, what)
+
+
+def models_held(plan: Plan) -> list[str]:
+    """The models a method keeps in memory while it trains, read from its configuration."""
+    stage = plan.stage
+    if plan.method.stage in PREFERENCE_STAGES:
+        loss_fn = PREFERENCE_LOSSES.get(stage.loss)
+        needs_reference = not getattr(loss_fn, "reference_free", False)
+        if plan.method.stage == "dpo":  # reference log-probs computed once, before training; no model kept
+            return ["policy"]
+        return ["policy"] + (["reference"] if needs_reference and not stage.lora_r else [])
+    held = ["policy"]
+    if stage.beta > 0 and not stage.lora_r:
+        held.append("reference")
+    if stage.critic == "separate":
+        held.append("critic")
+    elif stage.critic == "head":
+        held.append("critic (value head on the policy)")
+    if "rm" in [part.split("=")[0].strip() for part in stage.rewards.split(",")]:
+        held.append("reward model")
+    return held
+
+
+def reference_note(plan: Plan) -> str:
+    """How a method keeps to its reference, in words for the table."""
+    stage = plan.stage
+    if plan.method.stage == "dpo":
+        free = getattr(PREFERENCE_LOSSES.get(stage.loss), "reference_free", False)
+        return "none (reference-free loss)" if free else "log-probs precomputed, model released"
+    if plan.method.stage == "online_dpo":
+        return "model" if "reference" in models_held(plan) else "none"
+    return f"model, beta={stage.beta:g}" if stage.beta > 0 else "none (beta=0)"

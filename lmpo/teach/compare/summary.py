@@ -1,0 +1,143 @@
+"""The comparison's table and its recommendation, computed from the runs' records.
+
+The recommendation is a set of rules over the table, never fixed text:
+- the best method has the highest mean held-out accuracy over seeds;
+- another method's gap to it is larger than noise when it exceeds the seeds' spread,
+  sqrt(std_best² + std_other²) (sample standard deviations over seeds); with one seed there is
+  no spread to compare with, so no gap is called larger than noise and none is called within it;
+- among the methods within noise of the best, the cheapest is recommended: the least wall time
+  under a sample budget, the least peak memory under a time budget (where wall times are
+  matched); when no other method is within noise, the best is.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from lmpo.teach.compare.records import RunRecord
+
+
+@dataclass
+class Spread:
+    mean: float | None
+    std: float | None
+    n: int
+
+    @classmethod
+    def of(cls, values: list[float | None]) -> "Spread":
+        xs = [float(v) for v in values if v is not None]
+        if not xs:
+            return cls(None, None, 0)
+        return cls(statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else None, len(xs))
+
+
+@dataclass
+class MethodSummary:
+    method: str
+    accuracy: Spread
+    seconds: Spread
+    peak_rss_mb: Spread
+    samples: Spread
+    completion_tokens: Spread
+    models_held: list[str]
+    reference: str
+    budget_unit: str
+    """What the budget became for this method, e.g. `250 steps x 64 samples`."""
+    what_counts: str
+    seeds: list[int] = field(default_factory=list)
+
+
+def summarise(method: str, records: list[RunRecord], models_held: list[str], reference: str, budget_unit: str,
+              what_counts: str) -> MethodSummary:
+    return MethodSummary(method, Spread.of([r.accuracy for r in records]), Spread.of([r.seconds for r in records]),
+                         Spread.of([r.peak_rss_mb for r in records]), Spread.of([r.samples for r in records]),
+                         Spread.of([r.completion_tokens for r in records]), models_held, reference, budget_unit,
+                         what_counts, [r.seed for r in records])
+
+
+@dataclass
+class Recommendation:
+    best: str
+    choice: str
+    within_noise: list[str]
+    """Methods whose mean accuracy is within the seeds' spread of the best's (the best included)."""
+    beyond_noise: list[str]
+    """Methods whose gap to the best exceeds the seeds' spread."""
+    undecided: list[str]
+    """Methods whose gap cannot be judged: one seed, so no spread."""
+    cheapest_time: str
+    cheapest_memory: str | None
+    lines: list[str]
+
+
+def noise(a: Spread, b: Spread) -> float | None:
+    if a.std is None or b.std is None:
+        return None
+    return math.sqrt(a.std ** 2 + b.std ** 2)
+
+
+def recommend(methods: list[MethodSummary], start: Spread, budget: str = "samples") -> Recommendation:
+    scored = sorted((m for m in methods if m.accuracy.mean is not None), key=lambda m: -m.accuracy.mean)
+    if not scored:
+        raise ValueError("compare: no run has a held-out accuracy (eval_problems=0?); nothing to recommend")
+    best = scored[0]
+    lines = [f"Highest mean held-out accuracy: {best.method}, {pct(best.accuracy)} over {best.accuracy.n} "
+             f"seed(s) (SFT start: {pct(start)})."]
+    within, beyond, undecided = [best.method], [], []
+    for other in scored[1:]:
+        gap, spread = best.accuracy.mean - other.accuracy.mean, noise(best.accuracy, other.accuracy)
+        if spread is None:
+            undecided.append(other.method)
+            lines.append(f"{other.method}: {100 * gap:.1f} points below; one seed, so no spread to judge it by.")
+        elif gap > spread:
+            beyond.append(other.method)
+            lines.append(f"{other.method}: {100 * gap:.1f} points below, more than the seeds' spread "
+                         f"({100 * spread:.1f} points).")
+        else:
+            within.append(other.method)
+            lines.append(f"{other.method}: {100 * gap:.1f} points below, within the seeds' spread "
+                         f"({100 * spread:.1f} points).")
+    start_spread = noise(best.accuracy, start)
+    if start.mean is not None:
+        gain = best.accuracy.mean - start.mean
+        if start_spread is not None and gain <= start_spread:
+            lines.append(f"No method beat the SFT start by more than the seeds' spread ({100 * gain:+.1f} points).")
+        else:
+            lines.append(f"{best.method} gained {100 * gain:+.1f} points over the SFT start.")
+    tied = [m for m in scored if m.method in within]
+    fastest = min(tied, key=lambda m: (m.seconds.mean, m.peak_rss_mb.mean or math.inf))
+    with_memory = [m for m in tied if m.peak_rss_mb.mean is not None]
+    leanest = min(with_memory, key=lambda m: m.peak_rss_mb.mean).method if with_memory else None
+    choice = best.method
+    if len(tied) > 1:
+        lines.append(f"Within noise of the best: {', '.join(m.method for m in tied)}; least wall time: "
+                     f"{fastest.method} ({fastest.seconds.mean:.0f} s), least peak memory: {leanest} "
+                     f"({_mb(tied, leanest)}).")
+        choice, why = ((leanest, "the leanest in memory") if budget == "time" and leanest
+                       else (fastest.method, "the quickest"))
+        if choice == best.method:
+            lines.append(f"Recommendation: {choice} — the most accurate, and {why} of the methods within noise of it.")
+        else:
+            lines.append(f"Recommendation: {choice} — as accurate as {best.method} within noise, and {why} of those.")
+    elif undecided:
+        lines.append(f"Recommendation: {best.method} on these numbers; rerun with more --seeds to tell whether "
+                     f"its lead over {', '.join(undecided)} is more than noise.")
+    else:
+        lines.append(f"Recommendation: {best.method} — ahead of every other method by more than the seeds' spread.")
+    return Recommendation(best.method, choice, within, beyond, undecided, fastest.method, leanest, lines)
+
+
+def _mb(methods: list[MethodSummary], name: str | None) -> str:
+    found = next((m.peak_rss_mb.mean for m in methods if m.method == name), None)
+    return "n/a" if found is None else f"{found:.0f} MB"
+
+
+def pct(spread: Spread) -> str:
+    """`62.3% ± 1.2` (mean ± std over seeds, in points), `62.3%` for one seed, `n/a` for none."""
+    if spread.mean is None:
+        return "n/a"
+    if spread.std is None:
+        return f"{100 * spread.mean:.1f}%"
+    return f"{100 * spread.mean:.1f}% ± {100 * spread.std:.1f}"

@@ -1,0 +1,143 @@
+"""`lmpo compare`: budgets become each method's steps, the table and the recommendation come from
+the runs' own files, and a rerun keeps what finished."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from lmpo.cli.main import main
+from lmpo.teach.compare import CompareConfig
+from lmpo.teach.compare.plan import Method, budget_samples, models_held, plan_method
+from lmpo.teach.compare.summary import MethodSummary, Spread, recommend
+from lmpo.trainers.pipeline import PipelineConfig, resolve_pipeline
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_default_budget_is_what_the_pipelines_grpo_stage_samples():
+    rl = resolve_pipeline(PipelineConfig(rl="grpo")).rl_stage
+    assert budget_samples(CompareConfig()) == rl.steps * rl.prompts_per_step * rl.group_size == 16000
+
+
+@pytest.mark.parametrize("method, unit, units, per_unit", [("grpo", "steps", 250, 64), ("ppo", "steps", 250, 64),
+                                                          ("dpo", "pairs", 8000, 2), ("online_dpo", "rounds", 62, 256)])
+def test_a_sample_budget_becomes_each_methods_steps(method, unit, units, per_unit):
+    plan = plan_method(CompareConfig(samples=16000), Method.parse(method), seed=1)
+    assert (plan.unit, plan.units, plan.samples_per_unit) == (unit, units, per_unit)
+    assert 16000 - per_unit < plan.planned_samples <= 16000
+
+
+def test_a_compare_run_is_the_pipelines_last_stage_at_that_budget():
+    cfg = CompareConfig(samples=3200, threads=1, seeds="2")
+    pipeline = resolve_pipeline(PipelineConfig(out=cfg.out, rl="ppo", seed=2, threads=1))
+    assert plan_method(cfg, Method.parse("ppo"), 2).pipeline == replace(
+        pipeline, rl_stage=replace(pipeline.rl_stage, steps=50))
+    dpo = plan_method(cfg, Method.parse("dpo:ipo"), 2).pipeline.dpo
+    assert (dpo.pairs, dpo.loss, dpo.lr) == (1600, "ipo", resolve_pipeline(PipelineConfig(rl="dpo")).dpo.lr)
+
+
+def test_a_time_budget_sets_each_trainers_wall_time_cap():
+    cfg = CompareConfig(budget="time", minutes=2.5)
+    for method in ("grpo", "dpo", "online_dpo"):
+        assert plan_method(cfg, Method.parse(method), 0).stage.max_minutes == 2.5
+
+
+@pytest.mark.parametrize("method, held", [
+    ("ppo", ["policy", "reference", "critic"]), ("grpo", ["policy", "reference"]), ("dapo", ["policy"]),
+    ("dpo", ["policy"]), ("online_dpo", ["policy", "reference"]), ("online_dpo:simpo", ["policy"])])
+def test_models_held_are_read_from_the_configuration(method, held):
+    assert models_held(plan_method(CompareConfig(), Method.parse(method), 0)) == held
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"methods": "grpo,nope"}, "unknown method 'nope'"), ({"methods": "grpo:ipo"}, "dpo and online_dpo only"),
+    ({"methods": "dpo:nope"}, "loss 'nope'"), ({"methods": "grpo,grpo"}, "twice"),
+    ({"budget": "time"}, "--minutes"), ({"seeds": "0,x"}, "--seeds")])
+def test_bad_options_are_refused_before_any_run(options, message):
+    with pytest.raises(ValueError, match=message):
+        cfg = CompareConfig(**options)
+        cfg.validate()
+        cfg.seed_list()
+
+
+def _method(name, accs, seconds, mb):
+    return MethodSummary(name, Spread.of(accs), Spread.of([seconds] * len(accs)), Spread.of([mb] * len(accs)),
+                         Spread.of([100] * len(accs)), Spread.of([500] * len(accs)), ["policy"], "none", "", "")
+
+
+def test_within_noise_the_cheapest_is_recommended():
+    a, b = _method("a", [0.60, 0.62, 0.64], 100, 900), _method("b", [0.59, 0.61, 0.63], 40, 700)
+    rec = recommend([a, b], Spread.of([0.3, 0.3, 0.3]))
+    assert (rec.best, rec.within_noise, rec.choice) == ("a", ["a", "b"], "b")
+    assert recommend([a, b], Spread.of([0.3]), budget="time").choice == "b"  # least memory
+    leaner_a = _method("a", [0.60, 0.62, 0.64], 100, 500)
+    rec = recommend([leaner_a, b], Spread.of([0.3]), budget="time")
+    assert rec.choice == "a" and rec.lines[-1].startswith("Recommendation: a — the most accurate")
+
+
+def test_a_gap_larger_than_the_spread_makes_the_best_the_choice():
+    a, b = _method("a", [0.60, 0.62, 0.64], 100, 900), _method("b", [0.40, 0.41, 0.42], 40, 700)
+    rec = recommend([b, a], Spread.of([0.3, 0.31, 0.32]))
+    assert (rec.best, rec.beyond_noise, rec.choice) == ("a", ["b"], "a")
+    assert any("more than the seeds' spread" in line for line in rec.lines)
+
+
+def test_with_one_seed_no_gap_is_judged():
+    rec = recommend([_method("a", [0.5], 10, 1), _method("b", [0.7], 10, 1)], Spread.of([0.3]))
+    assert (rec.best, rec.undecided, rec.choice) == ("b", ["a"], "b")
+
+
+def _compare(start_model, out, *extra):
+    argv = ["compare", "--methods", "grpo,dpo", "--seeds", "0", "--samples", "128", "--threads", "1",
+            "--device", "cpu", "--start", start_model, "--out", str(out), *extra]
+    assert main(argv) == 0
+    return json.loads((out / "compare.json").read_text())
+
+
+def _set_accuracy(stage_dir: Path, accuracy: float) -> None:
+    result = json.loads((stage_dir / "result.json").read_text())
+    (stage_dir / "result.json").write_text(json.dumps({**result, "accuracy": accuracy}))
+
+
+def test_the_table_plots_and_recommendation_come_from_the_runs(start_model, tmp_path):
+    out = tmp_path / "cmp"
+    first = _compare(start_model, out)
+    runs = {r["method"]: r for r in first["runs"]}
+    for method in ("grpo", "dpo"):
+        result = json.loads((out / "seed0" / method / method / "result.json").read_text())
+        assert runs[method]["accuracy"] == result["accuracy"] and runs[method]["samples"] == 128
+        assert runs[method]["peak_rss_mb"] == result["peak_rss_mb"] > 0
+        assert [p["samples"] for p in runs[method]["curve"]] == [0, 128]  # evaluated before and after
+    grpo_config = json.loads((out / "seed0" / "grpo" / "grpo" / "result.json").read_text())["config"]
+    assert grpo_config["steps"] == 2 and grpo_config["beta"] == 0.04  # 128 samples / (8 x 8), the grpo preset
+    for name in ("accuracy_vs_samples.png", "accuracy_vs_time.png"):
+        assert (out / name).read_bytes().startswith(PNG)
+    html = (out / "compare.html").read_text()
+    assert 'src="accuracy_vs_samples.png"' in html and "Recommendation" in html
+    logs = {m: (out / "seed0" / m / "log.txt").stat().st_mtime_ns for m in ("grpo", "dpo")}
+
+    _set_accuracy(out / "seed0" / "dpo" / "dpo", 0.9)  # the rerun reads the runs again, and runs nothing
+    again = _compare(start_model, out)
+    assert again["recommendation"]["best"] == "dpo" and "| dpo | 90.0% |" in (out / "compare.md").read_text()
+    assert again["recommendation"]["lines"][0].startswith("Highest mean held-out accuracy: dpo, 90.0%")
+    _set_accuracy(out / "seed0" / "grpo" / "grpo", 0.95)
+    assert _compare(start_model, out)["recommendation"]["best"] == "grpo"
+    assert logs == {m: (out / "seed0" / m / "log.txt").stat().st_mtime_ns for m in ("grpo", "dpo")}
+
+    (out / "seed0" / "dpo" / "dpo" / "result.json").unlink()  # as if killed before it finished: dpo only runs again
+    _compare(start_model, out)
+    assert (out / "seed0" / "grpo" / "log.txt").stat().st_mtime_ns == logs["grpo"]
+    assert (out / "seed0" / "dpo" / "log.txt").stat().st_mtime_ns != logs["dpo"]
+
+
+def test_a_time_budget_stops_every_run_at_its_cap(start_model, tmp_path):
+    out = tmp_path / "time"
+    data = _compare(start_model, out, "--budget", "time", "--minutes", "0.01", "--samples", "1000000",
+                    "--methods", "grpo,online_dpo")
+    for run in data["runs"]:
+        rows = [json.loads(line) for line in Path(run["run_dir"], "metrics.jsonl").read_text().splitlines()]
+        assert any("wall-time cap of 0.01 minutes" in r.get("stopped", "") for r in rows), run["method"]
+        assert 0 < run["samples"] < 1000000 and run["accuracy"] is not None
+        assert run["curve"][-1]["seconds"] >= 0.6  # evaluated at the stop, after the cap

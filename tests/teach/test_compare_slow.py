@@ -1,0 +1,29 @@
+"""`lmpo compare` with its defaults (ppo, grpo, dpo, online_dpo at the pipeline's grpo budget) on
+one seed, from the task's SFT checkpoint: minutes on a CPU."""
+
+import json
+
+import pytest
+
+from lmpo.teach.compare import CompareConfig, run_compare
+from lmpo.teach.compare.plan import DEFAULT_METHODS, Method, plan_method
+
+
+@pytest.mark.slow
+def test_the_default_methods_on_one_seed(tmp_path):
+    cfg = CompareConfig(seeds="0", out=str(tmp_path / "cmp"), threads=2)
+    comparison = run_compare(cfg, command="test")
+    data = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    methods = DEFAULT_METHODS.split(",")
+    assert [m["method"] for m in data["methods"]] == methods
+    for run in data["runs"]:
+        plan = plan_method(cfg, Method.parse(run["method"]), 0)
+        assert 16000 - plan.samples_per_unit < run["samples"] <= 16000, run["method"]
+        assert run["peak_rss_mb"] > 0 and run["seconds"] > 0 and run["completion_tokens"] > 0
+    accuracy = {r["method"]: r["accuracy"] for r in data["runs"]}
+    assert data["recommendation"]["best"] == max(accuracy, key=accuracy.get)
+    assert data["recommendation"]["choice"] == data["recommendation"]["best"]  # one seed: no spread, no tie
+    assert max(accuracy.values()) > data["start"]["mean"] + 0.1  # the pipeline's grpo takes 32% to ~66%
+    assert comparison.start.mean == pytest.approx(0.32)
+    table = (tmp_path / "cmp" / "compare.md").read_text()
+    assert all(f"| {m} | {100 * accuracy[m]:.1f}% |" in table for m in methods)
