@@ -132,6 +132,13 @@ class FixedLogprobs(torch.nn.Module):
         logps = getattr(self, name)[prompt_ids[:, 0]]
         return TokenOutputs(logps, entropy=torch.zeros_like(logps.detach()))
 
+    def rows(self, first_tokens: torch.Tensor, prompt_ids: torch.Tensor) -> TokenOutputs:
+        """Chosen (first completion token 1) and rejected (2) rows in whatever order the trainer
+        batches them — one forward over both, or one each."""
+        chosen, rejected = self.outputs("chosen", prompt_ids), self.outputs("rejected", prompt_ids)
+        pick = (first_tokens == 1)[:, None]
+        return TokenOutputs(torch.where(pick, chosen.logprobs, rejected.logprobs), entropy=chosen.entropy)
+
 
 def recording_updater(policy: torch.nn.Module) -> Updater:
     """lmpo's Updater on an optimizer that does not move the weights: the gradient stays readable."""
@@ -179,7 +186,7 @@ def lmpo_preference(options: dict, x: dict, monkeypatch, **loss_options) -> tupl
     pairs, width = chosen_mask.shape
     policy = FixedLogprobs(chosen=t(x["chosen_logps"]), rejected=t(x["rejected_logps"]))
     monkeypatch.setattr(pref, "completion_outputs", lambda model, prompt_ids, prompt_mask, completion_ids, *a, **k:
-                        model.outputs("chosen" if completion_ids[0, 0] == 1 else "rejected", prompt_ids))
+                        model.rows(completion_ids[:, 0], prompt_ids))
     enc = EncodedPairs(torch.arange(pairs)[:, None], torch.ones(pairs, 1), torch.ones(pairs, width, dtype=torch.long),
                        chosen_mask, torch.full((pairs, width), 2), rejected_mask)
     loss_fn = PREFERENCE_LOSSES.get(cfg.loss)
