@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 
@@ -26,6 +25,7 @@ from lmpo.trainers.preference import (EncodedPairs, PreferenceConfig, encode_pai
                                       preference_problems, preference_step, sequence_logps)
 from lmpo.trainers.prompts import PromptStream
 from lmpo.trainers.result import StageResult
+from lmpo.trainers.reward_options import RewardOptions
 from lmpo.trainers.reward_watch import watch_rewards
 from lmpo.trainers.validation import at_least, raise_if_any, reward_problems, sampling_problems
 from lmpo.trainers.runtime import keep_rows_through, make_optimizer, make_scheduler, options_for
@@ -34,7 +34,7 @@ SAMPLER_STRIDE = 1_000_003  # each data-parallel process samples from its own st
 
 
 @dataclass
-class OnlineDPOConfig(PreferenceConfig):
+class OnlineDPOConfig(PreferenceConfig, RewardOptions):
     out: str = "runs/online_dpo"
     """Run directory: metrics.jsonl, the final model in `model/`, result.json."""
     rounds: int = 40
@@ -47,20 +47,8 @@ class OnlineDPOConfig(PreferenceConfig):
     """Sampling temperature."""
     max_new_tokens: int = 12
     """Completion token limit."""
-    rewards: str = "correct=1.0"
-    """How completions are ranked: reward functions and weights, as in RL (`rm=1.0` uses `reward_model`)."""
-    reward_model: str = ""
-    """Directory of a trained reward model for the `rm` reward."""
-    reward_timeout: float = 60.0
-    """Seconds a reward function may take per call; the reward model and your own functions run in their own process, killed when it overruns (0 = in this process, no timeout)."""
-    reward_failure: Literal["unscorable", "error"] = "unscorable"
-    """A completion whose reward fails (raises, times out, None/NaN) is left out of the ranking, or the run stops with an error."""
     prompt_pool: int = 20_000
     """Training prompts drawn from the task's training split."""
-    max_unscorable_steps: int = 3
-    """Stop with an error when every completion was unscorable in this many consecutive rounds (0 = never)."""
-    reward_memory_mb: int = 4096
-    """Memory limit of each reward worker process in MiB."""
     eval_every: int = 10
     """Evaluate on held-out problems every this many rounds (and at the end)."""
     save_every: int = 10

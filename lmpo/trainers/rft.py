@@ -22,7 +22,6 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 
@@ -41,6 +40,7 @@ from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater
 from lmpo.trainers.prompts import PromptStream
 from lmpo.trainers.result import StageResult
+from lmpo.trainers.reward_options import RewardOptions
 from lmpo.trainers.reward_watch import watch_rewards
 from lmpo.trainers.rl_config import ENGINES, RLConfig
 from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
@@ -56,7 +56,7 @@ ROUND_ORDER_STRIDE = 1_000_003  # each round's SFT order comes from its own seed
 
 
 @dataclass
-class RFTConfig(RunOptions):
+class RFTConfig(RunOptions, RewardOptions):
     model: str = "runs/sft/model"
     """Hugging Face model directory (or preset name) of the policy to start from."""
     task: str = "sort_digits"
@@ -83,18 +83,6 @@ class RFTConfig(RunOptions):
     """Sampling temperature."""
     max_new_tokens: int = 12
     """Token budget of one sampled episode after its prompt."""
-    rewards: str = "correct=1.0"
-    """Reward functions and weights that judge samples, as in RL (`rm=1.0` uses `reward_model`)."""
-    reward_model: str = ""
-    """Directory of a trained reward model for the `rm` reward."""
-    reward_timeout: float = 60.0
-    """Seconds a reward function may take per call; the reward model and your own functions run in their own process, killed when it overruns (0 = in this process, no timeout)."""
-    reward_failure: Literal["unscorable", "error"] = "unscorable"
-    """A sample whose reward fails (raises, times out, None/NaN) is never accepted, or the run stops with an error."""
-    max_unscorable_steps: int = 3
-    """Stop with an error when every sample was unscorable in this many consecutive rounds (0 = never)."""
-    reward_memory_mb: int = 4096
-    """Memory limit of each reward worker process in MiB."""
     accept_threshold: float = 1.0
     """A sample is accepted when its reward is at least this (1.0 with `correct=1.0`: the verifier's correct answers); `-inf` accepts every scorable sample, so that keep_top_k alone selects (RAFT with a reward model)."""
     keep_top_k: int = 0

@@ -7,6 +7,7 @@ from typing import Literal
 
 from lmpo.trainers.harness import RunOptions
 from lmpo.trainers.collapse_guard import GuardOptions, guard_problems
+from lmpo.trainers.reward_options import RewardOptions
 from lmpo.trainers.stopping import StoppingOptions, stopping_problems
 from lmpo.trainers.runtime import Schedule
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
@@ -14,7 +15,7 @@ from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option
 
 
 @dataclass
-class RLConfig(RunOptions, StoppingOptions, GuardOptions):
+class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions):
     model: str = "runs/sft/model"
     """Hugging Face model directory (or preset name) of the policy to start from; also the reference."""
     task: str = "sort_digits"
@@ -61,20 +62,8 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions):
     """Keep tool output and template tokens out of the loss (as they must be); False is an ablation that trains on them as if the model had written them."""
     save_trajectories: int = 4
     """Trajectories written to trajectories.jsonl each step (and from each evaluation), for people to read (0 = none)."""
-    rewards: str = "correct=1.0"
-    """Reward functions and weights, e.g. `correct=1.0,format=0.1`; `rm=1.0` uses `reward_model`."""
-    reward_model: str = ""
-    """Directory of a trained reward model (`lmpo train rm`) for the `rm` reward."""
-    reward_timeout: float = 60.0
-    """Seconds a reward function may take per call; the reward model and your own functions each run in their own process, killed when it overruns (0 = call them in this process, without a timeout). The built-in graders always run in this process."""
     missing_eos_penalty: float = 0.0
     """Subtracted from the reward of a completion that hit max_new_tokens without EOS (TRL's missing_eos_penalty); a reward model never saw such text, so its score there is not to be trusted."""
-    reward_failure: Literal["unscorable", "error"] = "unscorable"
-    """When a reward raises, times out or returns None/NaN: mark the completion unscorable (left out of its group's baseline, zero advantage, counted in the metrics) or stop with an error naming the prompt and the function."""
-    max_unscorable_steps: int = 3
-    """Stop with an error when every completion was unscorable in this many consecutive steps (0 = never); the reasons are in `reward_failures.jsonl`."""
-    reward_memory_mb: int = 4096
-    """Memory limit of each reward worker process in MiB (an allocation past it fails and makes the completions unscorable, with that reason)."""
     advantage: str = "grpo"
     """Advantage estimator: per sequence grpo, dr_grpo, rloo; per token gae (needs a critic), reinforce_pp."""
     std: Literal["sample", "population"] = "sample"
