@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -33,6 +34,25 @@ def test_small_pipeline_end_to_end_through_the_cli(rl, tmp_path, capsys):
     assert (out / rl / "report" / "report.html").exists()
     if rl in ("grpo", "ppo", "ppo_rm"):
         assert (out / rl / "report" / "reward.png").exists()
+
+
+def test_the_pipeline_stops_stages_by_their_held_out_scores_by_default():
+    from lmpo.trainers.pipeline import ADAPTIVE_BUDGETS, PipelineConfig, flat_options, resolve_pipeline
+    from lmpo.trainers.supervised import CPTConfig
+
+    adaptive = flat_options(resolve_pipeline(PipelineConfig()))
+    assert {k: adaptive[k] for k in ADAPTIVE_BUDGETS} == ADAPTIVE_BUDGETS
+    fixed = flat_options(resolve_pipeline(PipelineConfig(adaptive=False)))
+    assert fixed["cpt.stop_patience"] == fixed["rl_stage.stop_patience"] == 0 and fixed["cpt.max_minutes"] == 0
+    assert {k: v for k, v in adaptive.items() if k not in ADAPTIVE_BUDGETS and k != "adaptive"} == \
+        {k: v for k, v in fixed.items() if k not in ADAPTIVE_BUDGETS and k != "adaptive"}  # only the rules differ
+    increment = resolve_pipeline(PipelineConfig(task="increment")).rl_stage
+    assert (increment.stop_patience, increment.eval_every, increment.steps) == (4, 100, 1000)  # the task's own rule
+    own = resolve_pipeline(PipelineConfig(rl_stage=replace(PipelineConfig().rl_stage, stop_patience=7)))
+    assert own.rl_stage.stop_patience == 7
+    on_data = resolve_pipeline(PipelineConfig(cpt=CPTConfig(data="corpus.jsonl")))
+    assert on_data.cpt.stop_patience == 0 and on_data.rl_stage.stop_patience == 3  # no task corpus to hold out
+    on_data.cpt.validate()
 
 
 @pytest.mark.slow

@@ -60,7 +60,8 @@ def _train(directory: Path, task: str, seed: int, threads: int, model: str, quie
     if directory.exists():  # an unfinished earlier attempt
         shutil.rmtree(directory)
     done = directory / DONE
-    cfg = resolve_pipeline(PipelineConfig(out=str(directory), task=task, seed=seed, threads=threads, model=model))
+    cfg = resolve_pipeline(PipelineConfig(out=str(directory), task=task, seed=seed, threads=threads, model=model,
+                                         adaptive=False))
     shared = {"task": task, "seed": seed, "threads": threads, "device": cfg.device, "precision": cfg.precision}
     if not quiet:
         print(f"[start] training the {task} SFT checkpoint for seed {seed} (once; kept in {directory})")

@@ -39,6 +39,8 @@ class PipelineConfig:
     """Where every stage trains: auto (a CUDA GPU when one is visible), cpu, cuda or cuda:N."""
     precision: str = "auto"
     """Precision of every stage: auto (bf16 autocast on GPUs that support it, else fp32), fp32 or bf16."""
+    adaptive: bool = True
+    """Adaptive budgets (`ADAPTIVE_BUDGETS`): CPT stops when its held-out loss stops improving and RL when its held-out accuracy does, each keeping its best model, with the step counts and a wall-time cap as maxima; False = every step of the fixed budgets."""
     rl: str = "grpo"
     """Last stage: an RL preset (see `lmpo presets`), dpo, online_dpo, kto, orpo, rft (rejection-sampling fine-tuning), or ppo_rm (reward model, then PPO on it); the stage is named after it."""
     cpt: CPTConfig = field(default_factory=CPTConfig)
@@ -63,13 +65,33 @@ class PipelineConfig:
 
 def resolve_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None) -> PipelineConfig:
     """The configuration a pipeline runs with, for the Python API and the CLI alike: defaults <
-    the task's suggested settings < the last stage's preset (`pipeline_preset`) < the options the
-    caller set. `explicit` names those options as dotted keys (`rl_stage.beta`); without it, every
+    the stopping rules of `adaptive_budgets` < the task's suggested settings < the last stage's
+    preset (`pipeline_preset`) < the options the caller set. `explicit` names those options as dotted keys (`rl_stage.beta`); without it, every
     option that differs from its default counts as set by the caller."""
     given = set(explicit) if explicit is not None else set(changed_options(cfg, PipelineConfig()))
     current = flat_options(cfg)
-    preset = {k: v for k, v in pipeline_preset(cfg.task, cfg.rl).items() if k in current and k not in given}
-    return with_options(cfg, preset)
+    layers = {**adaptive_budgets(cfg), **pipeline_preset(cfg.task, cfg.rl)}
+    return with_options(cfg, {k: v for k, v in layers.items() if k in current and k not in given})
+
+
+# Patience counts evaluations: CPT measures its held-out loss every 25 steps, RL its held-out
+# accuracy every `eval_every` (50). The caps leave the embedded pipeline's time as it was: its
+# step counts are the maxima, and the wall-time caps only bind on a machine many times slower.
+ADAPTIVE_BUDGETS = {"cpt.stop_patience": 3, "cpt.stop_min_delta": 0.002, "cpt.max_minutes": 5.0,
+                    "rl_stage.stop_patience": 3, "rl_stage.max_minutes": 10.0}
+
+
+def adaptive_budgets(cfg: PipelineConfig) -> dict[str, Any]:
+    """The stopping rules `adaptive` turns on, less those a stage cannot read: CPT on a user's
+    `--cpt.data` has no held-out loss of the task's corpus, RL without held-out problems no accuracy."""
+    if not cfg.adaptive:
+        return {}
+    rules = dict(ADAPTIVE_BUDGETS)
+    if cfg.cpt.data:
+        rules = {k: v for k, v in rules.items() if not k.startswith("cpt.")}
+    if not cfg.rl_stage.eval_problems:
+        rules = {k: v for k, v in rules.items() if not k.startswith("rl_stage.")}
+    return rules
 
 
 def flat_options(cfg: Any, prefix: str = "") -> dict[str, Any]:

@@ -107,15 +107,28 @@ def train_rl(cfg: RLConfig) -> StageResult:
     run.say(f"{cfg.advantage} advantages, {cfg.loss} loss, {cfg.aggregation}, beta={cfg.beta} ({cfg.kl_placement}), "
             f"critic={cfg.critic}; {cfg.prompts_per_step}x{cfg.group_size} samples per step; {run.describe(policy)}")
 
-    heldout = _heldout(cfg, task, tokenizer) if run.dist.is_main else []
+    heldout, selection = _heldout(cfg, task, tokenizer, stop.active) if run.dist.is_main else ([], [])
     last_eval, last_eval_step = None, -1
+
+    def held_out_eval(step: int) -> dict:
+        """Evaluate on the reported held-out set; the stopping rule judges on the selection set."""
+        nonlocal last_eval, last_eval_step
+        last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, **eval_options(cfg))
+        figures = {**last_eval.metrics(), "elapsed_s": run.elapsed()}
+        saved.write(step, "eval", last_eval.trajectories, task)
+        last_eval_step = step
+        if stop.active:
+            score = last_eval.accuracy
+            if selection:
+                score = figures["eval_select_accuracy"] = evaluate(run.plain(policy), tokenizer, task, selection,
+                                                              **eval_options(cfg)).accuracy
+            if stop.observe(step, score):
+                best.keep(run.plain(policy), tokenizer)
+        policy.train()
+        return figures
+
     if heldout and start_step == 0:  # the starting point of the curves
-        first = evaluate(run.plain(policy), tokenizer, task, heldout, **eval_options(cfg))
-        run.write({"step": 0, **first.metrics(), "elapsed_s": run.elapsed()})
-        last_eval_step = 0
-        if stop.active and stop.observe(0, first.accuracy):
-            best.keep(run.plain(policy), tokenizer)
-        saved.write(0, "eval", first.trajectories, task)
+        run.write({"step": 0, **held_out_eval(0)})
     policy.train()
     trained = run.trained(policy)
     step = start_step
@@ -168,22 +181,10 @@ def train_rl(cfg: RLConfig) -> StageResult:
                 observed = figures.get("kl_reward", stats.get("kl", 0.0))
                 beta = adaptive_kl_coef(beta, observed, cfg.target_kl, cfg.kl_horizon, cfg.prompts_per_step * cfg.group_size)
             if heldout and (step % cfg.eval_every == 0 or step == cfg.steps):
-                last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, **eval_options(cfg))
-                policy.train()
-                row.update(last_eval.metrics(), elapsed_s=run.elapsed())
-                saved.write(step, "eval", last_eval.trajectories, task)
-                last_eval_step = step
-                if stop.active and stop.observe(step, last_eval.accuracy):
-                    best.keep(run.plain(policy), tokenizer)
+                row.update(held_out_eval(step))
             reason = run.dist.broadcast(stop.reason()) if stop.active else None
             if reason and heldout and last_eval_step != step:  # a wall-time cap between evaluations
-                last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, **eval_options(cfg))
-                policy.train()
-                row.update(last_eval.metrics(), elapsed_s=run.elapsed())
-                saved.write(step, "eval", last_eval.trajectories, task)
-                last_eval_step = step
-                if stop.observe(step, last_eval.accuracy):
-                    best.keep(run.plain(policy), tokenizer)
+                row.update(held_out_eval(step))
             run.write(row)
             alarm = guard.check(row, nonfinite_streak, cfg.max_nonfinite_steps) if guard is not None else None
             if alarm:  # back to the last complete checkpoint, with a lower learning rate
@@ -247,12 +248,20 @@ def _prompt_pool(cfg: RLConfig, task, tokenizer) -> list:
     return problems
 
 
-def _heldout(cfg: RLConfig, task, tokenizer) -> list:
+def _heldout(cfg: RLConfig, task, tokenizer, stopping: bool) -> tuple[list, list]:
+    """The reported held-out problems and, with a stopping rule, the disjoint ones it selects on."""
     if not cfg.eval_problems:
-        return []
+        return [], []
+    wanted = cfg.eval_problems + (cfg.select_problems if stopping else 0)
     if not cfg.eval_prompts:
-        return task.heldout_problems(cfg.eval_problems)
-    return load_prompts(cfg.eval_prompts, tokenizer=tokenizer)[: cfg.eval_problems]
+        problems = task.heldout_problems(wanted)
+    else:
+        problems = load_prompts(cfg.eval_prompts, tokenizer=tokenizer)[:wanted]
+        if stopping and cfg.select_problems and len(problems) <= cfg.eval_problems:
+            raise ValueError(f"{cfg.eval_prompts}: {len(problems)} rows, all of them reported (eval_problems="
+                             f"{cfg.eval_problems}); the stopping rule needs select_problems={cfg.select_problems} "
+                             f"more to pick the best model on, or select_problems=0 to pick on the reported ones")
+    return problems[: cfg.eval_problems], problems[cfg.eval_problems:]
 
 
 def eval_options(cfg: RLConfig) -> dict:

@@ -154,6 +154,8 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions):
     """Keep the model's dropout on in the loss forward; by default it is off in policy, reference and critic, so an on-policy step sees a ratio of exactly 1 and no KL."""
     eval_problems: int = 500
     """Held-out problems for greedy evaluation (0 = skip)."""
+    select_problems: int = 200
+    """With a stopping rule: held-out problems, after the `eval_problems` reported ones, on which the rule picks the best model, so that the reported accuracy is not the best of several evaluations of the same set (0 = pick on the reported set)."""
     eval_max_new_tokens: int = 12
     """Token limit for evaluation answers."""
     save_every: int = 50
@@ -208,7 +210,7 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions):
         problems += at_least(self, 0, "missing_eos_penalty")
         problems += reward_problems(self) + optimizer_problems(self) + checkpoint_problems(self)
         problems += at_least(self, 1, "prompts_per_step", "eval_every", "max_new_tokens", "max_nonfinite_steps")
-        problems += at_least(self, 0, "eval_problems", "max_unscorable_steps", "micro_batch_tokens")
+        problems += at_least(self, 0, "eval_problems", "select_problems", "max_unscorable_steps", "micro_batch_tokens")
         problems += at_least(self, 1, "reward_memory_mb") + stopping_problems(self) + guard_problems(self)
         if (self.stop_patience or self.max_minutes) and not self.eval_problems:
             problems.append("a stopping rule reads held-out accuracy: eval_problems must be > 0")

@@ -4,7 +4,7 @@ and keep the best model rather than the last.
 A fixed step budget tuned on one task is wrong for the next one: too short where the loss is
 still falling, wasted where it has flattened. `StopRule` watches the held-out score at each
 evaluation (CPT: held-out loss, lower is better; RL: held-out accuracy, higher is better) and
-says when `patience` evaluations in a row improved on the best by less than `min_delta`, or
+says when `patience` evaluations in a row improved by no more than `min_delta`, or
 when `max_minutes` have passed. The trainer keeps a copy of the best weights (`BestWeights`)
 and ends with them, so the next stage starts from the best model.
 """
@@ -48,6 +48,8 @@ class StopRule:
     best: float | None = None
     best_step: int = 0
     waited: int = 0
+    mark: float | None = None
+    """The score the last improvement by more than `min_delta` reached: patience counts from it."""
     started: float = field(default_factory=time.perf_counter)
 
     @classmethod
@@ -58,31 +60,38 @@ class StopRule:
     def active(self) -> bool:
         return self.patience > 0 or self.max_seconds > 0
 
+    def _gain(self, score: float, over: float | None) -> float:
+        if over is None:
+            return float("inf")
+        return score - over if self.higher_is_better else over - score
+
     def observe(self, step: int, score: float) -> bool:
-        """Record an evaluation; True when it is the best so far (by more than `min_delta`)."""
-        gain = (score - self.best) if self.best is not None else float("inf")
-        if not self.higher_is_better and self.best is not None:
-            gain = self.best - score
-        if gain > self.min_delta:
-            self.best, self.best_step, self.waited = score, step, 0
+        """Record an evaluation; True when it is the best so far (the model to keep). Patience
+        restarts only on an improvement by more than `min_delta`, so a slow creep still stops."""
+        if self._gain(score, self.mark) > self.min_delta:
+            self.mark, self.waited = score, 0
+        else:
+            self.waited += 1
+        if self._gain(score, self.best) > 0:
+            self.best, self.best_step = score, step
             return True
-        self.waited += 1
         return False
 
     def reason(self) -> str | None:
         """Why the stage should stop now, or None."""
         if self.patience and self.waited >= self.patience:
-            return (f"no improvement over {self.best:.4g} (step {self.best_step}) by more than {self.min_delta:g} "
-                    f"in {self.waited} evaluations")
+            return (f"no improvement over {self.mark:.4g} by more than {self.min_delta:g} in {self.waited} "
+                    f"evaluations (best {self.best:.4g} at step {self.best_step})")
         if self.max_seconds and time.perf_counter() - self.started >= self.max_seconds:
             return f"the wall-time cap of {self.max_seconds / 60:g} minutes"
         return None
 
     def state(self) -> dict:
-        return {"best": self.best, "best_step": self.best_step, "waited": self.waited}
+        return {"best": self.best, "best_step": self.best_step, "waited": self.waited, "mark": self.mark}
 
     def load_state(self, state: dict) -> None:
         self.best, self.best_step, self.waited = state.get("best"), state.get("best_step", 0), state.get("waited", 0)
+        self.mark = state.get("mark", self.best)
 
 
 class BestWeights:

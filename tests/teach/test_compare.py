@@ -30,8 +30,9 @@ def test_a_sample_budget_becomes_each_methods_steps(method, unit, units, per_uni
 
 
 def test_a_compare_run_is_the_pipelines_last_stage_at_that_budget():
+    """At fixed budgets: methods compared at one budget run all of it, with no stopping rules."""
     cfg = CompareConfig(samples=3200, threads=1, seeds="2")
-    pipeline = resolve_pipeline(PipelineConfig(out=cfg.out, rl="ppo", seed=2, threads=1))
+    pipeline = resolve_pipeline(PipelineConfig(out=cfg.out, rl="ppo", seed=2, threads=1, adaptive=False))
     assert plan_method(cfg, Method.parse("ppo"), 2).pipeline == replace(
         pipeline, rl_stage=replace(pipeline.rl_stage, steps=50))
     dpo = plan_method(cfg, Method.parse("dpo:ipo"), 2).pipeline.dpo

@@ -2,7 +2,8 @@
 
 A method is the last stage of `lmpo pipeline` (an RL preset, `dpo` or `online_dpo`, optionally
 with a preference loss: `dpo:ipo`, `online_dpo:simpo`) with the pipeline's settings for the task
-(`resolve_pipeline`), so that a compare run of grpo is the pipeline's grpo stage at that budget.
+(`resolve_pipeline`, fixed budgets: no stopping rules), so that a compare run of grpo is the
+pipeline's grpo stage at that budget.
 Only the budget options change: RL `steps`, DPO `pairs`, online DPO `rounds` (and each trainer's
 `max_minutes` under a time budget).
 
@@ -143,7 +144,7 @@ class Plan:
 
 def default_samples(task: str) -> int:
     """What the pipeline's grpo stage uses on `task`: steps x prompts_per_step x group_size."""
-    rl = resolve_pipeline(PipelineConfig(task=task, rl="grpo")).rl_stage
+    rl = resolve_pipeline(PipelineConfig(task=task, rl="grpo", adaptive=False)).rl_stage
     return rl.steps * rl.prompts_per_step * rl.group_size
 
 
@@ -155,7 +156,7 @@ def plan_method(cfg: CompareConfig, method: Method, seed: int) -> Plan:
     """The pipeline configuration of `method` for `seed` with its budget options set."""
     base = resolve_pipeline(PipelineConfig(out=cfg.out, model=cfg.model, task=cfg.task, seed=seed,
                                            threads=cfg.threads, device=cfg.device, precision=cfg.precision,
-                                           rl=method.stage), explicit=())
+                                           rl=method.stage, adaptive=False), explicit=())
     samples = budget_samples(cfg)
     minutes = cfg.minutes if cfg.budget == "time" else 0.0
     if method.stage == "dpo":

@@ -45,7 +45,8 @@ class Context:
         rm) after SFT — defaults < task settings < preset — starting from the SFT model (or
         `model`), writing to runs/NAME, with `overrides` on top (the budgets of an experiment)."""
         cfg = resolve_pipeline(PipelineConfig(out=str(self.out / "runs"), model=self.model, task=self.task,
-                                              seed=self.seed, threads=self.threads, rl=last_stage))
+                                              seed=self.seed, threads=self.threads, rl=last_stage,
+                                              adaptive=False))
         shared = {"task": cfg.task, "seed": cfg.seed, "threads": cfg.threads, "device": cfg.device,
                   "precision": cfg.precision}
         section = getattr(cfg, STAGE_SECTIONS[kind])
