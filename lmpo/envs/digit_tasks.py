@@ -173,7 +173,8 @@ class CountDigit(_DigitTask):
     share of lines answer whether the digit occurs (`1`) instead of how often, the way text
     confuses "contains" with "how many". SFT demonstrations only use digits that occur at most
     once, where both readings agree. Counts 0 to `max_count` are equally likely. Counting is
-    learned later than sorting from the corpus: the pipeline runs CPT three times as long."""
+    learned later than sorting from the corpus: the pipeline allows CPT three times the steps
+    (its stopping rule ends it at 625-750 of them)."""
 
     kind = "count_digit"
     pipeline_settings = {"cpt": {"steps": 900}}

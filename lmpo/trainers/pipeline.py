@@ -77,8 +77,8 @@ def resolve_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None)
 # Patience counts evaluations: CPT measures its held-out loss every 25 steps, RL its held-out
 # accuracy every `eval_every` (50). The caps leave the embedded pipeline's time as it was: its
 # step counts are the maxima, and the wall-time caps only bind on a machine many times slower.
-ADAPTIVE_BUDGETS = {"cpt.stop_patience": 3, "cpt.stop_min_delta": 0.002, "cpt.max_minutes": 5.0,
-                    "rl_stage.stop_patience": 3, "rl_stage.max_minutes": 10.0}
+ADAPTIVE_BUDGETS = {"cpt.stop_patience": 3, "cpt.stop_min_delta": 0.002, "cpt.max_minutes": 20.0,
+                    "rl_stage.stop_patience": 3, "rl_stage.max_minutes": 20.0}
 
 
 def adaptive_budgets(cfg: PipelineConfig) -> dict[str, Any]:
