@@ -156,3 +156,23 @@ def test_packed_reward_scores_equal_padded():
     torch.testing.assert_close(packed, padded, atol=1e-5, rtol=1e-5)
     for a, b in zip(grads(model), padded_grads):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_the_layout_of_a_batch_is_costed_once_and_stays_the_same():
+    from lmpo.models.packing import choose_layout, real_prompts
+
+    prompts = real_prompts(torch.tensor([[0, 5, 6], [7, 8, 9]]), torch.tensor([[0, 1, 1], [1, 1, 1]]))
+    assert prompts == [[5, 6], [7, 8, 9]]
+    first = choose_layout(prompts, [4, 2], 100.0, 1.0)
+    assert choose_layout([list(p) for p in prompts], [4, 2], 100.0, 1.0) is first  # remembered
+    assert choose_layout(prompts, [4, 3], 100.0, 1.0) is not first
+
+
+def test_a_rendered_prompt_is_a_fresh_list_each_time(char_tokenizer):
+    from lmpo.rollout.render import TextRenderer
+
+    renderer = TextRenderer(char_tokenizer)
+    ids, text = renderer.prompt([{"role": "user", "content": "31415="}])
+    ids.append(0)  # a caller's change never reaches the next episode's prompt
+    again, _ = renderer.prompt([{"role": "user", "content": "31415="}])
+    assert again == char_tokenizer("31415=", add_special_tokens=False).input_ids and text == "31415="

@@ -14,6 +14,7 @@ does not."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -59,7 +60,8 @@ def can_pack_trunk(trunk: torch.nn.Module) -> bool:
 
 
 def real_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
-    return [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask)]
+    # two conversions to lists, not a masked index per row: this runs before every packed forward
+    return [[t for t, m in zip(row, mask) if m] for row, mask in zip(prompt_ids.tolist(), prompt_mask.tolist())]
 
 
 def units_of(prompts: list[list[int]], lengths: list[int], share_prompts: bool) -> list[Unit]:
@@ -112,6 +114,13 @@ def choose_layout(prompts: list[list[int]], lengths: list[int], per_token: float
     """The trimmed padded batch (causal attention: half the pairs), or packed rows with or without
     shared prompts, in rows of 1 to 4 times the largest unit: whichever `forward_cost` finds
     cheapest (wider rows can leave less padding but cost more attention)."""
+    # an RL step costs the same batch for its reference, old and update forwards: remembered
+    return _cheapest_layout(tuple(map(tuple, prompts)), tuple(lengths), per_token, per_pair)
+
+
+@functools.lru_cache(maxsize=32)
+def _cheapest_layout(prompts: tuple[tuple[int, ...], ...], lengths: tuple[int, ...], per_token: float,
+                     per_pair: float) -> Layout:
     width = max(len(p) for p in prompts) + max(lengths)
     best, best_cost = Layout("padded"), forward_cost(len(prompts) * width, width, per_token, per_pair / 2)
     for kind in ("packed", "shared"):

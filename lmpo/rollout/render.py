@@ -14,6 +14,8 @@ start-up and refuses templates that are not (e.g. ones that drop earlier reasoni
 
 from __future__ import annotations
 
+import functools
+
 from typing import Sequence
 
 from lmpo.rollout.trajectory import ENV, TEMPLATE
@@ -28,10 +30,13 @@ class TextRenderer:
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
+        # a GRPO group renders one prompt group_size times, every step: tokenized once
+        self._ids = functools.lru_cache(maxsize=4096)(
+            lambda text: tuple(self.tokenizer(text, add_special_tokens=False).input_ids))
 
     def prompt(self, messages: list[dict]) -> tuple[list[int], str]:
         text = "".join(m["content"] for m in messages)
-        return self.tokenizer(text, add_special_tokens=False).input_ids, text
+        return list(self._ids(text)), text
 
     def suffix(self, held_text: str, messages: list[dict], new: list[dict]) -> tuple[list[int], list[int], str]:
         text = "".join(m["content"] for m in new)

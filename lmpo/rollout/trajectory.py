@@ -103,15 +103,12 @@ def to_rollout(trajectories: list[Trajectory], pad_id: int) -> Rollout:
     trajectory with tool output in the middle is never cut short."""
     completions = [t.completion_ids for t in trajectories]
     width = max(1, max(len(c) for c in completions))
-    ids = torch.full((len(trajectories), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(trajectories), width), dtype=torch.float32)
-    logprobs = torch.zeros((len(trajectories), width), dtype=torch.float32)
-    for row, t in enumerate(trajectories):
-        n = len(completions[row])
-        if n:
-            ids[row, :n] = torch.tensor(completions[row])
-            mask[row, :n] = torch.tensor(t.loss_mask, dtype=torch.float32)
-            logprobs[row, :n] = torch.tensor(t.logprobs[t.prompt_length:], dtype=torch.float32)
+    # right-padded as lists, then one tensor each (a tensor per row costs more than its contents)
+    ids = torch.tensor([list(c) + [pad_id] * (width - len(c)) for c in completions], dtype=torch.long)
+    mask = torch.tensor([list(t.loss_mask) + [0.0] * (width - len(c))
+                         for t, c in zip(trajectories, completions)], dtype=torch.float32)
+    logprobs = torch.tensor([list(t.logprobs[t.prompt_length:]) + [0.0] * (width - len(c))
+                             for t, c in zip(trajectories, completions)], dtype=torch.float32)
     return Rollout(prompt_ids=[t.token_ids[:t.prompt_length] for t in trajectories], completion_ids=ids,
                    loss_mask=mask, logprobs=logprobs,
                    finish_reasons=[FINISH_EOS if t.last_turn_eos else FINISH_LENGTH for t in trajectories],
