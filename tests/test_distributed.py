@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,13 +17,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def torchrun(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
     path = os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
     full_env = {**os.environ, "PYTHONPATH": path,
                 "OMP_NUM_THREADS": "1", **(env or {})}
-    done = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=600)
-    if check and done.returncode != 0:
-        raise AssertionError(f"torchrun failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    with tempfile.TemporaryDirectory() as logs:  # each rank's output also to its own file (--tee)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "--log-dir", logs, "--tee", "3", *args]
+        done = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=600)
+        if check and done.returncode != 0:
+            # a rank that fails first is often hidden behind the others' tracebacks: show each one's
+            ranks = "".join(f"\n--- {f.parent.name}: {f.name} ---\n{f.read_text()[-1500:]}"
+                            for f in sorted(Path(logs).rglob("std*.log")))
+            raise AssertionError(f"torchrun failed ({done.returncode}):\n{done.stdout[-2000:]}\n"
+                                 f"{done.stderr[-2000:]}{ranks}")
     return done
 
 
