@@ -66,8 +66,9 @@ class PipelineConfig:
 def resolve_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None) -> PipelineConfig:
     """The configuration a pipeline runs with, for the Python API and the CLI alike: defaults <
     the stopping rules of `adaptive_budgets` < the task's suggested settings < the last stage's
-    preset (`pipeline_preset`) < the options the caller set. `explicit` names those options as dotted keys (`rl_stage.beta`); without it, every
-    option that differs from its default counts as set by the caller."""
+    preset (`pipeline_preset`) < the options the caller set. `explicit` names those options as
+    dotted keys (`rl_stage.beta`); without it, every option that differs from its default counts
+    as set by the caller."""
     given = set(explicit) if explicit is not None else set(changed_options(cfg, PipelineConfig()))
     current = flat_options(cfg)
     layers = {**adaptive_budgets(cfg), **pipeline_preset(cfg.task, cfg.rl)}
