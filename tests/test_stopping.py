@@ -4,10 +4,12 @@ and ends with its best model."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from safetensors.torch import load_file
 
+from lmpo.envs import make_task
 from lmpo.trainers.rl import train_rl
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.stopping import StopRule
@@ -108,3 +110,13 @@ def test_a_prompt_file_too_short_to_select_on_is_an_error(start_model, tmp_path)
     with pytest.raises(ValueError, match="select_problems=0"):
         train_rl(RLConfig(model=start_model, out=str(tmp_path / "rl"), steps=1, prompts_per_step=2, group_size=4,
                           eval_prompts=str(rows), eval_problems=8, stop_patience=2, threads=1, save_every=0))
+
+
+def test_a_held_out_split_too_small_for_the_selection_problems_says_which_options_to_lower():
+    from lmpo.trainers.rl import _heldout
+
+    cfg = RLConfig(task="sort_digits:length=3", eval_problems=60, select_problems=200, stop_patience=2)
+    with pytest.raises(ValueError, match="select_problems=200 for the stopping rule"):
+        _heldout(cfg, make_task(cfg.task), None, stopping=True)
+    reported, selection = _heldout(replace(cfg, select_problems=20), make_task(cfg.task), None, stopping=True)
+    assert len(reported) == 60 and len(selection) == 20

@@ -254,7 +254,13 @@ def _heldout(cfg: RLConfig, task, tokenizer, stopping: bool) -> tuple[list, list
         return [], []
     wanted = cfg.eval_problems + (cfg.select_problems if stopping else 0)
     if not cfg.eval_prompts:
-        problems = task.heldout_problems(wanted)
+        try:
+            problems = task.heldout_problems(wanted)
+        except ValueError as err:
+            if wanted == cfg.eval_problems:
+                raise
+            raise ValueError(f"{err} (eval_problems={cfg.eval_problems} reported + select_problems="
+                             f"{cfg.select_problems} for the stopping rule: lower either)") from None
     else:
         problems = load_prompts(cfg.eval_prompts, tokenizer=tokenizer)[:wanted]
         if stopping and cfg.select_problems and len(problems) <= cfg.eval_problems:
