@@ -38,10 +38,15 @@ def grads(model):
 @pytest.mark.parametrize("cls,config_cls,tie", [(Qwen2ForCausalLM, Qwen2Config, False),  # q/k/v biases, own head
                                                  (Qwen2ForCausalLM, Qwen2Config, True),
                                                  (LlamaForCausalLM, LlamaConfig, True)])
-@pytest.mark.parametrize("chunk,share", [(0, False), (7, False), (0, True)])
+@pytest.mark.parametrize("chunk,share", [(0, False), (7, False), (0, True), (0, "segments"), (7, "segments")])
 def test_packed_equals_padded(cls, config_cls, tie, attn, chunk, share):
     model = tiny(cls, config_cls, tie, attn)
     prompt, prompt_mask, completion, lengths = batch()
+    segments = share == "segments"
+    if segments and attn == "eager":  # eager attention never reaches lmpo's entry: refused, never silently unmasked
+        with pytest.raises(RuntimeError, match="0 of 2 attention layers"):
+            packed_token_outputs(model, prompt, prompt_mask, completion, lengths, segments=True)
+        return
     if share:  # rows 1 and 3, and rows 0 and 4, share their prompts
         prompt[3], prompt_mask[3] = prompt[1], prompt_mask[1]
         prompt[4], prompt_mask[4] = prompt[0], prompt_mask[0]
@@ -50,7 +55,7 @@ def test_packed_equals_padded(cls, config_cls, tie, attn, chunk, share):
     ((padded.logprobs + 0.1 * padded.entropy) * valid).sum().backward()
     padded_grads = grads(model)
     packed = packed_token_outputs(model, prompt, prompt_mask, completion, lengths, 0.7, entropy=True,
-                                  entropy_grad=True, chunk_tokens=chunk, share_prompts=share)
+                                  entropy_grad=True, chunk_tokens=chunk, share_prompts=share is True, segments=segments)
     ((packed.logprobs + 0.1 * packed.entropy) * valid).sum().backward()
     torch.testing.assert_close(packed.logprobs[valid], padded.logprobs[valid], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(packed.entropy[valid], padded.entropy[valid], atol=1e-5, rtol=1e-5)
@@ -86,12 +91,55 @@ def test_a_shared_prompt_is_held_once_and_completions_do_not_see_each_other():
 
 def test_layout_follows_the_cost():
     per_token, per_pair = 1000.0, 10.0
-    kind = lambda *a: choose_layout(*a, per_token, per_pair).kind  # noqa: E731
+    kind = lambda *a, segments=False: choose_layout(*a, per_token, per_pair, 1.0 if segments else None).kind  # noqa: E731
     assert kind([[i] * 5 for i in range(4)], [8, 8, 8, 8]) == "padded"  # nothing to save
     assert kind([[1, 2], [3, 4], [5, 6], [7, 8]], [30, 2, 3, 1]) == "packed"
     assert kind([[1] * 20] * 8, [4] * 8) == "shared"  # long prompt, short answers
     # units of 10 and 6 tokens: rows of 12 hold two of 6 instead of one, worth the wider attention
     assert choose_layout([[i] for i in range(8)], [9] + [5] * 7, per_token, 1.0) == Layout("packed", 12)
+    # attention by segments: worth its gathers only where padding or a repeated prompt is saved
+    assert kind([[i] * 5 for i in range(4)], [8, 8, 8, 8], segments=True) == "padded"
+    assert kind([[1, 2], [3, 4], [5, 6], [7, 8]], [30, 2, 3, 1], segments=True) == "segments"
+    assert choose_layout([[1] * 20] * 8, [4] * 8, per_token, per_pair, 1.0) == Layout("segments", 20 + 32)
+    # but each bucket's attention call has a fixed cost: many small buckets lose to a dense mask
+    assert choose_layout([[1] * 20] * 8, [4] * 8, per_token, per_pair, 1e5).kind == "shared"
+
+
+def test_segment_plan_allows_exactly_what_the_block_mask_allows():
+    from lmpo.models.segments import bucket_segments
+
+    assert bucket_segments([3, 10, 9, 8, 2]) == [[1, 2, 3], [0], [4]]  # down to 0.8 of the longest
+    prompt, prompt_mask, completion, lengths = batch()
+    prompt[3], prompt_mask[3] = prompt[1], prompt_mask[1]
+    packed = pack_completions(prompt, prompt_mask, completion, lengths, segments=True)
+    n = packed.input_ids.numel()
+    assert packed.input_ids.size(0) == 1 and n == (3 + 9) + (6 + 3 + 5) + (6 + 1)  # the prompt of rows 1 and 3 once
+    allowed = torch.zeros(n + 1, n + 1, dtype=torch.bool)
+    seen_as_query = []
+    for b in packed.plan.buckets:
+        for queries, keys, mask in zip(b.queries, b.keys, b.allowed[:, 0]):
+            for q, row in zip(queries.tolist(), mask):
+                allowed[q, keys[row]] = True
+                seen_as_query.append(q)
+    real = [q for q in seen_as_query if q < n]
+    assert sorted(real) == list(range(n))  # every position is some segment's query exactly once
+    assert torch.equal(allowed[:n, :n], block_causal_mask(packed.groups, packed.branches)[0, 0])
+    slots = torch.cat([b.queries.reshape(-1) for b in packed.plan.buckets])
+    assert torch.equal(slots[packed.plan.order], torch.arange(n))
+
+
+def test_segments_survive_gradient_checkpointing():
+    model = tiny(Qwen2ForCausalLM, Qwen2Config, False, "sdpa")
+    prompt, prompt_mask, completion, lengths = batch()
+    valid = torch.arange(9) < lengths[:, None]
+    (packed_token_outputs(model, prompt, prompt_mask, completion, lengths).logprobs * valid).sum().backward()
+    plain = grads(model)
+    from lmpo.models import enable_gradient_checkpointing
+
+    enable_gradient_checkpointing(model).train()  # layers recomputed in the backward: the plan must reach them again
+    (packed_token_outputs(model, prompt, prompt_mask, completion, lengths, segments=True).logprobs * valid).sum().backward()
+    for a, b in zip(grads(model), plain):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
 def test_completion_outputs_chooses_packing_for_long_tails(monkeypatch):
@@ -130,7 +178,8 @@ def test_on_policy_ratio_is_exactly_one(monkeypatch):
     assert (seen[1][loss_mask.bool()] != 0).all()
 
 
-def test_packed_reward_scores_equal_padded():
+@pytest.mark.parametrize("kind", ["shared", "segments"])
+def test_packed_reward_scores_equal_padded(kind, monkeypatch):
     from transformers import Qwen2ForSequenceClassification
 
     from lmpo.envs.data import PreferencePair
@@ -147,7 +196,8 @@ def test_packed_reward_scores_equal_padded():
              PreferencePair([12], [13, 14, 15, 16, 17], [18])]
     prompts, prompt_mask = left_pad([p.prompt_ids for p in pairs] * 2, 0)
     lengths = torch.tensor([len(p.chosen_ids) for p in pairs] + [len(p.rejected_ids) for p in pairs])
-    assert trunk_layout(model.model, prompts, prompt_mask, lengths).kind == "shared"  # so pair_scores packs
+    assert trunk_layout(model.model, prompts, prompt_mask, lengths).kind != "padded"  # so pair_scores packs
+    monkeypatch.setattr("lmpo.trainers.reward_model.trunk_layout", lambda *a: Layout(kind, 0))
     padded = scores(model, *scoring_rows(pairs, 0))
     padded.sum().backward()
     padded_grads = grads(model)

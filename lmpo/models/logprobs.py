@@ -63,7 +63,8 @@ def completion_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_
     if layout.kind != "padded":
         return packed_token_outputs(model, prompt_ids, prompt_mask, completion_ids, lengths, temperature,
                                     entropy=entropy, entropy_grad=entropy_grad, chunk_tokens=chunk_tokens,
-                                    share_prompts=layout.kind == "shared", row_tokens=layout.row_tokens)
+                                    share_prompts=layout.kind == "shared", row_tokens=layout.row_tokens,
+                                    segments=layout.kind == "segments")
     if chunk_tokens > 0:
         return chunked_token_outputs(model, prompt_ids, prompt_mask, completion_ids, temperature, chunk_tokens,
                                      entropy=entropy, entropy_grad=entropy_grad, hidden=hidden)
@@ -166,13 +167,13 @@ def can_pack(model: torch.nn.Module) -> bool:
 def packed_token_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                          completion_ids: torch.Tensor, lengths: torch.Tensor, temperature: float = 1.0, *,
                          entropy: bool = False, entropy_grad: bool = False, chunk_tokens: int = 0,
-                         share_prompts: bool = False, row_tokens: int = 0) -> TokenOutputs:
+                         share_prompts: bool = False, row_tokens: int = 0, segments: bool = False) -> TokenOutputs:
     """`completion_outputs` padding-free: the sequences packed into rows (see `packing`; with
     `share_prompts`, each distinct prompt once), the head applied only to the scored tokens;
     positions past `lengths` come out 0."""
     trunk, head = causal_lm_parts(model)
     packed = pack_completions(prompt_ids, prompt_mask, completion_ids, lengths.to(completion_ids.device),
-                              row_tokens=row_tokens, share_prompts=share_prompts)
+                              row_tokens=row_tokens, share_prompts=share_prompts, segments=segments)
     states = packed_states(trunk, packed)
     logprobs, entropies = head_outputs(head, states, packed.targets, temperature, chunk_tokens,
                                        entropy or entropy_grad, entropy_grad)

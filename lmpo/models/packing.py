@@ -19,6 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
+from lmpo.models.segments import SegmentPlan, attention_pairs, bucket_segments, plan_segments
+
+
 @dataclass
 class PackedRows:
     """A batch packed into rows [R, N]. `groups` numbers each row's units (a prompt with the
@@ -26,7 +29,8 @@ class PackedRows:
     each unit's parts (0 for the prompt, k for its k-th completion). For each scored token,
     `predictor` is the flat index into [R * N] of the state that predicts it, `located` its own
     flat index there, `targets` its id and `scatter` its flat index into the batch's [B * T]
-    completion grid."""
+    completion grid. With `plan` (one row, attention by segments, see `segments`) the trunk
+    attends by the plan and `groups`/`branches` only describe the row."""
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
@@ -36,6 +40,7 @@ class PackedRows:
     located: torch.Tensor
     targets: torch.Tensor
     scatter: torch.Tensor
+    plan: SegmentPlan | None = None
 
 
 @dataclass
@@ -57,6 +62,12 @@ def can_pack_trunk(trunk: torch.nn.Module) -> bool:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return False
     return getattr(getattr(trunk, "config", None), "_attn_implementation", None) in ("sdpa", "eager")
+
+
+def can_segment_trunk(trunk: torch.nn.Module) -> bool:
+    """A packable trunk whose attention goes through transformers' SDPA entry, which lmpo's
+    segment attention stands in for (see `segments`)."""
+    return can_pack_trunk(trunk) and trunk.config._attn_implementation == "sdpa"
 
 
 def real_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
@@ -81,8 +92,9 @@ ROW_MULTIPLES = (1, 1.25, 1.5, 2, 3, 4)  # row lengths tried, in multiples of th
 
 @dataclass
 class Layout:
-    """How a batch runs: `padded`, `packed` or `shared` (packed, each distinct prompt once), in
-    rows of `row_tokens` when packed."""
+    """How a batch runs: `padded`, `packed` or `shared` (packed, each distinct prompt once,
+    under a block-diagonal mask), in rows of `row_tokens` when packed; or `segments` (one row,
+    each distinct prompt once, attention by segments)."""
 
     kind: str
     row_tokens: int = 0
@@ -110,17 +122,23 @@ def forward_cost(slots: int, width: int, per_token: float, per_pair: float) -> f
     return slots * per_token + slots * width * per_pair
 
 
-def choose_layout(prompts: list[list[int]], lengths: list[int], per_token: float, per_pair: float) -> Layout:
-    """The trimmed padded batch (causal attention: half the pairs), or packed rows with or without
-    shared prompts, in rows of 1 to 4 times the largest unit: whichever `forward_cost` finds
-    cheapest (wider rows can leave less padding but cost more attention)."""
+def choose_layout(prompts: list[list[int]], lengths: list[int], per_token: float, per_pair: float,
+                  per_bucket: float | None = None) -> Layout:
+    """The trimmed padded batch (causal attention: half the pairs), packed rows with or without
+    shared prompts in rows of 1 to 4 times the largest unit, or (given `per_bucket`, the fixed
+    cost of one bucket's attention in all layers) one row attended by segments: whichever
+    `forward_cost` finds cheapest (wider rows can leave less padding but cost more attention)."""
     # an RL step costs the same batch for its reference, old and update forwards: remembered
-    return _cheapest_layout(tuple(map(tuple, prompts)), tuple(lengths), per_token, per_pair)
+    return _cheapest_layout(tuple(map(tuple, prompts)), tuple(lengths), per_token, per_pair, per_bucket)
+
+
+SEGMENT_OVERHEAD = 0.05  # gathering queries and keys by segment, per token, as a share of its weights' work
+BUCKET_FLOPS = 3e7  # one bucket's attention call in one layer, forward, as FLOPs (measured on CPU: ~0.2 ms)
 
 
 @functools.lru_cache(maxsize=32)
 def _cheapest_layout(prompts: tuple[tuple[int, ...], ...], lengths: tuple[int, ...], per_token: float,
-                     per_pair: float) -> Layout:
+                     per_pair: float, per_bucket: float | None) -> Layout:
     width = max(len(p) for p in prompts) + max(lengths)
     best, best_cost = Layout("padded"), forward_cost(len(prompts) * width, width, per_token, per_pair / 2)
     for kind in ("packed", "shared"):
@@ -130,6 +148,14 @@ def _cheapest_layout(prompts: tuple[tuple[int, ...], ...], lengths: tuple[int, .
             cost = forward_cost(slots, row_tokens, per_token, per_pair)
             if cost < best_cost:
                 best, best_cost = Layout(kind, row_tokens), cost
+    if per_bucket is not None:
+        units = units_of(prompts, lengths, True)
+        tokens = sum(u.size for u in units)
+        segments = [(0, len(u.prompt)) for u in units] + [(len(u.prompt), n) for u in units for n in u.lengths]
+        cost = (tokens * per_token * (1 + SEGMENT_OVERHEAD) + attention_pairs(segments) * per_pair
+                + len(bucket_segments([own for _, own in segments])) * per_bucket)
+        if cost < best_cost:
+            best = Layout("segments", tokens)
     return best
 
 
@@ -142,19 +168,24 @@ def trunk_layout(trunk: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: 
     hidden, layers = config.hidden_size, config.num_hidden_layers
     inner = getattr(config, "intermediate_size", None) or 4 * hidden
     per_token = 2 * layers * (4 * hidden * hidden + 3 * hidden * inner)
-    return choose_layout(real_prompts(prompt_ids, prompt_mask), lengths.tolist(), per_token, 4 * hidden * layers)
+    return choose_layout(real_prompts(prompt_ids, prompt_mask), lengths.tolist(), per_token, 4 * hidden * layers,
+                         layers * BUCKET_FLOPS if can_segment_trunk(trunk) else None)
 
 
 def pack_completions(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
                      lengths: torch.Tensor, pad_id: int = 0, row_tokens: int = 0,
-                     share_prompts: bool = False) -> PackedRows:
+                     share_prompts: bool = False, segments: bool = False) -> PackedRows:
     """Pack each row's real prompt and its first `lengths[b]` completion tokens (rows with length
     0 are left out: nothing of theirs is scored); with `share_prompts`, rows with the same prompt
-    hold it once, each completion attending to it and to its own earlier tokens only."""
+    hold it once, each completion attending to it and to its own earlier tokens only. With
+    `segments`: prompts shared, one row, and a plan for attention by segments."""
+    share_prompts = share_prompts or segments
     prompts = real_prompts(prompt_ids, prompt_mask)
     completions = completion_ids.tolist()
     width = completion_ids.size(1)
     units = units_of(prompts, lengths.tolist(), share_prompts)
+    if segments:
+        row_tokens = sum(u.size for u in units)
     capacity = max([row_tokens] + [u.size for u in units]) if units else 1
     rows = [[units[i] for i in row] for row in first_fit([u.size for u in units], capacity)]
     n_rows = max(len(rows), 1)
@@ -163,6 +194,7 @@ def pack_completions(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, comple
     groups = [[-1 - i for i in range(capacity)] for _ in range(n_rows)]
     branches = [[0] * capacity for _ in range(n_rows)]
     predictor, located, targets, scatter = [], [], [], []
+    parts: list[tuple[list[int], list[int]]] = []  # (context, own) flat positions, for a segment plan
 
     def put(r: int, at: int, tokens: list[int], first_position: int, group: int, branch: int) -> None:
         ids[r][at:at + len(tokens)] = tokens
@@ -176,18 +208,22 @@ def pack_completions(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, comple
             plen = len(unit.prompt)
             put(r, at, unit.prompt, 0, group, 0)
             last_prompt = r * capacity + at + plen - 1
+            prompt_at = list(range(r * capacity + at, r * capacity + at + plen))
+            parts.append(([], prompt_at))
             at += plen
             for branch, (b, n) in enumerate(zip(unit.rows, unit.lengths), start=1):
                 put(r, at, completions[b][:n], plen, group, branch)
                 first = r * capacity + at
+                parts.append((prompt_at, list(range(first, first + n))))
                 predictor += [last_prompt, *range(first, first + n - 1)]  # the last prompt token predicts the first
                 located += range(first, first + n)
                 targets += completions[b][:n]
                 scatter += range(b * width, b * width + n)
                 at += n
     as_long = lambda x: torch.tensor(x, dtype=torch.long, device=completion_ids.device)  # noqa: E731
+    plan = plan_segments(parts, n_rows * capacity, completion_ids.device) if segments and units else None
     return PackedRows(as_long(ids), as_long(positions), as_long(groups), as_long(branches), as_long(predictor),
-                      as_long(located), as_long(targets), as_long(scatter))
+                      as_long(located), as_long(targets), as_long(scatter), plan)
 
 
 def block_causal_mask(groups: torch.Tensor, branches: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -208,12 +244,30 @@ def block_causal_mask(groups: torch.Tensor, branches: torch.Tensor, dtype: torch
 def packed_states(trunk: torch.nn.Module, packed: PackedRows, at: torch.Tensor | None = None) -> torch.Tensor:
     """The trunk's last hidden states [K, H] at the positions that predict the scored tokens
     (or at the flat positions `at`)."""
-    eager = trunk.config._attn_implementation == "eager"
-    mask = block_causal_mask(packed.groups, packed.branches, trunk.dtype if eager else None)
-    states = trunk(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=mask,
-                   use_cache=False).last_hidden_state
+    if packed.plan is not None:
+        states = segmented_forward(trunk, packed)
+    else:
+        eager = trunk.config._attn_implementation == "eager"
+        mask = block_causal_mask(packed.groups, packed.branches, trunk.dtype if eager else None)
+        states = trunk(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=mask,
+                       use_cache=False).last_hidden_state
     return states.reshape(-1, states.size(-1))[packed.predictor if at is None else at]
 
+
+def segmented_forward(trunk: torch.nn.Module, packed: PackedRows) -> torch.Tensor:
+    """The trunk's forward with attention by `packed.plan`. The mask it is given allows nothing:
+    a layer that ignored the plan would put NaN in its output, and is caught by the count first."""
+    plan = packed.plan
+    plan.calls = 0
+    nothing = torch.zeros(1, 1, 1, 1, dtype=torch.bool, device=packed.input_ids.device)
+    states = trunk(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=nothing,
+                   use_cache=False, lmpo_segments=plan).last_hidden_state
+    layers = getattr(trunk.config, "num_hidden_layers", plan.calls)
+    if plan.calls < layers:
+        raise RuntimeError(f"{type(trunk).__name__}: {plan.calls} of {layers} attention layers ran lmpo's segment "
+                           "attention (a model with its own attention entry?); load it with attn_implementation='eager' "
+                           "to pack it under a mask instead")
+    return states
 
 
 def last_states(trunk: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
@@ -221,7 +275,7 @@ def last_states(trunk: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: t
     """The trunk's last hidden state [B, H] at each row's last token (its prompt, then its first
     `lengths[b]` >= 1 answer tokens), from one packed forward: what a reward model scores."""
     packed = pack_completions(prompt_ids, prompt_mask, answer_ids, lengths, row_tokens=layout.row_tokens,
-                              share_prompts=layout.kind == "shared")
+                              share_prompts=layout.kind == "shared", segments=layout.kind == "segments")
     width = answer_ids.size(1)
     order = torch.full((answer_ids.numel(),), -1, dtype=torch.long, device=answer_ids.device)
     order[packed.scatter] = torch.arange(packed.scatter.numel(), device=answer_ids.device)

@@ -1,0 +1,128 @@
+"""Attention by segments, for packed forwards. A packed batch is one row of units (a prompt, then
+the completions that share it); a prompt attends causally to itself, a completion to its prompt
+and causally to its own tokens. Instead of one attention over the whole row under a
+block-diagonal mask (whose work grows with the row's length squared, masked pairs included),
+each segment's queries and the keys it may see are gathered into a dense batch, segments of
+similar length bucketed together, and each bucket runs as one scaled-dot-product attention: the
+work is that of the allowed pairs, plus the padding inside a bucket.
+
+It runs inside any Hugging Face model that dispatches attention through transformers'
+`AttentionInterface` (all its causal LMs do): lmpo registers, under "sdpa", a function that is
+transformers' own SDPA attention unless the forward passes `lmpo_segments` (a `SegmentPlan`),
+so no model code is copied. A forward given a plan checks that every layer used it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+
+SPREAD = 0.8  # a segment joins its bucket while at least this fraction of the bucket's longest
+
+
+@dataclass
+class Bucket:
+    """Segments run as one attention: `queries` [S, L] flat token positions (padding points at the
+    trash position, one past the last token), `keys` [S, C + L] the context each may see (padded
+    to C) then its own positions, `allowed` [S, 1, L, C + L] which of those keys each query sees."""
+
+    queries: torch.Tensor
+    keys: torch.Tensor
+    allowed: torch.Tensor
+
+
+@dataclass
+class SegmentPlan:
+    """The buckets of a packed row of `tokens` positions, and `order`: for each position, its
+    slot among the buckets' concatenated queries. `calls` counts the layers that used it."""
+
+    buckets: list[Bucket]
+    order: torch.Tensor
+    tokens: int
+    calls: int = field(default=0, compare=False)
+
+
+def bucket_segments(own_lengths: list[int], spread: float = SPREAD) -> list[list[int]]:
+    """Indices of segments per bucket, longest first; a bucket takes segments down to `spread`
+    of its longest, so its padding stays under 1 - spread of its work."""
+    buckets: list[list[int]] = []
+    for i in sorted(range(len(own_lengths)), key=lambda i: -own_lengths[i]):
+        if not buckets or own_lengths[i] < spread * own_lengths[buckets[-1][0]]:
+            buckets.append([])
+        buckets[-1].append(i)
+    return buckets
+
+
+def attention_pairs(segments: list[tuple[int, int]]) -> int:
+    """Query-key pairs the buckets compute for segments of (context, own) lengths."""
+    total = 0
+    for members in bucket_segments([own for _, own in segments]):
+        own = segments[members[0]][1]
+        context = max(segments[i][0] for i in members)
+        total += len(members) * own * (context + own)
+    return total
+
+
+def plan_segments(segments: list[tuple[list[int], list[int]]], tokens: int,
+                  device: torch.device | None = None) -> SegmentPlan:
+    """A plan for segments given as (context positions, own positions) in a row of `tokens`
+    flat positions, each position some segment's own exactly once."""
+    trash = tokens
+    buckets, slots = [], []
+    for members in bucket_segments([len(own) for _, own in segments]):
+        chosen = [segments[i] for i in members]
+        own = len(chosen[0][1])
+        context = max(len(c) for c, _ in chosen)
+        queries = [o + [trash] * (own - len(o)) for _, o in chosen]
+        keys = [c + [trash] * (context - len(c)) + q for (c, _), q in zip(chosen, queries)]
+        seen = torch.tensor([[True] * len(c) + [False] * (context - len(c)) for c, _ in chosen], dtype=torch.bool)
+        causal = torch.ones(own, own, dtype=torch.bool).tril()
+        allowed = torch.cat([seen[:, None, :].expand(-1, own, -1), causal.expand(len(chosen), -1, -1)], dim=2)
+        buckets.append(Bucket(torch.tensor(queries, device=device), torch.tensor(keys, device=device),
+                              allowed[:, None].to(device)))
+        slots += [q for row in queries for q in row]
+    order = [0] * tokens
+    for slot, position in enumerate(slots):
+        if position != trash:
+            order[position] = slot
+    return SegmentPlan(buckets, torch.tensor(order, device=device), tokens)
+
+
+def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, plan: SegmentPlan,
+                      scaling: float | None, dropout: float = 0.0) -> torch.Tensor:
+    """Attention [R, N, H, D] for query [R, H, N, D] and key/value [R, H_kv, N, D] (R * N ==
+    plan.tokens) following the plan; grouped-query heads are shared, not copied."""
+    rows, heads, n, dim = query.shape
+
+    def flat(t: torch.Tensor) -> torch.Tensor:  # [R * N + 1, heads, D]: the last row is the trash position
+        t = t.transpose(1, 2).reshape(rows * n, t.size(1), dim)
+        return torch.cat([t, t.new_zeros(1, t.size(1), dim)])
+
+    q, k, v = flat(query), flat(key), flat(value)
+    outs = []
+    for b in plan.buckets:  # index_select, not indexing: its backward adds without sorting the indices
+        gather = lambda t, index: t.index_select(0, index.reshape(-1)).view(*index.shape, t.size(1), dim).transpose(1, 2)  # noqa: E731
+        keys, values = gather(k, b.keys), gather(v, b.keys)
+        out = F.scaled_dot_product_attention(gather(q, b.queries), keys, values, attn_mask=b.allowed,
+                                             dropout_p=dropout, scale=scaling, enable_gqa=keys.size(1) != heads)
+        outs.append(out.transpose(1, 2).reshape(-1, heads, dim))
+    return torch.cat(outs).index_select(0, plan.order).view(rows, n, heads, dim)
+
+
+_library_sdpa = AttentionInterface._global_mapping["sdpa"]
+
+
+def sdpa_or_segments(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                     lmpo_segments: SegmentPlan | None = None, **kwargs):
+    """transformers' SDPA attention, or, given a plan, `segment_attention` (the mask is then unused)."""
+    if lmpo_segments is None:
+        return _library_sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    lmpo_segments.calls += 1
+    return segment_attention(query, key, value, lmpo_segments, scaling, dropout), None
+
+
+if getattr(_library_sdpa, "__name__", "") != sdpa_or_segments.__name__:  # a reload must not wrap itself
+    AttentionInterface.register("sdpa", sdpa_or_segments)
