@@ -6,7 +6,8 @@ from lmpo.rollout import FINISH_EOS, FINISH_LENGTH, SamplingParams, generate, le
 
 
 def _prompts(tok):
-    return [tok(s, add_special_tokens=False).input_ids for s in ["31415=", "9=", "1234567=", "ab"]]
+    # repeated prompts, as in a GRPO group: prefilled once, their caches copied
+    return [tok(s, add_special_tokens=False).input_ids for s in ["31415=", "9=", "1234567=", "9=", "ab", "31415="]]
 
 
 def _teacher_forced(model, rollout, temperature, pad_id):

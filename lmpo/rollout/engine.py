@@ -71,7 +71,7 @@ def _decode(decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor, para
     logprobs_out = torch.zeros((batch, steps), dtype=torch.float32, device=device)
     rows = torch.arange(batch, device=device)  # decoder row -> output row
     alive = torch.ones(batch, dtype=torch.bool, device=device)
-    logits = decoder.prefill(input_ids, attention_mask, steps)
+    logits = _prefill_distinct(decoder, input_ids, attention_mask, steps)
     for t in range(steps):
         tokens, logprobs = sample_next(logits, params, generator)
         # rows that ended but are not yet compacted away also get a token here: everything after a
@@ -89,6 +89,20 @@ def _decode(decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor, para
             rows, tokens, alive = rows[keep], tokens[keep], alive[keep]
         logits = decoder.step(tokens)
     return tokens_out[:, : t + 1], logprobs_out[:, : t + 1]
+
+
+def _prefill_distinct(decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int) -> torch.Tensor:
+    """The decoder's prefill, run once per distinct prompt (a GRPO group repeats each one), its
+    cache then copied to every row that shares it: next-token logits [B, V]."""
+    rows = torch.cat([input_ids, attention_mask.to(input_ids.dtype)], dim=1)
+    distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)
+    if len(distinct) == len(rows):
+        return decoder.prefill(input_ids, attention_mask, steps)
+    first = torch.full((len(distinct),), len(rows), dtype=torch.long, device=rows.device)
+    first = first.scatter_reduce(0, inverse, torch.arange(len(rows), device=rows.device), "amin")
+    logits = decoder.prefill(input_ids[first], attention_mask[first], steps)
+    decoder.keep(inverse)
+    return logits[inverse]
 
 
 def _mask_through_first_eos(tokens: torch.Tensor, eos: torch.Tensor) -> torch.Tensor:
