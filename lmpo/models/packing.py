@@ -141,9 +141,11 @@ def _cheapest_layout(prompts: tuple[tuple[int, ...], ...], lengths: tuple[int, .
                      per_pair: float, per_bucket: float | None) -> Layout:
     width = max(len(p) for p in prompts) + max(lengths)
     best, best_cost = Layout("padded"), forward_cost(len(prompts) * width, width, per_token, per_pair / 2)
+    # with segments at hand, rows wider than a unit lose to them: a dense mask's waste grows with the width
+    multiples = (1,) if per_bucket is not None else ROW_MULTIPLES
     for kind in ("packed", "shared"):
         sizes = [u.size for u in units_of(prompts, lengths, kind == "shared")]
-        for row_tokens in sorted({int(max(sizes) * k) for k in ROW_MULTIPLES} if sizes else []):
+        for row_tokens in sorted({int(max(sizes) * k) for k in multiples} if sizes else []):
             slots = len(first_fit(sizes, row_tokens)) * row_tokens
             cost = forward_cost(slots, row_tokens, per_token, per_pair)
             if cost < best_cost:
