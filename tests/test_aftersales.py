@@ -255,3 +255,11 @@ def test_process_reward_pays_for_new_evidence_only(task):
     steps, _ = _play(task, p, [f"lookup_order({order})", f"lookup_order({order})", "search_policy(shipping)",
                                "lookup_order(o99999)"])
     assert [s.reward for s in steps] == [task.rewards.process, None, task.rewards.process, None]
+
+
+def test_the_sft_kinds_come_from_a_task_spec():
+    task = make_task("aftersales:sft_kinds=where+refund")
+    assert task.sft_kinds == ("where", "refund")
+    assert {c[0]["content"].split()[0] for c in task.sft_demonstrations(40, 0)} == {"where", "refund"}
+    with pytest.raises(ValueError, match="unknown ticket kinds"):
+        make_task("aftersales:sft_kinds=where+refnud")

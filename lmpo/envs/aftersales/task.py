@@ -47,6 +47,8 @@ class Aftersales:
             raise ValueError(f"flaw_rate must be in [0, 1], got {flaw_rate}")
         if db_seed == heldout_db_seed:
             raise ValueError("held-out tickets need their own database: db_seed must differ from heldout_db_seed")
+        if isinstance(sft_kinds, str):  # from a task spec: aftersales:sft_kinds=where+cancel+complaint
+            sft_kinds = tuple(k.strip() for k in sft_kinds.split("+") if k.strip())
         unknown = set(sft_kinds) - set(KINDS)
         if unknown:
             raise ValueError(f"unknown ticket kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
