@@ -263,3 +263,5 @@ def test_the_sft_kinds_come_from_a_task_spec():
     assert {c[0]["content"].split()[0] for c in task.sft_demonstrations(40, 0)} == {"where", "refund"}
     with pytest.raises(ValueError, match="unknown ticket kinds"):
         make_task("aftersales:sft_kinds=where+refnud")
+    with pytest.raises(ValueError, match="names no ticket kind"):
+        make_task("aftersales:sft_kinds=+")

@@ -126,6 +126,12 @@ def test_segment_plan_allows_exactly_what_the_block_mask_allows():
     assert torch.equal(allowed[:n, :n], block_causal_mask(packed.groups, packed.branches)[0, 0])
     slots = torch.cat([b.queries.reshape(-1) for b in packed.plan.buckets])
     assert torch.equal(slots[packed.plan.order], torch.arange(n))
+    from lmpo.models.segments import plan_segments
+
+    with pytest.raises(ValueError, match="exactly once"):  # position 2 belongs to no segment
+        plan_segments([([], [0, 1]), ([0, 1], [3])], 4)
+    with pytest.raises(ValueError, match="exactly once"):  # position 1 twice
+        plan_segments([([], [0, 1]), ([0], [1, 2])], 3)
 
 
 def test_segments_survive_gradient_checkpointing():

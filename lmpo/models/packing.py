@@ -143,17 +143,18 @@ def _cheapest_layout(prompts: tuple[tuple[int, ...], ...], lengths: tuple[int, .
     best, best_cost = Layout("padded"), forward_cost(len(prompts) * width, width, per_token, per_pair / 2)
     # with segments at hand, rows wider than a unit lose to them: a dense mask's waste grows with the width
     multiples = (1,) if per_bucket is not None else ROW_MULTIPLES
+    units = {kind: units_of(prompts, lengths, kind == "shared") for kind in ("packed", "shared")}
     for kind in ("packed", "shared"):
-        sizes = [u.size for u in units_of(prompts, lengths, kind == "shared")]
+        sizes = [u.size for u in units[kind]]
         for row_tokens in sorted({int(max(sizes) * k) for k in multiples} if sizes else []):
             slots = len(first_fit(sizes, row_tokens)) * row_tokens
             cost = forward_cost(slots, row_tokens, per_token, per_pair)
             if cost < best_cost:
                 best, best_cost = Layout(kind, row_tokens), cost
     if per_bucket is not None:
-        units = units_of(prompts, lengths, True)
-        tokens = sum(u.size for u in units)
-        segments = [(0, len(u.prompt)) for u in units] + [(len(u.prompt), n) for u in units for n in u.lengths]
+        shared = units["shared"]
+        tokens = sum(u.size for u in shared)
+        segments = [(0, len(u.prompt)) for u in shared] + [(len(u.prompt), n) for u in shared for n in u.lengths]
         cost = (tokens * per_token * (1 + SEGMENT_OVERHEAD) + attention_pairs(segments) * per_pair
                 + len(bucket_segments([own for _, own in segments])) * per_bucket)
         if cost < best_cost:

@@ -83,10 +83,12 @@ def plan_segments(segments: list[tuple[list[int], list[int]]], tokens: int,
         buckets.append(Bucket(torch.tensor(queries, device=device), torch.tensor(keys, device=device),
                               allowed[:, None].to(device)))
         slots += [q for row in queries for q in row]
-    order = [0] * tokens
+    order = [-1] * tokens
     for slot, position in enumerate(slots):
         if position != trash:
             order[position] = slot
+    if -1 in order or len(slots) - slots.count(trash) != tokens:
+        raise ValueError(f"a segment plan must cover each of the row's {tokens} positions exactly once")
     return SegmentPlan(buckets, torch.tensor(order, device=device), tokens)
 
 

@@ -49,6 +49,8 @@ class Aftersales:
             raise ValueError("held-out tickets need their own database: db_seed must differ from heldout_db_seed")
         if isinstance(sft_kinds, str):  # from a task spec: aftersales:sft_kinds=where+cancel+complaint
             sft_kinds = tuple(k.strip() for k in sft_kinds.split("+") if k.strip())
+        if not sft_kinds:
+            raise ValueError(f"sft_kinds names no ticket kind; give some of {', '.join(KINDS)}, joined by +")
         unknown = set(sft_kinds) - set(KINDS)
         if unknown:
             raise ValueError(f"unknown ticket kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
