@@ -94,7 +94,7 @@ def parse_order_ref(ref: str) -> int | None:
     return int(text) if text.isdigit() and len(text) < 9 else None
 
 
-def generate(path: Path, seed: int, policies: Policies, *, n_orders: int = 500, today: str = "2026-06-30") -> None:
+def generate(path: Path, seed: int, policies: Policies, *, n_orders: int = 5000, today: str = "2026-06-30") -> None:
     """Write a fresh database for `seed` to `path` (which must not exist)."""
     rng = random.Random(f"aftersales-db:{seed}")
     day0 = dt.date.fromisoformat(today)
@@ -138,10 +138,11 @@ def generate(path: Path, seed: int, policies: Policies, *, n_orders: int = 500, 
     db.close()
 
 
-def database_path(seed: int, policies: Policies, directory: str | os.PathLike | None = None) -> Path:
-    """The source file for `seed` and `policies`, generated on first use. Generation writes a
+def database_path(seed: int, policies: Policies, directory: str | os.PathLike | None = None,
+                  n_orders: int = 5000) -> Path:
+    """The source file for `seed`, `policies` and `n_orders`, generated on first use. Generation writes a
     temporary file and renames it into place, so runs sharing the directory never see half a file."""
-    tag = hashlib.sha256(f"{seed}:{policies}".encode()).hexdigest()[:12]
+    tag = hashlib.sha256(f"{seed}:{policies}:{n_orders}".encode()).hexdigest()[:12]
     folder = Path(directory or Path(tempfile.gettempdir()) / "lmpo-aftersales")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"company-{seed}-{tag}.sqlite"
@@ -149,7 +150,7 @@ def database_path(seed: int, policies: Policies, directory: str | os.PathLike | 
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".part")
         os.close(fd)
         os.unlink(tmp)
-        generate(Path(tmp), seed, policies)
+        generate(Path(tmp), seed, policies, n_orders=n_orders)
         os.replace(tmp, path)
     return path
 

@@ -3,13 +3,20 @@
 Training tickets come from the database of seed `db_seed`; held-out tickets from a fresh
 database (`heldout_db_seed`): other customers, orders, dates and amounts, the same policies.
 
-Why RL has something to learn (the recipe of `tool_tasks`): the CPT corpus is operation logs
-from before the guardrail, a `flaw_rate` share of them by a careless operator who never reads
-the policy and does whatever the customer asks (refunds late and large orders, changes the
-address of shipped ones). SFT demonstrations cover only the kinds where doing what is asked
-is right and refunds are not among them (`SFT_KINDS`): the refund procedure (read the policy, then
-refund, refuse a late one or hand a large one to a human) comes only from the logs, where most
-operators skip the policy, and is left for GRPO to find, guided by the verifier and the guardrail.
+Why RL has something to learn (the recipe of `tool_tasks`): the CPT corpus is operation logs,
+a `flaw_rate` share of them by a careless operator who reads the policy and then does whatever
+the customer asks (refunds late and large orders, changes the address of shipped ones): a flaw
+the guardrail cannot see, since the evidence is all there. SFT demonstrations cover only the
+kinds where doing what is asked is right (`SFT_KINDS`), so after SFT the model does what is
+asked on every ticket; refusing a late refund or a late address change and handing a large
+refund to a human are left for GRPO to find, guided by the verifier.
+
+Why the policy's numbers are what they are: a 1M-parameter character model reads whether a
+number has one digit or two (or two or three) but, in minutes of training, not how 45 compares
+with 30. With a 9-day window and a $100 limit, each decision is one digit count in the
+looked-up order (measured: after CPT, a 30-day window's decision was a coin toss on held-out
+orders; a 9-day one was right on all of them). 5000 orders give ~125 refundable ones, so the
+model cannot pass by remembering order numbers.
 """
 
 from __future__ import annotations
@@ -35,18 +42,21 @@ class Aftersales:
     max_turn_tokens = 32
     max_tokens = 192
     pipeline_settings = {
-        "cpt": {"corpus_documents": 20000},
+        # rows of 256 tokens (the tiny preset's context) hold a whole conversation
+        "cpt": {"corpus_documents": 20000, "steps": 1200, "seq_len": 255, "batch_size": 16},
         "sft": {"demonstrations": 2000, "epochs": 2},
         "rl": {"rewards": "format=0.05", "temperature": 0.7, "steps": 120},  # the outcome and process rewards come from the environment
     }
 
-    def __init__(self, flaw_rate: float = 0.6, db_seed: int = 0, heldout_db_seed: int = 1, refund_window_days: int = 30,
+    def __init__(self, flaw_rate: float = 0.6, db_seed: int = 0, heldout_db_seed: int = 1, refund_window_days: int = 9,
                  approval_limit: int = 100, outcome: float = 1.0, process: float = 0.05, block_penalty: float = 0.1,
-                 handoff_cost: float = 0.0, guardrail: int = 1, sft_kinds: tuple[str, ...] = SFT_KINDS, db_dir: str | os.PathLike | None = None):
+                 handoff_cost: float = 0.0, guardrail: int = 1, orders: int = 5000, sft_kinds: tuple[str, ...] = SFT_KINDS, db_dir: str | os.PathLike | None = None):
         if not 0 <= flaw_rate <= 1:
             raise ValueError(f"flaw_rate must be in [0, 1], got {flaw_rate}")
         if db_seed == heldout_db_seed:
             raise ValueError("held-out tickets need their own database: db_seed must differ from heldout_db_seed")
+        if int(orders) < 50:
+            raise ValueError(f"orders must be at least 50 (every ticket kind needs orders to draw from), got {orders}")
         if isinstance(sft_kinds, str):  # from a task spec: aftersales:sft_kinds=where+cancel+complaint
             sft_kinds = tuple(k.strip() for k in sft_kinds.split("+") if k.strip())
         if not sft_kinds:
@@ -57,14 +67,14 @@ class Aftersales:
         self.flaw_rate, self.db_seed, self.heldout_db_seed = flaw_rate, int(db_seed), int(heldout_db_seed)
         self.policies = Policies(int(refund_window_days), int(approval_limit))
         self.rewards = Rewards(outcome, process, block_penalty, handoff_cost)
-        self.guardrail, self.sft_kinds, self.db_dir = bool(guardrail), tuple(sft_kinds), db_dir
+        self.guardrail, self.sft_kinds, self.db_dir, self.orders = bool(guardrail), tuple(sft_kinds), db_dir, int(orders)
         self.fmt = CompactFormat()
         self._heldout_cache: dict[int, list[Problem]] = {}
 
     # -- databases and tickets ------------------------------------------------------------------
     def database(self, heldout: bool = False) -> str:
         """The source database file of the training (or held-out) tickets."""
-        return str(database_path(self.heldout_db_seed if heldout else self.db_seed, self.policies, self.db_dir))
+        return str(database_path(self.heldout_db_seed if heldout else self.db_seed, self.policies, self.db_dir, self.orders))
 
     @cached_property
     def _pools(self) -> dict[bool, TicketPool]:

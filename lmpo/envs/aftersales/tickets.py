@@ -94,16 +94,19 @@ def make_ticket(kind: str, order: Order, policies: Policies, today: dt.date, rng
 
 
 def flawed_steps(ticket: Ticket) -> tuple[tuple[str, str], ...]:
-    """How a careless operator (the logs before the guardrail) resolved the ticket: never reads
-    the policy, and does what the customer asks whatever the order's state."""
+    """How a careless operator resolved the ticket: reads the policy, as the procedure says,
+    then does what the customer asks whatever the order's state and the policy say.
+
+    The flaw is one the guardrail cannot see (the evidence is all there), so only the
+    verifier's outcome teaches the model to act on what it read."""
     ref, amount = ticket.order.ref, ticket.order.amount
     look = ("call", f"lookup_order({ref})")
     if ticket.kind.startswith("refund"):
-        return look, ("call", f"issue_refund({ref}, {amount})"), ("reply", f"refunded ${amount}")
+        return (look, ("call", "search_policy(refund)"), ("call", f"issue_refund({ref}, {amount})"),
+                ("reply", f"refunded ${amount}"))
     if ticket.kind.startswith("addr"):
-        return look, ("call", f"update_address({ref}, {ticket.new_address})"), ("reply", "updated")
-    if ticket.kind == "cancel":
-        return look, ("call", f"cancel_order({ref})"), ("reply", "cancelled")
+        return (look, ("call", "search_policy(address)"), ("call", f"update_address({ref}, {ticket.new_address})"),
+                ("reply", "updated"))
     return ticket.steps
 
 
