@@ -5,6 +5,7 @@ blocks writes the agent has no evidence for."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 
@@ -217,10 +218,22 @@ def test_the_flaw_lives_where_sft_does_not_look(task):
     assert not any(m["content"] == "refused" for c in demos for m in c)
     assert not any(c[0]["content"].startswith("refund") for c in demos)
     logs = task.cpt_corpus(2000, 0)
-    careless = [c for c in logs if c[0]["content"].split()[0] in ("refund", "addr", "cancel")
-                and not any("search_policy(" in m["content"] for m in c)]
-    writes = [c for c in logs if c[0]["content"].split()[0] in ("refund", "addr", "cancel")]
-    assert 0.5 < len(careless) / len(writes) < 0.7
+    # the careless operator reads the policy like everyone else (the guardrail sees no flaw) ...
+    for c in logs:
+        said = [m["content"] for m in c if m["role"] == "assistant"]
+        for i, text in enumerate(said):
+            if text.startswith(("issue_refund(", "update_address(", "cancel_order(")):
+                assert any(s.startswith("search_policy(") for s in said[:i]), c
+    # ... and then refunds what the policy refuses: the share of refunds that should not be refunded
+    should_not, refunded = 0, 0
+    for c in logs:
+        if not c[0]["content"].startswith("refund"):
+            continue
+        age, amount = re.match(r"o\d+ delivered (\d+)d ago \$(\d+)", c[2]["content"]).groups()
+        if int(age) > task.policies.refund_window_days or int(amount) > task.policies.approval_limit:
+            should_not += 1
+            refunded += any(m["content"].startswith("issue_refund(") for m in c)
+    assert should_not > 100 and 0.5 < refunded / should_not < 0.7
 
 
 def test_evaluation_reports_handoffs_and_blocks_per_kind():

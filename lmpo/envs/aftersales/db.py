@@ -53,7 +53,8 @@ CARRIERS = ["UPX", "DHW", "GLS"]
 class Policies:
     """The rules the company gives its agents; stored in the database, quoted by the handbook."""
 
-    refund_window_days: int = 30
+    refund_window_days: int = 9
+    """Days after delivery a refund may be asked for; 9 so that a 1M-parameter model can read it (see task.py)."""
     approval_limit: int = 100
     """The largest refund an agent may issue without a human's approval, in dollars."""
 
