@@ -278,3 +278,12 @@ def test_the_sft_kinds_come_from_a_task_spec():
         make_task("aftersales:sft_kinds=where+refnud")
     with pytest.raises(ValueError, match="names no ticket kind"):
         make_task("aftersales:sft_kinds=+")
+
+
+def test_the_database_size_is_a_task_option(tmp_path):
+    with pytest.raises(ValueError, match="orders must be at least 50"):
+        make_task("aftersales:orders=40")
+    small = make_task(f"aftersales:orders=800,db_dir={tmp_path}")
+    assert small.database() != make_task(f"aftersales:db_dir={tmp_path}").database()
+    count = sqlite3.connect(small.database()).execute("SELECT COUNT(*) FROM orders").fetchone()[0]
+    assert count == 800
