@@ -7,15 +7,15 @@ Why RL has something to learn (the recipe of `tool_tasks`): the CPT corpus is op
 a `flaw_rate` share of them by a careless operator who reads the policy and then does whatever
 the customer asks (refunds late and large orders, changes the address of shipped ones): a flaw
 the guardrail cannot see, since the evidence is all there. SFT demonstrations cover only the
-kinds where doing what is asked is right (`SFT_KINDS`), so after SFT the model does what is
-asked on every ticket; refusing a late refund or a late address change and handing a large
+kinds where doing what is asked is right (`SFT_KINDS`), so SFT gives the model no reason to
+do otherwise on the other kinds; refusing a late refund or a late address change and handing a large
 refund to a human are left for GRPO to find, guided by the verifier.
 
 Why the policy's numbers are what they are: a 1M-parameter character model reads whether a
 number has one digit or two (or two or three) but, in minutes of training, not how 45 compares
 with 30. With a 9-day window and a $100 limit, each decision is one digit count in the
 looked-up order (measured: after CPT, a 30-day window's decision was a coin toss on held-out
-orders; a 9-day one was right on all of them). 5000 orders give ~125 refundable ones, so the
+orders; a 9-day one was right on 24 of 24). 5000 orders give ~125 refundable ones, so the
 model cannot pass by remembering order numbers.
 """
 
