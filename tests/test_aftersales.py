@@ -283,6 +283,8 @@ def test_the_sft_kinds_come_from_a_task_spec():
 def test_the_database_size_is_a_task_option(tmp_path):
     with pytest.raises(ValueError, match="orders must be at least 50"):
         make_task("aftersales:orders=40")
+    with pytest.raises(ValueError, match="option orders must be a whole number, got 'abc'"):
+        make_task("aftersales:orders=abc")
     small = make_task(f"aftersales:orders=800,db_dir={tmp_path}")
     assert small.database() != make_task(f"aftersales:db_dir={tmp_path}").database()
     count = sqlite3.connect(small.database()).execute("SELECT COUNT(*) FROM orders").fetchone()[0]

@@ -51,6 +51,10 @@ class Aftersales:
     def __init__(self, flaw_rate: float = 0.6, db_seed: int = 0, heldout_db_seed: int = 1, refund_window_days: int = 9,
                  approval_limit: int = 100, outcome: float = 1.0, process: float = 0.05, block_penalty: float = 0.1,
                  handoff_cost: float = 0.0, guardrail: int = 1, orders: int = 5000, sft_kinds: tuple[str, ...] = SFT_KINDS, db_dir: str | os.PathLike | None = None):
+        for name, value in (("db_seed", db_seed), ("heldout_db_seed", heldout_db_seed), ("orders", orders),
+                            ("refund_window_days", refund_window_days), ("approval_limit", approval_limit)):
+            if isinstance(value, bool) or not isinstance(value, int) and not str(value).strip().lstrip("-").isdigit():
+                raise ValueError(f"aftersales option {name} must be a whole number, got {value!r}")
         if not 0 <= flaw_rate <= 1:
             raise ValueError(f"flaw_rate must be in [0, 1], got {flaw_rate}")
         if db_seed == heldout_db_seed:
