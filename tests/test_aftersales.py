@@ -210,6 +210,22 @@ def test_heldout_tickets_come_from_a_fresh_database(task):
     assert [p.meta["kind"] for p in heldout[:8]] == list(KINDS)
 
 
+def test_each_refundable_amount_has_its_own_first_digit(task):
+    """The tiny model copies a number's first digit and recalls the rest from the prices it knows."""
+    rows = sqlite3.connect(task.database()).execute("SELECT DISTINCT amount FROM orders").fetchall()
+    small = sorted(a for (a,) in rows if a <= task.policies.approval_limit)
+    assert len(small) == len({str(a)[0] for a in small}) == 9
+    assert all(len(str(a)) == 3 for (a,) in rows if a > task.policies.approval_limit)
+
+
+def test_a_change_to_the_generator_names_a_new_source_file(tmp_path, monkeypatch):
+    from lmpo.envs.aftersales import db
+
+    before = db.database_path(0, db.Policies(), tmp_path, 100)
+    monkeypatch.setattr(db, "GENERATOR_VERSION", db.GENERATOR_VERSION + 1)
+    assert db.database_path(0, db.Policies(), tmp_path, 100) != before
+
+
 def test_the_flaw_lives_where_sft_does_not_look(task):
     demos = task.sft_demonstrations(300, 0)
     assert all(any("search_policy(" in m["content"] for m in c) for c in demos
@@ -218,12 +234,16 @@ def test_the_flaw_lives_where_sft_does_not_look(task):
     assert not any(m["content"] == "refused" for c in demos for m in c)
     assert not any(c[0]["content"].startswith("refund") for c in demos)
     logs = task.cpt_corpus(2000, 0)
-    # the careless operator reads the policy like everyone else (the guardrail sees no flaw) ...
+    # half the careless operator's writes come without reading the policy (the guardrail blocks those),
+    # the other half after reading it (the guardrail sees no flaw) ...
+    writes = unchecked = 0
     for c in logs:
         said = [m["content"] for m in c if m["role"] == "assistant"]
         for i, text in enumerate(said):
             if text.startswith(("issue_refund(", "update_address(", "cancel_order(")):
-                assert any(s.startswith("search_policy(") for s in said[:i]), c
+                writes += 1
+                unchecked += not any(s.startswith("search_policy(") for s in said[:i])
+    assert writes > 500 and 0.2 < unchecked / writes < 0.4
     # ... and then refunds what the policy refuses: the share of refunds that should not be refunded
     should_not, refunded = 0, 0
     for c in logs:
@@ -260,6 +280,15 @@ def test_evaluation_reports_handoffs_and_blocks_per_kind():
     assert refund["terminations"] == {"answered": 1 / 3, "env_done": 1 / 3, "token_budget": 1 / 3}
     assert b["by_kind"]["refund_big"]["accuracy"] == 1.0
     assert breakdown([Trajectory(Problem("p", "a"), 1)], [Grade(True, True)]) == {}  # other tasks: nothing added
+
+
+def test_an_episode_without_blocks_reports_zero_blocks(task):
+    """A run with no block at all must print 0 blocks per episode, not leave the figure out."""
+    p = _ticket(task, "where")
+    steps, _ = _play(task, p, [f"lookup_order({p.meta['order']})", p.answer])
+    assert [s.info["counts"] for s in steps] == [{"guardrail_blocks": 0}] * 2
+    steps, _ = _play(task, p, ["nothing to look up"])
+    assert steps[0].info["counts"] == {"guardrail_blocks": 0}
 
 
 def test_process_reward_pays_for_new_evidence_only(task):

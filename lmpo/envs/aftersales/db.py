@@ -44,8 +44,15 @@ FIRST = ["Ana", "Ben", "Cai", "Dee", "Eli", "Fay", "Gus", "Hal", "Ivy", "Jo", "K
 LAST = ["Lee", "Ito", "Ruiz", "Kahn", "Moss", "Diaz", "Park", "Ward", "Bell", "Cole"]
 CITIES = ["Porto", "Lyon", "Graz", "Turin", "Gent", "Cork", "Bonn", "Brno"]
 STREETS = ["Elm", "Oak", "Pine", "Main", "Lake", "Hill", "Park", "Mill", "Rose", "Bay"]
-PRODUCTS = [("mug", 12), ("lamp", 45), ("kettle", 38), ("chair", 140), ("desk", 260), ("rug", 95),
-            ("shelf", 120), ("clock", 29), ("vase", 22), ("stool", 64), ("mirror", 180), ("fan", 55)]
+# Each amount an agent may refund alone ($12, 24, 36, 45, 90, 55, 64, 76, 87: the prices below times
+# 1-3) has its own first digit. The tiny model copies a number's first digit from what it looked
+# up and recalls the rest from the prices it has seen (measured: with $22 and $29 both on sale it
+# refunded $29 for $22, and with 60 prices drawn per database it copied 6 amounts of 40).
+PRODUCTS = [("mug", 12), ("cup", 12), ("lamp", 45), ("torch", 45), ("fan", 55), ("pan", 55), ("vase", 64),
+            ("bowl", 64), ("clock", 76), ("radio", 76), ("rug", 87), ("towel", 87),
+            ("shelf", 120), ("kettle", 150), ("mirror", 180), ("chair", 140), ("bike", 230), ("desk", 260)]
+GENERATOR_VERSION = 2
+"""Part of a source file's name: a change to `generate` must not reuse files the old one wrote."""
 CARRIERS = ["UPX", "DHW", "GLS"]
 
 
@@ -143,7 +150,7 @@ def database_path(seed: int, policies: Policies, directory: str | os.PathLike | 
                   n_orders: int = 5000) -> Path:
     """The source file for `seed`, `policies` and `n_orders`, generated on first use. Generation writes a
     temporary file and renames it into place, so runs sharing the directory never see half a file."""
-    tag = hashlib.sha256(f"{seed}:{policies}:{n_orders}".encode()).hexdigest()[:12]
+    tag = hashlib.sha256(f"{seed}:{policies}:{n_orders}:{GENERATOR_VERSION}".encode()).hexdigest()[:12]
     folder = Path(directory or Path(tempfile.gettempdir()) / "lmpo-aftersales")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"company-{seed}-{tag}.sqlite"

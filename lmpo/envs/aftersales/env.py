@@ -62,7 +62,9 @@ class AftersalesEnv:
         if not parsed.calls:
             reply = parsed.answer if parsed.answer is not None else action_text
             return self._finish(reply.strip(), {"answer": reply})
-        reward, observations, info = 0.0, [], {"tool_calls": len(parsed.calls), "parse_error": False}
+        # the tally is there when zero too, so that a run without blocks reports 0, not nothing
+        reward, observations, info = 0.0, [], {"tool_calls": len(parsed.calls), "parse_error": False,
+                                                "counts": {"guardrail_blocks": 0}}
         for call in parsed.calls:
             known = len(self.tools.evidence.orders) + len(self.tools.evidence.policies)
             text, ok, blocked = self._run(call)
@@ -71,7 +73,7 @@ class AftersalesEnv:
             ok_paid = ok and (fresh or call.name in WRITE_TOOLS)
             if blocked:
                 self.blocks += 1
-                info["counts"] = {"guardrail_blocks": info.get("counts", {}).get("guardrail_blocks", 0) + 1}
+                info["counts"]["guardrail_blocks"] += 1
                 reward -= self.rewards.block_penalty
             elif ok_paid:
                 reward += self.rewards.process
@@ -100,7 +102,7 @@ class AftersalesEnv:
         meta = self.problem.meta
         expected = {tuple(change) for change in meta["expected"]}
         self.verdict = verify(expected, changes(source(meta["db"]), self.db), tuple(meta["facts"]), reply, bool(meta["handoff"]))
-        info = {**info, "verdict": self.verdict.correct}
+        info = {"counts": {"guardrail_blocks": 0}, **info, "verdict": self.verdict.correct}
         if info.get("handoff") and not meta["handoff"]:
             reward -= self.rewards.handoff_cost
         return Step(done=True, reward=reward + self.rewards.outcome * self.verdict.correct, info=info)

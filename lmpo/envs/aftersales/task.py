@@ -4,9 +4,11 @@ Training tickets come from the database of seed `db_seed`; held-out tickets from
 database (`heldout_db_seed`): other customers, orders, dates and amounts, the same policies.
 
 Why RL has something to learn (the recipe of `tool_tasks`): the CPT corpus is operation logs,
-a `flaw_rate` share of them by a careless operator who reads the policy and then does whatever
-the customer asks (refunds late and large orders, changes the address of shipped ones): a flaw
-the guardrail cannot see, since the evidence is all there. SFT demonstrations cover only the
+a `flaw_rate` share of them by a careless operator who does whatever the customer asks
+(refunds late and large orders, changes the address of shipped ones): a flaw the guardrail
+cannot see when the operator read the policy first, since the evidence is all there. A
+`skip_policy_rate` share of the careless writes come without reading the policy at all, a
+flaw the guardrail blocks at run time. SFT demonstrations cover only the
 kinds where doing what is asked is right (`SFT_KINDS`), so SFT gives the model no reason to
 do otherwise on the other kinds; refusing a late refund or a late address change and handing a large
 refund to a human are left for GRPO to find, guided by the verifier.
@@ -48,15 +50,16 @@ class Aftersales:
         "rl": {"rewards": "format=0.05", "temperature": 0.7, "steps": 120},  # the outcome and process rewards come from the environment
     }
 
-    def __init__(self, flaw_rate: float = 0.6, db_seed: int = 0, heldout_db_seed: int = 1, refund_window_days: int = 9,
-                 approval_limit: int = 100, outcome: float = 1.0, process: float = 0.05, block_penalty: float = 0.1,
+    def __init__(self, flaw_rate: float = 0.6, skip_policy_rate: float = 0.5, db_seed: int = 0, heldout_db_seed: int = 1,
+                 refund_window_days: int = 9, approval_limit: int = 100, outcome: float = 1.0, process: float = 0.05, block_penalty: float = 0.1,
                  handoff_cost: float = 0.0, guardrail: int = 1, orders: int = 5000, sft_kinds: tuple[str, ...] = SFT_KINDS, db_dir: str | os.PathLike | None = None):
         for name, value in (("db_seed", db_seed), ("heldout_db_seed", heldout_db_seed), ("orders", orders),
                             ("refund_window_days", refund_window_days), ("approval_limit", approval_limit)):
             if isinstance(value, bool) or not isinstance(value, int) and not str(value).strip().lstrip("-").isdigit():
                 raise ValueError(f"aftersales option {name} must be a whole number, got {value!r}")
-        if not 0 <= flaw_rate <= 1:
-            raise ValueError(f"flaw_rate must be in [0, 1], got {flaw_rate}")
+        for name, value in (("flaw_rate", flaw_rate), ("skip_policy_rate", skip_policy_rate)):
+            if not 0 <= value <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
         if db_seed == heldout_db_seed:
             raise ValueError("held-out tickets need their own database: db_seed must differ from heldout_db_seed")
         if int(orders) < 50:
@@ -68,7 +71,8 @@ class Aftersales:
         unknown = set(sft_kinds) - set(KINDS)
         if unknown:
             raise ValueError(f"unknown ticket kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
-        self.flaw_rate, self.db_seed, self.heldout_db_seed = flaw_rate, int(db_seed), int(heldout_db_seed)
+        self.flaw_rate, self.skip_policy_rate = flaw_rate, skip_policy_rate
+        self.db_seed, self.heldout_db_seed = int(db_seed), int(heldout_db_seed)
         self.policies = Policies(int(refund_window_days), int(approval_limit))
         self.rewards = Rewards(outcome, process, block_penalty, handoff_cost)
         self.guardrail, self.sft_kinds, self.db_dir, self.orders = bool(guardrail), tuple(sft_kinds), db_dir, int(orders)
@@ -161,12 +165,13 @@ class Aftersales:
         return messages
 
     def cpt_corpus(self, n_documents: int, seed: int) -> list[list[dict]]:
-        """Operation logs (conversations), a `flaw_rate` share by the careless operator."""
+        """Operation logs (conversations), a `flaw_rate` share by the careless operator, who skips
+        the policy on a `skip_policy_rate` share of them."""
         rng = random.Random(f"aftersales:cpt:{seed}")
         out = []
         for ticket in self._tickets(n_documents, rng, False):
-            flawed = rng.random() < self.flaw_rate
-            out.append(self.conversation(ticket, flawed_steps(ticket) if flawed else ticket.steps))
+            flawed, skips = rng.random() < self.flaw_rate, rng.random() < self.skip_policy_rate
+            out.append(self.conversation(ticket, flawed_steps(ticket, read_policy=not skips) if flawed else ticket.steps))
         return out
 
     def sft_demonstrations(self, n: int, seed: int) -> list[list[dict]]:

@@ -93,21 +93,23 @@ def make_ticket(kind: str, order: Order, policies: Policies, today: dt.date, rng
     raise ValueError(f"unknown ticket kind {kind!r}; known: {', '.join(KINDS)}")
 
 
-def flawed_steps(ticket: Ticket) -> tuple[tuple[str, str], ...]:
-    """How a careless operator resolved the ticket: reads the policy, as the procedure says,
-    then does what the customer asks whatever the order's state and the policy say.
+def flawed_steps(ticket: Ticket, read_policy: bool = True) -> tuple[tuple[str, str], ...]:
+    """How a careless operator resolved the ticket: does what the customer asks whatever the
+    order's state and the policy say, and with `read_policy=False` does not read the policy.
 
-    The flaw is one the guardrail cannot see (the evidence is all there), so only the
-    verifier's outcome teaches the model to act on what it read."""
+    Two flaws. Ignoring what the policy says is one the guardrail cannot see (the evidence is
+    all there), so only the verifier's outcome teaches the model to act on what it read. Not
+    reading it is one the guardrail blocks at run time (these logs predate the guardrail), so
+    it shows as blocks that training should remove."""
     ref, amount = ticket.order.ref, ticket.order.amount
     look = ("call", f"lookup_order({ref})")
     if ticket.kind.startswith("refund"):
-        return (look, ("call", "search_policy(refund)"), ("call", f"issue_refund({ref}, {amount})"),
-                ("reply", f"refunded ${amount}"))
-    if ticket.kind.startswith("addr"):
-        return (look, ("call", "search_policy(address)"), ("call", f"update_address({ref}, {ticket.new_address})"),
-                ("reply", "updated"))
-    return ticket.steps
+        policy, write, reply = "search_policy(refund)", f"issue_refund({ref}, {amount})", f"refunded ${amount}"
+    elif ticket.kind.startswith("addr"):
+        policy, write, reply = "search_policy(address)", f"update_address({ref}, {ticket.new_address})", "updated"
+    else:
+        return ticket.steps
+    return (look, *([("call", policy)] if read_policy else []), ("call", write), ("reply", reply))
 
 
 class TicketPool:
