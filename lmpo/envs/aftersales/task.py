@@ -17,8 +17,9 @@ Why the policy's numbers are what they are: a 1M-parameter character model reads
 number has one digit or two (or two or three) but, in minutes of training, not how 45 compares
 with 30. With a 9-day window and a $100 limit, each decision is one digit count in the
 looked-up order (measured: after CPT, a 30-day window's decision was a coin toss on held-out
-orders; a 9-day one was right on 24 of 24). 5000 orders give ~125 refundable ones, so the
-model cannot pass by remembering order numbers.
+orders; a 9-day one was right on 24 of 24). 5000 orders give ~100 refundable ones, so the
+model cannot pass by remembering order numbers, and each amount it may refund alone has its
+own first digit (see `db.PRODUCTS`).
 """
 
 from __future__ import annotations
