@@ -314,6 +314,9 @@ def test_the_database_size_is_a_task_option(tmp_path):
         make_task("aftersales:orders=40")
     with pytest.raises(ValueError, match="option orders must be a whole number, got 'abc'"):
         make_task("aftersales:orders=abc")
+    for spec in ("skip_policy_rate=abc", "flaw_rate=1.5"):
+        with pytest.raises(ValueError, match=f"option {spec.split('=')[0]} must be a share in \\[0, 1\\]"):
+            make_task(f"aftersales:{spec}")
     small = make_task(f"aftersales:orders=800,db_dir={tmp_path}")
     assert small.database() != make_task(f"aftersales:db_dir={tmp_path}").database()
     count = sqlite3.connect(small.database()).execute("SELECT COUNT(*) FROM orders").fetchone()[0]

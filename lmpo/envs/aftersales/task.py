@@ -24,6 +24,7 @@ own first digit (see `db.PRODUCTS`).
 
 from __future__ import annotations
 
+import math
 import os
 import random
 from functools import cached_property
@@ -59,8 +60,12 @@ class Aftersales:
             if isinstance(value, bool) or not isinstance(value, int) and not str(value).strip().lstrip("-").isdigit():
                 raise ValueError(f"aftersales option {name} must be a whole number, got {value!r}")
         for name, value in (("flaw_rate", flaw_rate), ("skip_policy_rate", skip_policy_rate)):
-            if not 0 <= value <= 1:
-                raise ValueError(f"{name} must be in [0, 1], got {value}")
+            try:
+                share = float(value)
+            except (TypeError, ValueError):
+                share = math.nan
+            if not 0 <= share <= 1:
+                raise ValueError(f"aftersales option {name} must be a share in [0, 1], got {value!r}")
         if db_seed == heldout_db_seed:
             raise ValueError("held-out tickets need their own database: db_seed must differ from heldout_db_seed")
         if int(orders) < 50:
@@ -72,7 +77,7 @@ class Aftersales:
         unknown = set(sft_kinds) - set(KINDS)
         if unknown:
             raise ValueError(f"unknown ticket kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
-        self.flaw_rate, self.skip_policy_rate = flaw_rate, skip_policy_rate
+        self.flaw_rate, self.skip_policy_rate = float(flaw_rate), float(skip_policy_rate)
         self.db_seed, self.heldout_db_seed = int(db_seed), int(heldout_db_seed)
         self.policies = Policies(int(refund_window_days), int(approval_limit))
         self.rewards = Rewards(outcome, process, block_penalty, handoff_cost)
