@@ -52,9 +52,11 @@ class Aftersales:
         "rl": {"rewards": "format=0.05", "temperature": 0.7, "steps": 120},  # the outcome and process rewards come from the environment
     }
 
-    def __init__(self, flaw_rate: float = 0.6, skip_policy_rate: float = 0.5, db_seed: int = 0, heldout_db_seed: int = 1,
-                 refund_window_days: int = 9, approval_limit: int = 100, outcome: float = 1.0, process: float = 0.05, block_penalty: float = 0.1,
-                 handoff_cost: float = 0.0, guardrail: int = 1, orders: int = 5000, sft_kinds: tuple[str, ...] = SFT_KINDS, db_dir: str | os.PathLike | None = None):
+    def __init__(self, flaw_rate: float = 0.6, skip_policy_rate: float = 0.5, db_seed: int = 0,
+                 heldout_db_seed: int = 1, refund_window_days: int = 9, approval_limit: int = 100,
+                 outcome: float = 1.0, process: float = 0.05, block_penalty: float = 0.1, handoff_cost: float = 0.0,
+                 guardrail: int = 1, orders: int = 5000, sft_kinds: tuple[str, ...] = SFT_KINDS,
+                 db_dir: str | os.PathLike | None = None):
         for name, value in (("db_seed", db_seed), ("heldout_db_seed", heldout_db_seed), ("orders", orders),
                             ("refund_window_days", refund_window_days), ("approval_limit", approval_limit)):
             if isinstance(value, bool) or not isinstance(value, int) and not str(value).strip().lstrip("-").isdigit():
