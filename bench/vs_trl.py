@@ -60,6 +60,12 @@ def default_trl_python() -> str:
     return str(ROOT / ".venv-trl/bin/python")
 
 
+def default_precisions() -> str:
+    from lmpo.models.device import cpu_has_native_bf16
+
+    return "fp32,bf16" if cpu_has_native_bf16() else "fp32"
+
+
 def main_workloads(work: Path, pairs: int) -> dict[str, Workload]:
     fixed, var = work / "qwen2-3.7m-fixed", work / "qwen2-3.7m-var"
     build_qwen2(fixed, "3.7m", "fixed")
@@ -67,7 +73,7 @@ def main_workloads(work: Path, pairs: int) -> dict[str, Workload]:
     prompts, sort, pair_file = work / "prompts.jsonl", work / "sort.jsonl", work / "pairs.jsonl"
     random_prompts(prompts, 512, 16, seed=0)
     sort_prompts(sort, 512, seed=0)
-    random_pairs(pair_file, 32 * (pairs + 3), seed=0)
+    random_pairs(pair_file, 32 * (pairs + 4), seed=0)  # a warm-up step, the pairs, spare
     from lmpo.teach.start import sft_start
 
     sft = sft_start(seed=0, quiet=True).model_dir
@@ -137,12 +143,14 @@ class Worker:
         self.log.close()
 
 
-def matmul_peak_gflops(threads: int, size: int = 1024, reps: int = 6) -> float:
-    """Best sustained fp32 torch.mm rate on `threads` threads (the machine's matmul peak)."""
+def matmul_peak_gflops(threads: int, precision: str = "fp32", size: int = 1024, reps: int = 6) -> float:
+    """Best sustained torch.mm rate on `threads` threads in the run's precision (the machine's
+    matmul peak: bf16 autocast's matmuls run in bf16)."""
     import torch
 
     torch.set_num_threads(threads)
-    a, b = torch.randn(2 * size, size), torch.randn(size, size)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    a, b = torch.randn(2 * size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     torch.mm(a, b)
     best = float("inf")
     for _ in range(reps):
@@ -166,18 +174,20 @@ def step_flops(w: Workload, r: dict) -> dict[str, float]:
     return {"generate": forward, "logprobs": forward if w.beta > 0 else 0.0, "update": 3 * forward}
 
 
-def run_workload(w: Workload, pairs: int, trl_python: str, work: Path, say) -> dict:
+def run_workload(w: Workload, pairs: int, trl_python: str, work: Path, say, warmup_pairs: int = 2) -> dict:
     lmpo = Worker("lmpo", sys.executable, w, work)
     ready_l = lmpo.read()  # one at a time: set-ups and warm-ups do not overlap
     trl = Worker("trl", trl_python, w, work)
     ready_t = trl.read()
-    say(f"  {w.name}: warm-up step lmpo {ready_l['step_s']:.2f}s, TRL {ready_t['step_s']:.2f}s")
+    say(f"  {w.name} ({w.precision}): warm-up step lmpo {ready_l['step_s']:.2f}s, TRL {ready_t['step_s']:.2f}s")
     rows, peaks = [], []
     try:
+        for _ in range(warmup_pairs):  # unrecorded: allocators and kernel caches settle over the first steps
+            lmpo.step(), trl.step()
         for i in range(pairs):
             first, second = (lmpo, trl) if i % 2 == 0 else (trl, lmpo)
             a, b = first.step(), second.step()
-            peaks.append(matmul_peak_gflops(w.threads))
+            peaks.append(matmul_peak_gflops(w.threads, w.precision))
             rows.append((a, b) if first is lmpo else (b, a))
             say(f"  {w.name} pair {i + 1}: lmpo {rows[-1][0]['step_s']:.3f}s  TRL {rows[-1][1]['step_s']:.3f}s  "
                 f"ratio {rows[-1][1]['step_s'] / rows[-1][0]['step_s']:.2f}")
@@ -190,7 +200,7 @@ def run_workload(w: Workload, pairs: int, trl_python: str, work: Path, say) -> d
 def summarise(w: Workload, rows: list[tuple[dict, dict]], peaks: list[float], rss_l: float, rss_t: float) -> dict:
     med = statistics.median
     peak = max(peaks)  # the best the machine did in this workload's run: a conservative peak
-    out = {"workload": w.name, "pairs": len(rows), "ratio_median": med(t["step_s"] / l["step_s"] for l, t in rows),
+    out = {"workload": w.name, "precision": w.precision, "pairs": len(rows), "ratio_median": med(t["step_s"] / l["step_s"] for l, t in rows),
            "ratio_min": min(t["step_s"] / l["step_s"] for l, t in rows),
            "ratio_max": max(t["step_s"] / l["step_s"] for l, t in rows), "matmul_peak_gflops": peak,
            "cpu_ratio_median": med(t["cpu_s"] / l["cpu_s"] for l, t in rows)}
@@ -210,20 +220,47 @@ def summarise(w: Workload, rows: list[tuple[dict, dict]], peaks: list[float], rs
 
 
 def table(results: list[dict]) -> str:
-    head = (f"{'workload':<15}{'lmpo s':>8}{'TRL s':>8}{'TRL/lmpo':>9}{'range':>12}{'cpu':>6}  "
+    head = (f"{'workload':<15}{'prec':>5}{'lmpo s':>8}{'TRL s':>8}{'TRL/lmpo':>9}{'range':>12}{'cpu':>6}  "
             f"{'lmpo gen/lp/upd':>18}  {'TRL gen/lp/upd':>18}{'peak% l/T':>11}{'RSS MiB l/T':>14}")
     lines = [head]
     for r in results:
         l, t = r["lmpo"], r["trl"]
         phases = lambda s: "/".join(f"{s.get(k, 0.0):.2f}" for k in ("generate_s", "logprobs_s", "update_s"))  # noqa: E731
-        lines.append(f"{r['workload']:<15}{l['step_s']:>8.3f}{t['step_s']:>8.3f}{r['ratio_median']:>9.2f}"
+        lines.append(f"{r['workload']:<15}{r.get('precision', 'fp32'):>5}{l['step_s']:>8.3f}{t['step_s']:>8.3f}{r['ratio_median']:>9.2f}"
                      f"{r['ratio_min']:>6.2f}-{r['ratio_max']:<5.2f}{r['cpu_ratio_median']:>6.2f}  {phases(l):>18}  {phases(t):>18}"
                      f"{100 * l['peak_fraction']:>5.0f}/{100 * t['peak_fraction']:<5.0f}"
                      f"{l['peak_rss_mb']:>7.0f}/{t['peak_rss_mb']:<6.0f}")
     return "\n".join(lines)
 
 
-def plot_scaling(points: list[tuple[str, float, dict]], path: Path, threads: int) -> None:
+TARGETS = {"grpo_fixed": 1.6, "grpo_fixed_b0": 1.6, "grpo_var": 2.0, "grpo_sort": 2.0, "dpo": 2.0}
+
+
+def headline(results: list[dict]) -> list[dict]:
+    """Per workload, the precision at which TRL's step is fastest (TRL at its best on this
+    machine), both sides at that precision, and the issue's target for the ratio."""
+    out = []
+    for name in dict.fromkeys(r["workload"] for r in results):
+        best = min((r for r in results if r["workload"] == name), key=lambda r: r["trl"]["step_s"])
+        target = TARGETS.get(name)
+        out.append({"workload": name, "precision": best.get("precision", "fp32"), "ratio_median": best["ratio_median"],
+                    "target": target, "met": None if target is None else best["ratio_median"] >= target,
+                    "lmpo_peak_fraction": best["lmpo"]["peak_fraction"],
+                    "rss_lower": best["lmpo"]["peak_rss_mb"] <= best["trl"]["peak_rss_mb"]})
+    return out
+
+
+def headline_table(rows: list[dict]) -> str:
+    lines = [f"{'workload':<15}{'TRL best':>9}{'TRL/lmpo':>9}{'target':>8}  {'met':<4}{'lmpo peak%':>11}"]
+    for h in rows:
+        target = f"{h['target']:.1f}" if h["target"] else "-"
+        met = "-" if h["met"] is None else ("yes" if h["met"] else "no")
+        lines.append(f"{h['workload']:<15}{h['precision']:>9}{h['ratio_median']:>9.2f}{target:>8}  {met:<4}"
+                     f"{100 * h['lmpo_peak_fraction']:>10.0f}%")
+    return "\n".join(lines)
+
+
+def plot_scaling(points: list[tuple[str, float, dict]], path: Path, threads: int, precision: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -241,7 +278,8 @@ def plot_scaling(points: list[tuple[str, float, dict]], path: Path, threads: int
         ax.set_xscale("log", base=2 if name != "parameters (M)" else 10)
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle(f"lmpo vs TRL: GRPO step time (CPU, {threads} thread(s) each, medians of interleaved pairs)",
+    fig.suptitle(f"lmpo vs TRL: GRPO step time (CPU, {precision}, {threads} thread(s) each, medians of interleaved "
+                 "pairs)",
                  fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -269,6 +307,11 @@ def main() -> None:
     parser.add_argument("--trl-python", default=default_trl_python(), help="interpreter of the TRL environment")
     parser.add_argument("--lmpo-option", action="append", default=[], metavar="KEY=VALUE",
                         help="an option of lmpo's trainer config for its side (repeatable), to measure a variant")
+    parser.add_argument("--precision", default=default_precisions(),
+                        help="comma-separated, each workload run at each, both sides alike: fp32, or bf16 autocast "
+                             "with fp32 master weights (default: both where the CPU has native bf16, else fp32); "
+                             "the headline takes, per workload, the one where TRL is fastest")
+    parser.add_argument("--warmup-pairs", type=int, default=2, help="unrecorded pairs after each side's warm-up step")
     parser.add_argument("--threads", type=int, default=2,
                         help="torch threads per side (1 gives steadier figures on a machine others are using)")
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench-vs-trl"), help="results, logs and the plot")
@@ -276,30 +319,36 @@ def main() -> None:
     if not Path(args.trl_python).exists():
         parser.error(f"no TRL interpreter at {args.trl_python}; run scripts/setup-trl-venv.sh or pass --trl-python")
     pairs = args.pairs or (3 if args.quick else 7)
+    precisions = [p for p in args.precision.split(",") if p]
+    if not precisions or any(p not in ("fp32", "bf16") for p in precisions):
+        parser.error(f"--precision {args.precision!r}: expected fp32, bf16 or fp32,bf16")
     names = [n for n in args.only.split(",") if n] or list(QUICK if args.quick else MAIN)
     out = Path(args.out)
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     options = parse_options(args.lmpo_option)
-    workloads = main_workloads(work, pairs)
+    workloads = main_workloads(work, pairs + args.warmup_pairs)
     results = []
     for name in names:
-        w = replace(workloads[name], options=options, threads=args.threads)
-        results.append(run_workload(w, pairs, args.trl_python, work, say))
-        (out / "results.json").write_text(json.dumps({"pairs": pairs, "results": results}, indent=1))
+        for precision in precisions:
+            w = replace(workloads[name], options=options, threads=args.threads, precision=precision)
+            results.append(run_workload(w, pairs, args.trl_python, work, say, args.warmup_pairs))
+            (out / "results.json").write_text(json.dumps({"pairs": pairs, "results": results}, indent=1))
     scaling = []
     if args.scaling == "on" or (args.scaling == "auto" and not args.quick and not args.only):
-        for axis, x, w in scaling_workloads(work, args.quick):
-            w = replace(w, options=options, threads=args.threads)
-            scaling.append((axis, x, run_workload(w, args.scaling_pairs, args.trl_python, work, say)))
-        plot_scaling(scaling, out / "scaling.png", args.threads)
+        for axis, x, w in scaling_workloads(work, args.quick):  # in the first precision listed
+            w = replace(w, options=options, threads=args.threads, precision=precisions[0])
+            scaling.append((axis, x, run_workload(w, args.scaling_pairs, args.trl_python, work, say, 1)))
+        plot_scaling(scaling, out / "scaling.png", args.threads, precisions[0])
         say(f"scaling curves: {out / 'scaling.png'}")
     print(table(results))
     if scaling:
         print(table([r for _, _, r in scaling]))
+    best = headline(results)
+    print(headline_table(best))
     summary = {"pairs": pairs, "threads": args.threads, "lmpo_options": options, "results": results,
-               "scaling": [{"axis": a, "x": x, **r} for a, x, r in scaling]}
+               "headline": best, "scaling": [{"axis": a, "x": x, **r} for a, x, r in scaling]}
     (out / "results.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))
 

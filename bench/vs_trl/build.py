@@ -36,6 +36,7 @@ class Workload:
     reward: str = "vowels"  # vowels (any text) | exact (the sort task's answers)
     threads: int = 2
     seed: int = 0
+    precision: str = "fp32"  # fp32 | bf16 (autocast, fp32 master weights) on both sides
     options: dict = field(default_factory=dict)  # lmpo-side options (the bench's --lmpo-option)
 
     def to_json(self) -> str:

@@ -19,20 +19,34 @@ from common import StepClock, emit, pin_threads, wait_for_step  # noqa: E402
 
 
 class Steps:
-    """Step boundaries: the first step is the warm-up, reported as READY without waiting."""
+    """Step boundaries: the first step is the warm-up, reported as READY without waiting. With
+    `profile` set to a path, the last step the driver asks for before `quit` cannot be known, so
+    every measured step runs under torch.profiler and the newest one's operator table is kept."""
 
-    def __init__(self):
+    def __init__(self, profile: str = ""):
         self.clock: StepClock | None = None
         self.done = 0
+        self.profile = profile
+        self.profiler = None
 
     def begin(self) -> StepClock:
         if self.done:
             wait_for_step()
+            if self.profile:
+                from torch.profiler import ProfilerActivity, profile
+
+                self.profiler = profile(activities=[ProfilerActivity.CPU])
+                self.profiler.__enter__()
         self.clock = StepClock()
         return self.clock
 
     def end(self, **extra) -> None:
         result = self.clock.result(**extra)
+        if self.profiler is not None:
+            self.profiler.__exit__(None, None, None)
+            table = self.profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
+            Path(self.profile).write_text(f"step {self.done}, {result['step_s']:.3f} s under the profiler\n{table}")
+            self.profiler = None
         emit({"ready": True, **result} if self.done == 0 else result)
         self.done += 1
 
@@ -45,7 +59,7 @@ def run_grpo(w: dict, out: Path) -> None:
     import lmpo.trainers.rl as rl
     from lmpo.trainers.presets import RL_PRESETS
 
-    steps = Steps()
+    steps = Steps(w.get("profile", ""))
     real_collect = rl.collect
 
     def collect(runner, task, stream, rewards, endings, cfg, times, ctx):
@@ -66,7 +80,7 @@ def run_grpo(w: dict, out: Path) -> None:
 
     rl.collect, rl.fault_point = collect, fault_point
     reward = "correct=1.0" if w["reward"] == "exact" else "lmpo_worker:vowels=1.0"
-    settings = dict(RL_PRESETS["grpo"].settings, beta=w["beta"], model=w["model"], task="sort_digits", out=str(out),
+    settings = dict(RL_PRESETS["grpo"].settings, beta=w["beta"], precision=w["precision"], model=w["model"], task="sort_digits", out=str(out),
                     seed=w["seed"], threads=w["threads"], steps=100_000, prompts_per_step=w["prompts_per_step"],
                     group_size=w["group_size"], prompts=w["data"], max_new_tokens=w["max_new_tokens"],
                     rewards=reward, reward_timeout=0.0, eval_problems=0, save_every=0, save_trajectories=0,
@@ -78,7 +92,7 @@ def run_grpo(w: dict, out: Path) -> None:
 def run_dpo(w: dict, out: Path) -> None:
     import lmpo.trainers.preference as pref
 
-    steps = Steps()
+    steps = Steps(w.get("profile", ""))
     real_step = pref.preference_step
 
     def preference_step(run, policy, updater, enc, ref, loss_fn, cfg, options):
@@ -91,7 +105,7 @@ def run_dpo(w: dict, out: Path) -> None:
         return row
 
     pref.preference_step = preference_step
-    settings = dict(model=w["model"], out=str(out), seed=w["seed"], threads=w["threads"], loss="dpo", beta=0.1,
+    settings = dict(model=w["model"], out=str(out), seed=w["seed"], threads=w["threads"], precision=w["precision"], loss="dpo", beta=0.1,
                     data=w["data"], batch_size=w["batch_size"], lr=w["lr"], warmup_steps=0, lr_schedule="constant",
                     eval_problems=0, save_every=0, log_every=1, device="cpu")
     cfg = pref.PreferenceConfig(**{**settings, **w["options"]})
@@ -101,7 +115,7 @@ def run_dpo(w: dict, out: Path) -> None:
 def run_rm(w: dict, out: Path) -> None:
     import lmpo.trainers.reward_model as rm
 
-    steps = Steps()
+    steps = Steps(w.get("profile", ""))
     real_scores = rm.pair_scores
 
     def pair_scores(model, chunk, pad_id, device):
@@ -116,7 +130,8 @@ def run_rm(w: dict, out: Path) -> None:
             steps.end()
 
     rm.pair_scores, rm.fault_point = pair_scores, fault_point
-    settings = dict(model=w["model"], out=str(out), seed=w["seed"], threads=w["threads"], data=w["data"],
+    settings = dict(model=w["model"], out=str(out), seed=w["seed"], threads=w["threads"], precision=w["precision"],
+                    data=w["data"],
                     heldout_data=w["data"], epochs=1000, batch_size=w["batch_size"], lr=w["lr"], warmup_steps=0,
                     lr_schedule="constant", save_every=0, log_every=1, device="cpu")
     cfg = rm.RewardModelConfig(**{**settings, **w["options"]})

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from lmpo.models.segments import SegmentPlan, attention_pairs, bucket_segments, plan_segments
+from lmpo.models.segments import (SegmentPlan, attention_pairs, bucket_segments, coarse_shapes, plan_segments, round_up,
+                                  token_grain)
 
 
 @dataclass
@@ -187,8 +188,10 @@ def pack_completions(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, comple
     completions = completion_ids.tolist()
     width = completion_ids.size(1)
     units = units_of(prompts, lengths.tolist(), share_prompts)
+    coarse = segments and coarse_shapes()
     if segments:
         row_tokens = sum(u.size for u in units)
+        row_tokens = round_up(row_tokens, token_grain(row_tokens)) if coarse else row_tokens
     capacity = max([row_tokens] + [u.size for u in units]) if units else 1
     rows = [[units[i] for i in row] for row in first_fit([u.size for u in units], capacity)]
     n_rows = max(len(rows), 1)
@@ -223,8 +226,12 @@ def pack_completions(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, comple
                 targets += completions[b][:n]
                 scatter += range(b * width, b * width + n)
                 at += n
+        if coarse and at < capacity:  # the grid's padding: one more segment, attending to itself only
+            positions[r][at:] = range(capacity - at)
+            parts.append(([], list(range(r * capacity + at, (r + 1) * capacity))))
     as_long = lambda x: torch.tensor(x, dtype=torch.long, device=completion_ids.device)  # noqa: E731
-    plan = plan_segments(parts, n_rows * capacity, completion_ids.device) if segments and units else None
+    plan = plan_segments(parts, n_rows * capacity, completion_ids.device, 8 if coarse else 1) if segments and units \
+        else None
     return PackedRows(as_long(ids), as_long(positions), as_long(groups), as_long(branches), as_long(predictor),
                       as_long(located), as_long(targets), as_long(scatter), plan)
 

@@ -65,16 +65,34 @@ def attention_pairs(segments: list[tuple[int, int]]) -> int:
     return total
 
 
+def coarse_shapes() -> bool:
+    """True inside CPU bf16 autocast. Its matmuls go through oneDNN, which keeps a primitive of
+    about 2 MB per distinct shape (measured: 150 new shapes, +300 MB of RSS), so packed forwards
+    there pad their shapes to a coarse grid and a run sees few distinct ones."""
+    return torch.is_autocast_enabled("cpu")
+
+
+def round_up(n: int, grain: int) -> int:
+    return -(-n // grain) * grain
+
+
+def token_grain(tokens: int) -> int:
+    """A grid for a row of `tokens`: 16 steps per doubling (at most ~6% padding)."""
+    return max(16, 1 << max(tokens.bit_length() - 5, 0))
+
+
 def plan_segments(segments: list[tuple[list[int], list[int]]], tokens: int,
-                  device: torch.device | None = None) -> SegmentPlan:
+                  device: torch.device | None = None, grain: int = 1) -> SegmentPlan:
     """A plan for segments given as (context positions, own positions) in a row of `tokens`
-    flat positions, each position some segment's own exactly once."""
+    flat positions, each position some segment's own exactly once. With `grain` > 1 each
+    bucket's lengths and segment count are padded to multiples of it (see `coarse_shapes`)."""
     trash = tokens
     buckets, slots = [], []
     for members in bucket_segments([len(own) for _, own in segments]):
         chosen = [segments[i] for i in members]
-        own = len(chosen[0][1])
-        context = max(len(c) for c, _ in chosen)
+        chosen += [([], [])] * (round_up(len(chosen), grain) - len(chosen))  # whole padding segments
+        own = round_up(len(chosen[0][1]), grain)
+        context = round_up(max(len(c) for c, _ in chosen), grain)
         queries = [o + [trash] * (own - len(o)) for _, o in chosen]
         keys = [c + [trash] * (context - len(c)) + q for (c, _), q in zip(chosen, queries)]
         seen = torch.tensor([[True] * len(c) + [False] * (context - len(c)) for c, _ in chosen], dtype=torch.bool)
@@ -97,6 +115,10 @@ def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     """Attention [R, N, H, D] for query [R, H, N, D] and key/value [R, H_kv, N, D] (R * N ==
     plan.tokens) following the plan; grouped-query heads are shared, not copied."""
     rows, heads, n, dim = query.shape
+    # Under CPU bf16 autocast, PyTorch's flash attention runs its backward ~3x slower than in
+    # fp32 (AVX512-BF16, measured); these short segments are faster as two bf16 matmuls around
+    # an fp32 softmax, the precision GPU flash kernels keep.
+    attend = _bf16_attention if query.device.type == "cpu" and torch.is_autocast_enabled("cpu") else _sdpa
 
     def flat(t: torch.Tensor) -> torch.Tensor:  # [R * N + 1, heads, D]: the last row is the trash position
         t = t.transpose(1, 2).reshape(rows * n, t.size(1), dim)
@@ -107,10 +129,31 @@ def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     for b in plan.buckets:  # index_select, not indexing: its backward adds without sorting the indices
         gather = lambda t, index: t.index_select(0, index.reshape(-1)).view(*index.shape, t.size(1), dim).transpose(1, 2)  # noqa: E731
         keys, values = gather(k, b.keys), gather(v, b.keys)
-        out = F.scaled_dot_product_attention(gather(q, b.queries), keys, values, attn_mask=b.allowed,
-                                             dropout_p=dropout, scale=scaling, enable_gqa=keys.size(1) != heads)
+        out = attend(gather(q, b.queries), keys, values, b.allowed, scaling, dropout)
         outs.append(out.transpose(1, 2).reshape(-1, heads, dim))
     return torch.cat(outs).index_select(0, plan.order).view(rows, n, heads, dim)
+
+
+def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor, scaling: float | None,
+          dropout: float) -> torch.Tensor:
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=allowed, dropout_p=dropout, scale=scaling,
+                                          enable_gqa=key.size(1) != query.size(1))
+
+
+def _bf16_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor,
+                    scaling: float | None, dropout: float) -> torch.Tensor:
+    """Attention [S, H, L, D] from query [S, H, L, D], key/value [S, H_kv, C, D] and `allowed`
+    [S, 1, L, C]: bf16 matmuls, fp32 softmax; each key head serves its group of query heads
+    without being copied. A query with no allowed key (bucket padding) gets an output nobody reads."""
+    segments, heads, length, dim = query.shape
+    kv_heads, context = key.size(1), key.size(2)
+    low = torch.bfloat16
+    q = query.to(low).reshape(segments, kv_heads, heads // kv_heads * length, dim)
+    scores = (q @ key.to(low).transpose(-1, -2)).view(segments, heads, length, context).float()
+    scores = scores.mul(dim ** -0.5 if scaling is None else scaling).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    weights = F.dropout(scores.softmax(-1), p=dropout) if dropout else scores.softmax(-1)
+    out = weights.to(low).view(segments, kv_heads, heads // kv_heads * length, context) @ value.to(low)
+    return out.view(segments, heads, length, dim)
 
 
 _library_sdpa = AttentionInterface._global_mapping["sdpa"]
@@ -121,6 +164,12 @@ def sdpa_or_segments(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
                      lmpo_segments: SegmentPlan | None = None, **kwargs):
     """transformers' SDPA attention, or, given a plan, `segment_attention` (the mask is then unused)."""
     if lmpo_segments is None:
+        if query.device.type == "cpu" and torch.is_autocast_enabled("cpu"):  # see segment_attention: bf16
+            with torch.autocast("cpu", enabled=False):  # flash attention's backward is the slow one; fp32 is faster
+                mask = attention_mask.float() if attention_mask is not None and attention_mask.is_floating_point() \
+                    else attention_mask
+                return _library_sdpa(module, query.float(), key.float(), value.float(), mask, dropout=dropout,
+                                     scaling=scaling, **kwargs)
         return _library_sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     lmpo_segments.calls += 1
     return segment_attention(query, key, value, lmpo_segments, scaling, dropout), None
