@@ -1,14 +1,20 @@
 """lmpo against TRL, side by side on the same CPU: same saved model, prompts and settings.
 
 Each side runs its own trainer in its own process (TRL in its own environment, nothing of TRL
-in lmpo's); both load, warm up one step, then the driver alternates them one step at a time
-(lmpo first on even pairs, TRL first on odd ones), so every pair of steps sees the same machine.
+in lmpo's); both load, warm up one step and `--warmup-pairs` more (unrecorded), then the driver
+alternates them one step at a time (lmpo first on even pairs, TRL first on odd ones), so every
+pair of steps sees the same machine. Each workload runs in each `--precision`, both sides alike:
+fp32, and, where the CPU has native bf16 (AVX512-BF16/AMX), bf16 autocast with fp32 master
+weights (TRL's `bf16=True`, lmpo's `precision=bf16`). Which is TRL's best depends on the workload
+and the machine, so the headline table takes, per workload, the precision where TRL's step is
+fastest, and sets the ratio there against the issue's target.
 Reported per workload: medians over pairs of each side's step time and phases (generation,
 scoring, log-probs, update), the median of the per-pair ratios TRL/lmpo (of wall time, and of
 the processes' CPU time, `cpu`, the steadier one when others share the machine), the fraction of the
 matrix-multiply peak each side reaches (useful FLOPs counted per step from the model's shapes
 and the real token counts; the peak is the best of a torch.mm benchmark run between the
-pairs, same threads), and each side's peak RSS. The last line is one JSON object.
+pairs, same threads, in the run's precision), and each side's peak RSS. The last line is one
+JSON object. `--profile` leaves lmpo's operator table for the last step of each run.
 
 Workloads (random 3.7M Qwen2 with q/k/v biases and an untied head, unless said):
   grpo_fixed      (a) 8 prompts x 8 completions of exactly 64 tokens (EOS unreachable), beta 0.04
@@ -21,8 +27,9 @@ Scaling (GRPO, fixed lengths, TRL beside): group size, completion length, model 
 plotted to OUT/scaling.png.
 
 Run on a quiet machine (nothing else busy; the bench pins 2 threads per side):
-    .venv/bin/python bench/vs_trl.py                 # full: every workload, 7 pairs, scaling (~12 min)
-    .venv/bin/python bench/vs_trl.py --quick         # 3 pairs, three workloads, no scaling (~3 min)
+    .venv/bin/python bench/vs_trl.py                 # full: every workload, 7 pairs, scaling (~15 min)
+    .venv/bin/python bench/vs_trl.py --quick         # 3 pairs, three workloads, no scaling (~4 min)
+    .venv/bin/python bench/vs_trl.py --precision fp32 --only dpo --profile
     .venv/bin/python bench/vs_trl.py --only grpo_var,dpo --pairs 9
     .venv/bin/python bench/vs_trl.py --lmpo-option logprob_chunk_tokens=256   # an lmpo option A/B
 TRL comes from --trl-python (default .venv-trl/bin/python, made by scripts/setup-trl-venv.sh).
@@ -311,6 +318,9 @@ def main() -> None:
                         help="comma-separated, each workload run at each, both sides alike: fp32, or bf16 autocast "
                              "with fp32 master weights (default: both where the CPU has native bf16, else fp32); "
                              "the headline takes, per workload, the one where TRL is fastest")
+    parser.add_argument("--profile", action="store_true",
+                        help="lmpo's worker profiles its steps; the last one's operator table goes to "
+                             "OUT/profile-WORKLOAD-PRECISION.txt")
     parser.add_argument("--warmup-pairs", type=int, default=2, help="unrecorded pairs after each side's warm-up step")
     parser.add_argument("--threads", type=int, default=2,
                         help="torch threads per side (1 gives steadier figures on a machine others are using)")
@@ -332,7 +342,8 @@ def main() -> None:
     results = []
     for name in names:
         for precision in precisions:
-            w = replace(workloads[name], options=options, threads=args.threads, precision=precision)
+            w = replace(workloads[name], options=options, threads=args.threads, precision=precision,
+                        profile=str(out.resolve() / f"profile-{name}-{precision}.txt") if args.profile else "")
             results.append(run_workload(w, pairs, args.trl_python, work, say, args.warmup_pairs))
             (out / "results.json").write_text(json.dumps({"pairs": pairs, "results": results}, indent=1))
     scaling = []
