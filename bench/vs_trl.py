@@ -207,7 +207,8 @@ def run_workload(w: Workload, pairs: int, trl_python: str, work: Path, say, warm
 def summarise(w: Workload, rows: list[tuple[dict, dict]], peaks: list[float], rss_l: float, rss_t: float) -> dict:
     med = statistics.median
     peak = max(peaks)  # the best the machine did in this workload's run: a conservative peak
-    out = {"workload": w.name, "precision": w.precision, "pairs": len(rows), "ratio_median": med(t["step_s"] / l["step_s"] for l, t in rows),
+    out = {"workload": w.name, "precision": w.precision, "pairs": len(rows),
+           "ratio_median": med(t["step_s"] / l["step_s"] for l, t in rows),
            "ratio_min": min(t["step_s"] / l["step_s"] for l, t in rows),
            "ratio_max": max(t["step_s"] / l["step_s"] for l, t in rows), "matmul_peak_gflops": peak,
            "cpu_ratio_median": med(t["cpu_s"] / l["cpu_s"] for l, t in rows)}

@@ -235,7 +235,7 @@ def test_a_rendered_prompt_is_a_fresh_list_each_time(char_tokenizer):
 
 
 def test_bf16_segment_attention_matches_fp32_and_ignores_padding_queries():
-    from lmpo.models.segments import _bf16_attention, _sdpa
+    from lmpo.models.segments import _low_precision_attention, _sdpa
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(5, 8, 7, 32, requires_grad=True), torch.randn(5, 2, 9, 32, requires_grad=True),
@@ -244,12 +244,13 @@ def test_bf16_segment_attention_matches_fp32_and_ignores_padding_queries():
     allowed[0, :, 5:] = False  # bucket padding: queries that see no key
     seen = allowed.any(-1, keepdim=True).expand(-1, 8, -1, 32)
     exact = _sdpa(q, k, v, allowed, None, 0.0)
-    fast = _bf16_attention(q, k, v, allowed, None, 0.0)
+    fast = _low_precision_attention(q, k, v, allowed, None, 0.0)
     assert fast.dtype == torch.bfloat16 and torch.isfinite(fast).all()
     torch.testing.assert_close(fast.float()[seen], exact[seen], atol=3e-2, rtol=3e-2)
     torch.autograd.grad((fast.float() * seen).sum(), (q, k, v))  # padding queries' outputs are never read
     exact_grads = torch.autograd.grad((exact * seen).sum(), (q, k, v))
-    fast_grads = torch.autograd.grad((_bf16_attention(q, k, v, allowed, None, 0.0).float() * seen).sum(), (q, k, v))
+    again = _low_precision_attention(q, k, v, allowed, None, 0.0).float()
+    fast_grads = torch.autograd.grad((again * seen).sum(), (q, k, v))
     for a, b in zip(fast_grads, exact_grads):
         assert torch.isfinite(a).all() and (a - b).norm() < 0.02 * b.norm()
 
@@ -259,13 +260,14 @@ def test_packed_under_cpu_bf16_autocast_stays_close_to_fp32(segments, monkeypatc
     import lmpo.models.segments as attention
 
     calls = []
-    real = attention._bf16_attention
-    monkeypatch.setattr(attention, "_bf16_attention", lambda *a: calls.append(1) or real(*a))
+    real = attention._low_precision_attention
+    monkeypatch.setattr(attention, "_low_precision_attention", lambda *a: calls.append(1) or real(*a))
     model = tiny(Qwen2ForCausalLM, Qwen2Config, False, "sdpa")
     prompt, prompt_mask, completion, lengths = batch()
     prompt[3], prompt_mask[3] = prompt[1], prompt_mask[1]
     valid = torch.arange(9) < lengths[:, None]
-    (packed_token_outputs(model, prompt, prompt_mask, completion, lengths, segments=segments).logprobs * valid).sum().backward()
+    exact_out = packed_token_outputs(model, prompt, prompt_mask, completion, lengths, segments=segments)
+    (exact_out.logprobs * valid).sum().backward()
     exact = grads(model)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         fast = packed_token_outputs(model, prompt, prompt_mask, completion, lengths, segments=segments)

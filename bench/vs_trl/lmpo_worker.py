@@ -80,8 +80,8 @@ def run_grpo(w: dict, out: Path) -> None:
 
     rl.collect, rl.fault_point = collect, fault_point
     reward = "correct=1.0" if w["reward"] == "exact" else "lmpo_worker:vowels=1.0"
-    settings = dict(RL_PRESETS["grpo"].settings, beta=w["beta"], precision=w["precision"], model=w["model"], task="sort_digits", out=str(out),
-                    seed=w["seed"], threads=w["threads"], steps=100_000, prompts_per_step=w["prompts_per_step"],
+    settings = dict(RL_PRESETS["grpo"].settings, beta=w["beta"], precision=w["precision"], model=w["model"],
+                    task="sort_digits", out=str(out), seed=w["seed"], threads=w["threads"], steps=100_000, prompts_per_step=w["prompts_per_step"],
                     group_size=w["group_size"], prompts=w["data"], max_new_tokens=w["max_new_tokens"],
                     rewards=reward, reward_timeout=0.0, eval_problems=0, save_every=0, save_trajectories=0,
                     lr=w["lr"], warmup_steps=0, lr_schedule="constant", device="cpu")
@@ -105,8 +105,8 @@ def run_dpo(w: dict, out: Path) -> None:
         return row
 
     pref.preference_step = preference_step
-    settings = dict(model=w["model"], out=str(out), seed=w["seed"], threads=w["threads"], precision=w["precision"], loss="dpo", beta=0.1,
-                    data=w["data"], batch_size=w["batch_size"], lr=w["lr"], warmup_steps=0, lr_schedule="constant",
+    settings = dict(model=w["model"], out=str(out), seed=w["seed"], threads=w["threads"], precision=w["precision"],
+                    loss="dpo", beta=0.1, data=w["data"], batch_size=w["batch_size"], lr=w["lr"], warmup_steps=0, lr_schedule="constant",
                     eval_problems=0, save_every=0, log_every=1, device="cpu")
     cfg = pref.PreferenceConfig(**{**settings, **w["options"]})
     pref.train_preference(cfg)
@@ -131,8 +131,7 @@ def run_rm(w: dict, out: Path) -> None:
 
     rm.pair_scores, rm.fault_point = pair_scores, fault_point
     settings = dict(model=w["model"], out=str(out), seed=w["seed"], threads=w["threads"], precision=w["precision"],
-                    data=w["data"],
-                    heldout_data=w["data"], epochs=1000, batch_size=w["batch_size"], lr=w["lr"], warmup_steps=0,
+                    data=w["data"], heldout_data=w["data"], epochs=1000, batch_size=w["batch_size"], lr=w["lr"], warmup_steps=0,
                     lr_schedule="constant", save_every=0, log_every=1, device="cpu")
     cfg = rm.RewardModelConfig(**{**settings, **w["options"]})
     rm.train_reward_model(cfg)

@@ -1,6 +1,6 @@
 """The TRL side of the bench, run with TRL's own interpreter (nothing of lmpo is imported):
-GRPOTrainer, DPOTrainer or RewardTrainer at their best CPU settings (fp32: no bf16, no
-gradient checkpointing), one step per `step` line from the driver.
+GRPOTrainer, DPOTrainer or RewardTrainer without gradient checkpointing, in the workload's
+precision (fp32, or `bf16=True`: CPU bf16 autocast), one step per `step` line from the driver.
 
     TRL_PYTHON bench/vs_trl/trl_worker.py WORKLOAD_JSON OUT_DIR
 
@@ -29,7 +29,8 @@ def exact(completions, answer, **kwargs) -> list[float]:
 
 def common_args(w: dict, out: Path, steps: int) -> dict:
     return dict(output_dir=str(out), learning_rate=w["lr"], lr_scheduler_type="constant", warmup_steps=0,
-                max_steps=steps, logging_steps=10**6, save_strategy="no", report_to="none", bf16=w["precision"] == "bf16", fp16=False,
+                max_steps=steps, logging_steps=10**6, save_strategy="no", report_to="none",
+                bf16=w["precision"] == "bf16", fp16=False,
                 gradient_checkpointing=False, use_cpu=True, seed=w["seed"], dataloader_num_workers=0,
                 disable_tqdm=True, max_grad_norm=1.0, weight_decay=0.0)
 

@@ -18,7 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 from lmpo.algos import entropy_from_logits, token_logprobs
 from lmpo.models.packing import Layout, can_pack_trunk, pack_completions, packed_states, trunk_layout
-from lmpo.models.segments import coarse_shapes, round_up, token_grain
+from lmpo.models.segments import cpu_autocast, round_up, token_grain
 
 
 @dataclass
@@ -176,7 +176,7 @@ def packed_token_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, promp
     packed = pack_completions(prompt_ids, prompt_mask, completion_ids, lengths.to(completion_ids.device),
                               row_tokens=row_tokens, share_prompts=share_prompts, segments=segments)
     at, targets, scored = packed.predictor, packed.targets, packed.targets.numel()
-    if packed.plan is not None and coarse_shapes():  # the head's shapes on the grid too (see coarse_shapes)
+    if packed.plan is not None and cpu_autocast(completion_ids.device):  # the head on the grid too
         extra = round_up(scored, token_grain(scored)) - scored
         at, targets = torch.nn.functional.pad(at, (0, extra)), torch.nn.functional.pad(targets, (0, extra))
     states = packed_states(trunk, packed, at)

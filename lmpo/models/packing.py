@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lmpo.models.segments import (SegmentPlan, attention_pairs, bucket_segments, coarse_shapes, plan_segments, round_up,
+from lmpo.models.segments import (SegmentPlan, attention_pairs, bucket_segments, cpu_autocast, plan_segments, round_up,
                                   token_grain)
 
 
@@ -188,7 +188,7 @@ def pack_completions(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, comple
     completions = completion_ids.tolist()
     width = completion_ids.size(1)
     units = units_of(prompts, lengths.tolist(), share_prompts)
-    coarse = segments and coarse_shapes()
+    coarse = segments and cpu_autocast(completion_ids.device)  # shapes on a coarse grid
     if segments:
         row_tokens = sum(u.size for u in units)
         row_tokens = round_up(row_tokens, token_grain(row_tokens)) if coarse else row_tokens

@@ -65,11 +65,12 @@ def attention_pairs(segments: list[tuple[int, int]]) -> int:
     return total
 
 
-def coarse_shapes() -> bool:
-    """True inside CPU bf16 autocast. Its matmuls go through oneDNN, which keeps a primitive of
-    about 2 MB per distinct shape (measured: 150 new shapes, +300 MB of RSS), so packed forwards
-    there pad their shapes to a coarse grid and a run sees few distinct ones."""
-    return torch.is_autocast_enabled("cpu")
+def cpu_autocast(device: torch.device) -> bool:
+    """True for a CPU tensor inside CPU autocast (lmpo's CPU bf16). There PyTorch's flash attention
+    runs its backward ~3x slower in bf16 than in fp32 (AVX512-BF16, measured), and the matmuls go
+    through oneDNN, which keeps a primitive of about 2 MB per distinct shape (150 new shapes: +300
+    MB of RSS), so packed forwards pad their shapes to a coarse grid and a run sees few of them."""
+    return device.type == "cpu" and torch.is_autocast_enabled("cpu")
 
 
 def round_up(n: int, grain: int) -> int:
@@ -85,7 +86,7 @@ def plan_segments(segments: list[tuple[list[int], list[int]]], tokens: int,
                   device: torch.device | None = None, grain: int = 1) -> SegmentPlan:
     """A plan for segments given as (context positions, own positions) in a row of `tokens`
     flat positions, each position some segment's own exactly once. With `grain` > 1 each
-    bucket's lengths and segment count are padded to multiples of it (see `coarse_shapes`)."""
+    bucket's lengths and segment count are padded to multiples of it (see `cpu_autocast`)."""
     trash = tokens
     buckets, slots = [], []
     for members in bucket_segments([len(own) for _, own in segments]):
@@ -115,10 +116,9 @@ def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     """Attention [R, N, H, D] for query [R, H, N, D] and key/value [R, H_kv, N, D] (R * N ==
     plan.tokens) following the plan; grouped-query heads are shared, not copied."""
     rows, heads, n, dim = query.shape
-    # Under CPU bf16 autocast, PyTorch's flash attention runs its backward ~3x slower than in
-    # fp32 (AVX512-BF16, measured); these short segments are faster as two bf16 matmuls around
-    # an fp32 softmax, the precision GPU flash kernels keep.
-    attend = _bf16_attention if query.device.type == "cpu" and torch.is_autocast_enabled("cpu") else _sdpa
+    # under CPU autocast, short segments are faster as two low-precision matmuls around an fp32
+    # softmax (the precision GPU flash kernels keep) than in the CPU flash kernel
+    attend = _low_precision_attention if cpu_autocast(query.device) else _sdpa
 
     def flat(t: torch.Tensor) -> torch.Tensor:  # [R * N + 1, heads, D]: the last row is the trash position
         t = t.transpose(1, 2).reshape(rows * n, t.size(1), dim)
@@ -140,17 +140,19 @@ def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: 
                                           enable_gqa=key.size(1) != query.size(1))
 
 
-def _bf16_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor,
-                    scaling: float | None, dropout: float) -> torch.Tensor:
+def _low_precision_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor,
+                             scaling: float | None, dropout: float) -> torch.Tensor:
     """Attention [S, H, L, D] from query [S, H, L, D], key/value [S, H_kv, C, D] and `allowed`
-    [S, 1, L, C]: bf16 matmuls, fp32 softmax; each key head serves its group of query heads
-    without being copied. A query with no allowed key (bucket padding) gets an output nobody reads."""
+    [S, 1, L, C]: matmuls in the CPU autocast dtype, fp32 softmax; each key head serves its group
+    of query heads without being copied. A query with no allowed key (bucket padding) gets an
+    output nobody reads."""
     segments, heads, length, dim = query.shape
     kv_heads, context = key.size(1), key.size(2)
-    low = torch.bfloat16
+    low = torch.get_autocast_dtype("cpu")
     q = query.to(low).reshape(segments, kv_heads, heads // kv_heads * length, dim)
     scores = (q @ key.to(low).transpose(-1, -2)).view(segments, heads, length, context).float()
-    scores = scores.mul(dim ** -0.5 if scaling is None else scaling).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    scale = dim ** -0.5 if scaling is None else scaling
+    scores = scores.mul(scale).masked_fill(~allowed, torch.finfo(torch.float32).min)
     weights = F.dropout(scores.softmax(-1), p=dropout) if dropout else scores.softmax(-1)
     out = weights.to(low).view(segments, kv_heads, heads // kv_heads * length, context) @ value.to(low)
     return out.view(segments, heads, length, dim)
@@ -164,8 +166,8 @@ def sdpa_or_segments(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
                      lmpo_segments: SegmentPlan | None = None, **kwargs):
     """transformers' SDPA attention, or, given a plan, `segment_attention` (the mask is then unused)."""
     if lmpo_segments is None:
-        if query.device.type == "cpu" and torch.is_autocast_enabled("cpu"):  # see segment_attention: bf16
-            with torch.autocast("cpu", enabled=False):  # flash attention's backward is the slow one; fp32 is faster
+        if cpu_autocast(query.device):  # the CPU flash kernel in fp32: its low-precision backward is the slow one
+            with torch.autocast("cpu", enabled=False):
                 mask = attention_mask.float() if attention_mask is not None and attention_mask.is_floating_point() \
                     else attention_mask
                 return _library_sdpa(module, query.float(), key.float(), value.float(), mask, dropout=dropout,
