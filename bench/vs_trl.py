@@ -3,7 +3,9 @@
 Each side runs its own trainer in its own process (TRL in its own environment, nothing of TRL
 in lmpo's); both load, warm up one step and `--warmup-pairs` more (unrecorded), then the driver
 alternates them one step at a time (lmpo first on even pairs, TRL first on odd ones), so every
-pair of steps sees the same machine. Each workload runs in each `--precision`, both sides alike:
+pair of steps sees the same machine; it starts one only once the other is idle (its trainer's
+between-step work, logging and the next batch, done: reported as `after_step`, outside the
+step on both sides), so neither runs inside the other's step. Each workload runs in each `--precision`, both sides alike:
 fp32, and, where the CPU has native bf16 (AVX512-BF16/AMX), bf16 autocast with fp32 master
 weights (TRL's `bf16=True`, lmpo's `precision=bf16`). Which is TRL's best depends on the workload
 and the machine, so the headline table takes, per workload, the precision where TRL's step is
@@ -123,12 +125,19 @@ class Worker:
         self.peak_rss = 0.0
 
     def read(self) -> dict:
+        """The next result (READY or a step's timings), returned once the worker says it is idle:
+        its between-step work (`after_step_s`, timed but not part of the step) never overlaps
+        the other side's step."""
+        result = self.line()
+        self.peak_rss = max(self.peak_rss, result.get("peak_rss_mb", 0.0))
+        return {**result, "after_step_s": self.line()["after_step_s"]}
+
+    def line(self) -> dict:
         for line in self.proc.stdout:
             if line.startswith(PREFIX):
                 result = json.loads(line[len(PREFIX):])
                 if "error" in result:
                     raise RuntimeError(f"{self.side}: {result['error']} (log: {self.log.name})")
-                self.peak_rss = max(self.peak_rss, result.get("peak_rss_mb", 0.0))
                 return result
         raise RuntimeError(f"{self.side} worker exited (code {self.proc.wait()}); see {self.log.name}")
 

@@ -2,8 +2,11 @@
 environment): the step protocol over stdin/stdout, peak RSS, thread pinning.
 
 A worker loads its trainer, runs its warm-up step, prints `READY`, then for each `step` line on
-stdin runs exactly one training step and prints one JSON line of timings; `quit` ends it. The
-driver alternates the two workers step by step, so each pair of steps sees the same machine."""
+stdin runs exactly one training step and prints one JSON line of timings; `quit` ends it. When it
+is blocked on the next line it says so (`idle`, with the seconds its trainer spent between the
+step's end and the wait: logging, the next batch). The driver alternates the two workers step by
+step and starts one only when the other is idle, so each pair of steps sees the same machine and
+neither side's between-step work runs inside the other's step."""
 
 from __future__ import annotations
 
@@ -27,13 +30,19 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+_last_emit = [time.perf_counter()]
+
+
 def emit(obj: dict) -> None:
     sys.stdout.write(PREFIX + json.dumps(obj) + "\n")
     sys.stdout.flush()
+    _last_emit[0] = time.perf_counter()
 
 
 def wait_for_step() -> None:
-    """Block until the driver asks for the next step; exit on `quit` or a closed pipe."""
+    """Say `idle`, then block until the driver asks for the next step; exit on `quit` or a
+    closed pipe."""
+    emit({"idle": True, "after_step_s": time.perf_counter() - _last_emit[0]})
     line = sys.stdin.readline()
     if not line or line.strip() == "quit":
         sys.stdout.flush()
