@@ -235,7 +235,7 @@ def test_a_rendered_prompt_is_a_fresh_list_each_time(char_tokenizer):
 
 
 def test_bf16_segment_attention_matches_fp32_and_ignores_padding_queries():
-    from lmpo.models.segments import _low_precision_attention, _sdpa
+    from lmpo.models.segments import Bucket, _low_precision_attention, _sdpa
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(5, 8, 7, 32, requires_grad=True), torch.randn(5, 2, 9, 32, requires_grad=True),
@@ -243,13 +243,14 @@ def test_bf16_segment_attention_matches_fp32_and_ignores_padding_queries():
     allowed = torch.ones(5, 1, 7, 9, dtype=torch.bool).tril(2)
     allowed[0, :, 5:] = False  # bucket padding: queries that see no key
     seen = allowed.any(-1, keepdim=True).expand(-1, 8, -1, 32)
-    exact = _sdpa(q, k, v, allowed, None, 0.0)
-    fast = _low_precision_attention(q, k, v, allowed, None, 0.0)
+    bucket = Bucket(torch.empty(0), torch.empty(0), allowed)  # only the mask matters here
+    exact = _sdpa(q, k, v, bucket, None, 0.0)
+    fast = _low_precision_attention(q, k, v, bucket, None, 0.0)
     assert fast.dtype == torch.bfloat16 and torch.isfinite(fast).all()
     torch.testing.assert_close(fast.float()[seen], exact[seen], atol=3e-2, rtol=3e-2)
     torch.autograd.grad((fast.float() * seen).sum(), (q, k, v))  # padding queries' outputs are never read
     exact_grads = torch.autograd.grad((exact * seen).sum(), (q, k, v))
-    again = _low_precision_attention(q, k, v, allowed, None, 0.0).float()
+    again = _low_precision_attention(q, k, v, bucket, None, 0.0).float()
     fast_grads = torch.autograd.grad((again * seen).sum(), (q, k, v))
     for a, b in zip(fast_grads, exact_grads):
         assert torch.isfinite(a).all() and (a - b).norm() < 0.02 * b.norm()

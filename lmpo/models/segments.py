@@ -31,6 +31,17 @@ class Bucket:
     queries: torch.Tensor
     keys: torch.Tensor
     allowed: torch.Tensor
+    biases: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def bias(self, dtype: torch.dtype, heads: int) -> torch.Tensor:
+        """`allowed` as an additive bias [S * heads, L, C] (0 or the dtype's lowest), made once
+        per dtype and head count for all the layers that use the bucket."""
+        if (dtype, heads) not in self.biases:
+            segments, _, length, context = self.allowed.shape
+            bias = torch.zeros(self.allowed.shape, dtype=dtype, device=self.allowed.device)
+            bias.masked_fill_(~self.allowed, torch.finfo(dtype).min)
+            self.biases[(dtype, heads)] = bias.expand(-1, heads, -1, -1).reshape(segments * heads, length, context)
+        return self.biases[(dtype, heads)]
 
 
 @dataclass
@@ -129,31 +140,33 @@ def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     for b in plan.buckets:  # index_select, not indexing: its backward adds without sorting the indices
         gather = lambda t, index: t.index_select(0, index.reshape(-1)).view(*index.shape, t.size(1), dim).transpose(1, 2)  # noqa: E731
         keys, values = gather(k, b.keys), gather(v, b.keys)
-        out = attend(gather(q, b.queries), keys, values, b.allowed, scaling, dropout)
+        out = attend(gather(q, b.queries), keys, values, b, scaling, dropout)
         outs.append(out.transpose(1, 2).reshape(-1, heads, dim))
     return torch.cat(outs).index_select(0, plan.order).view(rows, n, heads, dim)
 
 
-def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor, scaling: float | None,
+def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bucket: Bucket, scaling: float | None,
           dropout: float) -> torch.Tensor:
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=allowed, dropout_p=dropout, scale=scaling,
-                                          enable_gqa=key.size(1) != query.size(1))
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=bucket.allowed, dropout_p=dropout,
+                                          scale=scaling, enable_gqa=key.size(1) != query.size(1))
 
 
-def _low_precision_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor,
+def _low_precision_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bucket: Bucket,
                              scaling: float | None, dropout: float) -> torch.Tensor:
-    """Attention [S, H, L, D] from query [S, H, L, D], key/value [S, H_kv, C, D] and `allowed`
-    [S, 1, L, C]: matmuls in the CPU autocast dtype, fp32 softmax; each key head serves its group
-    of query heads without being copied. A query with no allowed key (bucket padding) gets an
-    output nobody reads."""
+    """Attention [S, H, L, D] from query [S, H, L, D] and key/value [S, H_kv, C, D] over a bucket:
+    matmuls in the CPU autocast dtype, the scale and the mask (as an additive bias) folded into
+    the scores' matmul, softmax in fp32. A key head serves its group of query heads without
+    being copied."""
     segments, heads, length, dim = query.shape
     kv_heads, context = key.size(1), key.size(2)
     low = torch.get_autocast_dtype("cpu")
-    q = query.to(low).reshape(segments, kv_heads, heads // kv_heads * length, dim)
-    scores = (q @ key.to(low).transpose(-1, -2)).view(segments, heads, length, context).float()
     scale = dim ** -0.5 if scaling is None else scaling
-    scores = scores.mul(scale).masked_fill(~allowed, torch.finfo(torch.float32).min)
-    weights = F.dropout(scores.softmax(-1), p=dropout) if dropout else scores.softmax(-1)
+    group = heads // kv_heads * length  # the queries that share a key head: [S * H_kv, group, ...]
+    scores = torch.baddbmm(bucket.bias(low, heads).view(segments * kv_heads, group, context),
+                           query.to(low).reshape(segments * kv_heads, group, dim),
+                           key.to(low).reshape(segments * kv_heads, context, dim).transpose(1, 2), alpha=scale)
+    weights = scores.view(segments, heads, length, context).float().softmax(-1)
+    weights = F.dropout(weights, p=dropout) if dropout else weights
     out = weights.to(low).view(segments, kv_heads, heads // kv_heads * length, context) @ value.to(low)
     return out.view(segments, heads, length, dim)
 
