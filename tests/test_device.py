@@ -132,3 +132,26 @@ def test_parameter_counts(tiny_llama):
     n = sum(p.numel() for p in tiny_llama.parameters())
     assert counts.total == counts.trainable == n and counts.bytes == 4 * n
     assert f"{n:,} of {n:,}" in counts.describe()
+
+
+def test_a_saved_model_on_the_cpu_switches_modes_without_kernelizing(start_model, char_tokenizer, monkeypatch):
+    """transformers loads a saved model with hub kernels on; on the CPU (no kernel in their
+    mapping) lmpo turns them off, so that train() / eval() do not kernelize the model again."""
+    import transformers.modeling_utils as modeling_utils
+
+    from lmpo.models import load_model, without_cpu_hub_kernels
+
+    model = load_model(start_model, char_tokenizer)
+    calls = []
+    real = modeling_utils.PreTrainedModel.set_use_kernels
+    monkeypatch.setattr(modeling_utils.PreTrainedModel, "set_use_kernels",
+                        lambda self, *a, **k: calls.append(a) or real(self, *a, **k))
+    if model.use_kernels:  # the transformers version loads with hub kernels on
+        model.train(), model.eval()
+        assert calls, "transformers no longer kernelizes on a mode switch: the helper may be unnecessary"
+    without_cpu_hub_kernels(model)
+    calls.clear()
+    model.train(), model.eval()
+    assert not model.use_kernels and not calls
+    x = torch.tensor([[3, 4, 5]])
+    torch.testing.assert_close(model(x).logits, load_model(start_model, char_tokenizer).eval()(x).logits)

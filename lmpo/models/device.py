@@ -104,3 +104,13 @@ def autocast(precision: Precision, device: torch.device) -> AbstractContextManag
     if precision.autocast_dtype is None:
         return nullcontext()
     return torch.autocast(device_type=device.type, dtype=precision.autocast_dtype)
+
+
+def without_cpu_hub_kernels(model: torch.nn.Module) -> None:
+    """Turn transformers' hub kernels off in a model on the CPU. transformers 5 loads a model with
+    them on, and then each `train()` / `eval()` kernelizes the whole module tree again, though its
+    kernel mapping has no CPU kernel: pure overhead (~1 ms a switch for a 4-layer model, more with
+    depth), paid twice per RL step since sampling runs in eval mode. On GPUs they stay as loaded."""
+    for module in model.modules():  # a PEFT or value-head wrapper holds the transformers model inside
+        if getattr(module, "use_kernels", False) and all(p.device.type == "cpu" for p in module.parameters()):
+            module.use_kernels = False  # transformers' setter: resets to the PyTorch layers

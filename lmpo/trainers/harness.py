@@ -25,7 +25,7 @@ import torch
 
 from lmpo.models import (AdapterDisabled, LoraOptions, apply_lora, autocast, choose_precision,
                          enable_gradient_checkpointing, is_peft_model, load_model, parameter_counts, resolve_device,
-                         save_lora, save_model)
+                         save_lora, save_model, without_cpu_hub_kernels)
 from lmpo.trainers.checkpoint import (SHARDED, Resumed, checkpoint_dir, resume_training, save_checkpoint,
                                      sharded_checkpoint_dir)
 from lmpo.trainers.distributed import Distributed, unwrap, wrap_data_parallel
@@ -159,6 +159,7 @@ class Run:
         `train_in_full`: modules trained whole beside the adapter (a reward model's score head)."""
         if not getattr(model, "is_loaded_in_4bit", False):  # a 4-bit base is placed on its GPU when loaded
             model = model.to(self.device)
+        without_cpu_hub_kernels(model)
         if self.cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
         if self.lora is not None and not is_peft_model(model):
@@ -181,7 +182,9 @@ class Run:
 
     def frozen(self, model: torch.nn.Module) -> torch.nn.Module:
         """A model that is only read (a reference, a reward model): on the device, eval, no grad."""
-        return model.to(self.device).eval().requires_grad_(False)
+        model = model.to(self.device)
+        without_cpu_hub_kernels(model)
+        return model.eval().requires_grad_(False)
 
     def reference(self, policy: torch.nn.Module, load):
         """The KL reference: with LoRA, the policy itself read with its adapter disabled (no second
