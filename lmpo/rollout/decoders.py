@@ -174,9 +174,10 @@ class FastLlamaDecoder:
     def keep(self, rows: torch.Tensor) -> None:
         """Drop every batch row not in `rows` (finished sequences)."""
         cache_rows = (rows[:, None] * self.n_kv + torch.arange(self.n_kv, device=rows.device)).flatten()
-        self.k_cache = self.k_cache[:, cache_rows]
-        self.v_cache = self.v_cache[:, cache_rows]
-        self.key_bias, self.next_pos = self.key_bias[cache_rows], self.next_pos[rows]
+        # index_select, not indexing: ~3x faster on CPU for these copies of the whole cache
+        self.k_cache = self.k_cache.index_select(1, cache_rows)
+        self.v_cache = self.v_cache.index_select(1, cache_rows)
+        self.key_bias, self.next_pos = self.key_bias.index_select(0, cache_rows), self.next_pos.index_select(0, rows)
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         self.key_bias[:, :, self.length] = 0.0
