@@ -5,11 +5,11 @@ in lmpo's); both load, warm up one step and `--warmup-pairs` more (unrecorded), 
 alternates them one step at a time (lmpo first on even pairs, TRL first on odd ones), so every
 pair of steps sees the same machine; it starts one only once the other is idle (its trainer's
 between-step work, logging and the next batch, done: reported as `after_step`, outside the
-step on both sides), so neither runs inside the other's step. Each workload runs in each `--precision`, both sides alike:
-fp32, and, where the CPU has native bf16 (AVX512-BF16/AMX), bf16 autocast with fp32 master
-weights (TRL's `bf16=True`, lmpo's `precision=bf16`). Which is TRL's best depends on the workload
-and the machine, so the headline table takes, per workload, the precision where TRL's step is
-fastest, and sets the ratio there against the issue's target.
+step on both sides), so neither runs inside the other's step. Each workload runs in each
+`--precision`, both sides alike: fp32, and, where the CPU has native bf16 (AVX512-BF16/AMX),
+bf16 autocast with fp32 master weights (TRL's `bf16=True`, lmpo's `precision=bf16`). Which is
+TRL's best depends on the workload and the machine, so the headline table takes, per workload,
+the precision where TRL's step is fastest, and sets the ratio there against the issue's target.
 Reported per workload: medians over pairs of each side's step time and phases (generation,
 scoring, log-probs, update), the median of the per-pair ratios TRL/lmpo (of wall time, and of
 the processes' CPU time, `cpu`, the steadier one when others share the machine), the fraction of the

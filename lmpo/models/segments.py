@@ -167,7 +167,7 @@ def _low_precision_attention(query: torch.Tensor, key: torch.Tensor, value: torc
                            key.to(low).reshape(segments * kv_heads, context, dim).transpose(1, 2), alpha=scale)
     weights = scores.view(segments, heads, length, context).float().softmax(-1)
     weights = F.dropout(weights, p=dropout) if dropout else weights
-    out = weights.to(low).view(segments, kv_heads, heads // kv_heads * length, context) @ value.to(low)
+    out = weights.to(low).view(segments, kv_heads, group, context) @ value.to(low)
     return out.view(segments, heads, length, dim)
 
 
