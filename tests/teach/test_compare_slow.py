@@ -24,6 +24,6 @@ def test_the_default_methods_on_one_seed(tmp_path):
     assert data["recommendation"]["best"] == max(accuracy, key=accuracy.get)
     assert data["recommendation"]["choice"] == data["recommendation"]["best"]  # one seed: no spread, no tie
     assert max(accuracy.values()) > data["start"]["mean"] + 0.1  # the pipeline's grpo takes 32% to ~66%
-    assert comparison.start.mean == pytest.approx(0.32)
+    assert comparison.start.mean == pytest.approx(0.322)  # the SFT start, 32.2% in the README
     table = (tmp_path / "cmp" / "compare.md").read_text()
     assert all(f"| {m} | {100 * accuracy[m]:.1f}% |" in table for m in methods)
