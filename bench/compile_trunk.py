@@ -1,0 +1,78 @@
+"""Does `torch.compile` pay on an overhead-bound update? Workload (c)'s shapes, eager against compiled.
+
+    .venv/bin/python bench/compile_trunk.py [--steps 30] [--threads 2]
+
+The embedded sort task's SFT model (1M parameters), 8 prompts x 8 completions of 4-8 tokens
+per step (random ids, new each step), log-probs through `completion_outputs` (the layout the
+trainers choose) and their backward. The trunk is compiled in place (`nn.Module.compile`:
+inductor, dynamic shapes, state-dict keys unchanged); eager runs (after a warm-up) before and
+after it, so drift in machine load shows; `speedup` is against the faster eager run. Prints the medians and, as its last line, a JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from lmpo.models import load_model_and_tokenizer
+from lmpo.models.logprobs import completion_outputs
+
+
+def make_batch(generator: torch.Generator, vocab: int, prompts: int = 8, group: int = 8,
+               prompt_len: int = 16, new_tokens: int = 8):
+    """Left-padded prompts of 11-15 tokens, each shared by `group` completions of 4-8 tokens."""
+    lengths = torch.randint(11, prompt_len, (prompts,), generator=generator).repeat_interleave(group)
+    prompt_ids = torch.randint(3, vocab, (prompts, prompt_len), generator=generator).repeat_interleave(group, 0)
+    prompt_mask = (torch.arange(prompt_len)[None] >= prompt_len - lengths[:, None]).long()
+    completion_ids = torch.randint(3, vocab, (prompts * group, new_tokens), generator=generator)
+    completion_lengths = torch.randint(4, new_tokens + 1, (prompts * group,), generator=generator)
+    return prompt_ids, prompt_mask, completion_ids, completion_lengths
+
+
+def time_steps(model: torch.nn.Module, steps: int, seed: int = 0) -> list[float]:
+    generator = torch.Generator().manual_seed(seed)
+    times = []
+    for _ in range(steps):
+        prompt_ids, prompt_mask, completion_ids, lengths = make_batch(generator, model.config.vocab_size)
+        start = time.perf_counter()
+        out = completion_outputs(model, prompt_ids, prompt_mask, completion_ids, lengths=lengths)
+        out.logprobs.sum().backward()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per arm (the first 5 are dropped)")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    from lmpo.models.device import without_cpu_hub_kernels
+    from lmpo.teach.start import sft_start
+
+    model, _ = load_model_and_tokenizer(sft_start(seed=0, quiet=True).model_dir)
+    without_cpu_hub_kernels(model)
+    model.train()
+    median = lambda times: statistics.median(times[5:])  # noqa: E731
+    time_steps(model, 10, seed=1)  # warm-up: allocator, oneDNN primitives
+    eager_before = median(time_steps(model, args.steps))
+    start = time.perf_counter()
+    model.model.compile(dynamic=True)
+    first = time_steps(model, 3)
+    compile_s = time.perf_counter() - start - sum(first[1:])
+    compiled = median(time_steps(model, args.steps))
+    model.model._compiled_call_impl = None  # back to eager
+    eager_after = median(time_steps(model, args.steps))
+    print(f"forward+backward per step: eager {eager_before:.4f} s, compiled {compiled:.4f} s "
+          f"(first call {compile_s:.1f} s), eager again {eager_after:.4f} s")
+    print(json.dumps({"eager_s": round(eager_before, 4), "compiled_s": round(compiled, 4),
+                      "eager_after_s": round(eager_after, 4), "compile_s": round(compile_s, 1),
+                      "speedup": round(min(eager_before, eager_after) / compiled, 3)}))
+
+
+if __name__ == "__main__":
+    main()
