@@ -155,3 +155,19 @@ def test_a_saved_model_on_the_cpu_switches_modes_without_kernelizing(start_model
     assert not model.use_kernels and not calls
     x = torch.tensor([[3, 4, 5]])
     torch.testing.assert_close(model(x).logits, load_model(start_model, char_tokenizer).eval()(x).logits)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("top_k", [0, 5])
+def test_sampling_on_the_gpu_draws_from_the_trainers_cpu_generator(top_k):
+    """The trainers sample with a CPU generator (its state resumes on any device); on a GPU the
+    draws must come from it, and match the CPU's."""
+    from lmpo.rollout.sampling import sample_next
+    from lmpo.rollout.types import SamplingParams
+
+    logits = torch.randn(6, 50, generator=torch.Generator().manual_seed(1))
+    params = SamplingParams(temperature=0.8, top_k=top_k)
+    on_gpu = sample_next(logits.cuda(), params, torch.Generator().manual_seed(3))
+    on_cpu = sample_next(logits, SamplingParams(temperature=0.8, top_k=top_k or 50), torch.Generator().manual_seed(3))
+    assert torch.equal(on_gpu[0].cpu(), on_cpu[0])
+    assert torch.allclose(on_gpu[1].cpu(), on_cpu[1], atol=1e-5)

@@ -39,7 +39,9 @@ def _inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None) 
     """One draw per row: the first token whose cumulative probability exceeds a uniform number.
     Exact, and needs one random number per row rather than one per vocabulary entry."""
     cdf = probs.cumsum(dim=-1)
-    u = torch.rand(probs.size(0), 1, generator=generator, device=probs.device) * cdf[:, -1:]
+    # drawn where the generator lives (the trainers' is a CPU one, so its state resumes anywhere)
+    where = generator.device if generator is not None else probs.device
+    u = torch.rand(probs.size(0), 1, generator=generator, device=where).to(probs.device) * cdf[:, -1:]
     tokens = torch.searchsorted(cdf, u, right=True).squeeze(1)
     # guard the float edge u == cdf[-1]; and never pick a token of probability 0
     tokens = tokens.clamp(max=probs.size(-1) - 1)
