@@ -1,6 +1,6 @@
 """Does `torch.compile` pay on an overhead-bound update? Workload (c)'s shapes, eager against compiled.
 
-    .venv/bin/python bench/compile_trunk.py [--steps 30] [--threads 2]
+    .venv/bin/python bench/compile_trunk.py [--steps 30] [--threads 2] [--device cuda] [--precision bf16]
 
 The embedded sort task's SFT model (1M parameters), 8 prompts x 8 completions of 4-8 tokens
 per step (random ids, new each step), log-probs through `completion_outputs` (the layout the
@@ -33,14 +33,18 @@ def make_batch(generator: torch.Generator, vocab: int, prompts: int = 8, group: 
     return prompt_ids, prompt_mask, completion_ids, completion_lengths
 
 
-def time_steps(model: torch.nn.Module, steps: int, seed: int = 0) -> list[float]:
+def time_steps(model: torch.nn.Module, steps: int, seed: int = 0, precision: str = "fp32") -> list[float]:
     generator = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
     times = []
     for _ in range(steps):
-        prompt_ids, prompt_mask, completion_ids, lengths = make_batch(generator, model.config.vocab_size)
+        batch = [t.to(device) for t in make_batch(generator, model.config.vocab_size)]
         start = time.perf_counter()
-        out = completion_outputs(model, prompt_ids, prompt_mask, completion_ids, lengths=lengths)
+        with torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16"):
+            out = completion_outputs(model, *batch[:3], lengths=batch[3])
         out.logprobs.sum().backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return times
 
@@ -49,6 +53,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30, help="timed steps per arm (the first 5 are dropped)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from lmpo.models.device import without_cpu_hub_kernels
@@ -56,17 +62,18 @@ def main() -> None:
 
     model, _ = load_model_and_tokenizer(sft_start(seed=0, quiet=True).model_dir)
     without_cpu_hub_kernels(model)
+    model.to(args.device)
     model.train()
     median = lambda times: statistics.median(times[5:])  # noqa: E731
-    time_steps(model, 10, seed=1)  # warm-up: allocator, oneDNN primitives
-    eager_before = median(time_steps(model, args.steps))
+    time_steps(model, 10, 1, args.precision)  # warm-up: allocator, oneDNN primitives
+    eager_before = median(time_steps(model, args.steps, 0, args.precision))
     start = time.perf_counter()
     model.model.compile(dynamic=True)
-    first = time_steps(model, 3)
+    first = time_steps(model, 3, 0, args.precision)
     compile_s = time.perf_counter() - start - sum(first[1:])
-    compiled = median(time_steps(model, args.steps))
+    compiled = median(time_steps(model, args.steps, 0, args.precision))
     model.model._compiled_call_impl = None  # back to eager
-    eager_after = median(time_steps(model, args.steps))
+    eager_after = median(time_steps(model, args.steps, 0, args.precision))
     print(f"forward+backward per step: eager {eager_before:.4f} s, compiled {compiled:.4f} s "
           f"(first call {compile_s:.1f} s), eager again {eager_after:.4f} s")
     print(json.dumps({"eager_s": round(eager_before, 4), "compiled_s": round(compiled, 4),
