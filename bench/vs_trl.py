@@ -34,6 +34,7 @@ Run on a quiet machine (nothing else busy; the bench pins 2 threads per side):
     .venv/bin/python bench/vs_trl.py --precision fp32 --only dpo --profile
     .venv/bin/python bench/vs_trl.py --only grpo_var,dpo --pairs 9
     .venv/bin/python bench/vs_trl.py --lmpo-option logprob_chunk_tokens=256   # an lmpo option A/B
+    .venv/bin/python bench/vs_trl.py --only dpo --lmpo-option compile_blocks=true --trl-option torch_compile=true
 TRL comes from --trl-python (default .venv-trl/bin/python, made by scripts/setup-trl-venv.sh).
 """
 
@@ -324,6 +325,8 @@ def main() -> None:
     parser.add_argument("--trl-python", default=default_trl_python(), help="interpreter of the TRL environment")
     parser.add_argument("--lmpo-option", action="append", default=[], metavar="KEY=VALUE",
                         help="an option of lmpo's trainer config for its side (repeatable), to measure a variant")
+    parser.add_argument("--trl-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a TrainingArguments field for TRL's side (repeatable), e.g. torch_compile=true")
     parser.add_argument("--precision", default=default_precisions(),
                         help="comma-separated, each workload run at each, both sides alike: fp32, or bf16 autocast "
                              "with fp32 master weights (default: both where the CPU has native bf16, else fp32); "
@@ -347,19 +350,20 @@ def main() -> None:
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    options = parse_options(args.lmpo_option)
+    options, trl_options = parse_options(args.lmpo_option), parse_options(args.trl_option)
     workloads = main_workloads(work, pairs + args.warmup_pairs)
     results = []
     for name in names:
         for precision in precisions:
-            w = replace(workloads[name], options=options, threads=args.threads, precision=precision,
+            w = replace(workloads[name], options=options, trl_options=trl_options, threads=args.threads,
+                        precision=precision,
                         profile=str(out.resolve() / f"profile-{name}-{precision}.txt") if args.profile else "")
             results.append(run_workload(w, pairs, args.trl_python, work, say, args.warmup_pairs))
             (out / "results.json").write_text(json.dumps({"pairs": pairs, "results": results}, indent=1))
     scaling = []
     if args.scaling == "on" or (args.scaling == "auto" and not args.quick and not args.only):
         for axis, x, w in scaling_workloads(work, args.quick):  # in the first precision listed
-            w = replace(w, options=options, threads=args.threads, precision=precisions[0])
+            w = replace(w, options=options, trl_options=trl_options, threads=args.threads, precision=precisions[0])
             scaling.append((axis, x, run_workload(w, args.scaling_pairs, args.trl_python, work, say, 1)))
         plot_scaling(scaling, out / "scaling.png", args.threads, precisions[0])
         say(f"scaling curves: {out / 'scaling.png'}")
@@ -368,7 +372,8 @@ def main() -> None:
         print(table([r for _, _, r in scaling]))
     best = headline(results)
     print(headline_table(best))
-    summary = {"pairs": pairs, "threads": args.threads, "lmpo_options": options, "results": results,
+    summary = {"pairs": pairs, "threads": args.threads, "lmpo_options": options, "trl_options": trl_options,
+               "results": results,
                "headline": best, "scaling": [{"axis": a, "x": x, **r} for a, x, r in scaling]}
     (out / "results.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))

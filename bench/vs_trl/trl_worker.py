@@ -28,11 +28,12 @@ def exact(completions, answer, **kwargs) -> list[float]:
 
 
 def common_args(w: dict, out: Path, steps: int) -> dict:
-    return dict(output_dir=str(out), learning_rate=w["lr"], lr_scheduler_type="constant", warmup_steps=0,
+    """The TrainingArguments both sides share, then the bench's `--trl-option`s (e.g. torch_compile)."""
+    return {**dict(output_dir=str(out), learning_rate=w["lr"], lr_scheduler_type="constant", warmup_steps=0,
                 max_steps=steps, logging_steps=10**6, save_strategy="no", report_to="none",
                 bf16=w["precision"] == "bf16", fp16=False,
                 gradient_checkpointing=False, use_cpu=True, seed=w["seed"], dataloader_num_workers=0,
-                disable_tqdm=True, max_grad_norm=1.0, weight_decay=0.0)
+                disable_tqdm=True, max_grad_norm=1.0, weight_decay=0.0), **w.get("trl_options", {})}
 
 
 def callback(clock_ref: list):

@@ -1,5 +1,6 @@
 """Tokenizers and causal language models: embedded presets and any Hugging Face model."""
 
+from lmpo.models.compile import check_compiler, compile_blocks, uncompiled_blocks
 from lmpo.models.device import (Precision, autocast, choose_precision, cpu_has_native_bf16, resolve_device,
                                 without_cpu_hub_kernels)
 from lmpo.models.loading import (count_parameters, disable_dropout, is_preset, load_model, load_model_and_tokenizer,
@@ -14,9 +15,9 @@ from lmpo.models.tokenizer import build_char_tokenizer
 from lmpo.models.value import ValueHead, ValueModel
 
 __all__ = ["PRESETS", "AdapterDisabled", "LoraOptions", "ParameterCounts", "Precision", "TokenOutputs", "ValueHead", "ValueModel",
-           "adapter_disabled", "apply_lora", "autocast", "build_char_tokenizer", "choose_precision",
+           "adapter_disabled", "apply_lora", "autocast", "build_char_tokenizer", "check_compiler", "choose_precision", "compile_blocks",
            "completion_logprobs", "completion_outputs", "count_parameters", "cpu_has_native_bf16", "disable_dropout",
            "enable_gradient_checkpointing", "is_adapter_dir", "is_peft_model", "is_preset", "load_model",
            "load_model_and_tokenizer", "load_tokenizer", "merged_copy", "micro_batches", "parameter_bytes",
            "parameter_counts", "positions_from_mask", "preset_config", "reference_logprobs", "resolve_device",
-           "save_lora", "save_model", "trainable_parameters", "without_cpu_hub_kernels"]
+           "save_lora", "save_model", "trainable_parameters", "uncompiled_blocks", "without_cpu_hub_kernels"]
