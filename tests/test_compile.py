@@ -97,3 +97,18 @@ def test_compile_blocks_with_fsdp_is_refused():
 
     with pytest.raises(ValueError, match="compile_blocks with fsdp"):
         _check_parallel_options(RunOptions(fsdp=True, compile_blocks=True), SimpleNamespace(active=True))
+
+
+@needs_compiler
+def test_compiled_blocks_under_gradient_checkpointing_give_the_eager_gradients(tiny_qwen2):
+    from lmpo.models import enable_gradient_checkpointing
+
+    model = copy.deepcopy(tiny_qwen2).train()
+    prompt, completion, lengths = torch.randint(3, 40, (4, 7)), torch.randint(3, 40, (4, 9)), torch.tensor([9, 5, 9, 2])
+    eager = _outputs(model, prompt, completion, lengths)
+    enable_gradient_checkpointing(model)
+    assert compile_blocks(model) == 3 * tiny_qwen2.config.num_hidden_layers + 1
+    compiled = _outputs(model, prompt, completion, lengths)
+    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-5, atol=1e-5)
+    for n, g in eager[1].items():
+        torch.testing.assert_close(compiled[1][n], g, rtol=1e-4, atol=1e-5, msg=n)
