@@ -8,6 +8,11 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 TORCH_VERSION=${LMPO_TORCH_VERSION:-2.13.0}
 
+# one set-up at a time: the README's two commands started together would otherwise install into
+# the same .venv at once and break each other's install; the second waits, then finds it done
+mkdir -p .venv
+exec 9> .venv/.setup.lock
+if command -v flock >/dev/null 2>&1; then flock 9; fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
