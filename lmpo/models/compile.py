@@ -5,10 +5,11 @@ whose inputs lmpo plans per batch (see `segments`), stays eager, so the compiled
 see a plan and never recompile for one. One compiled forward per block class serves every
 layer (dynamic shapes: one graph for all token counts, another per autocast or grad mode).
 
-Measured on a 2-core CPU (`bench/vs_trl.py --lmpo-option compile_blocks=true`, README): a few
-percent off the step of a 3.7M model, most at bf16, where the fp32 elementwise work is a larger
-share; nothing on the 1M demo model, whose steps are bound by per-operation overhead elsewhere.
-The first step pays the compile (seconds). Inductor builds C++ on the CPU, so it needs a compiler.
+Measured (README, "Speed against TRL"; `bench/compile_speed.py --what blocks`): 1.03-1.04x on
+a 3.7M model's forward and backward on a 2-core CPU, none on the 1M demo model, 1.07x on an H200
+(a 0.5B shape, bf16), and no clear gain in whole training steps; so the trainers leave it off
+unless asked (`--compile_blocks true`). The first step pays the compile (seconds). Inductor
+builds C++ on the CPU, so it needs a compiler there.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class RunOptions:
     report_to: str = ""
     """Trackers beside metrics.jsonl, comma-separated: tensorboard, wandb, trackio (each needs its package)."""
     compile_blocks: bool = False
-    """Compile the model's RMSNorms and MLPs with torch.compile (inductor, dynamic shapes; attention stays eager): a few percent off a step at bf16 on a CPU, seconds of compiling in the first step; needs a C++ compiler on the CPU. See lmpo/models/compile.py."""
+    """Compile the model's RMSNorms and MLPs with torch.compile (inductor, dynamic shapes; attention stays eager): measured at most a few percent faster (README), seconds of compiling in the first step; needs a C++ compiler on the CPU. See lmpo/models/compile.py."""
     max_nonfinite_steps: int = 3
     """Stop with an error after this many consecutive steps whose loss or gradient was not finite (each is skipped)."""
 
