@@ -22,6 +22,7 @@ import argparse
 import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -86,8 +87,10 @@ def main() -> None:
         from lmpo.teach.start import sft_start
 
         model_dir = sft_start(seed=0, quiet=True).model_dir
-    else:
+    elif (Path(args.model) / "config.json").is_file():
         model_dir = args.model
+    else:
+        parser.error(f"--model {args.model}: expected 'sort' or a saved Hugging Face model directory (with config.json)")
     model, _ = load_model_and_tokenizer(model_dir)
     without_cpu_hub_kernels(model)
     model.to(device).train()

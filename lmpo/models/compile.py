@@ -41,8 +41,8 @@ def uncompiled_blocks(model: torch.nn.Module) -> int:
     """Undo `compile_blocks`; returns the number of blocks switched back."""
     switched = 0
     for module in model.modules():
-        original = getattr(type(module), "_lmpo_eager_class", None)
-        if original is not None and "_lmpo_eager_class" in vars(type(module)):
+        original = vars(type(module)).get("_lmpo_eager_class")
+        if original is not None:
             module.__class__ = original
             switched += 1
     return switched
