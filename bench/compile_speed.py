@@ -90,7 +90,8 @@ def main() -> None:
     elif (Path(args.model) / "config.json").is_file():
         model_dir = args.model
     else:
-        parser.error(f"--model {args.model}: expected 'sort' or a saved Hugging Face model directory (with config.json)")
+        parser.error(f"--model {args.model}: expected 'sort' or a saved Hugging Face model directory "
+                     "(with config.json)")
     model, _ = load_model_and_tokenizer(model_dir)
     without_cpu_hub_kernels(model)
     model.to(device).train()
