@@ -278,3 +278,29 @@ def test_packed_under_cpu_bf16_autocast_stays_close_to_fp32(segments, monkeypatc
     torch.testing.assert_close(fast.logprobs[valid].float(), reference.logprobs[valid].detach(), atol=0.05, rtol=0.02)
     for a, b in zip(grads(model), exact):
         assert torch.isfinite(a).all() and (a - b).norm() <= 0.05 * b.norm() + 1e-6
+
+
+@pytest.mark.parametrize("share", [True, "segments"])
+def test_shared_prompt_gradients_are_bit_identical_on_every_run(share):
+    """A shared prompt's last position predicts the first token of every completion in its group:
+    the gather of hidden states repeats that position, and its backward must add the repeats in
+    a fixed order. (Advanced indexing adds them with atomic adds across threads, so the sum's
+    rounding depended on which thread got there first: reruns under load drifted apart.)"""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        model = tiny(Qwen2ForCausalLM, Qwen2Config, False, "sdpa")
+        torch.manual_seed(2)
+        n = 1024  # enough gathered values (n * 3 * hidden) for the backward to run on both threads
+        prompt, prompt_mask = torch.randint(1, 50, (1, 4)).repeat(n, 1), torch.ones(n, 4, dtype=torch.long)
+        completion, lengths = torch.randint(1, 50, (n, 3)), torch.full((n,), 3)
+        seen = set()
+        for _ in range(8):
+            out = packed_token_outputs(model, prompt, prompt_mask, completion, lengths, share_prompts=share is True,
+                                       segments=share == "segments")
+            (out.logprobs * torch.linspace(0.5, 1.5, out.logprobs.numel()).view_as(out.logprobs)).sum().backward()
+            seen.add(tuple(p.grad.numpy().tobytes() for p in model.parameters()))
+            model.zero_grad()
+        assert len(seen) == 1
+    finally:
+        torch.set_num_threads(threads)

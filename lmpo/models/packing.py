@@ -261,7 +261,10 @@ def packed_states(trunk: torch.nn.Module, packed: PackedRows, at: torch.Tensor |
         mask = block_causal_mask(packed.groups, packed.branches, trunk.dtype if eager else None)
         states = trunk(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=mask,
                        use_cache=False).last_hidden_state
-    return states.reshape(-1, states.size(-1))[packed.predictor if at is None else at]
+    # index_select, not indexing: a shared prompt's last position is gathered once per completion,
+    # and indexing's backward adds those repeats with atomic adds across threads, in an order (so a
+    # rounding) that changes from run to run; index_select's backward adds them in index order
+    return states.reshape(-1, states.size(-1)).index_select(0, packed.predictor if at is None else at)
 
 
 def segmented_forward(trunk: torch.nn.Module, packed: PackedRows) -> torch.Tensor:
