@@ -321,3 +321,31 @@ def test_the_database_size_is_a_task_option(tmp_path):
     assert small.database() != make_task(f"aftersales:db_dir={tmp_path}").database()
     count = sqlite3.connect(small.database()).execute("SELECT COUNT(*) FROM orders").fetchone()[0]
     assert count == 800
+
+
+def test_the_amount_probe_forces_the_real_environment_up_to_the_write(task):
+    """bench/aftersales_amounts.py (the README's count of refunds written with the wrong amount)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "bench" / "aftersales_amounts.py"
+    spec = importlib.util.spec_from_file_location("bench_aftersales_amounts", path)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    conversations, refs, amounts = probe.forced_prompts(task, 3)
+    for messages, ref, amount in zip(conversations, refs, amounts):
+        assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "tool"]
+        assert messages[1]["content"] == f"lookup_order({ref})" and f"${amount}" in messages[2]["content"]
+        assert messages[3]["content"] == "search_policy(refund)" and "refund" in messages[4]["content"]
+        # the forced turns are the evidence the guardrail asks for: the right write goes through
+        env = task.make_env()
+        env.reset(next(p for p in task.heldout_problems(500) if p.meta["order"] == ref))
+        for turn in (f"lookup_order({ref})", "search_policy(refund)"):
+            env.step(turn)
+        assert env.step(f"issue_refund({ref}, {amount})").info["counts"]["guardrail_blocks"] == 0
+    ref, amount = refs[0], amounts[0]
+    assert probe.classify(f"issue_refund({ref}, {amount})", ref, amount) == "right"
+    assert probe.classify(f"issue_refund({ref}, {amount + 7})", ref, amount) == "larger"
+    assert probe.classify(f"issue_refund({ref}, {amount - 1})", ref, amount) == "smaller"
+    assert probe.classify("refused", ref, amount) == "no_refund"
+    assert probe.classify(f"issue_refund(o1, {amount})", ref, amount) == "no_refund"
