@@ -93,12 +93,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tickets", type=int, default=40, help="held-out refund tickets")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.tickets < 1:
+        parser.error(f"--tickets must be at least 1, got {args.tickets}")
     torch.set_num_threads(args.threads)
     task = Aftersales()
     conversations, refs, amounts = forced_prompts(task, args.tickets)
     results = []
     for model_dir in args.models:
-        result = probe(model_dir, conversations, refs, amounts, task)
+        try:
+            result = probe(model_dir, conversations, refs, amounts, task)
+        except (FileNotFoundError, OSError, ValueError) as err:
+            raise SystemExit(f"{model_dir}: not a saved model lmpo can load ({err})") from None
         results.append(result)
         print(f"{model_dir}: right {result['right']}, larger {result['larger']}, smaller {result['smaller']}, "
               f"no refund call {result['no_refund']} of {args.tickets}"
