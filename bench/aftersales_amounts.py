@@ -68,11 +68,14 @@ def classify(turn: str, ref: str, amount: int) -> str:
 
 def probe(model_dir: str, conversations: list[list[dict]], refs: list[str], amounts: list[int],
           task: Aftersales) -> dict:
-    model, tokenizer = load_model_and_tokenizer(model_dir)
+    try:
+        model, tokenizer = load_model_and_tokenizer(model_dir)
+        renderer = renderer_for(task, tokenizer)  # a model without a chat template is refused here
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"{model_dir}: not a saved after-sales model lmpo can load ({err})") from None
     model.eval()
-    renderer = renderer_for(task, tokenizer)
     prompts = [renderer.prompt(c)[0] for c in conversations]
-    engine = LocalEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id or 0)
+    engine = LocalEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id)
     with torch.no_grad():
         samples = engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=task.max_turn_tokens))
     counts = {"right": 0, "larger": 0, "smaller": 0, "no_refund": 0}
@@ -100,10 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     conversations, refs, amounts = forced_prompts(task, args.tickets)
     results = []
     for model_dir in args.models:
-        try:
-            result = probe(model_dir, conversations, refs, amounts, task)
-        except (FileNotFoundError, OSError, ValueError) as err:
-            raise SystemExit(f"{model_dir}: not a saved model lmpo can load ({err})") from None
+        result = probe(model_dir, conversations, refs, amounts, task)
         results.append(result)
         print(f"{model_dir}: right {result['right']}, larger {result['larger']}, smaller {result['smaller']}, "
               f"no refund call {result['no_refund']} of {args.tickets}"

@@ -323,15 +323,13 @@ def test_the_database_size_is_a_task_option(tmp_path):
     assert count == 800
 
 
-def test_the_amount_probe_forces_the_real_environment_up_to_the_write(task):
+def test_the_amount_probe_forces_the_real_environment_up_to_the_write(task, monkeypatch):
     """bench/aftersales_amounts.py (the README's count of refunds written with the wrong amount)."""
-    import importlib.util
+    import importlib
     from pathlib import Path
 
-    path = Path(__file__).parent.parent / "bench" / "aftersales_amounts.py"
-    spec = importlib.util.spec_from_file_location("bench_aftersales_amounts", path)
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    monkeypatch.syspath_prepend(str(Path(__file__).parent.parent / "bench"))
+    probe = importlib.import_module("aftersales_amounts")
     conversations, refs, amounts = probe.forced_prompts(task, 3)
     for messages, ref, amount in zip(conversations, refs, amounts):
         assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "tool"]
