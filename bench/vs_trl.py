@@ -233,6 +233,7 @@ def summarise(w: Workload, rows: list[tuple[dict, dict]], peaks: list[float], rs
         side_out["tokens_per_step"] = med(r.get("tokens", r.get("prompt_tokens", 0) + r.get("completion_tokens", 0))
                                           for r in results)
         side_out["peak_rss_mb"] = rss
+        side_out["minor_faults"] = med(r.get("minor_faults", 0) for r in results)
         out[side] = side_out
     return out
 

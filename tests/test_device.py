@@ -171,3 +171,40 @@ def test_sampling_on_the_gpu_draws_from_the_trainers_cpu_generator(top_k):
     on_cpu = sample_next(logits, SamplingParams(temperature=0.8, top_k=top_k or 50), torch.Generator().manual_seed(3))
     assert torch.equal(on_gpu[0].cpu(), on_cpu[0])
     assert torch.allclose(on_gpu[1].cpu(), on_cpu[1], atol=1e-5)
+
+
+_FAULTS_SCRIPT = """
+import resource, sys, torch
+from lmpo.models.device import reuse_freed_host_memory
+print(reuse_freed_host_memory())
+for _ in range(2):  # 48 MiB, above the 32 MiB that glibc's own threshold can reach; the heap grows to it
+    torch.empty(12 << 20).fill_(1.0)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    torch.empty(12 << 20).fill_(1.0)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("ctypes").CDLL(None), "gnu_get_libc_version"), reason="glibc only")
+@pytest.mark.parametrize("user_setting", [None, "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"])
+def test_freed_host_memory_is_reused_unless_the_user_set_malloc(user_setting):
+    """A freed 48 MiB buffer allocated again, 10 times: faulted in anew each time under glibc's
+    defaults (12,288 pages each), reused after `reuse_freed_host_memory` (where the heap's layout
+    leaves the freed buffer a few bytes short of the aligned request, once more); a user's own
+    malloc settings win."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    if user_setting == "MALLOC_TRIM_THRESHOLD_":
+        env[user_setting] = "131072"
+    elif user_setting == "GLIBC_TUNABLES":
+        env[user_setting] = "glibc.malloc.trim_threshold=131072"
+    out = subprocess.run([sys.executable, "-c", _FAULTS_SCRIPT], env=env, capture_output=True, text=True, check=True)
+    reused, faults = out.stdout.split()
+    if user_setting is None:
+        assert reused == "True" and int(faults) < 3 * 12_288
+    else:
+        assert reused == "False" and int(faults) >= 10 * 12_288

@@ -56,6 +56,7 @@ class StepClock:
     def __init__(self):
         self.start = time.perf_counter()
         self.cpu_start = time.process_time()
+        self.faults_start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         self.phases: dict[str, float] = {}
         self.tokens: dict[str, int] = {}
 
@@ -65,7 +66,8 @@ class StepClock:
     def result(self, **extra) -> dict:
         return {"step_s": time.perf_counter() - self.start, "cpu_s": time.process_time() - self.cpu_start,
                 **{f"{k}_s": v for k, v in self.phases.items()},
-                **self.tokens, "peak_rss_mb": peak_rss_mb(), **extra}
+                **self.tokens, "peak_rss_mb": peak_rss_mb(),
+                "minor_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - self.faults_start, **extra}
 
 
 def timed(clock_ref: list, name: str, fn):
