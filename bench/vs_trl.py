@@ -15,8 +15,9 @@ scoring, log-probs, update), the median of the per-pair ratios TRL/lmpo (of wall
 the processes' CPU time, `cpu`, the steadier one when others share the machine), the fraction of the
 matrix-multiply peak each side reaches (useful FLOPs counted per step from the model's shapes
 and the real token counts; the peak is the best of a torch.mm benchmark run between the
-pairs, same threads, in the run's precision), and each side's peak RSS. The last line is one
-JSON object. `--profile` leaves lmpo's operator table for the last step of each run.
+pairs, same threads, in the run's precision), each side's peak RSS, and (in the JSON only) the
+median of each side's minor page faults per step. The last line is one JSON object.
+`--profile` leaves lmpo's operator table for the last step of each run.
 
 Workloads (random 3.7M Qwen2 with q/k/v biases and an untied head, unless said):
   grpo_fixed      (a) 8 prompts x 8 completions of exactly 64 tokens (EOS unreachable), beta 0.04

@@ -129,8 +129,8 @@ def reuse_freed_host_memory(up_to_bytes: int = 1 << 30) -> bool:
     By default glibc serves each large allocation (from 128 KiB, a threshold it raises up to 32
     MiB as it goes) with a fresh `mmap` and unmaps it on free, and hands the top of its heap back
     beyond a trim threshold. A training step allocates and frees the same activation-sized
-    buffers every step, so every step the kernel faults in and zeroes their pages again: 9,000-
-    16,000 page faults per step on the speed bench's DPO workload (3.7M model), ~5% of the step
+    buffers every step, so every step the kernel faults in and zeroes their pages again: 3,500-
+    16,000 page faults per step on the speed bench's DPO workload (3.7M model), 5-9% of the step
     at bf16 on a 2-core CPU. With both thresholds at `up_to_bytes`, buffers up to that size come
     from the heap and freed ones are reused. What it costs is memory not given back: the peak
     resident size is reached either way, but after a peak the process stays at it.
