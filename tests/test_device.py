@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import copy
+import ctypes
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -186,17 +190,13 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-@pytest.mark.skipif(not hasattr(__import__("ctypes").CDLL(None), "gnu_get_libc_version"), reason="glibc only")
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "gnu_get_libc_version"), reason="glibc only")
 @pytest.mark.parametrize("user_setting", [None, "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"])
 def test_freed_host_memory_is_reused_unless_the_user_set_malloc(user_setting):
     """A freed 48 MiB buffer allocated again, 10 times: faulted in anew each time under glibc's
     defaults (12,288 pages each), reused after `reuse_freed_host_memory` (where the heap's layout
     leaves the freed buffer a few bytes short of the aligned request, once more); a user's own
     malloc settings win."""
-    import os
-    import subprocess
-    import sys
-
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
     if user_setting == "MALLOC_TRIM_THRESHOLD_":
         env[user_setting] = "131072"
