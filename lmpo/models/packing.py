@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from itertools import chain
 
 import torch
 
-from lmpo.models.segments import (SegmentPlan, attention_pairs, bucket_segments, cpu_autocast, plan_segments, round_up,
-                                  token_grain)
+from lmpo.models.segments import (SegmentPlan, attention_pairs, bucket_segments, cpu_autocast, long_tensor, plan_segments,
+                                  round_up, token_grain)
 
 
 @dataclass
@@ -201,6 +202,7 @@ def pack_completions(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, comple
     branches = [[0] * capacity for _ in range(n_rows)]
     predictor, located, targets, scatter = [], [], [], []
     parts: list[tuple[list[int], list[int]]] = []  # (context, own) flat positions, for a segment plan
+    idle: list[int] = []  # positions of no segment (the coarse grid's padding)
 
     def put(r: int, at: int, tokens: list[int], first_position: int, group: int, branch: int) -> None:
         ids[r][at:at + len(tokens)] = tokens
@@ -226,14 +228,14 @@ def pack_completions(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, comple
                 targets += completions[b][:n]
                 scatter += range(b * width, b * width + n)
                 at += n
-        if coarse and at < capacity:  # the grid's padding: one more segment, attending to itself only
+        if coarse and at < capacity:  # the grid's padding: attends to nothing, its attention output is zero
             positions[r][at:] = range(capacity - at)
-            parts.append(([], list(range(r * capacity + at, (r + 1) * capacity))))
-    as_long = lambda x: torch.tensor(x, dtype=torch.long, device=completion_ids.device)  # noqa: E731
-    plan = plan_segments(parts, n_rows * capacity, completion_ids.device, 8 if coarse else 1) if segments and units \
-        else None
-    return PackedRows(as_long(ids), as_long(positions), as_long(groups), as_long(branches), as_long(predictor),
-                      as_long(located), as_long(targets), as_long(scatter), plan)
+            idle += range(r * capacity + at, (r + 1) * capacity)
+    device = completion_ids.device
+    plan = plan_segments(parts, n_rows * capacity, device, 8 if coarse else 1, idle) if segments and units else None
+    grid = lambda rows: long_tensor(chain.from_iterable(rows), device).view(n_rows, capacity)  # noqa: E731
+    return PackedRows(grid(ids), grid(positions), grid(groups), grid(branches), long_tensor(predictor, device),
+                      long_tensor(located, device), long_tensor(targets, device), long_tensor(scatter, device), plan)
 
 
 def block_causal_mask(groups: torch.Tensor, branches: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -13,11 +13,15 @@ so no model code is copied. A forward given a plan checks that every layer used 
 
 from __future__ import annotations
 
+import array
 from dataclasses import dataclass, field
+from itertools import chain
 
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
+
+from lmpo.models.bf16_segments import bf16_segment_attention
 
 SPREAD = 0.8  # a segment joins its bucket while at least this fraction of the bucket's longest
 
@@ -47,12 +51,16 @@ class Bucket:
 @dataclass
 class SegmentPlan:
     """The buckets of a packed row of `tokens` positions, and `order`: for each position, its
-    slot among the buckets' concatenated queries. `calls` counts the layers that used it."""
+    slot among the buckets' concatenated queries (`idle` positions, padding, point past the last:
+    a zero row). `calls` counts the layers that used it; `rows`
+    keeps the gather indices of `bf16_segments`, made once for all the layers."""
 
     buckets: list[Bucket]
     order: torch.Tensor
     tokens: int
+    idle: int = 0
     calls: int = field(default=0, compare=False)
+    rows: dict = field(default_factory=dict, repr=False, compare=False)  # bf16_segments' row indices
 
 
 def bucket_segments(own_lengths: list[int], spread: float = SPREAD) -> list[list[int]]:
@@ -88,48 +96,62 @@ def round_up(n: int, grain: int) -> int:
     return -(-n // grain) * grain
 
 
+def long_tensor(values, device: torch.device | None = None) -> torch.Tensor:
+    """A 1-D long tensor from an iterable of ints, through a machine array: about 3x faster than
+    `torch.tensor` on a list, for the index lists a packed forward builds every step."""
+    values = array.array("q", values)
+    return torch.frombuffer(values, dtype=torch.long).to(device) if values else torch.zeros(0, dtype=torch.long, device=device)
+
+
 def token_grain(tokens: int) -> int:
     """A grid for a row of `tokens`: 16 steps per doubling (at most ~6% padding)."""
     return max(16, 1 << max(tokens.bit_length() - 5, 0))
 
 
 def plan_segments(segments: list[tuple[list[int], list[int]]], tokens: int,
-                  device: torch.device | None = None, grain: int = 1) -> SegmentPlan:
+                  device: torch.device | None = None, grain: int = 1, idle: list[int] | tuple = ()) -> SegmentPlan:
     """A plan for segments given as (context positions, own positions) in a row of `tokens`
-    flat positions, each position some segment's own exactly once. With `grain` > 1 each
-    bucket's lengths and segment count are padded to multiples of it (see `cpu_autocast`)."""
+    flat positions, each position some segment's own exactly once, or `idle` (padding: its
+    attention output is zero, and nothing attends to it). With `grain` > 1 each bucket's lengths
+    and segment count are padded to multiples of it (see `cpu_autocast`), and buckets that pad
+    to the same lengths run as one."""
     trash = tokens
-    buckets, slots = [], []
+    padded: dict[tuple[int, int], list] = {}  # (own, context) after padding -> its segments
     for members in bucket_segments([len(own) for _, own in segments]):
         chosen = [segments[i] for i in members]
+        shape = (round_up(len(chosen[0][1]), grain), round_up(max(len(c) for c, _ in chosen), grain))
+        padded.setdefault(shape, []).extend(chosen)
+    buckets, slots = [], []
+    for (own, context), chosen in padded.items():
         chosen += [([], [])] * (round_up(len(chosen), grain) - len(chosen))  # whole padding segments
-        own = round_up(len(chosen[0][1]), grain)
-        context = round_up(max(len(c) for c, _ in chosen), grain)
         queries = [o + [trash] * (own - len(o)) for _, o in chosen]
-        keys = [c + [trash] * (context - len(c)) + q for (c, _), q in zip(chosen, queries)]
-        seen = torch.tensor([[True] * len(c) + [False] * (context - len(c)) for c, _ in chosen], dtype=torch.bool)
+        keys = chain.from_iterable(c + [trash] * (context - len(c)) + q for (c, _), q in zip(chosen, queries))
+        seen = torch.arange(context) < long_tensor(len(c) for c, _ in chosen)[:, None]
         causal = torch.ones(own, own, dtype=torch.bool).tril()
         allowed = torch.cat([seen[:, None, :].expand(-1, own, -1), causal.expand(len(chosen), -1, -1)], dim=2)
-        buckets.append(Bucket(torch.tensor(queries, device=device), torch.tensor(keys, device=device),
-                              allowed[:, None].to(device)))
+        buckets.append(Bucket(long_tensor(chain.from_iterable(queries), device).view(len(chosen), own),
+                              long_tensor(keys, device).view(len(chosen), context + own), allowed[:, None].to(device)))
         slots += [q for row in queries for q in row]
     order = [-1] * tokens
     for slot, position in enumerate(slots):
         if position != trash:
             order[position] = slot
-    if -1 in order or len(slots) - slots.count(trash) != tokens:
+    for position in idle:
+        order[position] = -2 if order[position] != -1 else len(slots)  # one past the last slot: a zero row
+    if -1 in order or -2 in order or len(slots) - slots.count(trash) + len(idle) != tokens:
         raise ValueError(f"a segment plan must cover each of the row's {tokens} positions exactly once")
-    return SegmentPlan(buckets, torch.tensor(order, device=device), tokens)
+    return SegmentPlan(buckets, long_tensor(order, device), tokens, idle=len(idle))
 
 
 def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, plan: SegmentPlan,
                       scaling: float | None, dropout: float = 0.0) -> torch.Tensor:
     """Attention [R, N, H, D] for query [R, H, N, D] and key/value [R, H_kv, N, D] (R * N ==
     plan.tokens) following the plan; grouped-query heads are shared, not copied."""
+    if cpu_autocast(query.device):
+        # short segments are faster as two low-precision matmuls around an fp32 softmax (the
+        # precision GPU flash kernels keep) than in the CPU flash kernel
+        return bf16_segment_attention(query, key, value, plan, scaling, dropout)
     rows, heads, n, dim = query.shape
-    # under CPU autocast, short segments are faster as two low-precision matmuls around an fp32
-    # softmax (the precision GPU flash kernels keep) than in the CPU flash kernel
-    attend = _low_precision_attention if cpu_autocast(query.device) else _sdpa
 
     def flat(t: torch.Tensor) -> torch.Tensor:  # [R * N + 1, heads, D]: the last row is the trash position
         t = t.transpose(1, 2).reshape(rows * n, t.size(1), dim)
@@ -140,35 +162,12 @@ def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     for b in plan.buckets:  # index_select, not indexing: its backward adds without sorting the indices
         gather = lambda t, index: t.index_select(0, index.reshape(-1)).view(*index.shape, t.size(1), dim).transpose(1, 2)  # noqa: E731
         keys, values = gather(k, b.keys), gather(v, b.keys)
-        out = attend(gather(q, b.queries), keys, values, b, scaling, dropout)
+        out = F.scaled_dot_product_attention(gather(q, b.queries), keys, values, attn_mask=b.allowed, dropout_p=dropout,
+                                             scale=scaling, enable_gqa=keys.size(1) != heads)
         outs.append(out.transpose(1, 2).reshape(-1, heads, dim))
+    if plan.idle:
+        outs.append(q.new_zeros(1, heads, dim))
     return torch.cat(outs).index_select(0, plan.order).view(rows, n, heads, dim)
-
-
-def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bucket: Bucket, scaling: float | None,
-          dropout: float) -> torch.Tensor:
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=bucket.allowed, dropout_p=dropout,
-                                          scale=scaling, enable_gqa=key.size(1) != query.size(1))
-
-
-def _low_precision_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bucket: Bucket,
-                             scaling: float | None, dropout: float) -> torch.Tensor:
-    """Attention [S, H, L, D] from query [S, H, L, D] and key/value [S, H_kv, C, D] over a bucket:
-    matmuls in the CPU autocast dtype, the scale and the mask (as an additive bias) folded into
-    the scores' matmul, softmax in fp32. A key head serves its group of query heads without
-    being copied."""
-    segments, heads, length, dim = query.shape
-    kv_heads, context = key.size(1), key.size(2)
-    low = torch.get_autocast_dtype("cpu")
-    scale = dim ** -0.5 if scaling is None else scaling
-    group = heads // kv_heads * length  # the queries that share a key head: [S * H_kv, group, ...]
-    scores = torch.baddbmm(bucket.bias(low, heads).view(segments * kv_heads, group, context),
-                           query.to(low).reshape(segments * kv_heads, group, dim),
-                           key.to(low).reshape(segments * kv_heads, context, dim).transpose(1, 2), alpha=scale)
-    weights = scores.view(segments, heads, length, context).float().softmax(-1)
-    weights = F.dropout(weights, p=dropout) if dropout else weights
-    out = weights.to(low).view(segments, kv_heads, group, context) @ value.to(low)
-    return out.view(segments, heads, length, dim)
 
 
 _library_sdpa = AttentionInterface._global_mapping["sdpa"]
