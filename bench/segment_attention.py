@@ -26,6 +26,10 @@ import lmpo.models.segments as segments
 import lmpo.trainers.preference as preference
 
 
+class Captured(Exception):
+    """Raised out of the trainer once the step whose inputs are kept has run."""
+
+
 def captured_inputs(work: Path, precision: str, out: Path) -> list[tuple]:
     captured, steps = [], [0]
     attend, step = segments.segment_attention, preference.preference_step
@@ -39,7 +43,7 @@ def captured_inputs(work: Path, precision: str, out: Path) -> list[tuple]:
         steps[0] += 1
         row = step(*args, **kwargs)
         if steps[0] == 3:
-            raise StopIteration
+            raise Captured
         return row
 
     segments.segment_attention, preference.preference_step = keep, counted
@@ -48,7 +52,7 @@ def captured_inputs(work: Path, precision: str, out: Path) -> list[tuple]:
                                       save_every=0, log_every=1, device="cpu", epochs=2)
     try:
         preference.train_preference(cfg)
-    except StopIteration:
+    except Captured:
         pass
     finally:
         segments.segment_attention, preference.preference_step = attend, step

@@ -5,16 +5,16 @@ attend to the keys its segments may see, as two bf16 matmuls around an fp32 soft
 precision GPU flash kernels keep), the scale and the mask folded into the first. What differs
 is the bookkeeping around them. Written as PyTorch operations under autograd, a layer gathered
 queries, keys and values bucket by bucket, cast, transposed and copied each gather, and its
-backward mirrored every one of those steps: on a DPO step of the bench's 3.7M model, ~60 ms of
-a ~270 ms step for 4 layers, of which the matmuls were ~15 ms. Here one gather per tensor
+backward mirrored every one of those steps: on a DPO step of the bench's 3.7M model, 45-58 ms
+of a ~250 ms step for 4 layers, of which the matmuls were ~15 ms (`bench/segment_attention.py`). Here one gather per tensor
 produces every bucket's rows at once, already in the layout the matmuls want ((token, head)
 rows picked by a precomputed index); the backward is written out (the textbook gradients of
 softmax attention): a query's gradient is gathered back by the same index that placed its
 output, and the keys' and values' (a prompt's are seen by several segments) are added back
 in one `index_add_` each, in fp32.
 
-Forward outputs equal the autograd formulation's bit for bit; so do the query and key
-gradients when each position is gathered once per bucket. Value gradients are summed in fp32
+Forward outputs equal the autograd formulation's bit for bit; query and key gradients agree to
+fp32 rounding (the same products, summed in another order). Value gradients are summed in fp32
 before their one rounding to bf16 (autograd summed them in bf16).
 """
 

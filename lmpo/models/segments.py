@@ -52,8 +52,8 @@ class Bucket:
 class SegmentPlan:
     """The buckets of a packed row of `tokens` positions, and `order`: for each position, its
     slot among the buckets' concatenated queries (`idle` positions, padding, point past the last:
-    a zero row). `calls` counts the layers that used it; `rows`
-    keeps the gather indices of `bf16_segments`, made once for all the layers."""
+    a zero row). `calls` counts the layers that used it; `rows` keeps the gather indices of
+    `bf16_segments`, made once for all the layers."""
 
     buckets: list[Bucket]
     order: torch.Tensor
@@ -136,9 +136,12 @@ def plan_segments(segments: list[tuple[list[int], list[int]]], tokens: int,
     for slot, position in enumerate(slots):
         if position != trash:
             order[position] = slot
+    covered = len(slots) - slots.count(trash)
     for position in idle:
-        order[position] = -2 if order[position] != -1 else len(slots)  # one past the last slot: a zero row
-    if -1 in order or -2 in order or len(slots) - slots.count(trash) + len(idle) != tokens:
+        if order[position] != -1:
+            covered = -1  # owned twice: refused below
+        order[position] = len(slots)  # one past the last slot: a zero row
+    if -1 in order or covered + len(idle) != tokens:
         raise ValueError(f"a segment plan must cover each of the row's {tokens} positions exactly once")
     return SegmentPlan(buckets, long_tensor(order, device), tokens, idle=len(idle))
 
