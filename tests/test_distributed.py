@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def torchrun(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     path = os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
     full_env = {**os.environ, "PYTHONPATH": path,
-                "OMP_NUM_THREADS": "1", **(env or {})}
+                "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1", **(env or {})}  # a rank that aborts shows its stack
     with tempfile.TemporaryDirectory() as logs:  # each rank's output also to its own file (--tee)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                "--log-dir", logs, "--tee", "3", *args]
@@ -77,6 +77,8 @@ def test_a_killed_two_process_run_resumes_to_the_uninterrupted_weights(start_mod
     assert any(not torch.equal(whole[k], start[k]) for k in whole)  # it trained
     for key, value in whole.items():
         assert torch.allclose(resumed[key], value, atol=1e-6, rtol=0), key
+    # rank 0 alone tidies and writes the trajectories: the resumed run's are the uninterrupted run's
+    assert (tmp_path / "cut" / "trajectories.jsonl").read_text() == (tmp_path / "whole" / "trajectories.jsonl").read_text()
     result = (tmp_path / "cut" / "result.json").read_text()
     assert '"processes": 2' in result
     if mode == "fsdp":  # the checkpoint is a distributed checkpoint: one shard file per process

@@ -294,3 +294,21 @@ def test_resume_alone_reuses_the_interrupted_runs_options(tmp_path, start_model)
     assert main(["train", "sft", "--resume", str(run)]) == 0  # from step 4 of 6, same options
     second = load_file(run / "model" / "model.safetensors")
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_a_trajectory_log_without_a_path_leaves_the_file_to_rank_0(tmp_path, char_tokenizer):
+    """Ranks other than 0 get no path: on resume they must not rewrite the file rank 0 tidies
+    (two processes renaming the same temporary file failed one of them), nor delete it on a fresh start."""
+    from lmpo.trainers.agent_metrics import TrajectoryLog
+
+    path = tmp_path / "trajectories.jsonl"
+    rows = "".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3))
+    path.write_text(rows)
+    for resume_from_step in (2, None):
+        other_rank = TrajectoryLog(None, char_tokenizer, per_step=4, resume_from_step=resume_from_step)
+        other_rank.write(3, "train", [object()], task=None)  # writes nothing: never reaches the trajectory
+        assert path.read_text() == rows and not list(tmp_path.glob("*.tmp"))
+    TrajectoryLog(path, char_tokenizer, per_step=4, resume_from_step=2)
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2]
+    TrajectoryLog(path, char_tokenizer, per_step=4)
+    assert not path.exists()

@@ -29,10 +29,16 @@ def agent_figures(trajectories: list[Trajectory], limits) -> dict:
 
 
 class TrajectoryLog:
-    """Appends the first `per_step` trajectories of each step (and of each evaluation) as JSON lines."""
+    """Appends the first `per_step` trajectories of each step (and of each evaluation) as JSON lines.
 
-    def __init__(self, path: Path, tokenizer, per_step: int, resume_from_step: int | None = None):
-        self.path, self.tokenizer, self.per_step = path, tokenizer, per_step
+    `path` None: this process neither writes nor tidies the file (a rank other than 0: two
+    processes rewriting it on resume raced each other's rename)."""
+
+    def __init__(self, path: Path | None, tokenizer, per_step: int, resume_from_step: int | None = None):
+        self.path, self.tokenizer = path, tokenizer
+        self.per_step = per_step if path is not None else 0
+        if path is None:
+            return
         if resume_from_step is not None and path.exists():
             keep_rows_through(path, "step", resume_from_step)  # what the interrupted run wrote after its checkpoint
         elif resume_from_step is None and path.exists():

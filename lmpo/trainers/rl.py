@@ -101,8 +101,8 @@ def train_rl(cfg: RLConfig) -> StageResult:
         sync_and_probe(engine, run.plain(policy), probe_ids, cfg.probe_tolerance)
     if run.dist.is_main:
         (run.out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    saved = TrajectoryLog(run.out / "trajectories.jsonl", tokenizer, cfg.save_trajectories if run.dist.is_main else 0,
-                          resume_from_step=start_step if resumed else None)
+    saved = TrajectoryLog(run.out / "trajectories.jsonl" if run.dist.is_main else None, tokenizer,
+                          cfg.save_trajectories, resume_from_step=start_step if resumed else None)
     held = {"policy": 1, "reference": int(reference is not None and run.lora is None), "critic": cfg.critic}
     run.say(f"{cfg.advantage} advantages, {cfg.loss} loss, {cfg.aggregation}, beta={cfg.beta} ({cfg.kl_placement}), "
             f"critic={cfg.critic}; {cfg.prompts_per_step}x{cfg.group_size} samples per step; {run.describe(policy)}")
