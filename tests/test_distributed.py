@@ -3,6 +3,7 @@ same global batch, and a killed two-process run resumes to the weights of an uni
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -84,3 +85,19 @@ def test_a_killed_two_process_run_resumes_to_the_uninterrupted_weights(start_mod
     if mode == "fsdp":  # the checkpoint is a distributed checkpoint: one shard file per process
         shards = sorted(p.name for p in (tmp_path / "cut" / "checkpoints").glob("step_*/sharded/*.distcp"))
         assert shards == ["__0_0.distcp", "__1_0.distcp"]
+
+
+def test_the_pipeline_runs_under_torchrun_with_rank_0_writing_and_reporting(tmp_path):
+    """Every stage runs on both processes; the pipeline's own directory, summary, findings and
+    table are rank 0's (both ranks once locked the directory, and the second was refused)."""
+    out = tmp_path / "pipe"
+    done = torchrun("-m", "lmpo", "pipeline", "--out", str(out), "--threads", "1",
+                    "--cpt.steps", "2", "--cpt.eval_problems", "4", "--sft.epochs", "1", "--sft.eval_problems", "4",
+                    "--rl_stage.steps", "2", "--rl_stage.prompts_per_step", "2", "--rl_stage.eval_problems", "4")
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["name"] for s in summary["stages"]] == ["cpt", "sft", "grpo"]
+    for stage in ("cpt", "sft", "grpo"):
+        assert json.loads((out / stage / "result.json").read_text())["processes"] == 2
+        assert (out / stage / "model" / "model.safetensors").exists()
+    assert done.stdout.count("[pipeline] cpt: held-out accuracy") == 1
+    assert done.stdout.count("lmpo pipeline — run files in") == 1

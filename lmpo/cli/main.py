@@ -33,6 +33,10 @@ def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
 
     cfg, explicit = pipeline_options(args.config, flags)
     results = run_pipeline(cfg, explicit=explicit, after_stage=_print_findings)
+    from lmpo.trainers.distributed import launched_rank
+
+    if launched_rank():  # under torchrun the table and the report are rank 0's
+        return 0
     _print_stage_table(results, Path(cfg.out))
     from lmpo.reports import write_report
 
@@ -103,7 +107,9 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
         cfg = build(cls, preset=preset, yaml_file=args.config, flags=flags)
         with run_command(command):
             result = fn(cfg)
-        if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary line from rank 0
+        from lmpo.trainers.distributed import launched_rank
+
+        if launched_rank() == 0:  # under torchrun, one summary line from rank 0
             acc = "n/a" if result.accuracy is None else f"{100 * result.accuracy:.1f}%"
             print(f"{result.name}: held-out accuracy {acc}, {result.seconds:.1f} s, model in {result.model_dir}")
         return 0

@@ -24,6 +24,12 @@ import torch.distributed as dist
 T = TypeVar("T")
 
 
+def launched_rank() -> int:
+    """This process's rank as torchrun set it, before any process group exists (0 alone):
+    what decides who writes a file that is not a stage's (a pipeline's summary, a report)."""
+    return int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
+
+
 @dataclass(frozen=True)
 class Distributed:
     rank: int = 0

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from lmpo.trainers.distributed import launched_rank
 from lmpo.trainers.kto import KTOConfig, train_kto
 from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
 from lmpo.trainers.orpo import ORPOConfig, train_orpo
@@ -127,29 +128,34 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
     called with each stage's result (the CLI prints the doctor's findings there)."""
     cfg = resolve_pipeline(cfg, explicit)
     out = Path(cfg.out)
-    open_run_dir(out, cfg, "pipeline")
-    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    main = launched_rank() == 0  # under torchrun each stage runs on every process; rank 0 writes and prints
+    if main:
+        open_run_dir(out, cfg, "pipeline")
+        (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
     shared = {"task": cfg.task, "seed": cfg.seed, "threads": cfg.threads, "device": cfg.device,
               "precision": cfg.precision}
     cpt = replace(cfg.cpt, model=cfg.model, out=str(out / "cpt"), **shared)
     if cfg.rl not in LAST_STAGES:
         raise ValueError(f"unknown last stage --rl {cfg.rl!r}; choose one of: {', '.join(LAST_STAGES)}")
     validate_stages(cfg)  # every stage's arithmetic, before the first one spends minutes
-    report = after_stage or (lambda result: None)
+    def report(result: StageResult) -> None:
+        if main:
+            _report_stage(result)
+            if after_stage is not None:
+                after_stage(result)
+
     results = [train_cpt(cpt)]
-    _report_stage(results[-1])
     report(results[-1])
     sft = replace(cfg.sft, model=results[-1].model_dir, out=str(out / "sft"), **shared)
     results.append(train_sft(sft))
-    _report_stage(results[-1])
     report(results[-1])
     result = last_stage(cfg, results[-1].model_dir, out, shared)
     result.name = cfg.rl
     results.append(result)
-    _report_stage(result)
     report(result)
-    write_summary(out, results)
-    _report_kinds(results)
+    if main:
+        write_summary(out, results)
+        _report_kinds(results)
     return results
 
 
