@@ -26,6 +26,20 @@ def test_rms_norm_and_silu_mul_match_pytorch():
 
 
 @needs_kernels
+def test_rms_norm_and_silu_mul_on_several_threads_give_the_one_thread_result_bit_for_bit():
+    gen = torch.Generator().manual_seed(1)
+    gate_up = torch.randn(67, 2 * 1024, generator=gen) * 4  # rows split unevenly; enough to share
+    x = torch.randn(67, 512, generator=gen) * 3
+    gate, up = gate_up.chunk(2, dim=-1)
+    one, norm_one = KERNELS.silu_mul(gate_up, threads=1), KERNELS.rms_norm(x, 1e-6, threads=1)
+    assert torch.allclose(one, F.silu(gate) * up, rtol=2e-6, atol=1e-6)
+    assert torch.allclose(norm_one, F.rms_norm(x, (512,), None, 1e-6), rtol=1e-5, atol=1e-6)
+    for threads in (2, 3):
+        assert torch.equal(KERNELS.silu_mul(gate_up, threads=threads), one)
+        assert torch.equal(KERNELS.rms_norm(x, 1e-6, threads=threads), norm_one)
+
+
+@needs_kernels
 def test_kernels_refuse_tensors_they_would_misread():
     with pytest.raises(ValueError, match="'x': expected a contiguous torch.float32 CPU tensor"):
         KERNELS.rms_norm(torch.randn(8, 4).t(), 1e-5)

@@ -35,26 +35,81 @@ static inline float exp_vec(float x) {
     return x != x ? x : result;
 }
 
-/* out[r] = x[r] / sqrt(mean(x[r]^2) + eps), for `rows` rows of width `dim` (RMSNorm without gain). */
-void rms_norm(const float *x, float *out, int64_t rows, int64_t dim, float eps) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * dim;
-        float *o = out + r * dim;
+/* Calls `fn(args, first, last)` on row ranges covering [0, rows), shared among `threads`
+ * OpenMP threads: those of the runtime PyTorch loaded (libgomp.so.1 is shared by soname), so
+ * the same pool that runs PyTorch's operations, with nothing of its own spinning between calls.
+ * Every row is computed the same way whichever thread does it, so results do not depend on
+ * the thread count. */
+typedef void (*row_range_fn)(const void *args, int64_t first, int64_t last);
+
+static void share_rows(row_range_fn fn, const void *args, int64_t rows, int64_t threads) {
+#ifdef _OPENMP
+    if (threads > 1 && rows > 1) {
+#pragma omp parallel num_threads(threads)
+        {
+            int64_t id = omp_get_thread_num(), n = omp_get_num_threads();
+            fn(args, rows * id / n, rows * (id + 1) / n);
+        }
+        return;
+    }
+#endif
+    (void)threads;
+    fn(args, 0, rows);
+}
+
+/* Elementwise kernels on fewer elements than this run on one thread: waking a second one
+ * costs more than it saves. */
+static inline int64_t threads_for(int64_t elements, int64_t threads) {
+    return elements >= 16384 ? threads : 1;
+}
+
+typedef struct {
+    const float *x;
+    float *out;
+    int64_t dim;
+    float eps;
+} rms_norm_args;
+
+static void rms_norm_rows(const void *args, int64_t first, int64_t last) {
+    const rms_norm_args *a = args;
+    const int64_t dim = a->dim;
+    for (int64_t r = first; r < last; r++) {
+        const float *xr = a->x + r * dim;
+        float *o = a->out + r * dim;
         float sum = 0.0f;
         for (int64_t i = 0; i < dim; i++) sum += xr[i] * xr[i];
-        float scale = 1.0f / sqrtf(sum / (float)dim + eps);
+        float scale = 1.0f / sqrtf(sum / (float)dim + a->eps);
         for (int64_t i = 0; i < dim; i++) o[i] = xr[i] * scale;
     }
 }
 
-/* SwiGLU: gate_up[r] = [gate | up] (width 2 * dim); out[r] = silu(gate) * up. */
-void silu_mul(const float *restrict gate_up, float *restrict out, int64_t rows, int64_t dim) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *restrict g = gate_up + r * 2 * dim;
+/* out[r] = x[r] / sqrt(mean(x[r]^2) + eps), for `rows` rows of width `dim` (RMSNorm without gain). */
+void rms_norm(const float *x, float *out, int64_t rows, int64_t dim, float eps, int64_t threads) {
+    rms_norm_args a = {x, out, dim, eps};
+    share_rows(rms_norm_rows, &a, rows, threads_for(rows * dim, threads));
+}
+
+typedef struct {
+    const float *gate_up;
+    float *out;
+    int64_t dim;
+} silu_mul_args;
+
+static void silu_mul_rows(const void *args, int64_t first, int64_t last) {
+    const silu_mul_args *a = args;
+    const int64_t dim = a->dim;
+    for (int64_t r = first; r < last; r++) {
+        const float *restrict g = a->gate_up + r * 2 * dim;
         const float *restrict u = g + dim;
-        float *restrict o = out + r * dim;
+        float *restrict o = a->out + r * dim;
         for (int64_t i = 0; i < dim; i++) o[i] = g[i] / (1.0f + exp_vec(-g[i])) * u[i];
     }
+}
+
+/* SwiGLU: gate_up[r] = [gate | up] (width 2 * dim); out[r] = silu(gate) * up. */
+void silu_mul(const float *gate_up, float *out, int64_t rows, int64_t dim, int64_t threads) {
+    silu_mul_args a = {gate_up, out, dim};
+    share_rows(silu_mul_rows, &a, rows, threads_for(rows * dim, threads));
 }
 
 /* RoPE as transformers applies it: y = x * cos + rotate_half(x) * sin,
@@ -146,7 +201,8 @@ typedef struct {
     float scale;
 } attention_args;
 
-static void attention_rows(const attention_args *a, int64_t first, int64_t last) {
+static void attention_rows(const void *args, int64_t first, int64_t last) {
+    const attention_args *a = args;
     const int64_t d = a->d, T = a->T, group = a->n_heads / a->n_kv, keys = a->length + 1;
     float q[d], k[d], p[T];
     for (int64_t b = first; b < last; b++) {
@@ -186,11 +242,9 @@ static void attention_rows(const attention_args *a, int64_t first, int64_t last)
  * key_bias [B * n_kv, bias_stride]: 0 for keys that may be seen, -inf for padding and for
  *          every position not yet written.
  * out      [B, n_heads * d]: attention output, heads concatenated (the o_proj input).
- * threads  how many threads share the sequences: OpenMP threads of the runtime PyTorch loaded
- *          (libgomp.so.1 is shared by soname), so the same pool that runs PyTorch's operations,
- *          with nothing of its own spinning between calls. The attention reads every layer's
- *          cache once per step, which is bound by each core's memory bandwidth: a second core
- *          nearly halves it.
+ * threads  how many threads share the sequences (see share_rows). The attention reads every
+ *          layer's cache once per step, which is bound by each core's memory bandwidth: a second
+ *          core nearly halves it.
  */
 void decode_attention(const float *qkv, int64_t qkv_stride, int64_t k_offset, int64_t v_offset,
                       const int64_t *position, const float *cos, const float *sin,
@@ -199,18 +253,7 @@ void decode_attention(const float *qkv, int64_t qkv_stride, int64_t k_offset, in
                       int64_t T, int64_t length, float scale, int64_t threads) {
     attention_args a = {qkv, cos, sin, key_bias, position, k_cache, v_cache, out,
                         qkv_stride, k_offset, v_offset, bias_stride, n_heads, n_kv, d, T, length, scale};
-#ifdef _OPENMP
-    if (threads > 1 && batch > 1) {
-#pragma omp parallel num_threads(threads)
-        {
-            int64_t id = omp_get_thread_num(), n = omp_get_num_threads();
-            attention_rows(&a, batch * id / n, batch * (id + 1) / n);
-        }
-        return;
-    }
-#endif
-    (void)threads;
-    attention_rows(&a, 0, batch);
+    share_rows(attention_rows, &a, batch, threads);
 }
 
 /* The next token of each row from logits [rows, vocab], as lmpo.rollout.sampling does it without

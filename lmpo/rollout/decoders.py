@@ -191,20 +191,20 @@ class FastLlamaDecoder:
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.kernels is not None:
-            return self.lm_head(self.kernels.rms_norm(hidden.contiguous(), self.final_eps))
+            return self.lm_head(self.kernels.rms_norm(hidden.contiguous(), self.final_eps, torch.get_num_threads()))
         return self.lm_head(_rms_norm(hidden, self.final_eps))
 
     def _kernel_step(self, tokens: torch.Tensor) -> torch.Tensor:
         """One token per sequence through the compiled kernels: hidden state [B, hidden]."""
-        kern, rope = self.kernels, self.rope_width
+        kern, rope, threads = self.kernels, self.rope_width, torch.get_num_threads()
         x = F.embedding(tokens, self.embed)
         for i, w in enumerate(self.layers):
-            qkv = w["qkv"](kern.rms_norm(x, w["eps1"]))
+            qkv = w["qkv"](kern.rms_norm(x, w["eps1"], threads))
             attn = kern.decode_attention(qkv, self.q_width, rope, self.next_pos, self.cos, self.sin,
                                          self.k_cache[i], self.v_cache[i], self.key_bias, self.length,
-                                         self.n_heads, self.n_kv, threads=torch.get_num_threads())
+                                         self.n_heads, self.n_kv, threads=threads)
             x = w["o_residual"](attn, x)
-            x = w["down_residual"](kern.silu_mul(w["gate_up"](kern.rms_norm(x, w["eps2"]))), x)
+            x = w["down_residual"](kern.silu_mul(w["gate_up"](kern.rms_norm(x, w["eps2"], threads)), threads), x)
         self.length += 1
         return x
 

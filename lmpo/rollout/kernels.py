@@ -34,13 +34,13 @@ SOURCE = Path(__file__).with_name("decode_kernels.c")
 # -fassociative-math lets dot products vectorise; finite-math-only is not set, -inf stays -inf
 FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-fassociative-math",
          "-fno-signed-zeros", "-fno-trapping-math", "-std=c11"]
-# attention shares its rows among the OpenMP threads of the runtime PyTorch loaded; a compiler
-# without OpenMP builds the kernels single-threaded
+# the kernels share their rows among the OpenMP threads of the runtime PyTorch loaded; a
+# compiler without OpenMP builds them single-threaded
 OPENMP = ["-fopenmp"]
 _i64, _f32, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
 SIGNATURES = {
-    "rms_norm": [_ptr, _ptr, _i64, _i64, _f32],
-    "silu_mul": [_ptr, _ptr, _i64, _i64],
+    "rms_norm": [_ptr, _ptr, _i64, _i64, _f32, _i64],
+    "silu_mul": [_ptr, _ptr, _i64, _i64, _i64],
     "sample_rows": [_ptr, _ptr, _f32, _i64, _i64, _i64, _ptr, _ptr, _ptr],
     "decode_attention": [_ptr, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _ptr,
                          _i64, _i64, _i64, _i64, _i64, _i64, _f32, _i64],
@@ -57,19 +57,23 @@ class DecodeKernels:
             function.argtypes, function.restype = argtypes, None
         self._lib = library
 
-    def rms_norm(self, x: torch.Tensor, eps: float) -> torch.Tensor:
-        """RMSNorm of each row without the gain: x / sqrt(mean(x^2) + eps)."""
+    def rms_norm(self, x: torch.Tensor, eps: float, threads: int = 1) -> torch.Tensor:
+        """RMSNorm of each row without the gain: x / sqrt(mean(x^2) + eps); the rows shared
+        among `threads` OpenMP threads (the same result for any count)."""
         _check(x=x)
         out = torch.empty_like(x)
-        self._lib.rms_norm(x.data_ptr(), out.data_ptr(), x.numel() // x.size(-1), x.size(-1), eps)
+        self._lib.rms_norm(x.data_ptr(), out.data_ptr(), x.numel() // x.size(-1), x.size(-1), eps,
+                           1 if _forked else threads)
         return out
 
-    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """`[gate | up]` rows -> silu(gate) * up."""
+    def silu_mul(self, gate_up: torch.Tensor, threads: int = 1) -> torch.Tensor:
+        """`[gate | up]` rows -> silu(gate) * up; the rows shared among `threads` OpenMP threads
+        (the same result for any count)."""
         _check(gate_up=gate_up)
         dim = gate_up.size(-1) // 2
         out = gate_up.new_empty(*gate_up.shape[:-1], dim)
-        self._lib.silu_mul(gate_up.data_ptr(), out.data_ptr(), gate_up.numel() // gate_up.size(-1), dim)
+        self._lib.silu_mul(gate_up.data_ptr(), out.data_ptr(), gate_up.numel() // gate_up.size(-1), dim,
+                           1 if _forked else threads)
         return out
 
     def sample_rows(self, logits: torch.Tensor, uniform: torch.Tensor | None,
