@@ -63,7 +63,7 @@ class DecodeKernels:
         _check(x=x)
         out = torch.empty_like(x)
         self._lib.rms_norm(x.data_ptr(), out.data_ptr(), x.numel() // x.size(-1), x.size(-1), eps,
-                           1 if _forked else threads)
+                           _usable(threads))
         return out
 
     def silu_mul(self, gate_up: torch.Tensor, threads: int = 1) -> torch.Tensor:
@@ -73,7 +73,7 @@ class DecodeKernels:
         dim = gate_up.size(-1) // 2
         out = gate_up.new_empty(*gate_up.shape[:-1], dim)
         self._lib.silu_mul(gate_up.data_ptr(), out.data_ptr(), gate_up.numel() // gate_up.size(-1), dim,
-                           1 if _forked else threads)
+                           _usable(threads))
         return out
 
     def sample_rows(self, logits: torch.Tensor, uniform: torch.Tensor | None,
@@ -103,7 +103,7 @@ class DecodeKernels:
         self._lib.decode_attention(qkv.data_ptr(), qkv.stride(0), k_offset, v_offset, position.data_ptr(),
                                    cos.data_ptr(), sin.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
                                    key_bias.data_ptr(), key_bias.stride(0), out.data_ptr(), batch, n_heads,
-                                   n_kv, dim, total, length, dim ** -0.5, 1 if _forked else threads)
+                                   n_kv, dim, total, length, dim ** -0.5, _usable(threads))
         return out
 
 
@@ -125,6 +125,11 @@ _forked = False
 def _note_fork() -> None:
     global _forked
     _forked = True
+
+
+def _usable(threads: int) -> int:
+    """The OpenMP threads a kernel may start: one in a forked child."""
+    return 1 if _forked else threads
 
 
 if hasattr(os, "register_at_fork"):
