@@ -162,6 +162,13 @@ def test_bad_rows_name_file_row_and_field(char_tokenizer, tmp_path, name):
     assert "expected" in text or "not valid JSON" in text, text
 
 
+def test_a_row_cut_short_names_the_column_in_that_row(char_tokenizer, tmp_path):
+    path = tmp_path / "cut.jsonl"
+    path.write_text(json.dumps(GOOD_PC) + "\n" + '{"prompt": "a", "completion": \r\n')  # a CRLF file
+    with pytest.raises(DataError, match=r"cut\.jsonl: row 2: not valid JSON \(Expecting value at column 31\)"):
+        load_sft(path, char_tokenizer, max_length=32)
+
+
 def test_bad_row_in_parquet_names_its_row(char_tokenizer, tmp_path):
     path = write(tmp_path / "t.parquet", [GOOD_PC, {"prompt": "2=", "completion": None}])
     with pytest.raises(DataError, match=r"t\.parquet: row 2: field 'completion': expected a non-empty string"):

@@ -242,3 +242,44 @@ def test_a_full_disk_while_saving_the_final_model_names_it(tiny_llama, char_toke
     from lmpo.cli.errors import one_line
 
     assert one_line(info.value) == f"cannot write {tmp_path / 'model'}: no space left on the device (the disk is full)"
+
+
+def _checkpoints(run: Path) -> list[str]:
+    root = run / "checkpoints"
+    return sorted(p.name for p in root.iterdir() if (p / "COMPLETE").exists()) if root.is_dir() else []
+
+
+def test_a_fresh_start_over_an_interrupted_run_is_refused_unless_overwrite(start_model, tmp_path, capsys):
+    """The interrupted run's checkpoints are work `--resume` would continue: a start without
+    `--resume` is refused, naming both ways on; `--overwrite true` deletes them first."""
+    import json
+
+    run = tmp_path / "rl"
+    flags = ["--model", start_model, *RL_RUN]
+    assert main(["train", "grpo", "--out", str(run), *flags, "--steps", "3"]) == 0
+    (run / "result.json").unlink()  # as if killed after its last checkpoint
+    assert _checkpoints(run) == ["step_000001", "step_000002"]
+    metrics = (run / "metrics.jsonl").read_text()
+    assert main(["train", "grpo", "--out", str(run), *flags, "--lr", "0.001"]) == 2
+    line = _error(capsys)
+    assert "holds an interrupted run" in line and "step_000002" in line, line
+    assert f"--resume {run}" in line and "--overwrite true" in line, line
+    assert _checkpoints(run) == ["step_000001", "step_000002"] and (run / "metrics.jsonl").read_text() == metrics
+    assert main(["train", "grpo", "--out", str(run), *flags, "--lr", "0.001", "--overwrite", "true"]) == 0
+    assert "replacing the interrupted run there (its 2 checkpoint(s) deleted)" in capsys.readouterr().out
+    assert _checkpoints(run) == ["step_000001"]  # the new run's own: 2 steps, a checkpoint after step 1
+    assert json.loads((run / "checkpoints/step_000001/state.json").read_text())["config"]["lr"] == 0.001
+
+
+def test_a_fresh_start_over_a_finished_run_leaves_no_checkpoint_of_it_to_resume(start_model, tmp_path, capsys):
+    """Before: the earlier run's newer checkpoints stayed, and `--resume` of the new run loaded
+    the earlier run's step 2 (or refused it for the earlier run's options)."""
+    run = tmp_path / "rl"
+    flags = ["--model", start_model, *RL_RUN]
+    assert main(["train", "grpo", "--out", str(run), *flags, "--steps", "3"]) == 0
+    assert _checkpoints(run) == ["step_000001", "step_000002"]
+    assert main(["train", "grpo", "--out", str(run), *flags, "--steps", "1", "--lr", "0.001"]) == 0
+    assert "replacing the finished run there" in capsys.readouterr().out
+    assert _checkpoints(run) == [] and (run / "result.json").is_file()
+    assert main(["train", "grpo", "--resume", str(run), *flags, "--steps", "1", "--lr", "0.001"]) == 0
+    assert "no complete checkpoint" in capsys.readouterr().out  # not the earlier run's step 2

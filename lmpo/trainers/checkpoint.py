@@ -28,7 +28,7 @@ from lmpo.trainers.faults import fault_point
 MARKER = "COMPLETE"
 SHARDED = "sharded"  # an FSDP run's weights and optimizer state: a distributed checkpoint
 # Options that may differ between a run and its resumption without changing what it trains.
-RESUME_MAY_CHANGE = frozenset({"out", "resume", "save_every", "keep_checkpoints", "threads", "log_every",
+RESUME_MAY_CHANGE = frozenset({"out", "resume", "overwrite", "save_every", "keep_checkpoints", "threads", "log_every",
                                "max_unscorable_steps", "reward_memory_mb"})
 
 

@@ -70,6 +70,8 @@ class RunOptions:
     """Compile the model's RMSNorms and MLPs with torch.compile (inductor, dynamic shapes; attention stays eager): measured at most a few percent faster (README), seconds of compiling in the first step; needs a C++ compiler on the CPU. See lmpo/models/compile.py."""
     max_nonfinite_steps: int = 3
     """Stop with an error after this many consecutive steps whose loss or gradient was not finite (each is skipped)."""
+    overwrite: bool = False
+    """Start afresh in an --out that holds an interrupted run's checkpoints, deleting them; without it such a start is refused (continue that run with --resume). A finished run in --out is replaced either way."""
 
 
 class Updater:

@@ -132,8 +132,10 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
     if main:
         open_run_dir(out, cfg, "pipeline")
         (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    # the pipeline has no --resume: run again, it trains every stage afresh, over what an
+    # interrupted run of it left in the stages' directories
     shared = {"task": cfg.task, "seed": cfg.seed, "threads": cfg.threads, "device": cfg.device,
-              "precision": cfg.precision}
+              "precision": cfg.precision, "overwrite": True}
     cpt = replace(cfg.cpt, model=cfg.model, out=str(out / "cpt"), **shared)
     if cfg.rl not in LAST_STAGES:
         raise ValueError(f"unknown last stage --rl {cfg.rl!r}; choose one of: {', '.join(LAST_STAGES)}")

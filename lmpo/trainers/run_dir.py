@@ -11,6 +11,10 @@
 - on `--resume`, compares the run's options with the saved ones (`config.json`, written by
   the RL loop) and the command that started it (`run.json`), and refuses with the list of
   differences: a resumed run must train what the interrupted one did.
+- on a fresh start, clears what an earlier run left there: a finished run's checkpoints and
+  `result.json` are removed (said in one line), so that a later `--resume` can only continue
+  this run; an interrupted run's checkpoints are work that `--resume` would continue, so a
+  fresh start over them is refused unless `overwrite` is set.
 
 File-system faults met later (a full disk while writing a checkpoint or the metrics) are
 turned into one line by `fs_error`, naming the path and the cause.
@@ -24,6 +28,7 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -88,12 +93,39 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
         if resume:
             _check_resumed(path, cfg, name)
         else:
+            _clear_earlier_run(path, name, bool(getattr(cfg, "overwrite", False)))
             write_text(record, json.dumps({"trainer": name, "command": _COMMAND[-1] if _COMMAND else None,
                                            "config": dataclasses.asdict(cfg)}, indent=2, default=str))
     except BaseException:
         run.close()
         raise
     return run
+
+
+def _clear_earlier_run(path: Path, name: str, overwrite: bool) -> None:
+    """A fresh start in a directory an earlier run used: its checkpoints must not outlive it, or a
+    later `--resume` of this run would load the earlier run's weights (newer step numbers win)."""
+    from lmpo.trainers.checkpoint import checkpoint_dir, complete_checkpoints
+
+    root = checkpoint_dir(path)
+    if not root.is_dir():
+        return
+    done = complete_checkpoints(path)
+    finished = (path / "result.json").is_file()
+    if done and not finished and not overwrite:
+        raise RunDirError(f"--out {path}: holds an interrupted run (its newest complete checkpoint: {done[-1].name}); "
+                          f"continue it with --resume {path} and that run's options, start afresh there with "
+                          f"--overwrite true (deletes its checkpoints), or choose another --out")
+    if done:
+        kind = "finished" if finished else "interrupted"
+        print(f"[{name}] {path}: replacing the {kind} run there (its {len(done)} checkpoint(s) deleted)")
+    aside = path / f".old-checkpoints-{os.getpid()}"
+    try:  # renamed aside first: a crash while deleting leaves nothing that looks like a checkpoint
+        root.rename(aside)
+        (path / "result.json").unlink(missing_ok=True)
+    except OSError as err:
+        raise RunDirError(f"--out {path}: cannot remove the earlier run's checkpoints: {_cause(err)}") from None
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _lock(path: Path, flag: str) -> int:

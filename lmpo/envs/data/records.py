@@ -127,7 +127,7 @@ def _read_jsonl(path: Path, label: str) -> list[Record]:
             if not line.strip():
                 continue
             try:
-                value = json.loads(line)
+                value = json.loads(line.rstrip("\r\n"))  # so that an error's column is in this row
             except json.JSONDecodeError as e:
                 raise DataError(label, f"not valid JSON ({e.msg} at column {e.colno})", row=line_no) from None
             if not isinstance(value, dict):
