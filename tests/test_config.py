@@ -47,7 +47,9 @@ def test_unknown_yaml_key_names_file_line_and_key(tmp_path):
                                         ("mode: c\n", "expected one of a, b"),
                                         ("flag: maybe\n", "expected true or false"),
                                         ("- 1\n- 2\n", "expected a mapping"),
-                                        ("lr: [1\n", "not valid YAML")])
+                                        ("lr: [1\n", r"c.yaml: line 2, column 1: not valid YAML: expected ',' or ']'"),
+                                        ("a: 1\n b: 2\n", "line 2, column 3: not valid YAML: mapping values are not allowed"),
+                                        ("lr: \"fast\n", "line 2, column 1: not valid YAML: found unexpected end of stream")])
 def test_ill_typed_yaml_values_are_errors(tmp_path, text, match):
     f = tmp_path / "c.yaml"
     f.write_text(text)
@@ -58,6 +60,17 @@ def test_ill_typed_yaml_values_are_errors(tmp_path, text, match):
 def test_bad_flag_value_names_the_flag():
     with pytest.raises(ConfigError, match="--inner.steps: expected an integer"):
         build(Outer, flags={"inner.steps": "many"})
+
+
+def test_yaml_errors_are_one_line_and_name_the_file(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("lr: [1\n")
+    with pytest.raises(ConfigError) as info:
+        build(Outer, yaml_file=str(f))
+    assert "\n" not in str(info.value) and "<unicode string>" not in str(info.value)
+    f.write_bytes(b"\xff\xfelr: 1\n")
+    with pytest.raises(ConfigError, match="c.yaml: not valid UTF-8"):
+        build(Outer, yaml_file=str(f))
 
 
 def test_missing_config_file():

@@ -129,6 +129,16 @@ def _default_of(cls: type, dotted: str) -> Any:
     return obj
 
 
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """One line: where in the file the parser gave up, and why."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None)
+    if mark is None or not problem:
+        return "not valid YAML: " + " ".join(str(err).split())
+    context = getattr(err, "context", None)
+    return f"line {mark.line + 1}, column {mark.column + 1}: not valid YAML: {problem}" + (f" ({context})" if context else "")
+
+
 def read_yaml(path: str | Path) -> tuple[dict, dict[str, int]]:
     """The YAML mapping and the line number of each (dotted) key."""
     path = Path(path)
@@ -137,7 +147,9 @@ def read_yaml(path: str | Path) -> tuple[dict, dict[str, int]]:
     try:
         node = yaml.compose(path.read_text())
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        raise ConfigError(f"{path}: {_yaml_problem(err)}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not valid UTF-8 (byte {err.start})") from None
     if node is None:
         return {}, {}
     if not isinstance(node, yaml.MappingNode):
