@@ -283,3 +283,24 @@ def test_a_fresh_start_over_a_finished_run_leaves_no_checkpoint_of_it_to_resume(
     assert _checkpoints(run) == [] and (run / "result.json").is_file()
     assert main(["train", "grpo", "--resume", str(run), *flags, "--steps", "1", "--lr", "0.001"]) == 0
     assert "no complete checkpoint" in capsys.readouterr().out  # not the earlier run's step 2
+
+
+def test_ctrl_c_says_where_the_run_can_be_continued_from(start_model, tmp_path, monkeypatch, capsys):
+    import lmpo.trainers.supervised as supervised
+
+    real = supervised.train_sft
+    run = tmp_path / "sft"
+
+    def interrupted(cfg):
+        if cfg.save_every:
+            real(cfg)  # its checkpoints written; then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(supervised, "train_sft", interrupted)
+    assert main(["train", "sft", "--model", start_model, "--out", str(run), *SFT_RUN]) == 130
+    err = capsys.readouterr().err
+    assert f"{run}: its newest complete checkpoint is step_000001; continue with `lmpo train sft --resume {run}`" in err
+    assert err.rstrip().endswith("lmpo: interrupted")
+    other = tmp_path / "other"
+    assert main(["train", "sft", "--model", start_model, "--out", str(other), *SFT_RUN, "--save_every", "0"]) == 130
+    assert f"{other} has no complete checkpoint yet" in capsys.readouterr().err

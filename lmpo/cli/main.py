@@ -105,9 +105,15 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
         if resumed_from and not args.config:  # continue with the interrupted run's own options
             preset.update(_saved_options(resumed_from, required=kind not in NOT_RL))
         cfg = build(cls, preset=preset, yaml_file=args.config, flags=flags)
-        with run_command(command):
-            result = fn(cfg)
         from lmpo.trainers.distributed import launched_rank
+
+        with run_command(command):
+            try:
+                result = fn(cfg)
+            except KeyboardInterrupt:
+                if launched_rank() == 0:
+                    print(f"lmpo: {_resume_hint(command, Path(cfg.resume or cfg.out))}", file=sys.stderr)
+                raise
 
         if launched_rank() == 0:  # under torchrun, one summary line from rank 0
             acc = "n/a" if result.accuracy is None else f"{100 * result.accuracy:.1f}%"
@@ -115,6 +121,17 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
         return 0
 
     return run
+
+
+def _resume_hint(command: str, out: Path) -> str:
+    """What an interrupted `lmpo train` leaves, and how to go on from it."""
+    from lmpo.trainers.checkpoint import complete_checkpoints
+
+    done = complete_checkpoints(out)
+    if not done:
+        return (f"{out} has no complete checkpoint yet (they come every --save_every steps); "
+                f"`lmpo train {command} --resume {out}` starts it over with its options")
+    return f"{out}: its newest complete checkpoint is {done[-1].name}; continue with `lmpo train {command} --resume {out}`"
 
 
 # `lmpo train KIND` → (module, config class, train function); every other KIND is an RL preset.
