@@ -179,6 +179,33 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(trainer, kills, ext
         assert saved == ref_saved
 
 
+# (trainer, where SIGTERM lands, extra options, the step whose checkpoint it writes): off the
+# `save_every` schedule, so the checkpoint is there only because of the signal
+TERMS = [("grpo", "after_rollout:3", [], 3), ("sft", "step_end:1", ["--save_every", "5"], 2),
+         ("dpo", "step_end:1", ["--save_every", "3"], 2), ("online_dpo", "after_rollout:1", ["--save_every", "3"], 1)]
+
+
+@pytest.mark.parametrize("trainer,term,extra,step", TERMS, ids=[f"{t[0]}-{t[1]}" for t in TERMS])
+def test_sigterm_stops_after_the_step_with_a_checkpoint_and_resumes_exactly(trainer, term, extra, step, launcher,
+                                                                           reference, start_model, scorer, tmp_path):
+    """A scheduler's SIGTERM mid-step: the step finishes, a checkpoint is written after it, the
+    run exits with 143 naming it; `--resume` ends where the uninterrupted run does."""
+    run = tmp_path / "run"
+    argv = _argv(trainer, start_model, scorer, extra)
+    proc = launcher.Process(target=_child, args=(argv + ["--out", str(run)], {"LMPO_TERM_AT": term}, str(run) + ".log"))
+    proc.start()
+    proc.join(timeout=120)
+    assert proc.exitcode == 143, _tail(run)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if (p / "COMPLETE").exists())[-1] == f"step_{step:06d}"
+    command = "grpo" if trainer == "grpo" else trainer
+    assert f"stopped by SIGTERM after step {step}; checkpoint {run}/checkpoints/step_{step:06d} written; " \
+           f"continue with `lmpo train {command} --resume {run}`" in _tail(run)
+    assert _run(launcher, argv + ["--resume", str(run)], run) == 0, _tail(run)
+    _assert_same_weights(reference(trainer) / "model", run / "model")
+    key = "round" if trainer == "online_dpo" else "step"
+    assert [r[key] for r in _training_rows(run, trainer)] == list(range(1, STEPS[trainer] + 1))
+
+
 def test_the_reference_runs_train(reference, start_model):
     """Weights that did not move would match after any resume."""
     start = load_file(str(Path(start_model) / "model.safetensors"))

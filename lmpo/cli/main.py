@@ -107,9 +107,16 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
         cfg = build(cls, preset=preset, yaml_file=args.config, flags=flags)
         from lmpo.trainers.distributed import launched_rank
 
-        with run_command(command):
+        from lmpo.trainers.preemption import Preempted, stop_at_next_step
+
+        one_process = int(os.environ.get("WORLD_SIZE", "1")) == 1
+        with run_command(command), stop_at_next_step(enabled=one_process and bool(getattr(cfg, "save_every", 0))):
             try:
                 result = fn(cfg)
+            except Preempted as stop:
+                print(f"lmpo: {stop}; continue with `lmpo train {command} --resume {cfg.resume or cfg.out}`",
+                      file=sys.stderr)
+                return 143  # 128 + SIGTERM, as if the signal had ended it
             except KeyboardInterrupt:
                 if launched_rank() == 0:
                     print(f"lmpo: {_resume_hint(command, Path(cfg.resume or cfg.out))}", file=sys.stderr)

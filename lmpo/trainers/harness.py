@@ -30,6 +30,7 @@ from lmpo.trainers.checkpoint import (SHARDED, Resumed, checkpoint_dir, resume_t
                                      sharded_checkpoint_dir)
 from lmpo.trainers.distributed import Distributed, unwrap, wrap_data_parallel
 from lmpo.trainers.fsdp import plain_copy, refresh, save_sharded, shard_model
+from lmpo.trainers.preemption import Preempted, stop_requested
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.run_dir import open_run_dir
@@ -264,6 +265,12 @@ class Run:
         return (f"{parameter_counts(model).describe()}{lora}, {self.precision.description}{procs}{compiled}, "
                 f"{self.threads} threads, run dir {self.out}")
 
+    def checkpoint_due(self, step: int, last: int) -> bool:
+        """A checkpoint after `step`: every `save_every` steps before the `last` one, and after
+        any step before it once SIGTERM asked the run to stop (`lmpo.trainers.preemption`)."""
+        every = self.cfg.save_every
+        return bool(every) and step < last and (step % every == 0 or stop_requested())
+
     def checkpoint(self, step: int, model, tokenizer, optimizer, scheduler, generators: dict | None = None,
                    state: dict | None = None, extra_modules: dict | None = None, data_state: dict | None = None) -> None:
         """Every rank's generator states go into one resumable checkpoint, written by rank 0."""
@@ -282,6 +289,9 @@ class Run:
                             {**(state or {}), "config": asdict(self.cfg)}, self.cfg.keep_checkpoints, extra_modules,
                             data_state, rank_rng=rng if self.dist.active else None, sharded=sharded)
         self.dist.barrier()
+        if stop_requested():  # SIGTERM: this checkpoint is where the run stops
+            self.close()
+            raise Preempted(step, checkpoint_dir(self.out) / f"step_{step:06d}")
 
     # --- the end ------------------------------------------------------------------------------
     def finish(self, model, tokenizer, result: StageResult | None = None, extra_files=None, **fields) -> StageResult:

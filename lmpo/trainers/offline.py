@@ -154,7 +154,7 @@ def train_offline(run: Run, cfg: OfflineConfig, policy, tokenizer, task, batches
                 run.write(row)
             updater.check(step)
             progress.update(step, loss=row["loss"], **{short: row[k] for k, short in SHOWN.items() if k in row})
-            if cfg.save_every and step % cfg.save_every == 0 and step < len(batches):
+            if run.checkpoint_due(step, len(batches)):
                 run.checkpoint(step, policy, tokenizer, optimizer, scheduler, state=updater.state())
             if step % per_epoch == 0:
                 fault_point("epoch_end", step)

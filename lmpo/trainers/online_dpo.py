@@ -161,7 +161,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
             run.write(row)
             progress.update(round_, reward=row["reward_mean"], pairs=row["pairs"],
                             **({"eval": last_eval.accuracy} if last_eval else {}))
-            if cfg.save_every and round_ % cfg.save_every == 0 and round_ < cfg.rounds:
+            if run.checkpoint_due(round_, cfg.rounds):
                 run.checkpoint(round_, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
                                {"updates": step, "prompt_position": stream.position, **updater.state()})
             fault_point("step_end", round_)

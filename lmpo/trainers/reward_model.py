@@ -185,7 +185,7 @@ def train_reward_model(cfg: RewardModelConfig) -> StageResult:
                 run.write(row)
             updater.check(step)
             progress.update(step, loss=row["loss"], acc=row["accuracy"])
-            if cfg.save_every and step % cfg.save_every == 0 and step < steps:
+            if run.checkpoint_due(step, steps):
                 run.checkpoint(step, model, tokenizer, optimizer, scheduler, state=updater.state(),
                                data_state=order.state_dict())
             if order.at_epoch_end:

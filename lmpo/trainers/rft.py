@@ -287,7 +287,7 @@ def train_rft(cfg: RFTConfig) -> StageResult:
             run.write(row)
             progress.update(round_, accept=row["acceptance_rate"], kept=row["kept"],
                             **({"eval": last_eval.accuracy} if last_eval else {}))
-            if cfg.save_every and round_ % cfg.save_every == 0 and round_ < cfg.rounds:
+            if run.checkpoint_due(round_, cfg.rounds):
                 run.checkpoint(round_, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
                                {"prompt_position": stream.position, "hard": hard, **updater.state()})
             fault_point("step_end", round_)

@@ -209,7 +209,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
                 run.say(f"stopping at step {step}: {reason}; keeping the model of step {stop.best_step}")
                 run.write({"step": step, "stopped": reason, "best_step": stop.best_step})
                 break
-            if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
+            if run.checkpoint_due(step, cfg.steps):
                 run.checkpoint(step, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
                                {"prompt_position": stream.position, "beta": beta, "nonfinite_steps": nonfinite_streak,
                                 "stopping": stop.state(), **({"guard": guard.state()} if guard else {})},

@@ -267,7 +267,7 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> St
                 run.say(f"stopping at step {step}: {reason}; keeping the model of step {stop.best_step}")
                 run.write({"step": step, "stopped": reason, "best_step": stop.best_step})
                 break
-            if cfg.save_every and step % cfg.save_every == 0 and step < total_steps:
+            if run.checkpoint_due(step, total_steps):
                 state = {**updater.state(), **({"stopping": stop.state()} if stop else {})}
                 run.checkpoint(step, model, tokenizer, optimizer, scheduler, state=state,
                                data_state=batches.state_dict())
