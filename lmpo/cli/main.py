@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Callable
 
 from lmpo.cli.config import ConfigError, add_arguments, build
-from lmpo.cli.errors import (RunDirError, check_resumable, one_line, run_command, runtime_errors, saved_config,
-                             trainer_of)
+from lmpo.cli.errors import RunDirError, one_line, runtime_errors
+from lmpo.cli.train import cmd_train
 
 DESCRIPTION = """lmpo — language-model policy optimisation.
 
@@ -85,101 +83,6 @@ def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:
         if dot and leaf in PIPELINE_OWNED:
             raise ConfigError(f"{key}: the pipeline sets each stage's {leaf}; use the top-level --{leaf} "
                               f"(or set it in the stage's own `lmpo train` command)")
-
-
-NOT_RL = ("cpt", "sft", "dpo", "online_dpo", "rm", "kto", "orpo")  # their options are kept in their checkpoints
-
-
-def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
-    def run(args: argparse.Namespace, flags: dict) -> int:
-        command = flags.get("preset") or ("grpo" if kind == "rl" else kind)
-        cls, fn, preset = _trainer(kind, flags)
-        from lmpo.trainers.presets import task_settings
-
-        task = flags.get("task") or getattr(cls, "task", "")
-        suggested = task_settings(task, kind if kind in NOT_RL else "rl") if isinstance(task, str) else {}
-        preset = {**{k: v for k, v in suggested.items() if k in cls.__dataclass_fields__}, **preset}
-        resumed_from = flags.get("resume")
-        if resumed_from:
-            check_resumable(resumed_from, trainer_of(command), command)
-        if resumed_from and not args.config:  # continue with the interrupted run's own options
-            preset.update(_saved_options(resumed_from, required=kind not in NOT_RL))
-        cfg = build(cls, preset=preset, yaml_file=args.config, flags=flags)
-        from lmpo.trainers.distributed import launched_rank
-
-        from lmpo.trainers.preemption import Preempted, stop_at_next_step
-
-        one_process = int(os.environ.get("WORLD_SIZE", "1")) == 1
-        with run_command(command), stop_at_next_step(enabled=one_process and bool(getattr(cfg, "save_every", 0))):
-            try:
-                result = fn(cfg)
-            except Preempted as stop:
-                print(f"lmpo: {stop}; continue with `lmpo train {command} --resume {cfg.resume or cfg.out}`",
-                      file=sys.stderr)
-                return 143  # 128 + SIGTERM, as if the signal had ended it
-            except KeyboardInterrupt:
-                if launched_rank() == 0:
-                    print(f"lmpo: {_resume_hint(command, Path(cfg.resume or cfg.out))}", file=sys.stderr)
-                raise
-
-        if launched_rank() == 0:  # under torchrun, one summary line from rank 0
-            acc = "n/a" if result.accuracy is None else f"{100 * result.accuracy:.1f}%"
-            print(f"{result.name}: held-out accuracy {acc}, {result.seconds:.1f} s, model in {result.model_dir}")
-        return 0
-
-    return run
-
-
-def _resume_hint(command: str, out: Path) -> str:
-    """What an interrupted `lmpo train` leaves, and how to go on from it."""
-    from lmpo.trainers.checkpoint import complete_checkpoints
-
-    done = complete_checkpoints(out)
-    if not done:
-        return (f"{out} has no complete checkpoint yet (they come every --save_every steps); "
-                f"`lmpo train {command} --resume {out}` starts it over with its options")
-    return f"{out}: its newest complete checkpoint is {done[-1].name}; continue with `lmpo train {command} --resume {out}`"
-
-
-# `lmpo train KIND` → (module, config class, train function); every other KIND is an RL preset.
-TRAINERS = {"cpt": ("supervised", "CPTConfig", "train_cpt"), "sft": ("supervised", "SFTConfig", "train_sft"),
-            "rm": ("reward_model", "RewardModelConfig", "train_reward_model"),
-            "dpo": ("preference", "PreferenceConfig", "train_preference"),
-            "kto": ("kto", "KTOConfig", "train_kto"), "orpo": ("orpo", "ORPOConfig", "train_orpo"),
-            "online_dpo": ("online_dpo", "OnlineDPOConfig", "train_online_dpo"),
-            "rft": ("rft", "RFTConfig", "train_rft")}
-
-
-def _trainer(kind: str, flags: dict) -> tuple[type, Callable, dict]:
-    """(config class, train function, preset values) of `lmpo train KIND`."""
-    if kind in TRAINERS:
-        module, config, train = TRAINERS[kind]
-        module = importlib.import_module(f"lmpo.trainers.{module}")
-        return getattr(module, config), getattr(module, train), {}
-    from lmpo.trainers.presets import rl_preset
-    from lmpo.trainers.rl import train_rl
-    from lmpo.trainers.rl_config import RLConfig
-
-    name = flags.pop("preset", None) or (kind if kind != "rl" else "grpo")
-    return RLConfig, train_rl, dict(rl_preset(name).settings)
-
-
-def _saved_options(run_dir: str, required: bool) -> dict:
-    """The options an interrupted run was started with: its `config.json` (RL) or the config
-    stored in its newest complete checkpoint (the other trainers)."""
-    from lmpo.trainers.checkpoint import MARKER, checkpoint_dir
-
-    saved = Path(run_dir) / "config.json"
-    if saved.is_file():
-        options = json.loads(saved.read_text())
-    else:
-        done = sorted(p for p in checkpoint_dir(run_dir).glob("step_*") if (p / MARKER).exists())
-        options = json.loads((done[-1] / "state.json").read_text()).get("config", {}) if done else {}
-        options = options or saved_config(run_dir)  # killed before its first checkpoint
-        if not options and required:
-            raise ConfigError(f"--resume {run_dir}: no config.json there; is it an lmpo RL run directory?")
-    options.pop("resume", None)
-    return options
 
 
 def cmd_report(args: argparse.Namespace, flags: dict) -> int:
