@@ -269,6 +269,7 @@ def test_a_fresh_start_over_an_interrupted_run_is_refused_unless_overwrite(start
     assert "replacing the interrupted run there (its 2 checkpoint(s) deleted)" in capsys.readouterr().out
     assert _checkpoints(run) == ["step_000001"]  # the new run's own: 2 steps, a checkpoint after step 1
     assert json.loads((run / "checkpoints/step_000001/state.json").read_text())["config"]["lr"] == 0.001
+    assert main(["train", "grpo", "--resume", str(run)]) == 0  # its options, `overwrite` not among them
 
 
 def test_a_fresh_start_over_a_finished_run_leaves_no_checkpoint_of_it_to_resume(start_model, tmp_path, capsys):
@@ -304,3 +305,8 @@ def test_ctrl_c_says_where_the_run_can_be_continued_from(start_model, tmp_path, 
     other = tmp_path / "other"
     assert main(["train", "sft", "--model", start_model, "--out", str(other), *SFT_RUN, "--save_every", "0"]) == 130
     assert f"{other} has no complete checkpoint yet" in capsys.readouterr().err
+
+
+def test_overwrite_with_resume_is_refused(rl_run, capsys):
+    assert main(["train", "grpo", "--resume", str(rl_run), "--overwrite", "true"]) == 2
+    assert "--overwrite true starts a run afresh and --resume continues one" in _error(capsys)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from lmpo.cli.config import build
+from lmpo.cli.config import ConfigError, build
 from lmpo.cli.errors import check_resumable, run_command, saved_config, trainer_of
 
 
@@ -30,6 +30,8 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
         preset = {**{k: v for k, v in suggested.items() if k in cls.__dataclass_fields__}, **preset}
         resumed_from = flags.get("resume")
         if resumed_from:
+            if flags.get("overwrite"):
+                raise ConfigError("--overwrite true starts a run afresh and --resume continues one: give one of them")
             check_resumable(resumed_from, trainer_of(command), command)
         if resumed_from and not args.config:  # continue with the interrupted run's own options
             preset.update(_saved_options(resumed_from, required=kind not in NOT_RL))
@@ -108,4 +110,5 @@ def _saved_options(run_dir: str, required: bool) -> dict:
         if not options and required:
             raise ConfigError(f"--resume {run_dir}: no config.json there; is it an lmpo RL run directory?")
     options.pop("resume", None)
+    options.pop("overwrite", None)  # how that run started, not how it continues
     return options
