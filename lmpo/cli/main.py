@@ -68,7 +68,7 @@ def _print_findings(result) -> None:
         print(text)
 
 
-PIPELINE_OWNED = ("model", "out", "task", "seed", "threads", "resume", "device", "precision")
+PIPELINE_OWNED = ("model", "out", "task", "seed", "threads", "resume", "overwrite", "device", "precision")
 
 
 def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:
@@ -80,6 +80,9 @@ def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:
         keys += list(_flatten_dict(read_yaml(yaml_file)[0]))
     for key in keys:
         section, dot, leaf = key.partition(".")
+        if dot and leaf in ("resume", "overwrite"):
+            raise ConfigError(f"{key}: the pipeline has no --resume and trains every stage afresh; to continue "
+                              f"an interrupted stage, run its own `lmpo train ... --resume` command")
         if dot and leaf in PIPELINE_OWNED:
             raise ConfigError(f"{key}: the pipeline sets each stage's {leaf}; use the top-level --{leaf} "
                               f"(or set it in the stage's own `lmpo train` command)")

@@ -37,7 +37,6 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
             preset.update(_saved_options(resumed_from, required=kind not in NOT_RL))
         cfg = build(cls, preset=preset, yaml_file=args.config, flags=flags)
         from lmpo.trainers.distributed import launched_rank
-
         from lmpo.trainers.preemption import Preempted, stop_at_next_step
 
         one_process = int(os.environ.get("WORLD_SIZE", "1")) == 1
