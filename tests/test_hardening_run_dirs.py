@@ -310,3 +310,21 @@ def test_ctrl_c_says_where_the_run_can_be_continued_from(start_model, tmp_path, 
 def test_overwrite_with_resume_is_refused(rl_run, capsys):
     assert main(["train", "grpo", "--resume", str(rl_run), "--overwrite", "true"]) == 2
     assert "--overwrite true starts a run afresh and --resume continues one" in _error(capsys)
+
+
+def test_a_stale_result_json_never_passes_an_interrupted_run_off_as_finished(start_model, tmp_path, monkeypatch,
+                                                                             capsys):
+    """A finished run without checkpoints, then a fresh run there stopped after its checkpoints:
+    the earlier run's result.json must not let a third start delete them unasked."""
+    from lmpo.trainers.harness import Run
+
+    run = tmp_path / "rl"
+    flags = ["--model", start_model, *RL_RUN]
+    assert main(["train", "grpo", "--out", str(run), *flags, "--save_every", "0"]) == 0
+    with monkeypatch.context() as patch:
+        patch.setattr(Run, "finish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))  # stopped at the end
+        assert main(["train", "grpo", "--out", str(run), *flags, "--steps", "3"]) == 130
+    assert not (run / "result.json").exists()
+    assert main(["train", "grpo", "--out", str(run), *flags]) == 2
+    assert "holds an interrupted run" in _error(capsys)
+    assert _checkpoints(run) == ["step_000001", "step_000002"]

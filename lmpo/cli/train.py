@@ -44,8 +44,7 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
             try:
                 result = fn(cfg)
             except Preempted as stop:
-                print(f"lmpo: {stop}; continue with `lmpo train {command} --resume {cfg.resume or cfg.out}`",
-                      file=sys.stderr)
+                print(f"lmpo: {stop}; {_continue_with(command, cfg.resume or cfg.out)}", file=sys.stderr)
                 return 143  # 128 + SIGTERM, as if the signal had ended it
             except KeyboardInterrupt:
                 if launched_rank() == 0:
@@ -68,7 +67,11 @@ def _resume_hint(command: str, out: Path) -> str:
     if not done:
         return (f"{out} has no complete checkpoint yet (they come every --save_every steps); "
                 f"`lmpo train {command} --resume {out}` starts it over with its options")
-    return f"{out}: its newest complete checkpoint is {done[-1].name}; continue with `lmpo train {command} --resume {out}`"
+    return f"{out}: its newest complete checkpoint is {done[-1].name}; {_continue_with(command, out)}"
+
+
+def _continue_with(command: str, out) -> str:
+    return f"continue with `lmpo train {command} --resume {out}`"
 
 
 # `lmpo train KIND` → (module, config class, train function); every other KIND is an RL preset.

@@ -107,11 +107,9 @@ def _clear_earlier_run(path: Path, name: str, overwrite: bool) -> None:
     later `--resume` of this run would load the earlier run's weights (newer step numbers win)."""
     from lmpo.trainers.checkpoint import checkpoint_dir, complete_checkpoints
 
-    root = checkpoint_dir(path)
-    if not root.is_dir():
-        return
+    root, result = checkpoint_dir(path), path / "result.json"
     done = complete_checkpoints(path)
-    finished = (path / "result.json").is_file()
+    finished = result.is_file()
     if done and not finished and not overwrite:
         raise RunDirError(f"--out {path}: holds an interrupted run (its newest complete checkpoint: {done[-1].name}); "
                           f"continue it with --resume {path} and that run's options, start afresh there with "
@@ -121,8 +119,10 @@ def _clear_earlier_run(path: Path, name: str, overwrite: bool) -> None:
         print(f"[{name}] {path}: replacing the {kind} run there (its {len(done)} checkpoint(s) deleted)")
     aside = path / f".old-checkpoints-{os.getpid()}"
     try:  # renamed aside first: a crash while deleting leaves nothing that looks like a checkpoint
-        root.rename(aside)
-        (path / "result.json").unlink(missing_ok=True)
+        if root.is_dir():
+            root.rename(aside)
+        # even without checkpoints: a stale result.json would later pass this run off as finished
+        result.unlink(missing_ok=True)
     except OSError as err:
         raise RunDirError(f"--out {path}: cannot remove the earlier run's checkpoints: {_cause(err)}") from None
     shutil.rmtree(aside, ignore_errors=True)
