@@ -36,15 +36,30 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
 
 
-def completion_inputs(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                      completion_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+def context_length(model_or_config) -> int | None:
+    """A model's context length, from its config (None when the config names none)."""
+    config = getattr(model_or_config, "config", model_or_config)
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def completion_inputs(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
+                      context: int | None = None) -> dict[str, torch.Tensor]:
     """Forward inputs for prompt + completion. Every completion position stays visible to
     attention (tool output in a multi-turn trajectory is context though it carries no loss);
-    right padding after the end is harmless because attention is causal."""
+    right padding after the end is harmless because attention is causal. With the model's
+    `context`, positions stop at its last one: a row with a long prompt, padded to another
+    row's long completion, would count on past it, where a model with learned position
+    embeddings has none (only padding gets there, and no real token attends to it)."""
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, torch.ones_like(completion_ids)], dim=1)
-    return {"input_ids": input_ids, "attention_mask": attention_mask,
-            "position_ids": positions_from_mask(attention_mask)}
+    positions = positions_from_mask(attention_mask)
+    if context is not None:
+        positions = positions.clamp(max=context - 1)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": positions}
 
 
 def completion_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
@@ -70,7 +85,8 @@ def completion_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_
         return chunked_token_outputs(model, prompt_ids, prompt_mask, completion_ids, temperature, chunk_tokens,
                                      entropy=entropy, entropy_grad=entropy_grad, hidden=hidden)
     width = completion_ids.size(1)
-    out = model(**completion_inputs(prompt_ids, prompt_mask, completion_ids), logits_to_keep=width + 1,
+    out = model(**completion_inputs(prompt_ids, prompt_mask, completion_ids, context_length(model)),
+                logits_to_keep=width + 1,
                 use_cache=False, output_hidden_states=hidden)
     logits = out.logits[:, :-1]
     result = TokenOutputs(token_logprobs(logits, completion_ids, temperature))
@@ -107,7 +123,8 @@ def chunked_token_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prom
     and its logits are recomputed in the backward, one chunk at a time."""
     trunk, head = causal_lm_parts(model)
     width = completion_ids.size(1)
-    states = trunk(**completion_inputs(prompt_ids, prompt_mask, completion_ids), use_cache=False).last_hidden_state
+    inputs = completion_inputs(prompt_ids, prompt_mask, completion_ids, context_length(model))
+    states = trunk(**inputs, use_cache=False).last_hidden_state
     states = states[:, -(width + 1):-1]
     flat_states, flat_ids = states.reshape(-1, states.size(-1)), completion_ids.reshape(-1)
     logprobs, entropies = head_outputs(head, flat_states, flat_ids, temperature, chunk_tokens,

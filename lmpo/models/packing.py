@@ -197,7 +197,9 @@ def pack_completions(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, comple
     rows = [[units[i] for i in row] for row in first_fit([u.size for u in units], capacity)]
     n_rows = max(len(rows), 1)
     ids = [[pad_id] * capacity for _ in range(n_rows)]
-    positions = [list(range(capacity)) for _ in range(n_rows)]
+    # padding's positions are 0: a row may be longer than the model's context, and a model with
+    # learned position embeddings has none past it (padding is attended by nothing but itself)
+    positions = [[0] * capacity for _ in range(n_rows)]
     groups = [[-1 - i for i in range(capacity)] for _ in range(n_rows)]
     branches = [[0] * capacity for _ in range(n_rows)]
     predictor, located, targets, scatter = [], [], [], []
@@ -229,7 +231,7 @@ def pack_completions(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, comple
                 scatter += range(b * width, b * width + n)
                 at += n
         if coarse and at < capacity:  # the grid's padding: attends to nothing, its attention output is zero
-            positions[r][at:] = range(capacity - at)
+            positions[r][at:] = [0] * (capacity - at)
             idle += range(r * capacity + at, (r + 1) * capacity)
     device = completion_ids.device
     plan = plan_segments(parts, n_rows * capacity, device, 8 if coarse else 1, idle) if segments and units else None

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from lmpo.models.logprobs import completion_inputs
+from lmpo.models.logprobs import completion_inputs, context_length
 
 
 class ValueHead(nn.Module):
@@ -39,7 +39,8 @@ class ValueModel(nn.Module):
 
     def forward(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor) -> torch.Tensor:
         width = completion_ids.size(1)
-        hidden = self.trunk(**completion_inputs(prompt_ids, prompt_mask, completion_ids), use_cache=False).last_hidden_state
+        inputs = completion_inputs(prompt_ids, prompt_mask, completion_ids, context_length(self.trunk))
+        hidden = self.trunk(**inputs, use_cache=False).last_hidden_state
         return self.head(hidden[:, -(width + 1):-1])
 
     def save(self, out_dir: str | Path) -> Path:

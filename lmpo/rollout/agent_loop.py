@@ -187,7 +187,9 @@ def limits_for(task, model, max_tokens: int, *, max_turns: int = 0, max_turn_tok
                max_parse_errors: int = 3) -> EpisodeLimits:
     """Episode limits from the run's options, falling back to the task's own (`task.max_turns`,
     `task.max_turn_tokens`) and the model's context length."""
-    context = int(getattr(getattr(model, "config", None), "max_position_embeddings", 0) or 0)
+    from lmpo.models.logprobs import context_length
+
+    context = context_length(model) or 0
     return EpisodeLimits(max_turns=max_turns or int(getattr(task, "max_turns", 1)), max_tokens=max_tokens,
                          max_turn_tokens=max_turn_tokens or int(getattr(task, "max_turn_tokens", 0)),
                          max_context=context, max_parse_errors=max_parse_errors)

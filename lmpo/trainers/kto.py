@@ -45,7 +45,7 @@ class KTOConfig(OfflineConfig):
     data: str = ""
     """Train on the examples of this file instead of the task's: JSONL, Parquet or a `datasets` directory (`DIR::split`) with `prompt`, `completion` (strings, or messages rendered with the chat template) and `label` (true: desirable, false: undesirable); both kinds are needed."""
     max_length: int = 1024
-    """Longest example from `data` (prompt + completion), in tokens."""
+    """Longest example from `data` (prompt + completion), in tokens; the model's context where that is shorter."""
     overlong: Literal["error", "skip", "truncate"] = "error"
     """What to do with a longer example from `data`: stop with an error naming it, skip it, or truncate the completion."""
     beta: float = 0.1
@@ -161,7 +161,7 @@ def train_kto(cfg: KTOConfig) -> StageResult:
     tokenizer = load_tokenizer(cfg.model)
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     if cfg.data:
-        examples = file_unpaired(cfg.data, tokenizer, cfg.max_length, cfg.overlong)
+        examples = file_unpaired(cfg.data, tokenizer, cfg)
     else:
         examples = unpair(embedded_pairs(task, tokenizer, cfg.pairs, cfg.seed))
     batches = ordered_batches(run, cfg, examples, lambda share: encode_unpaired(share, tokenizer.pad_token_id),

@@ -75,7 +75,7 @@ class OfflineConfig(RunOptions):
     data: str = ""
     """Train on the pairs of this file instead of the task's: JSONL, Parquet or a `datasets` directory (`DIR::split`) with `prompt`, `chosen`, `rejected` (strings, or message lists rendered with the chat template)."""
     max_length: int = 1024
-    """Longest pair from `data` (prompt + longer reply), in tokens."""
+    """Longest pair from `data` (prompt + longer reply), in tokens; the model's context where that is shorter."""
     overlong: Literal["error", "skip", "truncate"] = "error"
     """What to do with a longer pair from `data`: stop with an error naming it, skip it, or truncate the replies."""
     max_minutes: float = 0.0

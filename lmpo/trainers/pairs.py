@@ -11,6 +11,7 @@ import torch
 from lmpo.envs.data import PreferencePair, load_preferences
 from lmpo.envs.data.unpaired import UnpairedExample, load_unpaired
 from lmpo.rollout import right_pad
+from lmpo.trainers.preflight import example_limit
 
 
 def embedded_pairs(task, tokenizer, n: int, seed: int, heldout: bool = False) -> list[PreferencePair]:
@@ -26,8 +27,11 @@ def embedded_pairs(task, tokenizer, n: int, seed: int, heldout: bool = False) ->
             for p, chosen, rejected in task.preference_pairs(n, seed, heldout=heldout)]
 
 
-def file_pairs(path: str, tokenizer, max_length: int, overlong: str) -> list[PreferencePair]:
-    pairs, report = load_preferences(path, tokenizer, max_length=max_length, overlong=overlong)
+def file_pairs(path: str, tokenizer, cfg) -> list[PreferencePair]:
+    """The pairs of `path`, held to `cfg.max_length` and the context of `cfg.model`."""
+    max_length, limit_name = example_limit(cfg.model, tokenizer, cfg.max_length)
+    pairs, report = load_preferences(path, tokenizer, max_length=max_length, overlong=cfg.overlong,
+                                     limit_name=limit_name)
     print(f"[data] {report.summary()}")
     return pairs
 
@@ -39,8 +43,11 @@ def unpair(pairs: list[PreferencePair]) -> list[UnpairedExample]:
                                                    UnpairedExample(p.prompt_ids, p.rejected_ids, False))]
 
 
-def file_unpaired(path: str, tokenizer, max_length: int, overlong: str) -> list[UnpairedExample]:
-    examples, report = load_unpaired(path, tokenizer, max_length=max_length, overlong=overlong)
+def file_unpaired(path: str, tokenizer, cfg) -> list[UnpairedExample]:
+    """The examples of `path`, held to `cfg.max_length` and the context of `cfg.model`."""
+    max_length, limit_name = example_limit(cfg.model, tokenizer, cfg.max_length)
+    examples, report = load_unpaired(path, tokenizer, max_length=max_length, overlong=cfg.overlong,
+                                     limit_name=limit_name)
     desirable = sum(e.desirable for e in examples)
     print(f"[data] {report.summary()}; {desirable} desirable, {len(examples) - desirable} undesirable")
     return examples

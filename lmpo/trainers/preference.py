@@ -135,7 +135,7 @@ def train_pairs(cfg: OfflineConfig, loss_fn, name: str, label: str, options: dic
     tokenizer = load_tokenizer(cfg.model)
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     if cfg.data:
-        pairs = file_pairs(cfg.data, tokenizer, cfg.max_length, cfg.overlong)
+        pairs = file_pairs(cfg.data, tokenizer, cfg)
     else:
         pairs = embedded_pairs(task, tokenizer, cfg.pairs, cfg.seed)
     batches = ordered_batches(run, cfg, pairs, lambda share: encode_pairs(share, tokenizer.pad_token_id), "pairs")

@@ -1,6 +1,9 @@
-"""Checks of an RL run's inputs before any model loads: the prompt files can be read, every
-prompt fits the model's context with `max_new_tokens` to spare, and `--task exact_match`
-has an answer in every row. Each failure is an error naming the file, the row and the field."""
+"""Checks of a run's inputs against the model's context. Before an RL run's model loads: the
+prompt files can be read, every prompt fits the model's context with `max_new_tokens` to spare,
+and `--task exact_match` has an answer in every row; each failure is an error naming the file,
+the row and the field. For the other trainers: the longest example they may train on, and
+CPT's row length, never past the context (a model with learned position embeddings has no
+embedding for a position past it, and fails deep in its forward)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from __future__ import annotations
 def model_context(model: str, tokenizer) -> int | None:
     """The model's context length (max_position_embeddings), read from its config only."""
     from lmpo.models import is_preset, preset_config
+    from lmpo.models.logprobs import context_length
 
     if is_preset(model):
         config = preset_config(model, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id,
@@ -19,34 +23,56 @@ def model_context(model: str, tokenizer) -> int | None:
             config = AutoConfig.from_pretrained(model)
         except (OSError, ValueError):
             return None  # loading the model itself will say what is wrong
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+    return context_length(config)
+
+
+def example_limit(model: str, tokenizer, max_length: int, flag: str = "max_length") -> tuple[int, str]:
+    """The longest example a run may load from a file: `max_length`, or the model's context where
+    that is shorter; and how messages name the limit ("" for `max_length` itself)."""
+    context = model_context(model, tokenizer)
+    if context is None or context >= max_length:
+        return max_length, ""
+    return context, f"the model's context of {context} tokens ({flag} {max_length} is longer)"
+
+
+def check_cpt_rows(model: str, tokenizer, seq_len: int) -> None:
+    """Refuses CPT rows (seq_len + 1 tokens: each position's target is the next token) that do
+    not fit the model's context."""
+    context = model_context(model, tokenizer)
+    if context is not None and seq_len + 1 > context:
+        from lmpo.trainers.validation import ConfigError
+
+        raise ConfigError(f"--seq_len {seq_len}: CPT rows hold seq_len + 1 = {seq_len + 1} tokens, more than the "
+                          f"model's context of {context} tokens; use --seq_len {context - 1} or less")
 
 
 def check_rl_inputs(cfg) -> None:
     if not (cfg.prompts or cfg.eval_prompts):
         return
-    from lmpo.envs.data import load_prompts
     from lmpo.models import load_tokenizer
 
     tokenizer = load_tokenizer(cfg.model)
-    context = model_context(cfg.model, tokenizer)
-    exact = cfg.task.partition(":")[0] == "exact_match"
     for path, used, new_tokens, flag in ((cfg.prompts, True, cfg.max_new_tokens, "max_new_tokens"),
                                          (cfg.eval_prompts, cfg.eval_problems > 0, cfg.eval_max_new_tokens,
                                           "eval_max_new_tokens")):
-        if not (path and used):
-            continue
-        limit, where = None, ""
-        if context is not None:
-            limit = context - new_tokens
-            where = f" (the model's context of {context} tokens minus {flag}={new_tokens})"
-            if limit < 1:
-                from lmpo.trainers.validation import ConfigError
+        if path and used:
+            prompts_within_context(cfg, path, tokenizer, new_tokens, flag, "RL")
 
-                raise ConfigError(f"invalid RL config: {flag}={new_tokens} leaves no room for a prompt in the "
-                                  f"model's context of {context} tokens")
-        load_prompts(path, tokenizer=tokenizer, require_answer=exact, max_prompt_tokens=limit, context=where)
+
+def prompts_within_context(cfg, path: str, tokenizer, new_tokens: int, flag: str, what: str) -> list:
+    """The prompts of `path` (`cfg.task` exact_match: each with an answer), each refused unless it
+    fits the context of `cfg.model` with `new_tokens` (the option `flag`) to spare."""
+    from lmpo.envs.data import load_prompts
+
+    context = model_context(cfg.model, tokenizer)
+    limit, where = None, ""
+    if context is not None:
+        limit = context - new_tokens
+        where = f" (the model's context of {context} tokens minus {flag}={new_tokens})"
+        if limit < 1:
+            from lmpo.trainers.validation import ConfigError
+
+            raise ConfigError(f"invalid {what} config: {flag}={new_tokens} leaves no room for a prompt in the "
+                              f"model's context of {context} tokens")
+    exact = cfg.task.partition(":")[0] == "exact_match"
+    return load_prompts(path, tokenizer=tokenizer, require_answer=exact, max_prompt_tokens=limit, context=where)

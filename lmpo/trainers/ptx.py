@@ -18,6 +18,7 @@ from lmpo.algos import masked_cross_entropy
 from lmpo.envs.data import TokenizedExample, load_sft
 from lmpo.trainers.batches import SFTBatches, task_documents
 from lmpo.trainers.distributed import Distributed
+from lmpo.trainers.preflight import example_limit
 
 FOREVER = sys.maxsize  # passes over the ptx data: the RL loop stops drawing, never the data
 
@@ -25,7 +26,8 @@ FOREVER = sys.maxsize  # passes over the ptx data: the RL loop stops drawing, ne
 def ptx_examples(cfg, task, tokenizer) -> list[TokenizedExample]:
     """The ptx data as examples with their loss masks; errors name the file, row and field."""
     if cfg.ptx_data:
-        examples, report = load_sft(cfg.ptx_data, tokenizer, max_length=cfg.ptx_max_length)
+        max_length, limit_name = example_limit(cfg.model, tokenizer, cfg.ptx_max_length, "ptx_max_length")
+        examples, report = load_sft(cfg.ptx_data, tokenizer, max_length=max_length, limit_name=limit_name)
         print(f"[ptx] {report.summary()}")
         if not examples:
             raise ValueError(f"ptx_data {cfg.ptx_data}: no examples to train on")

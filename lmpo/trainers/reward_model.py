@@ -77,7 +77,7 @@ class RewardModelConfig(RunOptions):
     heldout_data: str = ""
     """Measure pairwise accuracy on this file's pairs; without it, `heldout_pairs` pairs of `data` are held out (seeded)."""
     max_length: int = 1024
-    """Longest pair from `data` (prompt + longer reply), in tokens."""
+    """Longest pair from `data` (prompt + longer reply), in tokens; the model's context where that is shorter."""
     overlong: Literal["error", "skip", "truncate"] = "error"
     """What to do with a longer pair from `data`: stop with an error naming it, skip it, or truncate the replies."""
 
@@ -137,9 +137,9 @@ def reward_model_pairs(cfg: RewardModelConfig, task, tokenizer) -> tuple[list, l
     if not cfg.data:
         return (embedded_pairs(task, tokenizer, cfg.pairs, cfg.seed),
                 embedded_pairs(task, tokenizer, cfg.heldout_pairs, cfg.seed, heldout=True))
-    pairs = file_pairs(cfg.data, tokenizer, cfg.max_length, cfg.overlong)
+    pairs = file_pairs(cfg.data, tokenizer, cfg)
     if cfg.heldout_data:
-        return pairs, file_pairs(cfg.heldout_data, tokenizer, cfg.max_length, cfg.overlong)
+        return pairs, file_pairs(cfg.heldout_data, tokenizer, cfg)
     return split_heldout(pairs, cfg.heldout_pairs, cfg.seed, cfg.data)
 
 

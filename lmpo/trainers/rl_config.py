@@ -177,7 +177,7 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions):
     ptx_batch_size: int = 8
     """Sequences of ptx data per update."""
     ptx_max_length: int = 1024
-    """Longest ptx_data example, in tokens (a longer one is an error naming its row)."""
+    """Longest ptx_data example, in tokens, or the model's context where that is shorter (a longer one is an error naming its row)."""
     ptx_documents: int = 20_000
     """Documents of the task's CPT corpus generated as the ptx data when ptx_data is empty."""
 

@@ -17,10 +17,11 @@ import torch
 from lmpo.algos import masked_cross_entropy
 from lmpo.envs import make_task
 from lmpo.rollout.evaluation import evaluate
-from lmpo.envs.data import TokenizedExample, load_prompts, load_sft
+from lmpo.envs.data import TokenizedExample, load_sft
 from lmpo.models import load_tokenizer
 from lmpo.trainers.batches import CPTBatches, SFTBatches, task_documents, task_examples
 from lmpo.trainers.faults import fault_point
+from lmpo.trainers.preflight import check_cpt_rows, example_limit, prompts_within_context
 from lmpo.trainers.harness import Run, RunOptions, Updater
 from lmpo.trainers.stopping import BestWeights, StoppingOptions, StopRule, stopping_problems
 from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
@@ -73,7 +74,7 @@ class SupervisedConfig(RunOptions):
     data: str = ""
     """Train on this file instead of the task's data: JSONL, Parquet, or a saved `datasets` directory (`DIR::split`)."""
     max_length: int = 1024
-    """Longest example from `data`, in tokens."""
+    """Longest example from `data`, in tokens; for SFT, the model's context where that is shorter (CPT cuts documents into `seq_len` rows, which must fit the context)."""
     overlong: Literal["error", "skip", "truncate"] = "error"
     """What to do with a longer example from `data`: stop with an error naming it, skip it, or truncate it."""
     eval_prompts: str = ""
@@ -135,8 +136,9 @@ def train_cpt(cfg: CPTConfig) -> StageResult:
     task = make_task(cfg.task)
 
     def prepare(tok):
+        check_cpt_rows(cfg.model, tok, cfg.seq_len)
         if cfg.data:
-            examples = _load_data(cfg, tok)
+            examples = _load_data(cfg, tok)  # documents longer than the context are cut into rows anyway
             stream = [t for e in examples for t in e.input_ids]
         else:
             stream = []
@@ -161,7 +163,7 @@ def train_sft(cfg: SFTConfig) -> StageResult:
 
     def prepare(tok):
         if cfg.data:
-            examples = _load_data(cfg, tok)
+            examples = _load_data(cfg, tok, *example_limit(cfg.model, tok, cfg.max_length))
         else:
             examples = task_examples(tok, task.sft_demonstrations(cfg.demonstrations, cfg.seed), task)
         steps = cfg.epochs * -(-len(examples) // cfg.batch_size)
@@ -173,14 +175,15 @@ def train_sft(cfg: SFTConfig) -> StageResult:
 def _heldout(cfg: SupervisedConfig, task, tokenizer) -> list:
     if cfg.eval_problems <= 0 or (cfg.data and not cfg.eval_prompts):  # a task's held-out set says nothing about a user's data
         return []
-    if cfg.eval_prompts:
-        exact = cfg.task.partition(":")[0] == "exact_match"  # it grades against the answer column
-        return load_prompts(cfg.eval_prompts, tokenizer=tokenizer, require_answer=exact)[: cfg.eval_problems]
+    if cfg.eval_prompts:  # exact_match grades against the answer column
+        return prompts_within_context(cfg, cfg.eval_prompts, tokenizer, cfg.eval_max_new_tokens, "eval_max_new_tokens",
+                                      type(cfg).__name__.removesuffix("Config"))[: cfg.eval_problems]
     return task.heldout_problems(cfg.eval_problems)
 
 
-def _load_data(cfg: SupervisedConfig, tokenizer) -> list[TokenizedExample]:
-    examples, report = load_sft(cfg.data, tokenizer, max_length=cfg.max_length, overlong=cfg.overlong)
+def _load_data(cfg: SupervisedConfig, tokenizer, max_length: int = 0, limit_name: str = "") -> list[TokenizedExample]:
+    examples, report = load_sft(cfg.data, tokenizer, max_length=max_length or cfg.max_length, overlong=cfg.overlong,
+                                limit_name=limit_name)
     print(f"[data] {report.summary()}")
     return examples
 

@@ -33,11 +33,11 @@ class PreferencePair:
 
 
 def load_preferences(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, max_length: int,
-                     overlong: Overlong = "error") -> tuple[list[PreferencePair], LoadReport]:
+                     overlong: Overlong = "error", limit_name: str = "") -> tuple[list[PreferencePair], LoadReport]:
     """Pairs from `path` (see `read_records`). A pair's length is its prompt plus its longer
     reply; "truncate" keeps the whole prompt and cuts both replies to fit, and skips a pair
     whose prompt leaves no room or whose cut replies become identical."""
-    return load_rows(path, tokenizer, max_length, overlong, PAIRS)
+    return load_rows(path, tokenizer, max_length, overlong, PAIRS, limit_name)
 
 
 def _least_tokens(rec: Record, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:

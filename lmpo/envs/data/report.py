@@ -27,12 +27,17 @@ class LoadReport:
     shape_field: str = ""
     max_length: int = 0
     overlong: str = "error"
+    limit_name: str = ""
+    """How messages name the length limit when it is not the `max_length` option (the model's context)."""
+
+    @property
+    def limit(self) -> str:
+        return self.limit_name or f"max_length {self.max_length}"
 
     def summary(self) -> str:
         decided = f" (field '{self.shape_field}')" if self.shape_field else ""
         return (f"{self.path}: {self.rows} rows, shape '{self.shape}'{decided}, kept {self.kept}; "
-                f"over max_length {self.max_length} ({self.overlong}): "
-                f"{self.skipped_overlong} skipped, {self.truncated} truncated")
+                f"over {self.limit} ({self.overlong}): {self.skipped_overlong} skipped, {self.truncated} truncated")
 
 
 @dataclass(frozen=True)
@@ -49,13 +54,16 @@ class RowFormat(Generic[T]):
 
 
 def load_rows(path: str | Path, tokenizer, max_length: int, overlong: Overlong,
-              fmt: RowFormat[T]) -> tuple[list[T], LoadReport]:
+              fmt: RowFormat[T], limit_name: str = "") -> tuple[list[T], LoadReport]:
     """Every row of `path` read as `fmt` says, one shape for all rows, examples over
-    `max_length` handled by the `overlong` policy; the examples and what was done to get them."""
+    `max_length` handled by the `overlong` policy; the examples and what was done to get them.
+    `limit_name` names the limit in messages when it is not the option `max_length` (e.g. "the
+    model's context of 256 tokens")."""
     check_options(max_length, overlong)
     records = read_records(path)
     shapes = ShapeCheck()
-    report = LoadReport(str(path), "", len(records), 0, 0, 0, max_length=max_length, overlong=overlong)
+    report = LoadReport(str(path), "", len(records), 0, 0, 0, max_length=max_length, overlong=overlong,
+                        limit_name=limit_name)
     examples = []
     for rec in records:
         shape, field = fmt.shape(rec)
@@ -63,14 +71,14 @@ def load_rows(path: str | Path, tokenizer, max_length: int, overlong: Overlong,
         least = fmt.least_tokens(rec, max_length, tokenizer)
         if least is not None and overlong != "truncate":
             if overlong == "error":
-                raise overlong_before_tokenizing(rec, field, least, max_length)
+                raise overlong_before_tokenizing(rec, field, least, report.limit)
             report.skipped_overlong += 1
             continue
         example = fmt.tokenize(rec, shape, tokenizer)
         length = fmt.length(example)
         if length > max_length:
             if overlong == "error":
-                raise overlong_error(rec, field, length, max_length)
+                raise overlong_error(rec, field, length, report.limit)
             example = fmt.truncate(example, max_length) if overlong == "truncate" else None
             if example is None:
                 report.skipped_overlong += 1
@@ -88,8 +96,8 @@ def check_options(max_length: int, overlong: str) -> None:
         raise ValueError(f"overlong must be one of {', '.join(get_args(Overlong))}, got {overlong!r}")
 
 
-def overlong_error(rec: Record, field: str, length: int, max_length: int) -> DataError:
-    return DataError(rec.path, f"{length} tokens, over max_length {max_length} "
+def overlong_error(rec: Record, field: str, length: int, limit: str) -> DataError:
+    return DataError(rec.path, f"{length} tokens, over {limit} "
                                "(pass overlong='skip' or 'truncate' to load such rows)", row=rec.row, field=field)
 
 
@@ -98,8 +106,8 @@ def finish(report: LoadReport) -> LoadReport:
     if report.rows == 0:
         raise DataError(report.path, "no rows")
     if report.kept == 0:
-        raise DataError(report.path, f"no examples left: all {report.rows} rows are over max_length "
-                                     f"{report.max_length} (overlong='{report.overlong}')")
+        raise DataError(report.path, f"no examples left: all {report.rows} rows are over {report.limit} "
+                                     f"(overlong='{report.overlong}')")
     return report
 
 
@@ -141,7 +149,7 @@ def certainly_overlong(rec: Record, fields, max_tokens: int, tokenizer) -> int |
     return least if least > max_tokens else None
 
 
-def overlong_before_tokenizing(rec: Record, field: str, least: int, max_length: int) -> DataError:
-    return DataError(rec.path, f"at least {least} tokens ({text_chars(rec.get(field))} characters), over max_length "
-                               f"{max_length}; rejected before tokenizing (pass overlong='skip' to drop such rows)",
+def overlong_before_tokenizing(rec: Record, field: str, least: int, limit: str) -> DataError:
+    return DataError(rec.path, f"at least {least} tokens ({text_chars(rec.get(field))} characters), over "
+                               f"{limit}; rejected before tokenizing (pass overlong='skip' to drop such rows)",
                      row=rec.row, field=field)

@@ -34,9 +34,9 @@ class TokenizedExample:
 
 
 def load_sft(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, max_length: int,
-             overlong: Overlong = "error") -> tuple[list[TokenizedExample], LoadReport]:
+             overlong: Overlong = "error", limit_name: str = "") -> tuple[list[TokenizedExample], LoadReport]:
     """Tokenized examples from `path` (see `read_records`), and what was done to get them."""
-    return load_rows(path, tokenizer, max_length, overlong, EXAMPLES)
+    return load_rows(path, tokenizer, max_length, overlong, EXAMPLES, limit_name)
 
 
 def pack(examples: list[TokenizedExample], seq_len: int) -> list[TokenizedExample]:

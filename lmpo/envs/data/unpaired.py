@@ -33,12 +33,12 @@ class UnpairedExample:
 
 
 def load_unpaired(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, max_length: int,
-                  overlong: Overlong = "error") -> tuple[list[UnpairedExample], LoadReport]:
+                  overlong: Overlong = "error", limit_name: str = "") -> tuple[list[UnpairedExample], LoadReport]:
     """Examples from `path` (see `read_records`). An example's length is its prompt plus its
     completion; "truncate" keeps the whole prompt and cuts the completion, and skips an example
     whose prompt leaves no room. KTO weighs desirable against undesirable examples, so a file
     must hold both kinds."""
-    examples, report = load_rows(path, tokenizer, max_length, overlong, EXAMPLES)
+    examples, report = load_rows(path, tokenizer, max_length, overlong, EXAMPLES, limit_name)
     _require_both_kinds(examples, str(path))
     return examples, report
 
