@@ -328,3 +328,27 @@ def test_a_stale_result_json_never_passes_an_interrupted_run_off_as_finished(sta
     assert main(["train", "grpo", "--out", str(run), *flags]) == 2
     assert "holds an interrupted run" in _error(capsys)
     assert _checkpoints(run) == ["step_000001", "step_000002"]
+
+
+def test_resume_refuses_a_data_file_changed_since_the_run_started(start_model, tmp_path, capsys):
+    """The checkpoint keeps its place in the data as a position in the file's rows: resumed over
+    an edited file it would train on other examples, silently. The file's size and SHA-256 are
+    kept in every checkpoint and compared; restored, the run resumes."""
+    from lmpo.trainers.inputs import check_same_inputs
+
+    data = tmp_path / "demos.jsonl"
+    original = "".join(f'{{"prompt": "{i}=", "completion": "{i}"}}\n' for i in range(12))
+    data.write_text(original)
+    run = tmp_path / "sft"
+    flags = ["--model", start_model, "--data", str(data), "--batch_size", "4", "--epochs", "1", "--save_every", "1",
+             "--eval_problems", "0", "--threads", "1"]
+    assert main(["train", "sft", "--out", str(run), *flags]) == 0
+    data.write_text(original.replace('"5"', '"6"'))  # one answer edited: same size, other bytes
+    assert main(["train", "sft", "--resume", str(run), *flags]) == 2
+    line = _error(capsys)
+    assert f"--resume {run}: the run's data changed since it started (--data {data}: 436 bytes, sha256 " in line
+    assert line.endswith(f"Restore the data, or start afresh on it with `--out {run} --overwrite true` instead of "
+                         "--resume")
+    data.write_text(original)
+    assert main(["train", "sft", "--resume", str(run), *flags]) == 0
+    check_same_inputs(None, {"data": {"path": "x", "bytes": 1, "sha256": "0"}}, run)  # checkpoints of older lmpo

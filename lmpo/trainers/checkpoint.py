@@ -5,7 +5,8 @@ never loaded; the newest complete checkpoint is never deleted before a newer one
 Layout of `RUN_DIR/checkpoints/step_000100/`: the model as an ordinary Hugging Face directory
 (safetensors) with its tokenizer, `critic.safetensors` when there is one, `optimizer.pt` and `scheduler.pt` (loaded with
 `weights_only=True`), `rng.pt` (torch generator states), `data.pt` (the data order's state,
-when the trainer has one), `state.json` (step, data position, Python's random state), and
+when the trainer has one), `state.json` (step, data position, Python's random state, the
+options, and the data files' fingerprints: `lmpo.trainers.inputs`), and
 `COMPLETE`. Resuming removes what a crash left behind: temporary directories and any
 directory without the marker.
 """
@@ -24,6 +25,7 @@ from safetensors.torch import load_file, load_model, save_model as save_module
 from lmpo.models import save_model
 
 from lmpo.trainers.faults import fault_point
+from lmpo.trainers.inputs import check_same_inputs, input_fingerprints
 
 MARKER = "COMPLETE"
 SHARDED = "sharded"  # an FSDP run's weights and optimizer state: a distributed checkpoint
@@ -181,8 +183,8 @@ def resume_training(cfg, out: Path, name: str, model, optimizer, scheduler,
                     generators: dict[str, torch.Generator] | None = None,
                     extra_modules: dict[str, torch.nn.Module] | None = None, rank: int = 0) -> Resumed | None:
     """For a config with `resume`: load the newest complete checkpoint in `out` into the model,
-    optimizer, scheduler and generators, after checking the options match the interrupted
-    run's. None when not resuming or when no checkpoint was completed (start afresh)."""
+    optimizer, scheduler and generators, after checking the options and data files match the
+    interrupted run's. None when not resuming or when no checkpoint was completed (start afresh)."""
     if not cfg.resume:
         return None
     path = latest_checkpoint(out)
@@ -190,8 +192,9 @@ def resume_training(cfg, out: Path, name: str, model, optimizer, scheduler,
         if rank == 0:
             print(f"[{name}] no complete checkpoint in {out}; starting from the beginning")
         return None
-    saved = json.loads((path / "state.json").read_text()).get("config", {})
-    check_same_config(saved, json.loads(json.dumps(asdict(cfg))), out)
+    saved = json.loads((path / "state.json").read_text())
+    check_same_config(saved.get("config", {}), json.loads(json.dumps(asdict(cfg))), out)
+    check_same_inputs(saved.get("inputs"), input_fingerprints(cfg), out)
     resumed = load_checkpoint(path, model, optimizer, scheduler, generators or {}, extra_modules, rank)
     if rank == 0:
         print(f"[{name}] resumed from {path} at step {resumed.step}")

@@ -30,6 +30,7 @@ from lmpo.trainers.checkpoint import (SHARDED, Resumed, checkpoint_dir, resume_t
                                      sharded_checkpoint_dir)
 from lmpo.trainers.distributed import Distributed, unwrap, wrap_data_parallel
 from lmpo.trainers.fsdp import plain_copy, refresh, save_sharded, shard_model
+from lmpo.trainers.inputs import input_fingerprints
 from lmpo.trainers.preemption import Preempted, stop_requested
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
@@ -145,6 +146,8 @@ class Run:
         self.fsdp = bool(cfg.fsdp)
         _check_parallel_options(cfg, self.dist)  # before the run directory is touched
         self._dir = open_run_dir(self.out, cfg, name) if self.dist.is_main else None
+        # the data files as this run reads them, kept in its checkpoints for `--resume` to compare
+        self.inputs = input_fingerprints(cfg) if self.dist.is_main and cfg.save_every else {}
         self.dist.barrier()
         self.threads = setup_torch(cfg.threads, cfg.seed)
         self.precision = choose_precision(self.device, cfg.precision)
@@ -286,7 +289,8 @@ class Run:
             self.dist.barrier()
         if self.dist.is_main:
             save_checkpoint(self.out, step, unwrap(model), tokenizer, optimizer, scheduler, generators,
-                            {**(state or {}), "config": asdict(self.cfg)}, self.cfg.keep_checkpoints, extra_modules,
+                            {**(state or {}), "config": asdict(self.cfg), "inputs": self.inputs},
+                            self.cfg.keep_checkpoints, extra_modules,
                             data_state, rank_rng=rng if self.dist.active else None, sharded=sharded)
         self.dist.barrier()
         if stop_requested():  # SIGTERM: this checkpoint is where the run stops
