@@ -352,3 +352,51 @@ def test_resume_refuses_a_data_file_changed_since_the_run_started(start_model, t
     data.write_text(original)
     assert main(["train", "sft", "--resume", str(run), *flags]) == 0
     check_same_inputs(None, {"data": {"path": "x", "bytes": 1, "sha256": "0"}}, run)  # checkpoints of older lmpo
+
+
+def test_out_of_memory_is_one_line_naming_what_needs_less_and_resume_accepts_it(start_model, tmp_path,
+                                                                                 monkeypatch, capsys):
+    """CUDA's out-of-memory error was a long traceback; now one line: what the allocator said,
+    the options that make a step need less, and the resume that accepts them (they change how a
+    step is computed, not what it trains). The resumed run ends where an uninterrupted run with
+    the same options ends, to float tolerance."""
+    import torch
+    from safetensors.torch import load_file
+
+    import lmpo.trainers.rl as rl
+
+    said = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
+            "1.06 GiB is free. Including non-PyTorch memory, this process has 78.1 GiB memory in use.")
+    real_fault_point = rl.fault_point
+
+    def fault_point(name, step):
+        if name == "after_rollout" and step == 2:
+            raise torch.OutOfMemoryError(said)
+
+    monkeypatch.setattr(rl, "fault_point", fault_point)
+    run = tmp_path / "oom"
+    assert main(["train", "grpo", "--model", start_model, "--out", str(run), *RL_RUN]) == 1
+    assert _error(capsys) == (
+        "lmpo: error: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.19 GiB of which 1.06 GiB is free); a step needs less with --gradient_checkpointing true, "
+        "--logprob_chunk_tokens 4096, --micro_batch_tokens N (or a smaller --micro_batch_size), which "
+        f"`lmpo train grpo --resume {run}` accepts (its newest complete checkpoint: step_000001); or, in a new run, "
+        "with --lora_r 16")
+    monkeypatch.setattr(rl, "fault_point", real_fault_point)
+    memory = ["--gradient_checkpointing", "true", "--logprob_chunk_tokens", "2", "--micro_batch_size", "2"]
+    assert main(["train", "grpo", "--resume", str(run), *memory]) == 0
+    whole = tmp_path / "whole"
+    assert main(["train", "grpo", "--model", start_model, "--out", str(whole), *RL_RUN]) == 0
+    resumed, uninterrupted = (load_file(str(d / "model" / "model.safetensors")) for d in (run, whole))
+    # chunking rounds the head's sums differently, and AdamW divides by a gradient's running RMS, so
+    # a near-zero gradient's rounding can move its weight by a few percent of one step (lr 1e-4)
+    for name, tensor in uninterrupted.items():
+        torch.testing.assert_close(resumed[name], tensor, rtol=0, atol=1e-5)
+
+    def other_fault(name, step):
+        if name == "after_rollout":
+            raise RuntimeError("an unrelated bug")
+
+    monkeypatch.setattr(rl, "fault_point", other_fault)
+    with pytest.raises(RuntimeError, match="an unrelated bug"):  # anything else keeps its traceback
+        main(["train", "grpo", "--model", start_model, "--out", str(tmp_path / "bug"), *RL_RUN])

@@ -50,6 +50,12 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
                 if launched_rank() == 0:
                     print(f"lmpo: {_resume_hint(command, Path(cfg.resume or cfg.out))}", file=sys.stderr)
                 raise
+            except RuntimeError as err:  # torch.OutOfMemoryError is one, as is the CPU allocator's failure
+                advice = out_of_memory_advice(err, cfg, command)
+                if advice is None:
+                    raise
+                print(f"lmpo: error: {advice}", file=sys.stderr)
+                return 1
 
         if launched_rank() == 0:  # under torchrun, one summary line from rank 0
             acc = "n/a" if result.accuracy is None else f"{100 * result.accuracy:.1f}%"
@@ -68,6 +74,42 @@ def _resume_hint(command: str, out: Path) -> str:
         return (f"{out} has no complete checkpoint yet (they come every --save_every steps); "
                 f"`lmpo train {command} --resume {out}` starts it over with its options")
     return f"{out}: its newest complete checkpoint is {done[-1].name}; {_continue_with(command, out)}"
+
+
+def out_of_memory_advice(err: BaseException, cfg, command: str) -> str | None:
+    """For an allocation that failed (CUDA's out-of-memory error, or the CPU allocator's), one line:
+    what the allocator said, the options that make a step need less (first those `--resume`
+    accepts: they change how a step is computed, not what it trains), and where the run can be
+    continued from; else None."""
+    text = " ".join(str(err).split())
+    if "out of memory" not in text and "not enough memory" not in text:
+        return None
+    said = ". ".join(text.split(". ")[:3]).removesuffix(".")  # e.g. CUDA's: what, how much, how much was free
+    same_run, new_run = [], []
+    if not getattr(cfg, "gradient_checkpointing", True):
+        same_run.append("--gradient_checkpointing true")
+    if hasattr(cfg, "logprob_chunk_tokens") and not cfg.logprob_chunk_tokens:
+        same_run.append("--logprob_chunk_tokens 4096")
+    if hasattr(cfg, "micro_batch_tokens"):
+        same_run.append("--micro_batch_tokens N (or a smaller --micro_batch_size)")
+    elif hasattr(cfg, "batch_size"):
+        new_run.append(f"a smaller --batch_size (now {cfg.batch_size})")
+    if hasattr(cfg, "lora_r") and not cfg.lora_r:
+        new_run.append("--lora_r 16")
+    if getattr(cfg, "precision", "") == "fp32":
+        new_run.append("--precision bf16 where the device has it")
+    out = Path(cfg.resume or cfg.out)
+    line = f"out of memory ({said}); a step needs less with {', '.join(same_run) or 'a smaller model'}"
+    if same_run:
+        line += f", which `lmpo train {command} --resume {out}` accepts ({_newest(out)})"
+    return line + (f"; or, in a new run, with {', '.join(new_run)}" if new_run else "")
+
+
+def _newest(out: Path) -> str:
+    from lmpo.trainers.checkpoint import complete_checkpoints
+
+    done = complete_checkpoints(out)
+    return f"its newest complete checkpoint: {done[-1].name}" if done else "no complete checkpoint yet: it starts over"
 
 
 def _continue_with(command: str, out) -> str:

@@ -29,9 +29,12 @@ from lmpo.trainers.inputs import check_same_inputs, input_fingerprints
 
 MARKER = "COMPLETE"
 SHARDED = "sharded"  # an FSDP run's weights and optimizer state: a distributed checkpoint
-# Options that may differ between a run and its resumption without changing what it trains.
+# Options that may differ between a run and its resumption without changing what it trains: where
+# and how often it saves, and how a step is computed (threads, and the memory options that split
+# or recompute the same sums; these change only the float rounding, like the thread count).
 RESUME_MAY_CHANGE = frozenset({"out", "resume", "overwrite", "save_every", "keep_checkpoints", "threads", "log_every",
-                               "max_unscorable_steps", "reward_memory_mb"})
+                               "max_unscorable_steps", "reward_memory_mb", "gradient_checkpointing",
+                               "logprob_chunk_tokens", "micro_batch_size", "micro_batch_tokens"})
 
 
 @dataclass
