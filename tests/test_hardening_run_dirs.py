@@ -400,3 +400,24 @@ def test_out_of_memory_is_one_line_naming_what_needs_less_and_resume_accepts_it(
     monkeypatch.setattr(rl, "fault_point", other_fault)
     with pytest.raises(RuntimeError, match="an unrelated bug"):  # anything else keeps its traceback
         main(["train", "grpo", "--model", start_model, "--out", str(tmp_path / "bug"), *RL_RUN])
+
+
+def test_out_that_holds_a_saved_model_is_refused_before_anything_is_written(start_model, tmp_path, capsys):
+    """`--out` = `--model` overwrote the model's config.json with the run's options: the model
+    could no longer be loaded. A directory holding a model (or a LoRA adapter) is not a run's."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(start_model, model)
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    assert main(["train", "grpo", "--model", str(model), "--out", str(model), *RL_RUN]) == 2
+    assert _error(capsys) == (f"lmpo: error: --out {model}: holds a model (config.json of a llama model, "
+                              "model.safetensors), not a run; a run writes its own config.json, metrics and model/ "
+                              "there, which would break that model, so choose another --out")
+    assert main(["pipeline", "--out", str(model), "--threads", "1"]) == 2
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    assert main(["train", "sft", "--model", start_model, "--out", str(adapter), *SFT_RUN]) == 2
+    assert "holds a model (adapter_config.json)" in _error(capsys)

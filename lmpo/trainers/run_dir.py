@@ -3,7 +3,8 @@
 `open_run_dir(out, cfg, name)`:
 - checks the path: `--out` that is a file, a directory that cannot be created or written
   (read-only, permissions), and `--resume` of a directory that does not exist are one-line
-  `RunDirError`s naming the path and the cause;
+  `RunDirError`s naming the path and the cause; so is `--out` that holds a saved model (its
+  `config.json` would be overwritten by the run's), before anything is written there;
 - takes an exclusive lock (`RUN_DIR/.lock`, `fcntl.flock`) for the whole run: a second run on
   the same directory is refused, naming the process that holds it. The kernel releases the
   lock when its process dies, however it dies, so a lock left by a killed run never blocks
@@ -82,6 +83,10 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
         raise RunDirError(f"--resume {path}: " + ("not a directory" if path.exists() else "no such directory"))
     if path.exists() and not path.is_dir():
         raise RunDirError(f"{flag} {path}: exists and is not a directory")
+    if not resume and (model_files := _model_files(path)):
+        raise RunDirError(f"--out {path}: holds a model ({', '.join(model_files)}), not a run; a run writes its "
+                          f"own config.json, metrics and model/ there, which would break that model, so choose "
+                          f"another --out")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -100,6 +105,22 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
         run.close()
         raise
     return run
+
+
+def _model_files(path: Path) -> list[str]:
+    """The files that make `path` a saved model (Hugging Face or PEFT), not a run directory (a
+    run's own config.json holds its options, and its model sits in model/)."""
+    if not path.is_dir() or (path / RUN_RECORD).exists():
+        return []
+    found = [f.name for pattern in ("*.safetensors", "pytorch_model*.bin", "adapter_config.json")
+             for f in sorted(path.glob(pattern))]
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        config = None
+    if isinstance(config, dict) and "model_type" in config:
+        found.insert(0, f"config.json of a {config['model_type']} model")
+    return found[:3]
 
 
 def _clear_earlier_run(path: Path, name: str, overwrite: bool) -> None:
