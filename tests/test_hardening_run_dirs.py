@@ -421,3 +421,38 @@ def test_out_that_holds_a_saved_model_is_refused_before_anything_is_written(star
     (adapter / "adapter_config.json").write_text("{}")
     assert main(["train", "sft", "--model", start_model, "--out", str(adapter), *SFT_RUN]) == 2
     assert "holds a model (adapter_config.json)" in _error(capsys)
+
+
+def test_resume_refuses_a_model_rewritten_since_the_run_started(start_model, tmp_path, monkeypatch, capsys):
+    """A resumed run takes its reference (and a LoRA run its base) from --model: rewritten since
+    (an SFT run repeated into the same directory), the run would go on from other weights. Weights
+    are known by size and modification time, small files by their bytes; a copy that lost its
+    times is told how to give them back."""
+    import shlex
+    import shutil
+    import subprocess
+
+    import lmpo.trainers.inputs as inputs
+
+    monkeypatch.setattr(inputs, "SMALL_FILE", 100_000)  # the test model's weights (357 KB) count as large
+    model = tmp_path / "model"
+    shutil.copytree(start_model, model)
+    weights = model / "model.safetensors"
+    run = tmp_path / "sft"
+    flags = ["--model", str(model), *SFT_RUN[:-2], "--threads", "1"]
+    assert main(["train", "sft", "--out", str(run), *flags]) == 0
+    stamp = weights.stat().st_mtime_ns
+    os.utime(weights, ns=(stamp + 10**9, stamp + 10**9))  # as a copy without its times, or a new save
+    assert main(["train", "sft", "--resume", str(run), *flags]) == 2
+    line = _error(capsys)
+    assert line.startswith(f"lmpo: error: --resume {run}: --model {model} changed since the run started "
+                           "(model.safetensors was rewritten (a newer modification time)); the run would go on from "
+                           "other weights than its own (its reference model, a LoRA run's base). Restore that model; "
+                           "if the weights are the same (copied without their times), give them their times back: "
+                           "touch -d @")
+    subprocess.run(["touch", *shlex.split(line.split("give them their times back: touch ")[1])], check=True)
+    assert weights.stat().st_mtime_ns == stamp
+    assert main(["train", "sft", "--resume", str(run), *flags]) == 0
+    (model / "config.json").write_text((model / "config.json").read_text() + "\n")
+    assert main(["train", "sft", "--resume", str(run), *flags]) == 2
+    assert "(config.json has " in _error(capsys)

@@ -1,8 +1,14 @@
-"""What a run read, so that `--resume` continues on the same inputs: each data file named by an
-option, fingerprinted (size and SHA-256 of its bytes) when the run starts and kept in every
-checkpoint. The data order a checkpoint restores is a position in that file's rows; resumed
-over an edited file, the run would silently train on other examples than its schedule counts,
-so a changed file is refused like a changed option."""
+"""What a run read, so that `--resume` continues on the same inputs, fingerprinted when the run
+starts and kept in every checkpoint; a changed input is refused like a changed option.
+
+- Each data file named by an option (size and SHA-256 of its bytes). The data order a
+  checkpoint restores is a position in that file's rows; resumed over an edited file, the run
+  would silently train on other examples than its schedule counts.
+- Each model directory named by an option (`--model`, `--reward_model`): its small files'
+  SHA-256 (config, tokenizer) and its weight files' size and modification time (hashing
+  gigabytes at every start would cost more than it saves). A resumed run takes its reference
+  model, a LoRA run its base weights, from `--model`: rewritten since (an SFT run repeated into
+  the same directory, say), the run would silently go on from other weights."""
 
 from __future__ import annotations
 
@@ -12,6 +18,9 @@ from pathlib import Path
 
 DATA_OPTIONS = ("data", "heldout_data", "prompts", "eval_prompts", "ptx_data")
 """Options that name a file (JSONL, Parquet) or a `datasets` directory (`DIR::split`) to read."""
+MODEL_OPTIONS = ("model", "reward_model")
+"""Options that name a model: a local directory, or a preset's or hub's name (not fingerprinted)."""
+SMALL_FILE = 1 << 20  # hashed; larger files (weights) are known by size and modification time
 
 _CHUNK = 1 << 20
 _cache: dict[tuple, str] = {}  # (path, size, mtime_ns) -> digest: a resumed run hashes each file once
@@ -27,6 +36,10 @@ def input_fingerprints(cfg) -> dict[str, dict]:
         if value and path.exists():
             size, digest = _fingerprint(path)
             out[option] = {"path": value, "bytes": size, "sha256": digest}
+    for option in MODEL_OPTIONS:
+        value = getattr(cfg, option, "") or ""
+        if value and Path(value).is_dir():
+            out[option] = {"path": value, "files": _model_files(Path(value))}
     return out
 
 
@@ -35,14 +48,57 @@ def check_same_inputs(saved: dict | None, current: dict, run_dir: str | Path) ->
     checkpoints written before fingerprints were kept: nothing to compare)."""
     if saved is None:
         return
+    for option in MODEL_OPTIONS:
+        if option in saved and option in current:
+            _check_same_model(option, saved[option], current[option], run_dir)
     changed = [f"--{option} {now['path'] if now else old['path']}: {_describe(old)} then, {_describe(now)} now"
-               for option in sorted(saved.keys() | current.keys())
+               for option in sorted((saved.keys() | current.keys()) - set(MODEL_OPTIONS))
                for old, now in [(saved.get(option), current.get(option))]
                if (old or {}).get("sha256") != (now or {}).get("sha256")]
     if changed:
         raise ValueError(f"--resume {run_dir}: the run's data changed since it started ({'; '.join(changed)}); "
                          f"the checkpoint's place in the data would point at other rows. Restore the data, or "
                          f"start afresh on it with `--out {run_dir} --overwrite true` instead of --resume")
+
+
+def _check_same_model(option: str, saved: dict, current: dict, run_dir) -> None:
+    was, now = saved["files"], current["files"]
+    changed = {name: _file_change(was.get(name), now.get(name)) for name in sorted(was.keys() | now.keys())
+               if was.get(name) != now.get(name)}
+    if not changed:
+        return
+    hint = ""
+    if all(was.get(n) and now.get(n) and was[n]["bytes"] == now[n]["bytes"] and "mtime_ns" in was[n]
+           for n in changed):  # only times moved: perhaps copied without them
+        times = " ".join(f"-d @{was[n]['mtime_ns'] // 10**9}.{was[n]['mtime_ns'] % 10**9:09d} "
+                         f"{Path(saved['path']) / n}" for n in changed)
+        hint = f"; if the weights are the same (copied without their times), give them their times back: touch {times}"
+    listed = ", ".join(f"{name} {what}" for name, what in changed.items())
+    raise ValueError(f"--resume {run_dir}: --{option} {saved['path']} changed since the run started ({listed}); "
+                     f"the run would go on from other weights than its own (its reference model, a LoRA run's "
+                     f"base). Restore that model{hint}")
+
+
+def _file_change(was: dict | None, now: dict | None) -> str:
+    if was is None:
+        return "is new"
+    if now is None:
+        return "is gone"
+    if was["bytes"] != now["bytes"]:
+        return f"has {now['bytes']:,} bytes, had {was['bytes']:,}"
+    if "mtime_ns" in was:
+        return "was rewritten (a newer modification time)"
+    return "has other bytes"
+
+
+def _model_files(path: Path) -> dict[str, dict]:
+    files = {}
+    for file in sorted(path.iterdir()):
+        if file.is_file() and not file.name.startswith("."):
+            stat = file.stat()
+            files[file.name] = ({"bytes": stat.st_size, "sha256": _file_digest(file, stat)}
+                                if stat.st_size <= SMALL_FILE else {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+    return files
 
 
 def _describe(fingerprint: dict | None) -> str:
