@@ -4,6 +4,7 @@ model directory or hub id through the ordinary `from_pretrained` path."""
 from __future__ import annotations
 
 import errno
+import json
 from pathlib import Path
 
 import torch
@@ -19,14 +20,15 @@ def is_preset(name_or_path: str) -> bool:
     return name_or_path in PRESETS and not Path(name_or_path).exists()
 
 
-def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
-    """The embedded tokenizer for a preset name, else `AutoTokenizer.from_pretrained`.
+def load_tokenizer(name_or_path: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
+    """The embedded tokenizer for a preset name, else `AutoTokenizer.from_pretrained`
+    (`trust_remote_code`: run the Python code a model directory ships, see `_check_local_path`).
 
     A tokenizer without a pad token gets its EOS token as pad, the usual convention."""
     if is_preset(name_or_path):
         return build_char_tokenizer()
-    _check_local_path(name_or_path)
-    tok = AutoTokenizer.from_pretrained(name_or_path)
+    _check_local_path(name_or_path, trust_remote_code)
+    tok = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     if tok.pad_token is None:
         if tok.eos_token is None:
             raise ValueError(f"tokenizer at {name_or_path!r} has neither a pad nor an eos token")
@@ -53,7 +55,8 @@ def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
 
 def load_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int = 0,
                dtype: torch.dtype = torch.float32, keep_dropout: bool = True,
-               lora: LoraOptions | None = None, resume_adapter: str | None = None) -> PreTrainedModel:
+               lora: LoraOptions | None = None, resume_adapter: str | None = None,
+               trust_remote_code: bool = False) -> PreTrainedModel:
     """A fresh preset model (initialised from `seed`) or `AutoModelForCausalLM.from_pretrained`;
     `keep_dropout=False` disables its dropout (see `disable_dropout`).
 
@@ -63,19 +66,20 @@ def load_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int 
     disabled it is exactly the model loaded: the right reference for the next stage. With
     `lora.qlora` the base is loaded in 4-bit on the current CUDA GPU. `resume_adapter` (with `lora`)
     attaches the adapter saved in that directory, trainable, instead of a fresh one: resuming a
-    run, where `name_or_path` is the run's own starting model."""
+    run, where `name_or_path` is the run's own starting model. `trust_remote_code`: run the Python
+    code a model directory ships (refused otherwise, see `_check_local_path`)."""
     if resume_adapter is not None and lora is None:
         raise ValueError("resume_adapter needs lora options: it resumes a LoRA run")
-    model = _load_base(name_or_path, tokenizer, seed, dtype, quantize_4bit=lora is not None and lora.qlora)
+    model = _load_base(name_or_path, tokenizer, seed, dtype, lora is not None and lora.qlora, trust_remote_code)
     if not keep_dropout:
         disable_dropout(model)
     return model if lora is None else apply_lora(model, lora, resume_from=resume_adapter)
 
 
 def _load_base(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int, dtype: torch.dtype,
-               quantize_4bit: bool = False) -> PreTrainedModel:
+               quantize_4bit: bool = False, trust_remote_code: bool = False) -> PreTrainedModel:
     if is_adapter_dir(name_or_path):
-        base = _load_base(adapter_base_name(name_or_path), tokenizer, seed, dtype, quantize_4bit)
+        base = _load_base(adapter_base_name(name_or_path), tokenizer, seed, dtype, quantize_4bit, trust_remote_code)
         model = attach_adapter(base, name_or_path, trainable=False).merge_and_unload()
         model.name_or_path = str(Path(name_or_path).resolve())  # a next adapter names this one as its base
         return model
@@ -90,21 +94,43 @@ def _load_base(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int,
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         model.name_or_path = name_or_path  # an adapter on it names the preset (rebuilt from the same seed)
         return model
-    _check_local_path(name_or_path)
+    _check_local_path(name_or_path, trust_remote_code)
     if quantize_4bit:
         return AutoModelForCausalLM.from_pretrained(name_or_path, quantization_config=qlora_quantization_config(),
-                                                    dtype=torch.bfloat16, device_map={"": torch.cuda.current_device()})
-    return AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
+                                                    dtype=torch.bfloat16, device_map={"": torch.cuda.current_device()},
+                                                    trust_remote_code=trust_remote_code)
+    return AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, trust_remote_code=trust_remote_code)
 
 
-def _check_local_path(name_or_path: str) -> None:
-    """Fail clearly on a missing or non-model local directory instead of trying a model hub."""
+def _check_local_path(name_or_path: str, trust_remote_code: bool = False) -> None:
+    """Fail clearly on a missing or non-model local directory instead of trying a model hub, and
+    on a directory whose model or tokenizer is its own Python code (`auto_map`) unless
+    `trust_remote_code`: loading runs that code. (transformers would ask on the terminal, mid-run,
+    and again for every copy it loads.)"""
     path = Path(name_or_path)
     looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") >= 2
     if path.exists() and not (path / "config.json").exists() and not is_adapter_dir(path):
         raise FileNotFoundError(f"{path} is not a Hugging Face model directory: it has no config.json")
     if not path.exists() and looks_local:
         raise FileNotFoundError(f"model directory {path} does not exist (presets: {', '.join(PRESETS)})")
+    if not trust_remote_code and (code := remote_code(path)):
+        raise ValueError(f"{path} is a model with its own Python code ({', '.join(code)}); loading it runs that "
+                         f"code, which lmpo does only with --trust_remote_code true")
+
+
+def remote_code(path: Path) -> list[str]:
+    """The classes a model directory's `auto_map` points at in its own Python files."""
+    found = []
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            auto_map = json.loads((path / name).read_text()).get("auto_map") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        for target in auto_map.values():
+            for ref in target if isinstance(target, list) else [target]:
+                if isinstance(ref, str) and ref not in found:
+                    found.append(ref)
+    return found
 
 
 def load_model_and_tokenizer(name_or_path: str, seed: int = 0, dtype: torch.dtype = torch.float32):

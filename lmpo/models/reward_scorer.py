@@ -24,8 +24,10 @@ class RewardModelReward:
         """Load the model (on first use, so that a worker process, not the trainer, holds it)."""
         if self.model is not None:
             return
-        self.model = AutoModelForSequenceClassification.from_pretrained(self.path).eval().requires_grad_(False)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+        # never the terminal prompt transformers puts up for a model with its own code
+        self.model = AutoModelForSequenceClassification.from_pretrained(self.path, trust_remote_code=False)
+        self.model = self.model.eval().requires_grad_(False)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=False)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model.config.pad_token_id = self.tokenizer.pad_token_id

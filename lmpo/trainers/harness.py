@@ -72,6 +72,8 @@ class RunOptions:
     """Compile the model's RMSNorms and MLPs with torch.compile (inductor, dynamic shapes; attention stays eager): measured at most a few percent faster (README), seconds of compiling in the first step; needs a C++ compiler on the CPU. See lmpo/models/compile.py."""
     max_nonfinite_steps: int = 3
     """Stop with an error after this many consecutive steps whose loss or gradient was not finite (each is skipped)."""
+    trust_remote_code: bool = False
+    """Run the Python code a model directory ships (its config's `auto_map`) to load its model and tokenizer; without it such a model is refused. Only for code you have read: loading runs it. With the built-in engine (not vLLM)."""
     overwrite: bool = False
     """Start afresh in an --out that holds an interrupted run's checkpoints, deleting them; without it such a start is refused (continue that run with --resume). A finished run in --out is replaced either way."""
 
@@ -159,7 +161,8 @@ class Run:
     def load_policy(self, tokenizer, keep_dropout: bool = True) -> torch.nn.Module:
         """`cfg.model` loaded and prepared; with QLoRA the frozen base is loaded in 4 bits."""
         qlora = self.lora if self.lora is not None and self.lora.qlora else None
-        model = load_model(self.cfg.model, tokenizer, seed=self.cfg.seed, keep_dropout=keep_dropout, lora=qlora)
+        model = load_model(self.cfg.model, tokenizer, seed=self.cfg.seed, keep_dropout=keep_dropout, lora=qlora,
+                           trust_remote_code=self.cfg.trust_remote_code)
         return self.prepare(model)
 
     def prepare(self, model: torch.nn.Module, train_in_full: tuple[str, ...] = ()) -> torch.nn.Module:

@@ -73,10 +73,10 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     run = Run(cfg, "online_dpo")
     rank_by = watch_rewards(RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout,
                                                    cfg.reward_failure), run.out, cfg)
-    tokenizer = load_tokenizer(cfg.model)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
-    reference = None if cfg.loss == "simpo" else run.reference(policy, lambda: load_model(cfg.model, tokenizer,
-                                                                                           seed=cfg.seed))
+    reference = None if cfg.loss == "simpo" else run.reference(policy, lambda: load_model(
+        cfg.model, tokenizer, seed=cfg.seed, trust_remote_code=cfg.trust_remote_code))
     stream = PromptStream(task.train_problems(cfg.prompt_pool, cfg.seed), cfg.seed)
     sampler = torch.Generator().manual_seed(cfg.seed + SAMPLER_STRIDE * run.dist.rank)
     sampling = SamplingParams(cfg.temperature, 1.0, 0, cfg.max_new_tokens)

@@ -7,6 +7,10 @@ embedding for a position past it, and fails deep in its forward)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
 
 def model_context(model: str, tokenizer) -> int | None:
     """The model's context length (max_position_embeddings), read from its config only."""
@@ -20,8 +24,13 @@ def model_context(model: str, tokenizer) -> int | None:
         from transformers import AutoConfig
 
         try:
-            config = AutoConfig.from_pretrained(model)
-        except (OSError, ValueError):
+            config = AutoConfig.from_pretrained(model, trust_remote_code=False)
+        except ValueError:  # a config of the model's own code: its fields, as written
+            try:
+                config = SimpleNamespace(**json.loads((Path(model) / "config.json").read_text()))
+            except (OSError, ValueError, TypeError):
+                return None
+        except OSError:
             return None  # loading the model itself will say what is wrong
     return context_length(config)
 
@@ -51,7 +60,7 @@ def check_rl_inputs(cfg) -> None:
         return
     from lmpo.models import load_tokenizer
 
-    tokenizer = load_tokenizer(cfg.model)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
     for path, used, new_tokens, flag in ((cfg.prompts, True, cfg.max_new_tokens, "max_new_tokens"),
                                          (cfg.eval_prompts, cfg.eval_problems > 0, cfg.eval_max_new_tokens,
                                           "eval_max_new_tokens")):

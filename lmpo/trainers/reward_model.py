@@ -88,14 +88,15 @@ class RewardModelConfig(RunOptions):
         raise_if_any("reward model", problems)
 
 
-def load_reward_model(name_or_path: str, tokenizer, seed: int):
+def load_reward_model(name_or_path: str, tokenizer, seed: int, trust_remote_code: bool = False):
     if is_preset(name_or_path):
         config = preset_config(name_or_path, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id,
                                tokenizer.bos_token_id)
         config.num_labels = 1
         torch.manual_seed(seed)
         return AutoModelForSequenceClassification.from_config(config)
-    return AutoModelForSequenceClassification.from_pretrained(name_or_path, num_labels=1)
+    return AutoModelForSequenceClassification.from_pretrained(name_or_path, num_labels=1,
+                                                              trust_remote_code=trust_remote_code)
 
 
 def scores(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -147,8 +148,8 @@ def train_reward_model(cfg: RewardModelConfig) -> StageResult:
     cfg.validate()
     task = make_task(cfg.task)
     run = Run(cfg, "rm")
-    tokenizer = load_tokenizer(cfg.model)
-    model = load_reward_model(cfg.model, tokenizer, cfg.seed)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
+    model = load_reward_model(cfg.model, tokenizer, cfg.seed, cfg.trust_remote_code)
     model.config.pad_token_id = tokenizer.pad_token_id
     model = run.prepare(model, train_in_full=("score",))
     train_pairs, heldout = reward_model_pairs(cfg, task, tokenizer)

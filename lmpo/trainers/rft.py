@@ -223,7 +223,7 @@ def train_rft(cfg: RFTConfig) -> StageResult:
     task = make_task(cfg.task)
     rewards = watch_rewards(RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout,
                                                    cfg.reward_failure), run.out, cfg)
-    tokenizer = load_tokenizer(cfg.model)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
     policy = run.load_policy(tokenizer, keep_dropout=False)
     pool = task.train_problems(cfg.prompt_pool, cfg.seed)
     pool_index = {id(p): i for i, p in enumerate(pool)}

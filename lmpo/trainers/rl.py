@@ -58,10 +58,11 @@ def train_rl(cfg: RLConfig) -> StageResult:
     task = make_task(cfg.task)
     rewards = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
     rewards = watch_rewards(rewards, run.out, cfg)
-    tokenizer = load_tokenizer(cfg.model)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
     ptx = ptx_batches(cfg, task, tokenizer)  # PPO-ptx: None when ptx_coef is 0
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
-    reference = run.reference(policy, lambda: load_model(cfg.model, tokenizer, seed=cfg.seed)) if cfg.beta > 0 else None
+    reference = run.reference(policy, lambda: load_model(cfg.model, tokenizer, seed=cfg.seed,
+                                                          trust_remote_code=cfg.trust_remote_code)) if cfg.beta > 0 else None
     critic = make_critic(cfg, policy, tokenizer)
     critic = critic.to(run.device) if critic is not None else None
     parts = LossParts.from_config(cfg, run.trained(critic) if critic is not None else None)
@@ -280,7 +281,8 @@ def make_critic(cfg: RLConfig, policy, tokenizer):
     if cfg.critic == "head":
         return ValueHead(policy.config.hidden_size)
     if cfg.critic == "separate":
-        return ValueModel(load_model(cfg.model, tokenizer, seed=cfg.seed, keep_dropout=cfg.keep_dropout))
+        return ValueModel(load_model(cfg.model, tokenizer, seed=cfg.seed, keep_dropout=cfg.keep_dropout,
+                                      trust_remote_code=cfg.trust_remote_code))
     return None
 
 

@@ -227,7 +227,7 @@ def heldout_loss(run: Run, model, rows: torch.Tensor, batch_size: int) -> float:
 def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> StageResult:
     """`stopping`: (StopRule, held-out rows builder) for a stage that stops on its held-out loss."""
     run = Run(cfg, name)
-    tokenizer = load_tokenizer(cfg.model)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
     model = run.load_policy(tokenizer)
     model.train()
     batches, total_steps = prepare(tokenizer)
