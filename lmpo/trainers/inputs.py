@@ -87,7 +87,7 @@ def _file_change(was: dict | None, now: dict | None) -> str:
     if was["bytes"] != now["bytes"]:
         return f"has {now['bytes']:,} bytes, had {was['bytes']:,}"
     if "mtime_ns" in was:
-        return "was rewritten (a newer modification time)"
+        return "was rewritten (another modification time)"
     return "has other bytes"
 
 

@@ -1,0 +1,127 @@
+"""A resume continues on the same inputs, and a run stopped by memory says how to go on.
+
+- `--resume` compares the data files and model directories the run read with what is there now
+  (`lmpo.trainers.inputs`): an edited data file or a rewritten model is refused, naming it.
+- Out of memory, `lmpo train` names what the allocator said, the options that make a step need
+  less (those a resume accepts first) and the newest checkpoint; the resume with them ends where
+  an uninterrupted run ends, to float tolerance.
+
+Each test fails on the code before the change."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from lmpo.cli.main import main
+
+from hardening_common import RL_RUN, SFT_RUN, error_line as _error
+
+
+
+def test_resume_refuses_a_data_file_changed_since_the_run_started(start_model, tmp_path, capsys):
+    """The checkpoint keeps its place in the data as a position in the file's rows: resumed over
+    an edited file it would train on other examples, silently. The file's size and SHA-256 are
+    kept in every checkpoint and compared; restored, the run resumes."""
+    from lmpo.trainers.inputs import check_same_inputs
+
+    data = tmp_path / "demos.jsonl"
+    original = "".join(f'{{"prompt": "{i}=", "completion": "{i}"}}\n' for i in range(12))
+    data.write_text(original)
+    run = tmp_path / "sft"
+    flags = ["--model", start_model, "--data", str(data), "--batch_size", "4", "--epochs", "1", "--save_every", "1",
+             "--eval_problems", "0", "--threads", "1"]
+    assert main(["train", "sft", "--out", str(run), *flags]) == 0
+    data.write_text(original.replace('"5"', '"6"'))  # one answer edited: same size, other bytes
+    assert main(["train", "sft", "--resume", str(run), *flags]) == 2
+    line = _error(capsys)
+    assert f"--resume {run}: the run's data changed since it started (--data {data}: 436 bytes, sha256 " in line
+    assert line.endswith(f"Restore the data, or start afresh on it with `--out {run} --overwrite true` instead of "
+                         "--resume")
+    data.write_text(original)
+    assert main(["train", "sft", "--resume", str(run), *flags]) == 0
+    check_same_inputs(None, {"data": {"path": "x", "bytes": 1, "sha256": "0"}}, run)  # checkpoints of older lmpo
+
+
+def test_out_of_memory_is_one_line_naming_what_needs_less_and_resume_accepts_it(start_model, tmp_path,
+                                                                                 monkeypatch, capsys):
+    """CUDA's out-of-memory error was a long traceback; now one line: what the allocator said,
+    the options that make a step need less, and the resume that accepts them (they change how a
+    step is computed, not what it trains). The resumed run ends where an uninterrupted run with
+    the same options ends, to float tolerance."""
+    import torch
+    from safetensors.torch import load_file
+
+    import lmpo.trainers.rl as rl
+
+    said = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
+            "1.06 GiB is free. Including non-PyTorch memory, this process has 78.1 GiB memory in use.")
+    real_fault_point = rl.fault_point
+
+    def fault_point(name, step):
+        if name == "after_rollout" and step == 2:
+            raise torch.OutOfMemoryError(said)
+
+    monkeypatch.setattr(rl, "fault_point", fault_point)
+    run = tmp_path / "oom"
+    assert main(["train", "grpo", "--model", start_model, "--out", str(run), *RL_RUN]) == 1
+    assert _error(capsys) == (
+        "lmpo: error: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.19 GiB of which 1.06 GiB is free); a step needs less with --gradient_checkpointing true, "
+        "--logprob_chunk_tokens 4096, --micro_batch_tokens N (or a smaller --micro_batch_size), which "
+        f"`lmpo train grpo --resume {run}` accepts (its newest complete checkpoint: step_000001); or, in a new run, "
+        "with --lora_r 16")
+    monkeypatch.setattr(rl, "fault_point", real_fault_point)
+    memory = ["--gradient_checkpointing", "true", "--logprob_chunk_tokens", "2", "--micro_batch_size", "2"]
+    assert main(["train", "grpo", "--resume", str(run), *memory]) == 0
+    whole = tmp_path / "whole"
+    assert main(["train", "grpo", "--model", start_model, "--out", str(whole), *RL_RUN]) == 0
+    resumed, uninterrupted = (load_file(str(d / "model" / "model.safetensors")) for d in (run, whole))
+    # chunking rounds the head's sums differently, and AdamW divides by a gradient's running RMS, so
+    # a near-zero gradient's rounding can move its weight by a few percent of one step (lr 1e-4)
+    for name, tensor in uninterrupted.items():
+        torch.testing.assert_close(resumed[name], tensor, rtol=0, atol=1e-5)
+
+    def other_fault(name, step):
+        if name == "after_rollout":
+            raise RuntimeError("an unrelated bug")
+
+    monkeypatch.setattr(rl, "fault_point", other_fault)
+    with pytest.raises(RuntimeError, match="an unrelated bug"):  # anything else keeps its traceback
+        main(["train", "grpo", "--model", start_model, "--out", str(tmp_path / "bug"), *RL_RUN])
+
+
+def test_resume_refuses_a_model_rewritten_since_the_run_started(start_model, tmp_path, monkeypatch, capsys):
+    """A resumed run takes its reference (and a LoRA run its base) from --model: rewritten since
+    (an SFT run repeated into the same directory), the run would go on from other weights. Weights
+    are known by size and modification time, small files by their bytes; a copy that lost its
+    times is told how to give them back."""
+    import shlex
+    import shutil
+    import subprocess
+
+    import lmpo.trainers.inputs as inputs
+
+    monkeypatch.setattr(inputs, "SMALL_FILE", 100_000)  # the test model's weights (357 KB) count as large
+    model = tmp_path / "model"
+    shutil.copytree(start_model, model)
+    weights = model / "model.safetensors"
+    run = tmp_path / "sft"
+    flags = ["--model", str(model), *SFT_RUN[:-2], "--threads", "1"]
+    assert main(["train", "sft", "--out", str(run), *flags]) == 0
+    stamp = weights.stat().st_mtime_ns
+    os.utime(weights, ns=(stamp + 10**9, stamp + 10**9))  # as a copy without its times, or a new save
+    assert main(["train", "sft", "--resume", str(run), *flags]) == 2
+    line = _error(capsys)
+    assert line.startswith(f"lmpo: error: --resume {run}: --model {model} changed since the run started "
+                           "(model.safetensors was rewritten (another modification time)); the run would go on from "
+                           "other weights than its own (its reference model, a LoRA run's base). Restore that model; "
+                           "if the weights are the same (copied without their times), give them their times back: "
+                           "touch -d @")
+    subprocess.run(["touch", *shlex.split(line.split("give them their times back: touch ")[1])], check=True)
+    assert weights.stat().st_mtime_ns == stamp
+    assert main(["train", "sft", "--resume", str(run), *flags]) == 0
+    (model / "config.json").write_text((model / "config.json").read_text() + "\n")
+    assert main(["train", "sft", "--resume", str(run), *flags]) == 2
+    assert "(config.json has " in _error(capsys)
