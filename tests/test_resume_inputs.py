@@ -19,7 +19,6 @@ from lmpo.cli.main import main
 from hardening_common import RL_RUN, SFT_RUN, error_line as _error
 
 
-
 def test_resume_refuses_a_data_file_changed_since_the_run_started(start_model, tmp_path, capsys):
     """The checkpoint keeps its place in the data as a position in the file's rows: resumed over
     an edited file it would train on other examples, silently. The file's size and SHA-256 are

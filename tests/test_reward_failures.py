@@ -167,3 +167,31 @@ def _processes_with(marker: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def test_a_reward_model_that_is_not_one_is_refused_rather_than_scoring_noise(start_model, tmp_path, capsys):
+    """A causal LM given as --reward_model loaded as a sequence classifier with a freshly
+    initialised head, its warning silenced: rewards were noise and the run went on. Now the
+    config's architecture is checked before training, and a checkpoint without the head's
+    weights (a config that names no architecture) stops the run in one line when it loads."""
+    import shutil
+
+    from lmpo.cli.main import main
+
+    argv = ["train", "grpo", "--model", start_model, "--rewards", "rm=1.0", "--steps", "1", "--prompts_per_step", "2",
+            "--group_size", "2", "--max_new_tokens", "4", "--eval_problems", "0", "--threads", "1", "--save_every", "0"]
+    assert main([*argv, "--reward_model", start_model, "--out", str(tmp_path / "a")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"lmpo: error: reward_model {start_model!r} is a LlamaForCausalLM, not a reward model: loaded as one it would "
+        "score with an untrained head, so its rewards would be noise; give a directory written by `lmpo train rm` (or "
+        "any ...ForSequenceClassification model with one label)")
+    unnamed = tmp_path / "unnamed"
+    shutil.copytree(start_model, unnamed)
+    config = json.loads((unnamed / "config.json").read_text())
+    del config["architectures"]
+    (unnamed / "config.json").write_text(json.dumps(config))
+    assert main([*argv, "--reward_model", str(unnamed), "--out", str(tmp_path / "b")]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"lmpo: error: the worker for reward function rm ({unnamed}) could not start: ValueError: reward model "
+        f"{unnamed}: its checkpoint has no score.weight: loaded as a reward model it would score with an untrained "
+        "head; give a directory written by `lmpo train rm`")

@@ -9,6 +9,7 @@ may be None or NaN for a completion the function cannot judge; see `reward_runne
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -60,6 +61,7 @@ def reward_functions(weights: dict[str, float], reward_model: str = "") -> dict[
                 raise ValueError("reward 'rm' needs reward_model: the directory of a trained reward model")
             if not (Path(reward_model) / "config.json").is_file():
                 raise FileNotFoundError(f"reward_model {reward_model!r} is not a model directory (no config.json)")
+            _check_scoring_head(reward_model)
             from lmpo.models.reward_scorer import RewardModelReward
 
             fns[name] = RewardModelReward(reward_model)
@@ -68,6 +70,19 @@ def reward_functions(weights: dict[str, float], reward_model: str = "") -> dict[
         else:
             fns[name] = import_reward(name)
     return fns
+
+
+def _check_scoring_head(reward_model: str) -> None:
+    """A directory saved as another kind of model (a causal LM, say) loads as a sequence
+    classifier with a freshly initialised head: its rewards would be noise, with no error."""
+    try:
+        architectures = json.loads((Path(reward_model) / "config.json").read_text()).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return  # the loader says what is wrong with it
+    if architectures and not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+        raise ValueError(f"reward_model {reward_model!r} is a {architectures[0]}, not a reward model: loaded as one it "
+                         f"would score with an untrained head, so its rewards would be noise; give a directory "
+                         f"written by `lmpo train rm` (or any ...ForSequenceClassification model with one label)")
 
 
 def import_reward(path: str) -> RewardFn:

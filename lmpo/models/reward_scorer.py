@@ -20,13 +20,21 @@ class RewardModelReward:
         self.path, self.batch_size = path, batch_size
         self.model = self.tokenizer = None
 
+    def __repr__(self) -> str:
+        return f"rm ({self.path})"
+
     def setup(self) -> None:
         """Load the model (on first use, so that a worker process, not the trainer, holds it)."""
         if self.model is not None:
             return
         # never the terminal prompt transformers puts up for a model with its own code
-        self.model = AutoModelForSequenceClassification.from_pretrained(self.path, trust_remote_code=False)
-        self.model = self.model.eval().requires_grad_(False)
+        model, info = AutoModelForSequenceClassification.from_pretrained(self.path, trust_remote_code=False,
+                                                                           output_loading_info=True)
+        if info["missing_keys"]:  # e.g. a causal LM's checkpoint: the head would be freshly initialised
+            raise ValueError(f"reward model {self.path}: its checkpoint has no {', '.join(sorted(info['missing_keys'])[:3])}: "
+                             f"loaded as a reward model it would score with an untrained head; give a directory "
+                             f"written by `lmpo train rm`")
+        self.model = model.eval().requires_grad_(False)
         self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=False)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token

@@ -34,7 +34,12 @@ STARTUP_TIMEOUT_S = 300.0
 
 
 class RewardFailure(RuntimeError):
-    """A reward function failed and the failure policy is "error"."""
+    """A reward function failed and the failure policy is "error", or its worker could not start;
+    `function` names it (the reward's name in `--rewards`)."""
+
+    def __init__(self, message: str, function: str = "?"):
+        super().__init__(message)
+        self.function = function
 
 
 @dataclass
@@ -56,8 +61,8 @@ class _Worker:
 
     memory_mb, log_path = DEFAULT_MEMORY_MB, None  # the worker's memory limit; where its output goes
 
-    def __init__(self, fn: RewardFn):
-        self.fn, self.process, self.reader, self.writer = fn, None, None, None
+    def __init__(self, fn: RewardFn, name: str = "?"):
+        self.fn, self.name, self.process, self.reader, self.writer = fn, name, None, None, None
 
     def call(self, args: tuple, timeout_s: float) -> tuple[str, object]:
         if self.process is None or self.process.poll() is not None:
@@ -87,11 +92,12 @@ class _Worker:
         # the function's own start-up (imports, loading a reward model) is not charged to a call
         if not self.reader.poll(STARTUP_TIMEOUT_S):
             self.stop()
-            raise RuntimeError(f"the worker for reward function {self.fn!r} did not start within {STARTUP_TIMEOUT_S} s")
+            raise RewardFailure(f"the worker for reward function {self.fn!r} did not start within {STARTUP_TIMEOUT_S} s",
+                                self.name)
         status, detail = self.reader.recv()
         if status != "ready":
             self.stop()
-            raise RuntimeError(f"the worker for reward function {self.fn!r} could not start: {detail}")
+            raise RewardFailure(f"the worker for reward function {self.fn!r} could not start: {detail}", self.name)
 
     def stop(self) -> None:
         if self.process is not None:
@@ -120,7 +126,7 @@ class RewardRunner:
         if policy not in ("unscorable", "error"):
             raise ValueError(f"reward failure policy must be 'unscorable' or 'error', got {policy!r}")
         self.rewards, self.timeout_s, self.policy = rewards, timeout_s, policy
-        self._workers = {name: _Worker(fn) for name, (fn, _) in rewards.items()
+        self._workers = {name: _Worker(fn, name) for name, (fn, _) in rewards.items()
                          if timeout_s > 0 and name not in trusted}
         # workers also stop when the runner is garbage-collected or the interpreter exits,
         # e.g. after a trainer raised before reaching close()
@@ -152,7 +158,7 @@ class RewardRunner:
                 first = reason or getattr(values, "reason", None) or "returned None or a non-finite number"
                 if self.policy == "error":
                     raise RewardFailure(f"reward function {name!r} could not score the completion "
-                                        f"{completions[bad[0]]!r} of prompt {problems[bad[0]].prompt!r}: {first}")
+                                        f"{completions[bad[0]]!r} of prompt {problems[bad[0]].prompt!r}: {first}", name)
                 scores.failures[name], scores.reasons[name] = len(bad), first
                 valid[bad] = False
             scores.components[name] = torch.tensor([0.0 if v is None else v for v in values])

@@ -58,7 +58,7 @@ class WatchedRewards:
         try:
             scores = self.runner.score(task, problems, completions, terminated)
         except RewardFailure as err:  # reward_failure=error: recorded too, then stops the run
-            self._record(str(err).split("'")[1] if "'" in str(err) else "?", 1, len(problems), str(err))
+            self._record(err.function, 1, len(problems), str(err))
             raise
         for name, count in scores.failures.items():
             reason = scores.reasons.get(name, "")
