@@ -1,3 +1,4 @@
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -73,3 +74,19 @@ def test_a_directory_that_is_not_a_model_gives_a_clear_error(tmp_path):
     from lmpo.models import load_model, build_char_tokenizer
     with pytest.raises(FileNotFoundError, match="no config.json"):
         load_model(str(tmp_path), build_char_tokenizer())
+
+
+def test_a_checkpoint_missing_weights_of_the_causal_lm_is_refused(char_tokenizer, tmp_path):
+    """A reward model's directory (untied head) given as --model loaded as a causal LM whose
+    lm_head transformers initialised at random, its report silenced: the policy sampled noise."""
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    from lmpo.models import load_model
+
+    config = LlamaConfig(vocab_size=len(char_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=False, num_labels=1,
+                         pad_token_id=char_tokenizer.pad_token_id)
+    LlamaForSequenceClassification(config).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r": its checkpoint has no lm_head.weight, which would start from random "
+                                         r"values: it was saved as a LlamaForSequenceClassification, not a causal LM"):
+        load_model(str(tmp_path), char_tokenizer)

@@ -99,7 +99,15 @@ def _load_base(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int,
         return AutoModelForCausalLM.from_pretrained(name_or_path, quantization_config=qlora_quantization_config(),
                                                     dtype=torch.bfloat16, device_map={"": torch.cuda.current_device()},
                                                     trust_remote_code=trust_remote_code)
-    return AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, trust_remote_code=trust_remote_code)
+    model, info = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, trust_remote_code=trust_remote_code,
+                                                       output_loading_info=True)
+    if info["missing_keys"]:  # transformers initialises them at random, with a report lmpo keeps quiet
+        missing = sorted(info["missing_keys"])
+        architectures = getattr(model.config, "architectures", None) or ["another kind of model"]
+        raise ValueError(f"{name_or_path}: its checkpoint has no {', '.join(missing[:3])}"
+                         f"{f' (and {len(missing) - 3} more)' if len(missing) > 3 else ''}, which would start "
+                         f"from random values: it was saved as a {architectures[0]}, not a causal LM")
+    return model
 
 
 def _check_local_path(name_or_path: str, trust_remote_code: bool = False) -> None:
