@@ -314,3 +314,45 @@ def test_too_few_pairs_to_hold_out_is_a_clear_error(tmp_path, start_model, capsy
     path = write(tmp_path / "pairs.jsonl", _preference_rows(4)[1::2])
     assert main(["train", "rm", "--model", start_model, "--data", str(path), "--out", str(tmp_path / "rm")]) == 2
     assert "too few to hold out 500" in capsys.readouterr().err
+
+
+def test_encoding_through_the_fast_backend_gives_the_tokenizers_own_ids(char_tokenizer, tmp_path, capsys,
+                                                                        monkeypatch):
+    """Loading calls a fast tokenizer's backend directly (transformers' call cost ~10x the
+    encoding), checked against the tokenizer's own call on the first texts; a tokenizer whose
+    backend disagrees is encoded by its own call from then on. A long load says how far it is."""
+    from transformers import AutoTokenizer
+
+    import lmpo.envs.data.chat as chat
+    import lmpo.envs.data.records as records
+    from lmpo.envs.data import load_sft
+
+    char_tokenizer.save_pretrained(tmp_path / "tok")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    texts = ["31415=11345", "Hello, world!\n", "<eos> inside", ""]
+    assert [chat.encode(tokenizer, t) for t in texts] == [tokenizer(t, add_special_tokens=False).input_ids
+                                                          for t in texts]
+    assert tokenizer._lmpo_backend_encode == {"use": None, "checked": 4}
+
+    class Disagreeing:  # a backend that drops the last token
+        def encode(self, text, add_special_tokens):
+            return type("Encoding", (), {"ids": tokenizer(text, add_special_tokens=False).input_ids[:-1]})()
+
+    other = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    monkeypatch.setattr(type(other), "backend_tokenizer", property(lambda self: Disagreeing()))
+    assert chat.encode(other, "12345") == other(text="12345", add_special_tokens=False).input_ids
+    assert other._lmpo_backend_encode["use"] is False
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}=", "completion": f"{i}"}) + "\n" for i in range(3000)))
+    monkeypatch.setattr(records.LoadProgress, "__init__", _every_call(records.LoadProgress.__init__))
+    examples, _ = load_sft(data, tokenizer, max_length=64)
+    assert len(examples) == 3000
+    assert f"[data] {data}: tokenizing, 1,024 of 3,000 rows" in capsys.readouterr().err
+
+
+def _every_call(init):
+    def patched(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.every_s = 0.0
+    return patched

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -114,10 +116,29 @@ def read_records(path: str | Path) -> list[Record]:
     raise DataError(label, f"unsupported file type '{suffix or p.name}'; supported: {SUPPORTED}")
 
 
+class LoadProgress:
+    """A line on stderr every `every_s` seconds of a long load (`[data] FILE: what, done of
+    total unit`); nothing for a load that ends sooner."""
+
+    def __init__(self, label: str, what: str, total: int, unit: str, every_s: float = 10.0):
+        self.label, self.what, self.total, self.unit, self.every_s = label, what, total, unit, every_s
+        self.shown = time.monotonic()
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if now - self.shown >= self.every_s:
+            self.shown = now
+            print(f"[data] {self.label}: {self.what}, {done:,} of {self.total:,} {self.unit}", file=sys.stderr,
+                  flush=True)
+
+
 def _read_jsonl(path: Path, label: str) -> list[Record]:
     records = []
+    progress = LoadProgress(label, "reading", path.stat().st_size >> 20, "MB")
     with path.open("rb") as f:
         for line_no, raw in enumerate(f, start=1):
+            if line_no % 4096 == 0:
+                progress.update(f.tell() >> 20)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:

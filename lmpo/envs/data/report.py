@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Generic, Literal, TypeVar, get_args
 
-from lmpo.envs.data.records import DataError, Record, ShapeCheck, read_records
+from lmpo.envs.data.records import DataError, LoadProgress, Record, ShapeCheck, read_records
 
 Overlong = Literal["error", "skip", "truncate"]
 T = TypeVar("T")
@@ -65,7 +65,10 @@ def load_rows(path: str | Path, tokenizer, max_length: int, overlong: Overlong,
     report = LoadReport(str(path), "", len(records), 0, 0, 0, max_length=max_length, overlong=overlong,
                         limit_name=limit_name)
     examples = []
-    for rec in records:
+    progress = LoadProgress(str(path), "tokenizing", len(records), "rows")
+    for done, rec in enumerate(records):
+        if done % 1024 == 0:
+            progress.update(done)
         shape, field = fmt.shape(rec)
         shapes.check(rec, shape, field)
         least = fmt.least_tokens(rec, max_length, tokenizer)
