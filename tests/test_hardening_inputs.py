@@ -255,3 +255,33 @@ def test_the_error_policy_records_its_failure_too(start_model, tmp_path):
         train_rl(cfg)
     record = json.loads((tmp_path / "rl" / "reward_failures.jsonl").read_text().splitlines()[0])
     assert record["function"] == "reward_fns:raises" and "the grader crashed" in record["reason"]
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpo", "kto", "rm"])
+def test_logprob_chunks_are_refused_where_nothing_chunks(stage, start_model, tmp_path, capsys):
+    """`--logprob_chunk_tokens` was accepted and ignored outside RL, and the memory it promised to
+    save was not saved."""
+    argv = ["train", stage, "--model", start_model, "--out", str(tmp_path / stage), "--logprob_chunk_tokens", "8"]
+    assert main(argv) == 2
+    assert _error(capsys) == (f"lmpo: error: invalid {stage} config: logprob_chunk_tokens=8 is not used by {stage}: "
+                              "only RL's log-probs apply the output head in chunks")
+    assert not (tmp_path / stage).exists()
+
+
+def test_rl_chunks_the_reference_and_critic_forwards_too(start_model, tmp_path, monkeypatch):
+    """Only the update chunked: the reference forward (and a value head's) still built the whole
+    batch's full-vocabulary logits."""
+    import lmpo.trainers.rl as rl
+
+    seen = []
+    real = rl.completion_outputs
+
+    def recording(*args, **kwargs):
+        seen.append((kwargs.get("hidden", False), kwargs.get("chunk_tokens", 0)))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rl, "completion_outputs", recording)
+    for preset, extra in (("grpo", []), ("ppo", ["--critic", "head"])):
+        assert main(["train", preset, "--model", start_model, "--out", str(tmp_path / preset), *RL_RUN, *extra,
+                     "--logprob_chunk_tokens", "3"]) == 0
+    assert (False, 3) in seen and (True, 3) in seen and all(chunk == 3 for _, chunk in seen)

@@ -88,9 +88,9 @@ def out_of_memory_advice(err: BaseException, cfg, command: str) -> str | None:
     same_run, new_run = [], []
     if not getattr(cfg, "gradient_checkpointing", True):
         same_run.append("--gradient_checkpointing true")
-    if hasattr(cfg, "logprob_chunk_tokens") and not cfg.logprob_chunk_tokens:
-        same_run.append("--logprob_chunk_tokens 4096")
-    if hasattr(cfg, "micro_batch_tokens"):
+    if hasattr(cfg, "micro_batch_tokens"):  # RL: its log-probs chunk the head, its minibatches split
+        if not cfg.logprob_chunk_tokens:
+            same_run.append("--logprob_chunk_tokens 4096")
         same_run.append("--micro_batch_tokens N (or a smaller --micro_batch_size)")
     elif hasattr(cfg, "batch_size"):
         new_run.append(f"a smaller --batch_size (now {cfg.batch_size})")

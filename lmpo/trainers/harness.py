@@ -63,7 +63,7 @@ class RunOptions:
     qlora: bool = False
     """Load the frozen base in 4 bits (bitsandbytes on CUDA) under the LoRA adapter."""
     logprob_chunk_tokens: int = 0
-    """Apply the output head to at most this many completion tokens at a time (each chunk recomputed in the backward), so full-vocabulary logits never exist for a whole batch; 0 = all at once. One process only."""
+    """RL only: apply the output head to at most this many completion tokens at a time (each chunk recomputed in the backward), in the update and the reference and critic forwards, so full-vocabulary logits never exist for a whole batch; 0 = all at once. One process only."""
     fsdp: bool = False
     """With torchrun: shard weights, gradients and optimizer state over the processes (FSDP2 fully_shard) instead of replicating them (DDP); checkpoints become distributed checkpoints."""
     report_to: str = ""
@@ -136,7 +136,7 @@ class Run:
     validating the config, before any model loads."""
 
     def __init__(self, cfg, name: str):
-        raise_if_any(name, run_option_problems(cfg))
+        raise_if_any(name, run_option_problems(cfg, name))
         self.cfg, self.name = cfg, name
         self.started = time.perf_counter()
         self.out = Path(cfg.resume or cfg.out)

@@ -294,9 +294,11 @@ def old_log_probs_and_values(batch: Batch, reference, critic, policy, cfg: RLCon
     inputs = (on_device.prompt_ids, on_device.prompt_mask, on_device.completion_ids)
     if reference is not None:
         lengths = on_device.real_completion_lengths() if cfg.mask_observations else None  # packed when it pays
-        batch.ref_logprobs = completion_outputs(reference, *inputs, cfg.temperature, lengths=lengths).logprobs.float().cpu()
+        batch.ref_logprobs = completion_outputs(reference, *inputs, cfg.temperature, lengths=lengths,
+                                                chunk_tokens=cfg.logprob_chunk_tokens).logprobs.float().cpu()
     if isinstance(critic, ValueHead):
-        hidden = completion_outputs(policy, *inputs, cfg.temperature, hidden=True).hidden
+        hidden = completion_outputs(policy, *inputs, cfg.temperature, hidden=True,
+                                    chunk_tokens=cfg.logprob_chunk_tokens).hidden
         batch.old_values = critic(hidden).float().cpu()
     elif isinstance(critic, ValueModel):
         batch.old_values = critic(*inputs).float().cpu()
@@ -313,7 +315,8 @@ def train_on_observations(batch: Batch, scored, policy, cfg: RLConfig) -> None:
     if extra.any():
         device = next(policy.parameters()).device
         own = completion_outputs(policy, batch.prompt_ids.to(device), batch.prompt_mask.to(device),
-                                 batch.completion_ids.to(device), cfg.temperature).logprobs.float().cpu()
+                                 batch.completion_ids.to(device), cfg.temperature,
+                                 chunk_tokens=cfg.logprob_chunk_tokens).logprobs.float().cpu()
         batch.old_logprobs = torch.where(extra.bool(), own, batch.old_logprobs)
         batch.loss_mask = batch.loss_mask + extra
         if batch.tis_weights is not None:  # the added tokens were never sampled: no correction

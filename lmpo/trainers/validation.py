@@ -45,9 +45,15 @@ def reward_problems(cfg) -> list[str]:
     return problems
 
 
-def run_option_problems(cfg) -> list[str]:
+CHUNKED_TRAINERS = ("rl",)  # the trainers whose log-probs apply the output head in chunks
+
+
+def run_option_problems(cfg, trainer: str = "rl") -> list[str]:
     """The options every trainer shares (`RunOptions`): hardware, precision, LoRA, trackers."""
     problems = at_least(cfg, 0, "lora_r", "logprob_chunk_tokens") + at_least(cfg, 1, "max_nonfinite_steps")
+    if cfg.logprob_chunk_tokens and trainer not in CHUNKED_TRAINERS:
+        problems.append(f"logprob_chunk_tokens={cfg.logprob_chunk_tokens} is not used by {trainer}: only RL's "
+                        f"log-probs apply the output head in chunks")
     if cfg.precision not in ("auto", "fp32", "bf16"):
         problems.append(f"precision={cfg.precision!r} must be auto, fp32 or bf16")
     if cfg.lora_r and not cfg.lora_alpha > 0:
