@@ -67,13 +67,18 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
 
 def _resume_hint(command: str, out: Path) -> str:
     """What an interrupted `lmpo train` leaves, and how to go on from it."""
+    newest = _newest_checkpoint(out)
+    if newest is None:
+        return (f"{out} has no complete checkpoint yet (they come every --save_every steps); "
+                f"`lmpo train {command} --resume {out}` starts it over with its options")
+    return f"{out}: its newest complete checkpoint is {newest.name}; {_continue_with(command, out)}"
+
+
+def _newest_checkpoint(out: Path) -> Path | None:
     from lmpo.trainers.checkpoint import complete_checkpoints
 
     done = complete_checkpoints(out)
-    if not done:
-        return (f"{out} has no complete checkpoint yet (they come every --save_every steps); "
-                f"`lmpo train {command} --resume {out}` starts it over with its options")
-    return f"{out}: its newest complete checkpoint is {done[-1].name}; {_continue_with(command, out)}"
+    return done[-1] if done else None
 
 
 def out_of_memory_advice(err: BaseException, cfg, command: str) -> str | None:
@@ -101,15 +106,10 @@ def out_of_memory_advice(err: BaseException, cfg, command: str) -> str | None:
     out = Path(cfg.resume or cfg.out)
     line = f"out of memory ({said}); a step needs less with {', '.join(same_run) or 'a smaller model'}"
     if same_run:
-        line += f", which `lmpo train {command} --resume {out}` accepts ({_newest(out)})"
+        newest = _newest_checkpoint(out)
+        since = f"its newest complete checkpoint: {newest.name}" if newest else "no complete checkpoint yet: it starts over"
+        line += f", which `lmpo train {command} --resume {out}` accepts ({since})"
     return line + (f"; or, in a new run, with {', '.join(new_run)}" if new_run else "")
-
-
-def _newest(out: Path) -> str:
-    from lmpo.trainers.checkpoint import complete_checkpoints
-
-    done = complete_checkpoints(out)
-    return f"its newest complete checkpoint: {done[-1].name}" if done else "no complete checkpoint yet: it starts over"
 
 
 def _continue_with(command: str, out) -> str:

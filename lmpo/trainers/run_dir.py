@@ -83,7 +83,7 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
         raise RunDirError(f"--resume {path}: " + ("not a directory" if path.exists() else "no such directory"))
     if path.exists() and not path.is_dir():
         raise RunDirError(f"{flag} {path}: exists and is not a directory")
-    if not resume and (model_files := _model_files(path)):
+    if not resume and (model_files := _saved_model_files(path)):
         raise RunDirError(f"--out {path}: holds a model ({', '.join(model_files)}), not a run; a run writes its "
                           f"own config.json, metrics and model/ there, which would break that model, so choose "
                           f"another --out")
@@ -107,7 +107,7 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
     return run
 
 
-def _model_files(path: Path) -> list[str]:
+def _saved_model_files(path: Path) -> list[str]:
     """The files that make `path` a saved model (Hugging Face or PEFT), not a run directory (a
     run's own config.json holds its options, and its model sits in model/)."""
     if not path.is_dir() or (path / RUN_RECORD).exists():

@@ -48,7 +48,7 @@ def reward_problems(cfg) -> list[str]:
 CHUNKED_TRAINERS = ("rl",)  # the trainers whose log-probs apply the output head in chunks
 
 
-def run_option_problems(cfg, trainer: str = "rl") -> list[str]:
+def run_option_problems(cfg, trainer: str) -> list[str]:
     """The options every trainer shares (`RunOptions`): hardware, precision, LoRA, trackers."""
     problems = at_least(cfg, 0, "lora_r", "logprob_chunk_tokens") + at_least(cfg, 1, "max_nonfinite_steps")
     if cfg.logprob_chunk_tokens and trainer not in CHUNKED_TRAINERS:

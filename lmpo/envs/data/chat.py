@@ -45,9 +45,10 @@ def encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     ids = tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids
     if state["checked"] < CHECKED_CALLS:
         state["checked"] += 1
-        if ids != tokenizer(text, add_special_tokens=False).input_ids:
+        own = tokenizer(text, add_special_tokens=False).input_ids
+        if ids != own:
             state["use"] = False
-            return tokenizer(text, add_special_tokens=False).input_ids
+            return own
     return ids
 
 
