@@ -84,4 +84,11 @@ def prompts_within_context(cfg, path: str, tokenizer, new_tokens: int, flag: str
             raise ConfigError(f"invalid {what} config: {flag}={new_tokens} leaves no room for a prompt in the "
                               f"model's context of {context} tokens")
     exact = cfg.task.partition(":")[0] == "exact_match"
-    return load_prompts(path, tokenizer=tokenizer, require_answer=exact, max_prompt_tokens=limit, context=where)
+    unknown: dict = {}
+    problems = load_prompts(path, tokenizer=tokenizer, require_answer=exact, max_prompt_tokens=limit, context=where,
+                            unknown=unknown)
+    for field, consequence in (("prompt", "the model never sees it"),
+                               ("answer", "no completion can match those answers")):
+        if field in unknown and unknown[field].summary():
+            print(f"[{what.lower()}] {path}: warning: in the {field}s, {unknown[field].summary()}; {consequence}")
+    return problems

@@ -40,15 +40,24 @@ def encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     `CHECKED_CALLS` texts are encoded both ways, and any difference sends this tokenizer back to
     transformers' call for good, so no tokenizer's ids change."""
     state = _backend_state(tokenizer)
+    unknown = getattr(tokenizer, "_lmpo_unknown", None)  # see lmpo.envs.data.unknown
     if state["use"] is False:
-        return tokenizer(text, add_special_tokens=False).input_ids
-    ids = tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids
+        ids = tokenizer(text, add_special_tokens=False).input_ids
+        if unknown is not None:
+            unknown.note(tokenizer, text, ids)
+        return ids
+    encoding = tokenizer.backend_tokenizer.encode(text, add_special_tokens=False)
+    ids = encoding.ids
     if state["checked"] < CHECKED_CALLS:
         state["checked"] += 1
         own = tokenizer(text, add_special_tokens=False).input_ids
         if ids != own:
             state["use"] = False
+            if unknown is not None:
+                unknown.note(tokenizer, text, own)
             return own
+    if unknown is not None:
+        unknown.note(tokenizer, text, ids, encoding)
     return ids
 
 

@@ -13,22 +13,31 @@ from lmpo.envs.base import Problem
 from lmpo.envs.data import chat
 from lmpo.envs.data.records import DataError, Record, ShapeCheck, read_records, type_name
 from lmpo.envs.data.report import certainly_overlong
+from lmpo.envs.data.unknown import Unknown, counting_unknown, unknown_for
 
 
 def load_prompts(path: str | Path, *, prompt_field: str = "prompt", answer_field: str = "answer",
                  tokenizer: PreTrainedTokenizerBase | None = None, require_answer: bool = False,
-                 max_prompt_tokens: int | None = None, context: str = "") -> list[Problem]:
+                 max_prompt_tokens: int | None = None, context: str = "",
+                 unknown: dict[str, Unknown] | None = None) -> list[Problem]:
     """Problems from `path` (see `read_records`). The prompt field is a string, used as it
     is, or a list of messages rendered with `tokenizer`'s chat template and its generation
     prompt (all rows alike). `answer` is the answer field as a string (an integer is
     converted; absent or null gives "", or an error with `require_answer`). Every other column
     goes to `Problem.meta`. With `max_prompt_tokens` (and a tokenizer), a longer prompt is an
-    error naming its row (`context` says where the limit comes from)."""
+    error naming its row (`context` says where the limit comes from). With `unknown` (and a
+    tokenizer), the tokenizer's unknown tokens in the prompts are counted into its key
+    "prompt", and with `require_answer` those in the answers (text a completion can never
+    match) into "answer"."""
     records = read_records(path)
     if not records:
         raise DataError(path, "no rows")
     shapes = ShapeCheck()
     problems = []
+    counts = unknown if unknown is not None and tokenizer is not None else None
+    if counts is not None:
+        counts.setdefault("prompt", unknown_for(tokenizer))
+        counts.setdefault("answer", unknown_for(tokenizer))
     for rec in records:
         if max_prompt_tokens is not None and tokenizer is not None:
             least = certainly_overlong(rec, (prompt_field,), max_prompt_tokens, tokenizer)
@@ -36,15 +45,27 @@ def load_prompts(path: str | Path, *, prompt_field: str = "prompt", answer_field
                 raise rec.error(prompt_field, f"a prompt of at most {max_prompt_tokens} tokens{context}",
                                 f"at least {least} tokens")
         prompt = _prompt(rec, prompt_field, tokenizer, shapes)
-        if max_prompt_tokens is not None and tokenizer is not None:
-            n = len(tokenizer(prompt, add_special_tokens=False).input_ids)
-            if n > max_prompt_tokens:
+        if tokenizer is not None and (max_prompt_tokens is not None or counts is not None):
+            n = len(_encode_counting(tokenizer, prompt, counts and counts["prompt"], rec))
+            if max_prompt_tokens is not None and n > max_prompt_tokens:
                 raise rec.error(prompt_field, f"a prompt of at most {max_prompt_tokens} tokens{context}", f"{n} tokens")
         if require_answer:
             _required_answer(rec, answer_field)
+            if counts is not None:
+                _encode_counting(tokenizer, _answer(rec, answer_field), counts["answer"], rec)
         meta = {k: v for k, v in rec.fields.items() if k not in (prompt_field, answer_field)}
         problems.append(Problem(prompt, _answer(rec, answer_field), meta))
     return problems
+
+
+def _encode_counting(tokenizer, text: str, unknown: Unknown | None, rec: Record) -> list[int]:
+    if unknown is None:
+        return chat.encode(tokenizer, text)
+    before = unknown.tokens
+    with counting_unknown(tokenizer, unknown):
+        ids = chat.encode(tokenizer, text)
+    unknown.row(f"row {rec.row}", before)
+    return ids
 
 
 def _prompt(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase | None, shapes: ShapeCheck) -> str:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generic, Literal, TypeVar, get_args
 
 from lmpo.envs.data.records import DataError, LoadProgress, Record, ShapeCheck, read_records
+from lmpo.envs.data.unknown import Unknown, counting_unknown
 
 Overlong = Literal["error", "skip", "truncate"]
 T = TypeVar("T")
@@ -29,6 +30,8 @@ class LoadReport:
     overlong: str = "error"
     limit_name: str = ""
     """How messages name the length limit when it is not the `max_length` option (the model's context)."""
+    unknown: Unknown = field(default_factory=Unknown)
+    """The tokenizer's unknown tokens among the examples' tokens (text it cannot represent)."""
 
     @property
     def limit(self) -> str:
@@ -36,8 +39,10 @@ class LoadReport:
 
     def summary(self) -> str:
         decided = f" (field '{self.shape_field}')" if self.shape_field else ""
+        unknown = self.unknown.summary()
         return (f"{self.path}: {self.rows} rows, shape '{self.shape}'{decided}, kept {self.kept}; "
-                f"over {self.limit} ({self.overlong}): {self.skipped_overlong} skipped, {self.truncated} truncated")
+                f"over {self.limit} ({self.overlong}): {self.skipped_overlong} skipped, {self.truncated} truncated"
+                + (f"\n  warning: {unknown}; the model never sees it" if unknown else ""))
 
 
 @dataclass(frozen=True)
@@ -66,30 +71,41 @@ def load_rows(path: str | Path, tokenizer, max_length: int, overlong: Overlong,
                         limit_name=limit_name)
     examples = []
     progress = LoadProgress(str(path), "tokenizing", len(records), "rows")
-    for done, rec in enumerate(records):
-        if done % 1024 == 0:
-            progress.update(done)
-        shape, field = fmt.shape(rec)
-        shapes.check(rec, shape, field)
-        least = fmt.least_tokens(rec, max_length, tokenizer)
-        if least is not None and overlong != "truncate":
-            if overlong == "error":
-                raise overlong_before_tokenizing(rec, field, least, report.limit)
-            report.skipped_overlong += 1
-            continue
-        example = fmt.tokenize(rec, shape, tokenizer)
-        length = fmt.length(example)
-        if length > max_length:
-            if overlong == "error":
-                raise overlong_error(rec, field, length, report.limit)
-            example = fmt.truncate(example, max_length) if overlong == "truncate" else None
-            if example is None:
-                report.skipped_overlong += 1
-                continue
-            report.truncated += 1
-        examples.append(example)
+    with counting_unknown(tokenizer) as report.unknown:
+        for done, rec in enumerate(records):
+            if done % 1024 == 0:
+                progress.update(done)
+            example = _example(rec, tokenizer, max_length, overlong, fmt, shapes, report)
+            if example is not None:
+                examples.append(example)
     report.shape, report.shape_field, report.kept = shapes.shape or "", shapes.field, len(examples)
     return examples, finish(report)
+
+
+def _example(rec: Record, tokenizer, max_length: int, overlong: Overlong, fmt: RowFormat[T], shapes: ShapeCheck,
+             report: LoadReport) -> T | None:
+    """One row's example under the overlong policy (None: skipped), counted in `report`."""
+    shape, shape_field = fmt.shape(rec)
+    shapes.check(rec, shape, shape_field)
+    least = fmt.least_tokens(rec, max_length, tokenizer)
+    if least is not None and overlong != "truncate":
+        if overlong == "error":
+            raise overlong_before_tokenizing(rec, shape_field, least, report.limit)
+        report.skipped_overlong += 1
+        return None
+    unknown_before = report.unknown.tokens
+    example = fmt.tokenize(rec, shape, tokenizer)
+    report.unknown.row(f"row {rec.row}", unknown_before)
+    length = fmt.length(example)
+    if length > max_length:
+        if overlong == "error":
+            raise overlong_error(rec, shape_field, length, report.limit)
+        example = fmt.truncate(example, max_length) if overlong == "truncate" else None
+        if example is None:
+            report.skipped_overlong += 1
+            return None
+        report.truncated += 1
+    return example
 
 
 def check_options(max_length: int, overlong: str) -> None:
