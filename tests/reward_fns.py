@@ -41,6 +41,11 @@ def wrong_length(task, problems, completions, terminated):
     return [1.0] * (len(completions) + 1)
 
 
+def first_only(task, problems, completions, terminated):
+    """A likely bug: scores only the first completion (each one alone would seem right)."""
+    return [float(len(completions[0]))]
+
+
 def kills_itself(task, problems, completions, terminated):
     os._exit(3)
 

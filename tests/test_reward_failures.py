@@ -17,7 +17,8 @@ from lmpo.rollout.reward_runner import RewardFailure, RewardRunner
 from lmpo.trainers.rl import train_rl
 from lmpo.trainers.rl_config import RLConfig
 
-from reward_fns import half, hangs_on_seven, kills_itself, none_and_nan, raises, raises_on_seven, wrong_length
+from reward_fns import (first_only, half, hangs_on_seven, kills_itself, none_and_nan, raises, raises_on_seven,
+                        wrong_length)
 
 HERE = "reward_fns"  # a light module: a worker process imports it by name
 
@@ -73,9 +74,15 @@ def test_a_worker_that_dies_is_replaced():
             assert "died" in scores.reasons["r"]
 
 
-def test_a_reward_returning_the_wrong_number_of_scores_is_unscorable():
-    scores = _score(wrong_length, ["1", "2"])
-    assert scores.valid.tolist() == [False, False]
+@pytest.mark.parametrize("timeout_s", [5.0, 0.0], ids=["worker", "in-process"])
+@pytest.mark.parametrize("fn", [wrong_length, first_only])
+def test_a_reward_returning_the_wrong_number_of_scores_stops_under_either_policy(fn, timeout_s):
+    # not retried completion by completion: `first_only` would then seem to work, 64 calls a batch
+    for policy in ("unscorable", "error"):
+        with pytest.raises(RewardFailure, match=r"'r' returned \d scores? for 2 completions; a reward function "
+                                                r"returns one score per completion") as err:
+            _score(fn, ["1", "22"], timeout_s, policy)
+        assert (err.value.function, err.value.unscorable, err.value.kind) == ("r", 2, "count")
 
 
 def test_error_policy_names_the_prompt_and_the_function():
@@ -195,3 +202,13 @@ def test_a_reward_model_that_is_not_one_is_refused_rather_than_scoring_noise(sta
         f"lmpo: error: the worker for reward function rm ({unnamed}) could not start: ValueError: reward model "
         f"{unnamed}: its checkpoint has no score.weight: loaded as a reward model it would score with an untrained "
         "head; give a directory written by `lmpo train rm`")
+
+
+def test_a_wrong_count_is_recorded_as_its_own_kind(tmp_path):
+    from lmpo.trainers.reward_watch import FAILURES_FILE, WatchedRewards
+
+    runner = RewardRunner({"r": (first_only, 1.0)}, timeout_s=0.0)
+    with pytest.raises(RewardFailure):
+        WatchedRewards(runner, tmp_path, 3, 1024).score(TASK, PROBLEMS[:3], ["1", "2", "3"], [True] * 3)
+    (entry,) = [json.loads(line) for line in (tmp_path / FAILURES_FILE).read_text().splitlines()]
+    assert (entry["kind"], entry["unscorable"], entry["of"]) == ("count", 3, 3)

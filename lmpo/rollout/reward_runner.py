@@ -5,7 +5,9 @@ Each reward function runs in its own worker process, so that its timeout is enfo
 outside the call: when a call overruns, the parent kills the worker (and starts a fresh one
 for the next call); no cooperation from the function is needed. A call covers the whole batch;
 if it fails as a whole, every completion is retried alone (each with the same timeout), so
-one bad completion does not take its batch-mates down with it.
+one bad completion does not take its batch-mates down with it. A function that returns a number
+of scores other than the number of completions is broken, not unable to score one: that stops
+the run whatever the failure policy.
 
 `timeout_s=0` calls the functions in this process instead (no isolation, no timeout): exceptions
 and None/NaN are still caught, but a hang is not. Functions named in `trusted` (the package's own
@@ -34,12 +36,14 @@ STARTUP_TIMEOUT_S = 300.0
 
 
 class RewardFailure(RuntimeError):
-    """A reward function failed and the failure policy is "error", or its worker could not start;
-    `function` names it (the reward's name in `--rewards`)."""
+    """A reward function failed and the failure policy is "error", returned a wrong number of
+    scores, or its worker could not start; `function` names it (the reward's name in
+    `--rewards`), `unscorable` is how many completions it left unscored (0: not known), and
+    `kind` the failure's kind where the message alone does not say it."""
 
-    def __init__(self, message: str, function: str = "?"):
+    def __init__(self, message: str, function: str = "?", unscorable: int = 0, kind: str = ""):
         super().__init__(message)
-        self.function = function
+        self.function, self.unscorable, self.kind = function, unscorable, kind
 
 
 @dataclass
@@ -173,7 +177,11 @@ class RewardRunner:
             except Exception as err:  # noqa: BLE001
                 status, payload = "error", f"{type(err).__name__}: {err}"
         if status == "ok" and len(payload) != n:
-            status, payload = "error", f"returned {len(payload)} scores for {n} completions"
+            # not a completion it could not score but a broken contract: retrying the completions
+            # one by one would hide it (a function that always returns one score "works" alone)
+            raise RewardFailure(f"reward function {name!r} returned {len(payload)} score{'s' * (len(payload) != 1)} "
+                                f"for {n} completion{'s' * (n != 1)}; a reward function returns one score per "
+                                "completion, in the order of `completions`", name, unscorable=n, kind="count")
         if status != "ok":
             return [None] * n, str(payload)
         return payload, None

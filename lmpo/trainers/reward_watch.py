@@ -57,8 +57,8 @@ class WatchedRewards:
         self.rounds += 1
         try:
             scores = self.runner.score(task, problems, completions, terminated)
-        except RewardFailure as err:  # reward_failure=error: recorded too, then stops the run
-            self._record(err.function, 1, len(problems), str(err))
+        except RewardFailure as err:  # reward_failure=error or a wrong count: recorded too, then stops the run
+            self._record(err.function, err.unscorable or 1, len(problems), str(err), err.kind)
             raise
         for name, count in scores.failures.items():
             reason = scores.reasons.get(name, "")
@@ -75,8 +75,8 @@ class WatchedRewards:
                                 f"(first failures in {self.path})")
         return scores
 
-    def _record(self, name: str, count: int, total: int, reason: str) -> None:
-        entry = {"round": self.rounds, "function": name, "kind": failure_kind(reason), "unscorable": count,
+    def _record(self, name: str, count: int, total: int, reason: str, kind: str = "") -> None:
+        entry = {"round": self.rounds, "function": name, "kind": kind or failure_kind(reason), "unscorable": count,
                  "of": total, "reason": reason}
         try:
             with self.path.open("a") as f:
