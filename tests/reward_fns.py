@@ -41,6 +41,18 @@ def wrong_length(task, problems, completions, terminated):
     return [1.0] * (len(completions) + 1)
 
 
+def one_number(task, problems, completions, terminated):
+    return 1.0
+
+
+def a_dict(task, problems, completions, terminated):
+    return {"score": 1.0}
+
+
+def a_string(task, problems, completions, terminated):
+    return "11"
+
+
 def first_only(task, problems, completions, terminated):
     """A likely bug: scores only the first completion (each one alone would seem right)."""
     return [float(len(completions[0]))]

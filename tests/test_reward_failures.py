@@ -13,12 +13,13 @@ import torch
 
 from lmpo.algos import advantages_of_valid, groups_with_signal, grpo
 from lmpo.envs import make_task
+from lmpo.envs.reward_worker import as_scores
 from lmpo.rollout.reward_runner import RewardFailure, RewardRunner
 from lmpo.trainers.rl import train_rl
 from lmpo.trainers.rl_config import RLConfig
 
-from reward_fns import (first_only, half, hangs_on_seven, kills_itself, none_and_nan, raises, raises_on_seven,
-                        wrong_length)
+from reward_fns import (a_dict, a_string, first_only, half, hangs_on_seven, kills_itself, none_and_nan, one_number,
+                        raises, raises_on_seven, wrong_length)
 
 HERE = "reward_fns"  # a light module: a worker process imports it by name
 
@@ -82,7 +83,7 @@ def test_a_reward_returning_the_wrong_number_of_scores_stops_under_either_policy
         with pytest.raises(RewardFailure, match=r"'r' returned \d scores? for 2 completions; a reward function "
                                                 r"returns one score per completion") as err:
             _score(fn, ["1", "22"], timeout_s, policy)
-        assert (err.value.function, err.value.unscorable, err.value.kind) == ("r", 2, "count")
+        assert (err.value.function, err.value.unscorable, err.value.kind) == ("r", 2, "contract")
 
 
 def test_error_policy_names_the_prompt_and_the_function():
@@ -204,6 +205,23 @@ def test_a_reward_model_that_is_not_one_is_refused_rather_than_scoring_noise(sta
         "head; give a directory written by `lmpo train rm`")
 
 
+@pytest.mark.parametrize("timeout_s", [5.0, 0.0], ids=["worker", "in-process"])
+@pytest.mark.parametrize("fn, returned", [(one_number, r"returned 1\.0 \(float\), not a list of scores"),
+                                          (a_dict, r"returned \{'score': 1\.0\} \(dict\), not a list of scores"),
+                                          (a_string, r"returned '11' \(str\), not a list of scores")])
+def test_a_reward_returning_no_list_of_scores_stops_the_run(fn, returned, timeout_s):
+    with pytest.raises(RewardFailure, match=rf"'r' {returned}; a reward function returns one score per") as err:
+        _score(fn, ["1", "2"], timeout_s)
+    assert err.value.kind == "contract"
+
+
+def test_arrays_tensors_and_generators_of_scores_are_lists_of_scores():
+    import numpy as np
+
+    for values in (np.array([1.0, 2.0]), torch.tensor([1.0, 2.0]), (v for v in [1.0, 2.0])):
+        assert list(as_scores(values)) == [1.0, 2.0]
+
+
 def test_a_wrong_count_is_recorded_as_its_own_kind(tmp_path):
     from lmpo.trainers.reward_watch import FAILURES_FILE, WatchedRewards
 
@@ -211,4 +229,4 @@ def test_a_wrong_count_is_recorded_as_its_own_kind(tmp_path):
     with pytest.raises(RewardFailure):
         WatchedRewards(runner, tmp_path, 3, 1024).score(TASK, PROBLEMS[:3], ["1", "2", "3"], [True] * 3)
     (entry,) = [json.loads(line) for line in (tmp_path / FAILURES_FILE).read_text().splitlines()]
-    assert (entry["kind"], entry["unscorable"], entry["of"]) == ("count", 3, 3)
+    assert (entry["kind"], entry["unscorable"], entry["of"]) == ("contract", 3, 3)

@@ -63,7 +63,17 @@ class Scores(list):
     reason: str | None = None
 
 
+class NotScores(TypeError):
+    """A reward function returned something other than a list of scores (a number, a dict, a
+    string, None): a broken contract, not a completion it could not score."""
+
+
 def as_scores(values) -> Scores:
+    """`values` as scores, None for each one that is not a finite number; raises `NotScores` when
+    `values` is not a list (or array, or other iterable) of them."""
+    if (values is None or isinstance(values, (str, bytes, dict, numbers.Number)) or not hasattr(values, "__iter__")
+            or getattr(values, "ndim", 1) == 0):
+        raise NotScores(f"returned {_short(values)} ({type(values).__name__}), not a list of scores")
     out = Scores()
     for x in values:
         value, why = _number(x)
@@ -142,6 +152,8 @@ def serve(reader: Connection, writer: Connection) -> None:
             return
         try:
             reply = ("ok", as_scores(fn(*args)))
+        except NotScores as err:
+            reply = ("contract", str(err))
         except MemoryError as err:
             reply = ("error", f"memory: MemoryError over the worker's limit of {memory_mb} MB: {err}")
         except BaseException as err:  # noqa: BLE001 - anything the function does is reported, not fatal

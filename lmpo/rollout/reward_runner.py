@@ -5,9 +5,9 @@ Each reward function runs in its own worker process, so that its timeout is enfo
 outside the call: when a call overruns, the parent kills the worker (and starts a fresh one
 for the next call); no cooperation from the function is needed. A call covers the whole batch;
 if it fails as a whole, every completion is retried alone (each with the same timeout), so
-one bad completion does not take its batch-mates down with it. A function that returns a number
-of scores other than the number of completions is broken, not unable to score one: that stops
-the run whatever the failure policy.
+one bad completion does not take its batch-mates down with it. A function that returns something
+other than one score per completion (a number, a dict, a list of the wrong length) is broken,
+not unable to score one: that stops the run whatever the failure policy.
 
 `timeout_s=0` calls the functions in this process instead (no isolation, no timeout): exceptions
 and None/NaN are still caught, but a hang is not. Functions named in `trusted` (the package's own
@@ -28,7 +28,7 @@ from typing import Literal, Sequence
 import torch
 
 from lmpo.envs.base import Problem, Task
-from lmpo.envs.reward_worker import DEFAULT_MEMORY_MB, as_scores
+from lmpo.envs.reward_worker import DEFAULT_MEMORY_MB, NotScores, as_scores
 from lmpo.envs.rewards import REWARDS, RewardFn, parse_reward_weights, reward_functions
 
 FailurePolicy = Literal["unscorable", "error"]
@@ -174,14 +174,17 @@ class RewardRunner:
         else:
             try:
                 status, payload = "ok", as_scores(self.rewards[name][0](*args))
+            except NotScores as err:
+                status, payload = "contract", str(err)
             except Exception as err:  # noqa: BLE001
                 status, payload = "error", f"{type(err).__name__}: {err}"
         if status == "ok" and len(payload) != n:
+            status, payload = "contract", f"returned {len(payload)} score{'s' * (len(payload) != 1)} for {n} completion{'s' * (n != 1)}"
+        if status == "contract":
             # not a completion it could not score but a broken contract: retrying the completions
             # one by one would hide it (a function that always returns one score "works" alone)
-            raise RewardFailure(f"reward function {name!r} returned {len(payload)} score{'s' * (len(payload) != 1)} "
-                                f"for {n} completion{'s' * (n != 1)}; a reward function returns one score per "
-                                "completion, in the order of `completions`", name, unscorable=n, kind="count")
+            raise RewardFailure(f"reward function {name!r} {payload}; a reward function returns one score per "
+                                "completion, in the order of `completions`", name, unscorable=n, kind="contract")
         if status != "ok":
             return [None] * n, str(payload)
         return payload, None
