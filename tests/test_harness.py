@@ -140,3 +140,15 @@ def test_fsdp_without_torchrun_is_refused_before_the_run_directory_exists(start_
     with pytest.raises(ValueError, match="torchrun"):
         train_preference(PreferenceConfig(model=start_model, out=str(tmp_path / "f"), fsdp=True))
     assert not (tmp_path / "f").exists()
+
+
+def test_the_command_line_stops_on_repeated_nonfinite_steps_with_one_line_naming_the_learning_rate(
+        start_model, tmp_path, capsys):
+    from lmpo.cli.main import main
+
+    code = main(["train", "sft", "--model", start_model, "--out", str(tmp_path / "run"), "--lr", "1e6",
+                 "--demonstrations", "320", "--batch_size", "32", "--eval_problems", "0", "--threads", "1"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    (line,) = [line for line in err.splitlines() if line.startswith("lmpo: error:")]
+    assert "not finite in 3 consecutive steps" in line and "(--lr 1e+06): a lower --lr is the usual remedy" in line

@@ -19,8 +19,9 @@ def run_command(name: str) -> contextlib.AbstractContextManager:
 def runtime_errors() -> tuple[type[BaseException], ...]:
     """Evaluated only when an exception reaches `main` (the reward runner imports torch)."""
     from lmpo.rollout.reward_runner import RewardFailure
+    from lmpo.trainers.harness import NonFiniteUpdates
 
-    return (RewardFailure, OSError)
+    return (RewardFailure, NonFiniteUpdates, OSError)
 
 
 def one_line(err: BaseException) -> str:

@@ -78,6 +78,10 @@ class RunOptions:
     """Start afresh in an --out that holds an interrupted run's checkpoints, deleting them; without it such a start is refused (continue that run with --resume). A finished run in --out is replaced either way."""
 
 
+class NonFiniteUpdates(RuntimeError):
+    """`max_nonfinite_steps` consecutive steps had a non-finite loss or gradient, all skipped."""
+
+
 class Updater:
     """Turns losses into optimizer steps. A step whose loss or gradient norm is not finite never
     reaches the weights: its gradients are dropped and it is counted; `patience` consecutive
@@ -120,9 +124,13 @@ class Updater:
         its own steps, e.g. RL steps of several updates)."""
         streak = self.streak if streak is None else streak
         if streak >= self.patience:
-            raise RuntimeError(f"[{self.where}] step {step}: the loss or gradients were not finite in {streak} "
-                               f"consecutive {self.unit}; every update was skipped, so the weights are unchanged "
-                               f"since step {step - streak}")
+            lr = self.optimizer.param_groups[0]["lr"]
+            peak = (getattr(self.scheduler, "base_lrs", None) or [lr])[0]
+            raise NonFiniteUpdates(f"[{self.where}] step {step}: the loss or gradients were not finite in {streak} "
+                                   f"consecutive {self.unit}; every update was skipped, so the weights are unchanged "
+                                   f"since step {step - streak}. The learning rate was {lr:g} (--lr {peak:g}): a "
+                                   "lower --lr is the usual remedy (the metrics file's rows show where the loss left "
+                                   "the finite range)")
 
     def state(self) -> dict:
         return {"skipped_updates": self.skipped, "nonfinite_streak": self.streak}
