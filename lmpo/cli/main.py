@@ -6,6 +6,7 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from lmpo.cli.config import ConfigError, add_arguments, build
@@ -295,11 +296,30 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _plain_lmpo_warnings() -> None:
+    """lmpo's own warnings (a metrics file's truncated last line, ...) as one `lmpo: warning:` line,
+    not Python's file, line number and source line; other libraries' warnings stay as they are."""
+    package = str(Path(__file__).resolve().parent.parent) + os.sep
+    default = warnings.showwarning
+    if getattr(default, "lmpo", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if str(filename).startswith(package):
+            print(f"lmpo: warning: {message}", file=file or sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    show.lmpo = True
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
     flags = {k: v for k, v in vars(args).items() if k not in ("func", "config_cls", "command", "stage", "config", "run_dir")}
     _quiet_transformers()
+    _plain_lmpo_warnings()
     try:
         return args.func(args, flags)
     except (ConfigError, ValueError, FileNotFoundError, RunDirError) as err:

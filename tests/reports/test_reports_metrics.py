@@ -70,3 +70,13 @@ def test_ema_and_align() -> None:
     assert smoothed[0] == 0.0 and 0.0 < smoothed[1] < smoothed[2] < smoothed[3] < 10.0
     assert ema([]) == []
     assert align(([1.0, 3.0], [5.0, 7.0]), [1.0, 2.0, 3.0]) == [5.0, 0.0, 7.0]
+
+
+def test_the_command_line_says_lmpos_own_warnings_in_one_line(tmp_path: Path, capsys) -> None:
+    from lmpo.cli.main import main
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "loss": 0.5}\n{"step": 3, "lo')
+    assert main(["report", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert f"lmpo: warning: {tmp_path / 'metrics.jsonl'}: line 3: skipping truncated last line" in err
+    assert "RuntimeWarning" not in err and "read_metrics(" not in err
