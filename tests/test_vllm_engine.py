@@ -135,3 +135,33 @@ def test_availability_is_read_without_importing_vllm(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert vllm_availability() == VLLMAvailability(False, False, "")
+
+
+def test_trust_remote_code_reaches_vllm(monkeypatch, tiny_llama, char_tokenizer, tmp_path):
+    """A model with its own code that the trainer loaded with --trust_remote_code is loaded the
+    same way by vLLM (a stand-in `vllm` module records what `LLM` is given)."""
+    import sys
+
+    import lmpo.rollout.vllm_engine as vllm_engine
+
+    made = []
+    fake = SimpleNamespace(__version__="0.11.0", LLM=lambda **kwargs: made.append(kwargs) or SimpleNamespace())
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    vllm_engine.VLLMEngine(str(tmp_path), char_tokenizer, trust_remote_code=True)
+    vllm_engine.VLLMEngine(str(tmp_path), char_tokenizer)
+    assert [m["trust_remote_code"] for m in made] == [True, False]
+
+    given = []
+
+    class Recording:
+        def __init__(self, model_dir, tokenizer, **kwargs):
+            given.append(kwargs)
+
+        def sync_weights(self, model):
+            pass
+
+    monkeypatch.setattr(vllm_engine, "VLLMEngine", Recording)
+    tiny_llama.save_pretrained(tmp_path / "m")
+    make_engine("vllm", tiny_llama, char_tokenizer, str(tmp_path / "m"), availability=VLLMAvailability(True, True, "0.11.0"),
+                trust_remote_code=True, log=lambda line: None)
+    assert given[0]["trust_remote_code"] is True

@@ -76,10 +76,11 @@ def make_engine(kind: str, model: torch.nn.Module, tokenizer, model_dir: str | N
                 generator: torch.Generator | None = None, seed: int = 0, trainer_device: str = "",
                 gpu_memory_utilization: float = 0.3, dtype: str = "auto", enable_lora: bool = False,
                 max_model_len: int | None = None, log: Callable[[str], None] = print,
-                availability: VLLMAvailability | None = None) -> Engine:
+                availability: VLLMAvailability | None = None, trust_remote_code: bool = False) -> Engine:
     """The engine for `kind` (auto, local or vllm). vLLM loads `model_dir` (the directory the
     trainer's model came from); without one, the current model is saved to a temporary
-    directory for it. The caller syncs the trainer's weights after every update."""
+    directory for it. The caller syncs the trainer's weights after every update.
+    `trust_remote_code` lets vLLM run the code a model directory ships, as the trainer did."""
     chosen, message = choose_engine(kind, availability or vllm_availability(), trainer_device)
     if message:
         log(message)
@@ -94,7 +95,7 @@ def make_engine(kind: str, model: torch.nn.Module, tokenizer, model_dir: str | N
         model.save_pretrained(model_dir)
         tokenizer.save_pretrained(model_dir)
     engine = VLLMEngine(model_dir, tokenizer, gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, seed=seed,
-                        enable_lora=enable_lora, max_model_len=max_model_len)
+                        enable_lora=enable_lora, max_model_len=max_model_len, trust_remote_code=trust_remote_code)
     # the directory holds the starting weights; a resumed or adapted policy has others
     engine.sync_weights(model)
     return engine

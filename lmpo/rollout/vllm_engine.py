@@ -159,7 +159,7 @@ class VLLMEngine:
 
     def __init__(self, model_dir: str, tokenizer, *, gpu_memory_utilization: float = 0.3, dtype: str = "auto",
                  seed: int = 0, enable_lora: bool = False, max_lora_rank: int = 64, max_model_len: int | None = None,
-                 enforce_eager: bool = False):
+                 enforce_eager: bool = False, trust_remote_code: bool = False):
         # V1 runs its engine core in a subprocess by default; in this process the model is reachable
         # for weight loading without serialising tensors
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -172,7 +172,7 @@ class VLLMEngine:
         self._lora, self._lora_dirs, self._syncs = None, [], 0
         kwargs = dict(model=str(model_dir), dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
                       enable_prefix_caching=True, skip_tokenizer_init=True, enforce_eager=enforce_eager,
-                      max_model_len=max_model_len, enable_lora=enable_lora)
+                      max_model_len=max_model_len, enable_lora=enable_lora, trust_remote_code=trust_remote_code)
         if enable_lora:
             kwargs["max_lora_rank"] = max_lora_rank
         self.processed_logprobs = True

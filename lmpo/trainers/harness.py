@@ -73,7 +73,7 @@ class RunOptions:
     max_nonfinite_steps: int = 3
     """Stop with an error after this many consecutive steps whose loss or gradient was not finite (each is skipped)."""
     trust_remote_code: bool = False
-    """Run the Python code a model directory ships (its config's `auto_map`) to load its model and tokenizer; without it such a model is refused. Only for code you have read: loading runs it. With the built-in engine (not vLLM)."""
+    """Run the Python code a model directory ships (its config's `auto_map`) to load its model and tokenizer; without it such a model is refused. Only for code you have read: loading runs it. vLLM, where it samples, is given it too."""
     overwrite: bool = False
     """Start afresh in an --out that holds an interrupted run's checkpoints, deleting them; without it such a start is refused (continue that run with --resume). A finished run in --out is replaced either way."""
 

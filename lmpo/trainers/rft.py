@@ -231,7 +231,7 @@ def train_rft(cfg: RFTConfig) -> StageResult:
     sampler = torch.Generator().manual_seed(cfg.seed)
     engine = make_engine(cfg.engine, run.plain(policy), tokenizer, cfg.model, generator=sampler, seed=cfg.seed,
                          trainer_device=str(run.device), gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-                         enable_lora=run.lora is not None, log=run.say)
+                         enable_lora=run.lora is not None, log=run.say, trust_remote_code=cfg.trust_remote_code)
     external = not samples_with_trainer_forward(engine)
     sampling = SamplingParams(cfg.temperature, 1.0, 0, cfg.max_new_tokens)
     runner = EpisodeRunner.for_task(task, run.plain(policy), tokenizer, sampling, generator=sampler, engine=engine)

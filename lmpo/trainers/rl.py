@@ -75,7 +75,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     sampling = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
     engine = make_engine(cfg.engine, run.plain(policy), tokenizer, cfg.model, generator=sampler, seed=cfg.seed,
                          trainer_device=str(run.device), gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-                         enable_lora=run.lora is not None, log=run.say)
+                         enable_lora=run.lora is not None, log=run.say, trust_remote_code=cfg.trust_remote_code)
     external = not samples_with_trainer_forward(engine)  # a sampler whose log-probs are not the trainer's
     probe_ids = default_probe_ids(tokenizer)
     runner = EpisodeRunner.for_task(task, run.plain(policy), tokenizer, sampling, generator=sampler,
