@@ -120,6 +120,9 @@ def test_adapter_saves_alone_and_merged_and_starts_a_next_stage(base_name, char_
     as_plain = load_model(str(out), tok, seed=2)  # a full fine-tune starting from the adapter run
     assert not is_peft_model(as_plain)
     torch.testing.assert_close(_logprobs(as_plain, batch), trained, atol=1e-5, rtol=0)
+    assert all(p.requires_grad for p in as_plain.parameters())  # merged, every weight trains again
+    _train_step(as_plain.train(), batch)
+    assert (_logprobs(as_plain.eval(), batch) - trained).abs().max() > 1e-2
 
     stage2 = load_model(str(out), tok, seed=2, lora=OPTS)  # a fresh adapter over the merged stage-1 model
     torch.testing.assert_close(reference_logprobs(stage2, *batch), trained, atol=1e-5, rtol=0)

@@ -124,3 +124,23 @@ def test_resume_refuses_a_model_rewritten_since_the_run_started(start_model, tmp
     (model / "config.json").write_text((model / "config.json").read_text() + "\n")
     assert main(["train", "sft", "--resume", str(run), *flags]) == 2
     assert "(config.json has " in _error(capsys)
+
+
+def test_resume_refuses_a_changed_base_under_an_adapter_given_as_the_model(start_model, tmp_path, capsys):
+    """An adapter directory as --model is read on top of the base model it names: a base
+    rewritten since the run started is refused too, named as the adapter's base."""
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(start_model, base)
+    assert main(["train", "sft", "--model", str(base), "--out", str(tmp_path / "lora"), "--lora_r", "4",
+                 *SFT_RUN]) == 0
+    adapter = tmp_path / "lora" / "model"
+    assert (adapter / "adapter_config.json").is_file()
+    run = tmp_path / "sft"
+    flags = ["--model", str(adapter), *SFT_RUN]
+    assert main(["train", "sft", "--out", str(run), *flags]) == 0
+    (base / "config.json").write_text((base / "config.json").read_text() + "\n")
+    assert main(["train", "sft", "--resume", str(run), *flags]) == 2
+    assert _error(capsys).startswith(f"lmpo: error: --resume {run}: the base model {base} of the adapter given as "
+                                     f"--model changed since the run started (config.json has ")

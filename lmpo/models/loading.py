@@ -82,7 +82,9 @@ def _load_base(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int,
         base = _load_base(adapter_base_name(name_or_path), tokenizer, seed, dtype, quantize_4bit, trust_remote_code)
         model = attach_adapter(base, name_or_path, trainable=False).merge_and_unload()
         model.name_or_path = str(Path(name_or_path).resolve())  # a next adapter names this one as its base
-        return model
+        # an ordinary model now, trainable as one loaded from a full checkpoint (the adapter's base was
+        # frozen under it, and merging keeps that: a full fine-tuning stage had nothing to train)
+        return model.requires_grad_(True)
     if is_preset(name_or_path):
         if quantize_4bit:
             raise ValueError(f"QLoRA quantises a pretrained base; preset {name_or_path!r} is built fresh, use plain LoRA")

@@ -8,11 +8,13 @@ starts and kept in every checkpoint; a changed input is refused like a changed o
   SHA-256 (config, tokenizer) and its weight files' size and modification time (hashing
   gigabytes at every start would cost more than it saves). A resumed run takes its reference
   model, a LoRA run its base weights, from `--model`: rewritten since (an SFT run repeated into
-  the same directory, say), the run would silently go on from other weights."""
+  the same directory, say), the run would silently go on from other weights. A LoRA adapter's
+  directory given as a model is read on top of the base model it names: that one too."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -40,7 +42,23 @@ def input_fingerprints(cfg) -> dict[str, dict]:
         value = getattr(cfg, option, "") or ""
         if value and Path(value).is_dir():
             out[option] = {"path": value, "files": _model_files(Path(value))}
+            base = _adapter_base(Path(value))
+            if base is not None:  # a LoRA adapter's directory: its weights sit on this base's
+                out[f"{option} base"] = {"path": str(base), "files": _model_files(base)}
     return out
+
+
+def _adapter_base(path: Path) -> Path | None:
+    """The local base model directory an adapter directory names (relative to the adapter's
+    directory or the working directory, as loading resolves it), else None."""
+    try:
+        base = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(base, str) or not base:
+        return None
+    found = [candidate for candidate in (Path(base), path / base) if candidate.is_dir()]
+    return found[0] if found else None
 
 
 def check_same_inputs(saved: dict | None, current: dict, run_dir: str | Path) -> None:
@@ -48,11 +66,12 @@ def check_same_inputs(saved: dict | None, current: dict, run_dir: str | Path) ->
     checkpoints written before fingerprints were kept: nothing to compare)."""
     if saved is None:
         return
-    for option in MODEL_OPTIONS:
+    models = {key for key, value in (saved | current).items() if "files" in value}
+    for option in sorted(models):
         if option in saved and option in current:
             _check_same_model(option, saved[option], current[option], run_dir)
     changed = [f"--{option} {now['path'] if now else old['path']}: {_describe(old)} then, {_describe(now)} now"
-               for option in sorted((saved.keys() | current.keys()) - set(MODEL_OPTIONS))
+               for option in sorted((saved.keys() | current.keys()) - models)
                for old, now in [(saved.get(option), current.get(option))]
                if (old or {}).get("sha256") != (now or {}).get("sha256")]
     if changed:
@@ -74,7 +93,10 @@ def _check_same_model(option: str, saved: dict, current: dict, run_dir) -> None:
                          f"{Path(saved['path']) / n}" for n in changed)
         hint = f"; if the weights are the same (copied without their times), give them their times back: touch {times}"
     listed = ", ".join(f"{name} {what}" for name, what in changed.items())
-    raise ValueError(f"--resume {run_dir}: --{option} {saved['path']} changed since the run started ({listed}); "
+    named = f"--{option} {saved['path']}"
+    if option.endswith(" base"):
+        named = f"the base model {saved['path']} of the adapter given as --{option.removesuffix(' base')}"
+    raise ValueError(f"--resume {run_dir}: {named} changed since the run started ({listed}); "
                      f"the run would go on from other weights than its own (its reference model, a LoRA run's "
                      f"base). Restore that model{hint}")
 
