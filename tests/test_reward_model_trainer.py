@@ -63,3 +63,37 @@ def test_rm_reward_without_a_model_directory_is_a_clear_error(tmp_path):
 
     with pytest.raises(ValueError, match="reward 'rm' needs reward_model"):
         train_rl(RLConfig(model="tiny", rewards="rm=1.0", out=str(tmp_path / "x")))
+
+
+def test_a_lora_reward_model_scores_from_its_adapter_as_merged(tmp_path, tiny_llama, char_tokenizer):
+    """`lmpo train rm --lora_r N` writes the adapter (its score head included) as model/: given as
+    --reward_model it loads on its base and scores as the merged copy does; it used to be
+    refused as "not a model directory"."""
+    from lmpo.envs.rewards import reward_functions
+    from lmpo.models.reward_scorer import RewardModelReward
+
+    start = tmp_path / "start"
+    tiny_llama.save_pretrained(start)
+    char_tokenizer.save_pretrained(start)
+    assert main(["train", "rm", "--model", str(start), "--out", str(tmp_path / "rm"), "--pairs", "32",
+                 "--heldout_pairs", "8", "--epochs", "1", "--batch_size", "16", "--threads", "1", "--lora_r", "4",
+                 "--lora_merge", "true"]) == 0
+    adapter = tmp_path / "rm" / "model"
+    assert (adapter / "adapter_config.json").is_file() and not (adapter / "config.json").exists()
+    task = SortDigits()
+    problems = [task.make("3141"), task.make("2718")]
+    completions, ended = ["1134", "9"], [True, False]
+    scorer = reward_functions({"rm": 1.0}, str(adapter))["rm"]
+    from_adapter = scorer(task, problems, completions, ended)
+    from_merged = RewardModelReward(str(adapter / "merged"))(task, problems, completions, ended)
+    assert from_adapter == pytest.approx(from_merged, abs=1e-5)
+    assert from_adapter[0] != from_adapter[1]
+
+
+def test_an_adapter_that_is_not_a_reward_models_is_refused(tmp_path, start_model):
+    from lmpo.envs.rewards import reward_functions
+
+    assert main(["train", "sft", "--model", start_model, "--out", str(tmp_path / "sft"), "--lora_r", "4",
+                 "--demonstrations", "8", "--batch_size", "4", "--eval_problems", "0", "--threads", "1"]) == 0
+    with pytest.raises(ValueError, match=r"is an adapter for CAUSAL_LM, not for a reward model \(SEQ_CLS\)"):
+        reward_functions({"rm": 1.0}, str(tmp_path / "sft" / "model"))

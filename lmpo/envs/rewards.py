@@ -59,9 +59,12 @@ def reward_functions(weights: dict[str, float], reward_model: str = "") -> dict[
         if name == LEARNED_REWARD:
             if not reward_model:
                 raise ValueError("reward 'rm' needs reward_model: the directory of a trained reward model")
-            if not (Path(reward_model) / "config.json").is_file():
+            if (Path(reward_model) / "adapter_config.json").is_file() and not (Path(reward_model) / "config.json").is_file():
+                _check_reward_adapter(reward_model)
+            elif not (Path(reward_model) / "config.json").is_file():
                 raise FileNotFoundError(f"reward_model {reward_model!r} is not a model directory (no config.json)")
-            _check_scoring_head(reward_model)
+            else:
+                _check_scoring_head(reward_model)
             from lmpo.models.reward_scorer import RewardModelReward
 
             fns[name] = RewardModelReward(reward_model)
@@ -83,6 +86,23 @@ def _check_scoring_head(reward_model: str) -> None:
         raise ValueError(f"reward_model {reward_model!r} is a {architectures[0]}, not a reward model: loaded as one it "
                          f"would score with an untrained head, so its rewards would be noise; give a directory "
                          f"written by `lmpo train rm` (or any ...ForSequenceClassification model with one label)")
+
+
+def _check_reward_adapter(reward_model: str) -> None:
+    """A LoRA reward model's directory (`lmpo train rm --lora_r N`) holds its adapter, score head
+    included; it loads on top of the base model it names, which must be a local directory."""
+    try:
+        config = json.loads((Path(reward_model) / "adapter_config.json").read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"reward_model {reward_model!r}: adapter_config.json is not readable JSON: {err}") from None
+    if config.get("task_type") != "SEQ_CLS":
+        raise ValueError(f"reward_model {reward_model!r} is an adapter for {config.get('task_type') or 'another task'}, "
+                         f"not for a reward model (SEQ_CLS): give a directory written by `lmpo train rm`")
+    base = config.get("base_model_name_or_path") or ""
+    if not (Path(base) / "config.json").is_file():
+        raise ValueError(f"reward_model {reward_model!r} is an adapter on {base!r}, which is not a local model "
+                         f"directory, so it cannot be loaded here; train the reward model with --lora_merge true "
+                         f"and give its merged/ directory")
 
 
 def import_reward(path: str) -> RewardFn:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 
+from lmpo.models.lora import adapter_base_name, attach_adapter, is_adapter_dir
 from lmpo.models.padding import right_pad
 
 
@@ -27,18 +29,36 @@ class RewardModelReward:
         """Load the model (on first use, so that a worker process, not the trainer, holds it)."""
         if self.model is not None:
             return
-        # never the terminal prompt transformers puts up for a model with its own code
-        model, info = AutoModelForSequenceClassification.from_pretrained(self.path, trust_remote_code=False,
-                                                                           output_loading_info=True)
-        if info["missing_keys"]:  # e.g. a causal LM's checkpoint: the head would be freshly initialised
-            raise ValueError(f"reward model {self.path}: its checkpoint has no {', '.join(sorted(info['missing_keys'])[:3])}: "
-                             f"loaded as a reward model it would score with an untrained head; give a directory "
-                             f"written by `lmpo train rm`")
+        if is_adapter_dir(self.path):
+            model = self._merged_adapter()
+        else:
+            # never the terminal prompt transformers puts up for a model with its own code
+            model, info = AutoModelForSequenceClassification.from_pretrained(self.path, trust_remote_code=False,
+                                                                               output_loading_info=True)
+            if info["missing_keys"]:  # e.g. a causal LM's checkpoint: the head would be freshly initialised
+                raise ValueError(f"reward model {self.path}: its checkpoint has no "
+                                 f"{', '.join(sorted(info['missing_keys'])[:3])}: loaded as a reward model it would "
+                                 f"score with an untrained head; give a directory written by `lmpo train rm`")
         self.model = model.eval().requires_grad_(False)
         self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=False)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model.config.pad_token_id = self.tokenizer.pad_token_id
+
+    def _merged_adapter(self):
+        """A LoRA reward model (`lmpo train rm --lora_r N`): its base as a one-label classifier, the
+        adapter and its trained score head loaded on top, merged. A head the adapter does not
+        carry would stay freshly initialised, so it is refused."""
+        from safetensors import safe_open
+
+        weights = Path(self.path) / "adapter_model.safetensors"
+        with safe_open(str(weights), "pt") as f:
+            if not any(key.split(".")[-2] in ("score", "classifier") for key in f.keys() if key.count(".") >= 1):
+                raise ValueError(f"reward model {self.path}: its adapter carries no score head (modules_to_save), so "
+                                 f"its head would be untrained; give a directory written by `lmpo train rm`")
+        base = AutoModelForSequenceClassification.from_pretrained(adapter_base_name(self.path), num_labels=1,
+                                                                  trust_remote_code=False)
+        return attach_adapter(base, self.path, trainable=False).merge_and_unload()
 
     def __getstate__(self) -> dict:  # sent to a worker as its path; the worker loads the weights
         return {"path": self.path, "batch_size": self.batch_size, "model": None, "tokenizer": None}
