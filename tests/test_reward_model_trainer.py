@@ -97,3 +97,21 @@ def test_an_adapter_that_is_not_a_reward_models_is_refused(tmp_path, start_model
                  "--demonstrations", "8", "--batch_size", "4", "--eval_problems", "0", "--threads", "1"]) == 0
     with pytest.raises(ValueError, match=r"is an adapter for CAUSAL_LM, not for a reward model \(SEQ_CLS\)"):
         reward_functions({"rm": 1.0}, str(tmp_path / "sft" / "model"))
+
+
+def test_a_reward_model_starts_from_a_lora_stages_adapter_as_merged(tmp_path, start_model, char_tokenizer):
+    """`lmpo train rm --model <a LoRA SFT's model/>`: the trunk is the merged SFT model and every
+    weight trains (transformers alone loads the adapter unmerged and frozen: 0 trainable)."""
+    from lmpo.models import load_model
+    from lmpo.trainers.reward_model import load_reward_model
+
+    assert main(["train", "sft", "--model", start_model, "--out", str(tmp_path / "sft"), "--lora_r", "4",
+                 "--demonstrations", "8", "--batch_size", "4", "--eval_problems", "0", "--threads", "1"]) == 0
+    adapter = str(tmp_path / "sft" / "model")
+    model = load_reward_model(adapter, char_tokenizer, seed=0)
+    merged = load_model(adapter, char_tokenizer, seed=0)
+    assert all(p.requires_grad for p in model.parameters())
+    for name, tensor in merged.base_model.state_dict().items():
+        assert torch.equal(model.base_model.state_dict()[name], tensor), name
+    assert main(["train", "rm", "--model", adapter, "--out", str(tmp_path / "rm"), "--pairs", "32",
+                 "--heldout_pairs", "8", "--epochs", "1", "--batch_size", "16", "--threads", "1"]) == 0

@@ -7,6 +7,7 @@ and scores with plain transformers.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Literal
 
@@ -15,7 +16,7 @@ from transformers import AutoModelForSequenceClassification
 
 from lmpo.algos import bradley_terry_loss
 from lmpo.envs import make_task
-from lmpo.models import is_peft_model, is_preset, load_tokenizer, preset_config
+from lmpo.models import is_adapter_dir, is_peft_model, is_preset, load_model, load_tokenizer, preset_config
 from lmpo.models.packing import can_pack_trunk, last_states, trunk_layout
 from lmpo.models.padding import left_pad, right_pad
 from lmpo.trainers.faults import fault_point
@@ -89,6 +90,19 @@ class RewardModelConfig(RunOptions):
 
 
 def load_reward_model(name_or_path: str, tokenizer, seed: int, trust_remote_code: bool = False):
+    """A one-label sequence classifier from `name_or_path`: a preset (built from `seed`), a model
+    directory (its trunk, a fresh score head), or a LoRA stage's adapter directory (the model it
+    merges into, a fresh score head; transformers would load it with the adapter unmerged and
+    frozen: a reward model with nothing to train)."""
+    if is_adapter_dir(name_or_path):
+        causal = load_model(name_or_path, tokenizer, seed=seed, trust_remote_code=trust_remote_code)
+        config = copy.deepcopy(causal.config)
+        config.num_labels = 1
+        torch.manual_seed(seed)
+        model = AutoModelForSequenceClassification.from_config(config)
+        model.base_model.load_state_dict(causal.base_model.state_dict())
+        model.name_or_path = causal.name_or_path
+        return model
     if is_preset(name_or_path):
         config = preset_config(name_or_path, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id,
                                tokenizer.bos_token_id)
