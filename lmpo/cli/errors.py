@@ -1,8 +1,9 @@
 """The errors `lmpo` reports as one line (`lmpo: error: ...`) instead of a traceback.
 
-Exit code 2: bad input (options, data files, run directories: `ConfigError`, `ValueError`,
-`RunDirError`). Exit code 1: a fault met while training that the user can act on (every
-completion unscorable, a full disk, a non-finite loss), still one line that says what to do."""
+Exit code 2: bad input (options, data files, run directories, a full disk included:
+`ConfigError`, `ValueError`, `RunDirError`). Exit code 1: a fault met while training that the
+user can act on (every completion unscorable, repeated non-finite steps, another file-system
+error), still one line that says what to do."""
 
 from __future__ import annotations
 
