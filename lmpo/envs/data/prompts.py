@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 from lmpo.envs.base import Problem
 from lmpo.envs.data import chat
-from lmpo.envs.data.records import DataError, Record, ShapeCheck, read_records, type_name
+from lmpo.envs.data.records import DataError, LoadProgress, Record, ShapeCheck, read_records, type_name
 from lmpo.envs.data.report import certainly_overlong
 from lmpo.envs.data.unknown import Unknown, counting_unknown, unknown_for
 
@@ -38,7 +38,11 @@ def load_prompts(path: str | Path, *, prompt_field: str = "prompt", answer_field
     if counts is not None:
         counts.setdefault("prompt", unknown_for(tokenizer))
         counts.setdefault("answer", unknown_for(tokenizer))
-    for rec in records:
+    progress = LoadProgress(str(path), "checking prompts" if tokenizer is not None else "reading prompts",
+                            len(records), "rows")
+    for done, rec in enumerate(records):
+        if done % 1024 == 0:
+            progress.update(done)
         if max_prompt_tokens is not None and tokenizer is not None:
             least = certainly_overlong(rec, (prompt_field,), max_prompt_tokens, tokenizer)
             if least is not None:  # before rendering and tokenizing a huge row
