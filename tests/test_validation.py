@@ -33,6 +33,11 @@ CASES = [
     (train_online_dpo, OnlineDPOConfig(model=NO_MODEL, samples_per_prompt=1), r"samples_per_prompt=1: a pair is the best"),
     (train_reward_model, RewardModelConfig(model=NO_MODEL, heldout_pairs=0, batch_size=0),
      r"heldout_pairs=0 must be >= 1.*batch_size=0"),
+    # ignored in silence before: the adapter they shape is never made without lora_r
+    (train_sft, SFTConfig(model=NO_MODEL, lora_alpha=32, lora_target_modules="q_proj"),
+     r"lora_alpha=32 shapes a LoRA adapter, and there is none: set lora_r > 0, or leave lora_alpha out; "
+     r"lora_target_modules='q_proj' shapes"),
+    (train_rl, RLConfig(model=NO_MODEL, lora_dropout=0.1), r"lora_dropout=0.1 shapes a LoRA adapter"),
 ]
 
 

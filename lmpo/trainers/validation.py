@@ -3,6 +3,8 @@ one message that lists every conflict."""
 
 from __future__ import annotations
 
+import dataclasses
+
 
 class ConfigError(ValueError):
     """A config whose values cannot work together."""
@@ -62,6 +64,12 @@ def run_option_problems(cfg, trainer: str) -> list[str]:
         problems.append(f"lora_dropout={cfg.lora_dropout} must be in [0, 1)")
     if not cfg.lora_r and (cfg.lora_merge or cfg.qlora):
         problems.append("lora_merge and qlora need a LoRA adapter: set lora_r > 0")
+    if not cfg.lora_r:  # without an adapter these would be ignored in silence
+        defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+        problems += [f"{name}={getattr(cfg, name)!r} shapes a LoRA adapter, and there is none: set lora_r > 0, "
+                     f"or leave {name} out"
+                     for name in ("lora_alpha", "lora_dropout", "lora_target_modules")
+                     if name in defaults and getattr(cfg, name) != defaults[name]]
     return problems
 
 
