@@ -38,6 +38,10 @@ CASES = [
      r"lora_alpha=32 shapes a LoRA adapter, and there is none: set lora_r > 0, or leave lora_alpha out; "
      r"lora_target_modules='q_proj' shapes"),
     (train_rl, RLConfig(model=NO_MODEL, lora_dropout=0.1), r"lora_dropout=0.1 shapes a LoRA adapter"),
+    (train_rl, RLConfig(model=NO_MODEL, reward_model="rm_dir"),
+     r"reward_model='rm_dir' is read only by the reward 'rm', which rewards='correct=1.0' does not name"),
+    (train_sft, SFTConfig(model=NO_MODEL, eval_prompts="held.jsonl", eval_problems=0),
+     r"eval_prompts='held.jsonl' is not read with eval_problems=0"),
 ]
 
 

@@ -36,8 +36,12 @@ def reward_problems(cfg) -> list[str]:
 
     problems = []
     try:
-        if "rm" in parse_reward_weights(cfg.rewards) and not cfg.reward_model:
+        learned = "rm" in parse_reward_weights(cfg.rewards)
+        if learned and not cfg.reward_model:
             problems.append("reward 'rm' needs reward_model: the directory of a trained reward model")
+        if cfg.reward_model and not learned:
+            problems.append(f"reward_model={cfg.reward_model!r} is read only by the reward 'rm', which rewards="
+                            f"{cfg.rewards!r} does not name (add rm=1.0 to use the reward model)")
     except ValueError as err:
         problems.append(str(err))
     if cfg.reward_timeout < 0:
@@ -223,4 +227,7 @@ def data_option_problems(cfg) -> list[str]:
         problems.append(f"heldout_pairs={cfg.heldout_pairs} is not used with --heldout_data (the file's pairs are)")
     if getattr(cfg, "prompts", "") and changed("prompt_pool"):
         problems.append(f"prompt_pool={cfg.prompt_pool} is not used with --prompts (the file's prompts are)")
+    if getattr(cfg, "eval_prompts", "") and getattr(cfg, "eval_problems", 1) <= 0:
+        problems.append(f"eval_prompts={cfg.eval_prompts!r} is not read with eval_problems={cfg.eval_problems} "
+                        f"(nothing is evaluated; eval_problems says how many of its prompts to grade)")
     return problems
