@@ -153,3 +153,32 @@ def test_the_fast_path_takes_only_configurations_it_implements_exactly(flags, fa
         with pytest.raises(ValueError, match="does not implement this LlamaForCausalLM exactly"):
             generate(model, _prompts(tok), SamplingParams(max_new_tokens=2), eos_id=tok.eos_token_id,
                      pad_id=tok.pad_token_id, backend="fast")
+
+
+def test_a_chat_models_own_end_of_turn_token_ends_its_completion(tiny_llama, char_tokenizer):
+    """A token the generation config lists as EOS (Gemma's <end_of_turn>, Llama 3's <|eot_id|>)
+    ends a completion, as in transformers' generate: stopping on the tokenizer's EOS alone ran
+    such a model to max_new_tokens, unterminated."""
+    import copy
+
+    from lmpo.envs import make_task
+    from lmpo.rollout.agent_loop import EpisodeRunner
+    from lmpo.rollout.engines import stop_token_ids
+
+    tok, task = char_tokenizer, make_task("sort_digits")
+    problem = task.make("31415")
+    params = SamplingParams(max_new_tokens=12)
+
+    def run(model):  # the same random numbers each time: the same tokens until a stop
+        return EpisodeRunner.for_task(task, model, tok, params, generator=torch.Generator().manual_seed(3)).run(
+            [problem])[0]
+
+    plain = run(tiny_llama)
+    written = plain.token_ids[plain.prompt_length:]
+    # the first token it writes that it had not written before, after the first: it ends a turn now
+    at = next(i for i in range(1, len(written)) if written[i] not in written[:i] + [tok.eos_token_id])
+    model = copy.deepcopy(tiny_llama)
+    model.generation_config.eos_token_id = [tok.eos_token_id, written[at]]
+    assert stop_token_ids(model, tok) == [tok.eos_token_id, written[at]]
+    ended = run(model)
+    assert ended.token_ids[ended.prompt_length:] == written[:at + 1] and ended.last_turn_eos

@@ -84,7 +84,7 @@ class _Episode:
 def run_episodes(engine: Engine, make_env: EnvFactory, problems: Sequence[Problem], params: SamplingParams,
                  limits: EpisodeLimits, renderer, tokenizer) -> list[Trajectory]:
     """Run one episode per problem (repeat a problem G times for a group); trajectories in problem order."""
-    eos_ids = _eos_ids(tokenizer)
+    eos_ids = set(getattr(engine, "eos_ids", None) or _eos_ids(tokenizer))  # the engine's stop tokens
     episodes = [_Episode(p, make_env(), renderer, limits) for p in problems]
     live = []
     for ep in episodes:
@@ -216,11 +216,11 @@ class EpisodeRunner:
                  max_turn_tokens: int = 0, max_parse_errors: int = 3, engine: Engine | None = None) -> "EpisodeRunner":
         """`engine` defaults to the built-in one on `model` (see `engine_select.make_engine` for vLLM)."""
         from lmpo.envs.env import env_factory
-        from lmpo.rollout.engines import LocalEngine
+        from lmpo.rollout.engines import LocalEngine, stop_token_ids
         from lmpo.rollout.render import renderer_for
 
         if engine is None:
-            engine = LocalEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, generator=generator)
+            engine = LocalEngine(model, stop_token_ids(model, tokenizer), tokenizer.pad_token_id, generator=generator)
         limits = limits_for(task, model, params.max_new_tokens, max_turns=max_turns, max_turn_tokens=max_turn_tokens,
                             max_parse_errors=max_parse_errors)
         return cls(engine, env_factory(task), renderer_for(task, tokenizer), limits, tokenizer, params)

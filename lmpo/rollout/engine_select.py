@@ -15,7 +15,7 @@ from typing import Callable, Literal
 
 import torch
 
-from lmpo.rollout.engines import Engine, LocalEngine
+from lmpo.rollout.engines import Engine, LocalEngine, stop_token_ids
 
 EngineKind = Literal["auto", "local", "vllm"]
 INSTALL_HINT = "pip install vllm (on a Linux machine with an NVIDIA GPU and CUDA)"
@@ -85,7 +85,7 @@ def make_engine(kind: str, model: torch.nn.Module, tokenizer, model_dir: str | N
     if message:
         log(message)
     if chosen == "local":
-        return LocalEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, generator=generator)
+        return LocalEngine(model, stop_token_ids(model, tokenizer), tokenizer.pad_token_id, generator=generator)
     from lmpo.rollout.vllm_engine import VLLMEngine, is_peft_model
 
     if not _is_model_dir(model_dir):
@@ -95,7 +95,8 @@ def make_engine(kind: str, model: torch.nn.Module, tokenizer, model_dir: str | N
         model.save_pretrained(model_dir)
         tokenizer.save_pretrained(model_dir)
     engine = VLLMEngine(model_dir, tokenizer, gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, seed=seed,
-                        enable_lora=enable_lora, max_model_len=max_model_len, trust_remote_code=trust_remote_code)
+                        enable_lora=enable_lora, max_model_len=max_model_len, trust_remote_code=trust_remote_code,
+                        eos_ids=stop_token_ids(model, tokenizer))
     # the directory holds the starting weights; a resumed or adapted policy has others
     engine.sync_weights(model)
     return engine

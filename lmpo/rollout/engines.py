@@ -29,6 +29,21 @@ class Engine(Protocol):
         """Sample from `model`'s current weights from now on."""
 
 
+def stop_token_ids(model: torch.nn.Module, tokenizer) -> list[int]:
+    """The tokens that end a completion: the tokenizer's EOS, then any other that the model's
+    generation config names. Chat models often end a turn with a token of their own that only
+    the generation config lists (Gemma's `<end_of_turn>`, Llama 3's `<|eot_id|>`), and
+    transformers' `generate` and vLLM stop on all of them; on the tokenizer's alone such a model
+    ran past its turn to `max_new_tokens`, every completion unterminated."""
+    config = getattr(model, "generation_config", None)
+    ids: list[int] = []
+    for source in (tokenizer.eos_token_id, getattr(config, "eos_token_id", None)):
+        for token in source if isinstance(source, (list, tuple)) else [source]:
+            if isinstance(token, int) and token not in ids:
+                ids.append(token)
+    return ids
+
+
 class LocalEngine:
     """Samples from a model held in this process (colocated with the trainer): the compiled
     CPU decoder for Llama-family models it implements exactly, else Hugging Face's forward
@@ -37,6 +52,7 @@ class LocalEngine:
     def __init__(self, model: torch.nn.Module, eos_id: int | Sequence[int], pad_id: int,
                  generator: torch.Generator | None = None, backend: Backend = "auto"):
         self.model, self.eos_id, self.pad_id = model, eos_id, pad_id
+        self.eos_ids = set(eos_id) if isinstance(eos_id, (list, tuple)) else {eos_id}
         self.generator, self.backend = generator, backend
 
     def sync_weights(self, model: torch.nn.Module) -> None:

@@ -159,14 +159,14 @@ class VLLMEngine:
 
     def __init__(self, model_dir: str, tokenizer, *, gpu_memory_utilization: float = 0.3, dtype: str = "auto",
                  seed: int = 0, enable_lora: bool = False, max_lora_rank: int = 64, max_model_len: int | None = None,
-                 enforce_eager: bool = False, trust_remote_code: bool = False):
+                 enforce_eager: bool = False, trust_remote_code: bool = False, eos_ids: Sequence[int] | None = None):
         # V1 runs its engine core in a subprocess by default; in this process the model is reachable
         # for weight loading without serialising tensors
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         import vllm
 
         self._vllm, self.version = vllm, getattr(vllm, "__version__", "unknown")
-        eos = tokenizer.eos_token_id
+        eos = eos_ids or tokenizer.eos_token_id  # `eos_ids`: every token that ends a completion
         self.eos_ids = sorted(set(eos) if isinstance(eos, (list, tuple)) else {eos})
         self.enable_lora = enable_lora
         self._lora, self._lora_dirs, self._syncs = None, [], 0
