@@ -115,3 +115,29 @@ def test_a_reward_model_starts_from_a_lora_stages_adapter_as_merged(tmp_path, st
         assert torch.equal(model.base_model.state_dict()[name], tensor), name
     assert main(["train", "rm", "--model", adapter, "--out", str(tmp_path / "rm"), "--pairs", "32",
                  "--heldout_pairs", "8", "--epochs", "1", "--batch_size", "16", "--threads", "1"]) == 0
+
+
+def test_scores_are_read_at_the_closing_eos_where_the_pad_token_is_the_eos():
+    """Where the tokenizer pads with its EOS (GPT-2, Llama 3 base), transformers' pooling reads a
+    row ending with EOS one token early; the packed training forward reads it at the EOS. The
+    padded scoring of evaluation and of `--reward_model` now reads where training does."""
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    from lmpo.models import build_char_tokenizer
+    from lmpo.trainers.reward_model import pair_scores
+
+    tok = build_char_tokenizer()
+    eos = tok.eos_token_id
+    torch.manual_seed(0)
+    model = LlamaForSequenceClassification(LlamaConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_labels=1, pad_token_id=eos, eos_token_id=eos)).eval()
+    pairs = embedded_pairs(SortDigits(), tok, 4, seed=1)
+    assert all(p.chosen_ids[-1] == eos for p in pairs)
+    ids, mask = scoring_rows(pairs, eos)
+    with torch.no_grad():
+        trained_at = pair_scores(model, pairs, eos, "cpu")  # the packed forward of training
+        padded = scores(model, ids, mask)
+        pooled = model(input_ids=ids, attention_mask=mask).logits[:, 0]  # transformers' pooling
+    assert torch.allclose(padded, trained_at, atol=1e-5)
+    assert (pooled - trained_at).abs().max() > 1e-3

@@ -13,6 +13,36 @@ from lmpo.models.lora import adapter_base_name, attach_adapter, is_adapter_dir
 from lmpo.models.padding import right_pad
 
 
+def last_token_scores(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """A sequence classifier's one-label score [B] at each row's last real token (the attention
+    mask's last 1), where a reward model's packed training forward reads it. transformers' own
+    pooling reads the last token that is not the pad token: where the pad token is the EOS (GPT-2,
+    Llama 3 base: the usual fallback), that is the token before a row's closing EOS, so a reward
+    model trained at the EOS was evaluated and used one token early. The head's output at every
+    position is taken on its way out of the head (a forward hook), so the model runs as it is."""
+    head = _score_head(model)
+    if head is None:  # not a transformers sequence classifier: its own pooling
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits[:, 0].float()
+    seen = []
+    handle = head.register_forward_hook(lambda module, args, output: seen.append(output))
+    try:
+        model(input_ids=input_ids, attention_mask=attention_mask)
+    finally:
+        handle.remove()
+    per_token = seen[-1]
+    positions = torch.arange(attention_mask.size(1), device=attention_mask.device)
+    last = (positions * attention_mask.long()).argmax(dim=1).to(per_token.device)
+    return per_token[torch.arange(per_token.size(0), device=per_token.device), last, 0].float()
+
+
+def _score_head(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The classification head (`score`, or `classifier`), outermost first (under PEFT, its wrapper)."""
+    for name, module in model.named_modules():
+        if name.rsplit(".", 1)[-1] in ("score", "classifier"):
+            return module
+    return None
+
+
 class RewardModelReward:
     """Scores `prompt + completion` (+ EOS when the completion ended with it) with an
     `AutoModelForSequenceClassification` directory, e.g. one written by `lmpo train rm`. The
@@ -73,6 +103,5 @@ class RewardModelReward:
                + ([tok.eos_token_id] if t else []) for p, c, t in zip(problems, completions, terminated)]
         for start in range(0, len(ids), self.batch_size):
             input_ids, mask = right_pad(ids[start:start + self.batch_size], tok.pad_token_id)
-            logits = self.model(input_ids=input_ids, attention_mask=mask).logits
-            scores.extend(logits[:, 0].float().tolist())
+            scores.extend(last_token_scores(self.model, input_ids, mask).tolist())
         return scores

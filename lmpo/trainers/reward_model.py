@@ -1,8 +1,9 @@
 """Reward-model training with the Bradley–Terry loss on (prompt, chosen, rejected) pairs.
 
-The model is an ordinary `AutoModelForSequenceClassification` with one output; its score is
-read at the last non-padding token (transformers' own pooling), so the saved directory loads
-and scores with plain transformers.
+The model is an ordinary `AutoModelForSequenceClassification` with one output, so the saved
+directory loads and scores with plain transformers. Its score is read at each row's last real
+token, which is where transformers' own pooling reads it too, unless the pad token is the EOS
+(then transformers reads the token before a closing EOS; see `last_token_scores`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from lmpo.algos import bradley_terry_loss
 from lmpo.envs import make_task
 from lmpo.models import is_adapter_dir, is_peft_model, is_preset, load_model, load_tokenizer, preset_config
 from lmpo.models.packing import can_pack_trunk, last_states, trunk_layout
+from lmpo.models.reward_scorer import last_token_scores
 from lmpo.models.padding import left_pad, right_pad
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater
@@ -114,7 +116,9 @@ def load_reward_model(name_or_path: str, tokenizer, seed: int, trust_remote_code
 
 
 def scores(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    return model(input_ids=input_ids, attention_mask=attention_mask).logits.squeeze(-1).float()
+    """Each row's score at its last real token, where the packed forward reads it (see
+    `last_token_scores`)."""
+    return last_token_scores(model, input_ids, attention_mask)
 
 
 def pair_scores(model, pairs: list, pad_id: int, device) -> torch.Tensor:
