@@ -99,3 +99,16 @@ def test_nothing_to_report_is_an_empty_summary(char_tokenizer, text):
     with counting_unknown(char_tokenizer) as unknown:
         encode(char_tokenizer, text)
     assert unknown.summary() == ""
+
+
+def test_a_conversation_is_counted_once_not_once_per_located_turn(tmp_path, char_tokenizer):
+    from lmpo.envs.data.chat import render
+    from lmpo.envs.data.records import Record
+
+    messages = [{"role": "user", "content": "\u00e9"}, {"role": "assistant", "content": "a"},
+                {"role": "user", "content": "b"}, {"role": "assistant", "content": "\u00f6"}]
+    path = write(tmp_path / "c.jsonl", [{"messages": messages}])
+    (example,), report = load_sft(path, char_tokenizer, max_length=256)
+    whole = render(Record(str(path), 1, {"messages": messages}), "messages", char_tokenizer, messages,
+                   generation_prompt=False)
+    assert (report.unknown.tokens, report.unknown.total) == (2, len(encode(char_tokenizer, whole)))

@@ -31,7 +31,7 @@ MESSAGES = "a list of {role, content} objects"
 CHECKED_CALLS = 64  # the backend's ids are compared with the tokenizer's own on this many texts first
 
 
-def encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+def encode(tokenizer: PreTrainedTokenizerBase, text: str, count: bool = True) -> list[int]:
     """Token ids without added special tokens, as rollout encodes prompts; chat templates
     write BOS themselves where the model wants it.
 
@@ -40,7 +40,8 @@ def encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     `CHECKED_CALLS` texts are encoded both ways, and any difference sends this tokenizer back to
     transformers' call for good, so no tokenizer's ids change."""
     state = _backend_state(tokenizer)
-    unknown = getattr(tokenizer, "_lmpo_unknown", None)  # see lmpo.envs.data.unknown
+    # see lmpo.envs.data.unknown; `count=False` for text whose tokens are counted elsewhere
+    unknown = getattr(tokenizer, "_lmpo_unknown", None) if count else None
     if state["use"] is False:
         ids = tokenizer(text, add_special_tokens=False).input_ids
         if unknown is not None:
@@ -176,7 +177,7 @@ def _prefix_length(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, 
         raise DataError(rec.path, f"the tokenizer's chat template renders the first {len(prefix)} messages "
                                   "differently alone than inside the whole conversation, so the assistant "
                                   "tokens cannot be located", row=rec.row, field=field)
-    ids = encode(tokenizer, text)
+    ids = encode(tokenizer, text, count=False)  # a prefix of the conversation, counted with it
     n = 0
     # Stops early only where a token merges across the boundary; that token then counts
     # as the later part's.
