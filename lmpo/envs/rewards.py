@@ -59,9 +59,10 @@ def reward_functions(weights: dict[str, float], reward_model: str = "") -> dict[
         if name == LEARNED_REWARD:
             if not reward_model:
                 raise ValueError("reward 'rm' needs reward_model: the directory of a trained reward model")
-            if (Path(reward_model) / "adapter_config.json").is_file() and not (Path(reward_model) / "config.json").is_file():
+            directory = Path(reward_model)
+            if (directory / "adapter_config.json").is_file() and not (directory / "config.json").is_file():
                 _check_reward_adapter(reward_model)
-            elif not (Path(reward_model) / "config.json").is_file():
+            elif not (directory / "config.json").is_file():
                 raise FileNotFoundError(f"reward_model {reward_model!r} is not a model directory (no config.json)")
             else:
                 _check_scoring_head(reward_model)
@@ -96,8 +97,9 @@ def _check_reward_adapter(reward_model: str) -> None:
     except (OSError, ValueError) as err:
         raise ValueError(f"reward_model {reward_model!r}: adapter_config.json is not readable JSON: {err}") from None
     if config.get("task_type") != "SEQ_CLS":
-        raise ValueError(f"reward_model {reward_model!r} is an adapter for {config.get('task_type') or 'another task'}, "
-                         f"not for a reward model (SEQ_CLS): give a directory written by `lmpo train rm`")
+        task = config.get("task_type") or "another task"
+        raise ValueError(f"reward_model {reward_model!r} is an adapter for {task}, not for a reward model "
+                         f"(SEQ_CLS): give a directory written by `lmpo train rm`")
     base = config.get("base_model_name_or_path") or ""
     if not (Path(base) / "config.json").is_file():
         raise ValueError(f"reward_model {reward_model!r} is an adapter on {base!r}, which is not a local model "

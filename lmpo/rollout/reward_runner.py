@@ -36,8 +36,8 @@ STARTUP_TIMEOUT_S = 300.0
 
 
 class RewardFailure(RuntimeError):
-    """A reward function failed and the failure policy is "error", returned a wrong number of
-    scores, or its worker could not start; `function` names it (the reward's name in
+    """A reward function failed and the failure policy is "error", returned something other than
+    one score per completion, or its worker could not start; `function` names it (the reward's name in
     `--rewards`), `unscorable` is how many completions it left unscored (0: not known), and
     `kind` the failure's kind where the message alone does not say it."""
 
@@ -179,7 +179,8 @@ class RewardRunner:
             except Exception as err:  # noqa: BLE001
                 status, payload = "error", f"{type(err).__name__}: {err}"
         if status == "ok" and len(payload) != n:
-            status, payload = "contract", f"returned {len(payload)} score{'s' * (len(payload) != 1)} for {n} completion{'s' * (n != 1)}"
+            got = len(payload)
+            status, payload = "contract", f"returned {got} score{'s' * (got != 1)} for {n} completion{'s' * (n != 1)}"
         if status == "contract":
             # not a completion it could not score but a broken contract: retrying the completions
             # one by one would hide it (a function that always returns one score "works" alone)
