@@ -90,3 +90,18 @@ def test_a_checkpoint_missing_weights_of_the_causal_lm_is_refused(char_tokenizer
     with pytest.raises(ValueError, match=r": its checkpoint has no lm_head.weight, which would start from random "
                                          r"values: it was saved as a LlamaForSequenceClassification, not a causal LM"):
         load_model(str(tmp_path), char_tokenizer)
+
+
+def test_a_reward_models_checkpoint_with_a_tied_head_is_refused_too(char_tokenizer, tmp_path):
+    """Tied, the output head is the embedding: nothing is missing, and the reward model's trunk
+    used to load as a language model that nobody trained as one."""
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    from lmpo.models import load_model
+
+    config = LlamaConfig(vocab_size=len(char_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True, num_labels=1,
+                         pad_token_id=char_tokenizer.pad_token_id)
+    LlamaForSequenceClassification(config).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"it was saved as a LlamaForSequenceClassification, not a causal LM; give"):
+        load_model(str(tmp_path), char_tokenizer)

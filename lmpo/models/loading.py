@@ -103,13 +103,23 @@ def _load_base(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int,
                                                     trust_remote_code=trust_remote_code)
     model, info = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, trust_remote_code=trust_remote_code,
                                                        output_loading_info=True)
+    architectures = getattr(model.config, "architectures", None) or []
     if info["missing_keys"]:  # transformers initialises them at random, with a report lmpo keeps quiet
         missing = sorted(info["missing_keys"])
-        architectures = getattr(model.config, "architectures", None) or ["another kind of model"]
         raise ValueError(f"{name_or_path}: its checkpoint has no {', '.join(missing[:3])}"
                          f"{f' (and {len(missing) - 3} more)' if len(missing) > 3 else ''}, which would start "
-                         f"from random values: it was saved as a {architectures[0]}, not a causal LM")
+                         f"from random values: it was saved as a {(architectures or ['another kind of model'])[0]}, "
+                         f"not a causal LM")
+    if architectures and all(str(a).endswith(OTHER_HEADS) for a in architectures):
+        # a tied output head is the embedding, so nothing is missing: it loads, as a language model
+        # whose trunk was trained for another head (a reward model's, say)
+        raise ValueError(f"{name_or_path}: it was saved as a {architectures[0]}, not a causal LM; give the model "
+                         f"it was trained from, or a causal LM's directory")
     return model
+
+
+OTHER_HEADS = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")
+"""Architectures whose checkpoints are not language models, though a tied output head loads from them."""
 
 
 def _check_local_path(name_or_path: str, trust_remote_code: bool = False) -> None:
