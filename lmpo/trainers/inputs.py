@@ -14,9 +14,10 @@ starts and kept in every checkpoint; a changed input is refused like a changed o
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
+
+from lmpo.models.lora import adapter_base_name, is_adapter_dir
 
 DATA_OPTIONS = ("data", "heldout_data", "prompts", "eval_prompts", "ptx_data")
 """Options that name a file (JSONL, Parquet) or a `datasets` directory (`DIR::split`) to read."""
@@ -49,16 +50,15 @@ def input_fingerprints(cfg) -> dict[str, dict]:
 
 
 def _adapter_base(path: Path) -> Path | None:
-    """The local base model directory an adapter directory names (relative to the adapter's
-    directory or the working directory, as loading resolves it), else None."""
+    """The local base model directory that an adapter directory names, as loading resolves it
+    (`lmpo.models.lora`), else None (not an adapter, or a base that is a preset or a hub id)."""
+    if not is_adapter_dir(path):
+        return None
     try:
-        base = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if not isinstance(base, str) or not base:
-        return None
-    found = [candidate for candidate in (Path(base), path / base) if candidate.is_dir()]
-    return found[0] if found else None
+        base = Path(adapter_base_name(path))
+    except (OSError, ValueError):
+        return None  # loading says what is wrong with it
+    return base if base.is_dir() else None
 
 
 def check_same_inputs(saved: dict | None, current: dict, run_dir: str | Path) -> None:
