@@ -356,3 +356,60 @@ def _every_call(init):
         init(self, *args, **kwargs)
         self.every_s = 0.0
     return patched
+
+
+GEMMA_LIKE = ("{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
+              "{{ m['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n"
+              "{% endif %}")
+
+
+def gemma_like_tokenizer(tmp_path, generation_eos: bool):
+    """A directory whose chat template ends a turn with `<end_of_turn>`, a token only its
+    generation config names as a stop (as Gemma's does); the tokenizer's eos stays `<eos>`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from lmpo.models import build_char_tokenizer
+    from lmpo.models.loading import load_tokenizer
+
+    tok = build_char_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]})
+    tok.chat_template = GEMMA_LIKE
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2))
+    end = tok.convert_tokens_to_ids("<end_of_turn>")
+    model.generation_config.eos_token_id = [tok.eos_token_id, end] if generation_eos else tok.eos_token_id
+    model.save_pretrained(tmp_path / "gemma_like")
+    tok.save_pretrained(tmp_path / "gemma_like")
+    return load_tokenizer(str(tmp_path / "gemma_like")), model
+
+
+def test_a_turn_may_end_with_the_end_of_turn_token_sampling_stops_on(tmp_path):
+    from lmpo.rollout.engines import stop_token_ids
+
+    tok, model = gemma_like_tokenizer(tmp_path, generation_eos=True)
+    (ex,), _ = load_sft(write(tmp_path / "c.jsonl", [{"messages": CHAT[1:3]}]), tok, max_length=128)
+    assert loss_text(tok, ex) == "4<end_of_turn>"  # the newline after it carries no loss
+    (pair,), _ = load_preferences(write(tmp_path / "p.jsonl", [{"prompt": "q", "chosen": [msg("assistant", "y")],
+                                                               "rejected": [msg("assistant", "n")]}]),
+                                  tok, max_length=128)
+    assert decode(tok, pair.chosen_ids) == "y<end_of_turn>"
+    from lmpo.envs.data.chat import turn_end_ids
+    assert turn_end_ids(tok) == stop_token_ids(model, tok)  # what the data ends turns with, sampling stops on
+
+
+def test_a_turn_ending_with_no_token_sampling_stops_on_is_refused(tmp_path):
+    tok, _ = gemma_like_tokenizer(tmp_path, generation_eos=False)
+    with pytest.raises(DataError, match=r"row 1: field 'messages\[1\]'.*without a token sampling stops on \('<eos>'"):
+        load_sft(write(tmp_path / "c.jsonl", [{"messages": CHAT[1:3]}]), tok, max_length=128)
+
+
+def test_a_lora_adapters_turns_end_where_its_base_models_sampling_stops(tmp_path):
+    from lmpo.envs.data.chat import turn_end_ids
+    from lmpo.models.loading import load_tokenizer
+
+    tok, _ = gemma_like_tokenizer(tmp_path, generation_eos=True)
+    adapter = tmp_path / "adapter"  # as lmpo and PEFT save one: the tokenizer beside it, no generation config
+    tok.save_pretrained(adapter)
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "gemma_like")}))
+    assert turn_end_ids(load_tokenizer(str(adapter))) == turn_end_ids(tok) == [tok.eos_token_id,
+                                                                              tok.convert_tokens_to_ids("<end_of_turn>")]

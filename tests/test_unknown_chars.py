@@ -112,3 +112,12 @@ def test_a_conversation_is_counted_once_not_once_per_located_turn(tmp_path, char
     whole = render(Record(str(path), 1, {"messages": messages}), "messages", char_tokenizer, messages,
                    generation_prompt=False)
     assert (report.unknown.tokens, report.unknown.total) == (2, len(encode(char_tokenizer, whole)))
+
+
+def test_a_chat_preference_pair_counts_its_shared_prompt_once(tmp_path, char_tokenizer):
+    prompt = [{"role": "user", "content": "\u00e9\u00e9"}]
+    row = {"prompt": prompt, "chosen": [{"role": "assistant", "content": "\u00f6"}],
+           "rejected": [{"role": "assistant", "content": "b"}]}
+    (pair,), report = load_preferences(write(tmp_path / "p.jsonl", [row]), char_tokenizer, max_length=256)
+    assert report.unknown.tokens == 3 and dict(report.unknown.chars) == {"\u00e9": 2, "\u00f6": 1}
+    assert report.unknown.total == len(pair.prompt_ids) + len(pair.chosen_ids) + len(pair.rejected_ids)

@@ -4,12 +4,17 @@ tokenizer's own template, and finding which tokens belong to assistant turns.
 Assistant tokens are found by rendering the conversation prefix by prefix (the turns before
 an assistant reply with the generation prompt, then the turns through that reply) and
 diffing the token ids against the whole conversation's. A turn's loss span runs from the
-end of the generation prompt through the last eos the template renders in that turn, so
-formatting the template adds after its end-of-turn token (a newline, say) carries no loss.
+end of the generation prompt through the last end-of-turn token the template renders in that
+turn (the tokenizer's eos, or another token the model's generation config stops on, such as
+Gemma's `<end_of_turn>`), so formatting the template adds after it (a newline, say) carries no
+loss.
 """
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from typing import TYPE_CHECKING
@@ -161,11 +166,15 @@ def encode_conversation(rec: Record, field: str, tokenizer: PreTrainedTokenizerB
 
 
 def encode_reply(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, prompt: list[dict[str, str]],
-                 answer: dict[str, str]) -> tuple[list[int], list[int]]:
-    """(prompt ids ending with the generation prompt, reply ids through eos)."""
+                 answer: dict[str, str], count_prompt: bool = True) -> tuple[list[int], list[int]]:
+    """(prompt ids ending with the generation prompt, reply ids through eos). `count_prompt=False`:
+    the prompt's unknown tokens were counted already (a preference pair's second reply)."""
     text = render(rec, field, tokenizer, [*prompt, answer], generation_prompt=False)
-    ids = encode(tokenizer, text)
+    ids = encode(tokenizer, text, count=count_prompt)
     start = _prefix_length(rec, field, tokenizer, prompt, True, text, ids)
+    unknown = getattr(tokenizer, "_lmpo_unknown", None)
+    if not count_prompt and unknown is not None:
+        unknown.note(tokenizer, text, ids, skip=start)
     return ids[:start], _through_last_eos(rec, field, tokenizer, ids[start:])
 
 
@@ -187,10 +196,67 @@ def _prefix_length(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, 
 
 
 def _through_last_eos(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, span: list[int]) -> list[int]:
-    eos = tokenizer.eos_token_id
-    if eos not in span:
-        raise DataError(rec.path, f"the chat template ends this assistant turn without the tokenizer's eos token "
-                                  f"{tokenizer.eos_token!r}, so a model trained on it would not learn to stop; "
-                                  "set tokenizer.eos_token to the template's end-of-turn token",
+    ends = turn_end_ids(tokenizer)
+    last = max((i for i, token in enumerate(span) if token in ends), default=None)
+    if last is None:
+        names = ", ".join(repr(tokenizer.convert_ids_to_tokens(token)) for token in ends)
+        raise DataError(rec.path, f"the chat template ends this assistant turn without a token sampling stops on "
+                                  f"({names}: the tokenizer's eos and its generation config's), so a model trained "
+                                  "on it would not learn to stop; set tokenizer.eos_token, or eos_token_id in "
+                                  "generation_config.json, to the template's end-of-turn token",
                         row=rec.row, field=field)
-    return span[:len(span) - span[::-1].index(eos)]
+    return span[:last + 1]
+
+
+def turn_end_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The tokens sampling stops on (as `lmpo.rollout.engines.stop_token_ids`, for a model saved
+    beside its tokenizer): the tokenizer's eos, then the eos ids of the `generation_config.json`
+    in the tokenizer's directory, or, for a LoRA adapter's directory, in its base model's (the
+    model it loads as)."""
+    directory = str(getattr(tokenizer, "name_or_path", "") or "")
+    stamps = tuple(_mtime(Path(directory) / name) if directory else None
+                   for name in ("generation_config.json", "adapter_config.json"))
+    return list(_turn_ends(tokenizer.eos_token_id, directory, stamps))
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+@lru_cache(maxsize=16)  # called for every assistant turn; keyed by the files' modification times
+def _turn_ends(eos: int | None, directory: str, stamps: tuple) -> tuple[int, ...]:
+    ids = [eos] if eos is not None else []
+    for token in _generation_config_eos(_generation_config_path(directory)):
+        if token not in ids:
+            ids.append(token)
+    return tuple(ids)
+
+
+def _generation_config_path(directory: str) -> Path | None:
+    if not directory:
+        return None
+    path = Path(directory) / "generation_config.json"
+    adapter = Path(directory) / "adapter_config.json"
+    if not path.is_file() and adapter.is_file():
+        base = _json(adapter).get("base_model_name_or_path")
+        path = Path(base) / "generation_config.json" if isinstance(base, str) and base else path
+    return path if path.is_file() else None
+
+
+def _generation_config_eos(path: Path | None) -> list[int]:
+    eos = _json(path).get("eos_token_id") if path is not None else None
+    eos = eos if isinstance(eos, list) else [eos]
+    return [token for token in eos if isinstance(token, int)]
+
+
+def _json(path: Path) -> dict:
+    """A JSON object from `path`, {} where it cannot be read (loading the model reports a broken
+    config file; the data need not)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}

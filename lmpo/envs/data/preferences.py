@@ -72,7 +72,7 @@ def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> Pr
         prompt_ids, chosen = chat.encode_reply(rec, "chosen", tokenizer, prompt,
                                                chat.reply(rec, "chosen", rec.get("chosen"), prompt))
         _, rejected = chat.encode_reply(rec, "rejected", tokenizer, prompt,
-                                        chat.reply(rec, "rejected", rec.get("rejected"), prompt))
+                                        chat.reply(rec, "rejected", rec.get("rejected"), prompt), count_prompt=False)
     if chosen == rejected:
         raise rec.error("rejected", "a reply different from 'chosen'", "the same reply")
     return PreferencePair(prompt_ids, chosen, rejected)

@@ -28,14 +28,14 @@ class Unknown:
     first: str = ""
     chars: Counter = field(default_factory=Counter)
 
-    def note(self, tokenizer, text: str, ids: list[int], encoding=None) -> int:
-        """Count the unknown tokens of `ids`, the tokens of `text` (`encoding`: the fast backend's
-        `Encoding` of it, whose offsets say which characters each token stands for, where the
-        caller has it): how many there were. A literal `<unk>` written in the text is the token
-        itself, not an unknown character, and is not counted."""
-        self.total += len(ids)
+    def note(self, tokenizer, text: str, ids: list[int], encoding=None, skip: int = 0) -> int:
+        """Count the unknown tokens of `ids[skip:]`, `ids` being the tokens of `text` (`encoding`:
+        the fast backend's `Encoding` of it, whose offsets say which characters each token stands
+        for, where the caller has it): how many there were. A literal `<unk>` written in the text
+        is the token itself, not an unknown character, and is not counted."""
+        self.total += max(len(ids) - skip, 0)
         unk = self.unk_id
-        if unk is None or unk not in ids:
+        if unk is None or unk not in ids[skip:]:
             return 0
         offsets = encoding.offsets if encoding is not None else None
         if offsets is None and getattr(tokenizer, "is_fast", False):
@@ -44,7 +44,7 @@ class Unknown:
                 offsets = encoded.offset_mapping
         found = 0
         for i, token in enumerate(ids):
-            if token != unk:
+            if token != unk or i < skip:
                 continue
             if offsets is not None:
                 start, end = offsets[i]
