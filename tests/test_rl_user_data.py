@@ -67,3 +67,62 @@ def test_an_unimportable_reward_function_is_a_clear_error():
         reward_functions(parse_reward_weights("no_such_module:fn=1.0"))
     with pytest.raises(ValueError, match=f"module '{__name__}' has no function 'missing'"):
         reward_functions(parse_reward_weights(f"{__name__}:missing=1.0"))
+
+
+@pytest.mark.parametrize("trainer", ["rl", "online_dpo", "rft", "sft"])
+def test_a_task_without_the_prompts_a_run_needs_says_so_before_the_model_loads(start_model, tmp_path, trainer,
+                                                                              monkeypatch):
+    """A user's file task without `--eval_prompts` (or an embedded-only trainer given exact_match) used to
+    fail only once the policy (and reference) had loaded: minutes for a large model."""
+    from lmpo.trainers import harness
+    from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
+    from lmpo.trainers.rft import RFTConfig, train_rft
+    from lmpo.trainers.supervised import SFTConfig, train_sft
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model loaded before the task's prompts were checked")
+
+    monkeypatch.setattr(harness.Run, "load_policy", no_load)
+    prompts = _write(tmp_path / "p.jsonl", [{"prompt": "1=", "answer": "1"}])
+    data = _write(tmp_path / "d.jsonl", [{"prompt": "1=", "completion": "1"}])
+    common = {"model": str(start_model), "out": str(tmp_path / trainer), "task": "exact_match", "threads": 1}
+    run, cfg, missing = {
+        "rl": (train_rl, RLConfig(**common, prompts=str(prompts), reward_timeout=0), "held-out prompts"),
+        "online_dpo": (train_online_dpo, OnlineDPOConfig(**common, reward_timeout=0), "--prompts"),
+        "rft": (train_rft, RFTConfig(**common, reward_timeout=0), "--prompts"),
+        "sft": (train_sft, SFTConfig(**common, data=str(data), eval_prompts=str(tmp_path / "none.jsonl")),
+                "none.jsonl"),
+    }[trainer]
+    with pytest.raises(Exception, match=missing):
+        run(cfg)
+
+
+@pytest.mark.parametrize("trainer", ["online_dpo", "rft"])
+def test_online_dpo_and_rft_train_and_evaluate_on_a_users_prompt_files(start_model, tmp_path, trainer, capsys,
+                                                                       monkeypatch):
+    import importlib
+
+    from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
+    from lmpo.trainers.rft import RFTConfig, train_rft
+
+    module = importlib.import_module(f"lmpo.trainers.{trainer}")
+    evaluated, evaluate = [], module.evaluate
+    monkeypatch.setattr(module, "evaluate", lambda model, tok, task, problems, **kw: (
+        evaluated.append([p.prompt for p in problems]), evaluate(model, tok, task, problems, **kw))[1])
+    rows = [{"prompt": f"{d}=", "answer": "".join(sorted(d))} for d in ("31415", "27182", "16180", "14142")]
+    train = _write(tmp_path / "train.jsonl", rows)
+    heldout = _write(tmp_path / "heldout.jsonl", [{"prompt": "55123=", "answer": "12355"},
+                                                  {"prompt": "90210=", "answer": "00129"}])
+    common = {"model": str(start_model), "out": str(tmp_path / trainer), "task": "exact_match", "prompts": str(train),
+              "eval_prompts": str(heldout), "eval_problems": 5, "rounds": 2, "prompts_per_round": 2,
+              "max_new_tokens": 6, "threads": 1, "reward_timeout": 0, "save_every": 0}
+    if trainer == "online_dpo":
+        result = train_online_dpo(OnlineDPOConfig(**common, samples_per_prompt=3, batch_size=2, eval_every=1))
+    else:
+        result = train_rft(RFTConfig(**common, samples_per_prompt=3, sft_steps_per_round=1, batch_size=2,
+                                     accept_threshold=float("-inf")))
+    assert f"4 training prompts from {train}" in capsys.readouterr().out and result.accuracy is not None
+    assert evaluated and all(p == ["55123=", "90210="] for p in evaluated)  # the file's rows, all of them
+    if trainer == "rft":  # what each round sampled
+        sampled = tmp_path / trainer / "round_1" / "samples.jsonl"
+        assert {json.loads(line)["prompt"] for line in open(sampled)} <= {r["prompt"] for r in rows}

@@ -23,12 +23,13 @@ from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, Updater
 from lmpo.trainers.preference import (EncodedPairs, PreferenceConfig, encode_pair_ids, preference_options,
                                       preference_problems, preference_step, sequence_logps)
-from lmpo.trainers.prompts import PromptStream
+from lmpo.trainers.prompts import PromptStream, heldout_prompts, training_prompts
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_options import RewardOptions
 from lmpo.trainers.reward_watch import watch_rewards
 from lmpo.trainers.validation import at_least, raise_if_any, reward_problems, sampling_problems
 from lmpo.trainers.runtime import keep_rows_through, make_optimizer, make_scheduler, options_for
+from lmpo.trainers.preflight import check_rl_inputs
 
 SAMPLER_STRIDE = 1_000_003  # each data-parallel process samples from its own stream
 
@@ -49,6 +50,10 @@ class OnlineDPOConfig(PreferenceConfig, RewardOptions):
     """Completion token limit."""
     prompt_pool: int = 20_000
     """Training prompts drawn from the task's training split."""
+    prompts: str = ""
+    """Train on the prompts of this file instead of the task's (JSONL, Parquet or a `datasets` directory, `DIR::split`): a `prompt` column (text, or messages rendered with the chat template) and an `answer` column for the grader; other columns reach reward functions as `problem.meta`."""
+    eval_prompts: str = ""
+    """Evaluate on the prompts of this file (same columns) instead of the task's held-out split."""
     eval_every: int = 10
     """Evaluate on held-out problems every this many rounds (and at the end)."""
     save_every: int = 10
@@ -68,16 +73,21 @@ class OnlineDPOConfig(PreferenceConfig, RewardOptions):
 
 def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     cfg.validate()
+    check_rl_inputs(cfg, "online DPO")
     loss_fn = PREFERENCE_LOSSES.get(cfg.loss)
     task = make_task(cfg.task)
     run = Run(cfg, "online_dpo")
     rank_by = watch_rewards(RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout,
                                                    cfg.reward_failure), run.out, cfg)
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
+    # the prompts before the model: a task without them says so before a long load
+    stream = PromptStream(training_prompts(task, tokenizer, cfg.prompts, cfg.prompt_pool, cfg.seed, "online_dpo"),
+                          cfg.seed)
+    heldout = (heldout_prompts(task, tokenizer, cfg.eval_prompts, cfg.eval_problems)
+               if cfg.eval_problems and run.dist.is_main else [])
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     reference = None if cfg.loss == "simpo" else run.reference(policy, lambda: load_model(
         cfg.model, tokenizer, seed=cfg.seed, trust_remote_code=cfg.trust_remote_code))
-    stream = PromptStream(task.train_problems(cfg.prompt_pool, cfg.seed), cfg.seed)
     sampler = torch.Generator().manual_seed(cfg.seed + SAMPLER_STRIDE * run.dist.rank)
     sampling = SamplingParams(cfg.temperature, 1.0, 0, cfg.max_new_tokens)
     runner = EpisodeRunner.for_task(task, run.plain(policy), tokenizer, sampling, generator=sampler)
@@ -89,7 +99,6 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, max_steps, cfg.lr_schedule, cfg.min_lr_ratio)
     updater = Updater(optimizer, scheduler, cfg.grad_clip, cfg.max_nonfinite_steps, f"online_{cfg.loss}")
     options = options_for(loss_fn, preference_options(cfg))
-    heldout = task.heldout_problems(cfg.eval_problems) if cfg.eval_problems and run.dist.is_main else []
     resumed = resume_training(cfg, run.out, "online_dpo", policy, optimizer, scheduler, {"sampler": sampler},
                               rank=run.dist.rank)
     start_round, step = (resumed.step, resumed.state["updates"]) if resumed else (0, 0)

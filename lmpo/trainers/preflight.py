@@ -55,17 +55,19 @@ def check_cpt_rows(model: str, tokenizer, seq_len: int) -> None:
                           f"model's context of {context} tokens; use --seq_len {context - 1} or less")
 
 
-def check_rl_inputs(cfg) -> None:
+def check_rl_inputs(cfg, what: str = "RL") -> None:
+    """Refuses prompt files (`--prompts`, `--eval_prompts`) whose rows do not fit the model's
+    context with the completion budget to spare, and warns of text the tokenizer cannot represent.
+    A trainer without `eval_max_new_tokens` evaluates within `max_new_tokens`."""
     if not (cfg.prompts or cfg.eval_prompts):
         return
     from lmpo.models import load_tokenizer
 
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
-    for path, used, new_tokens, flag in ((cfg.prompts, True, cfg.max_new_tokens, "max_new_tokens"),
-                                         (cfg.eval_prompts, cfg.eval_problems > 0, cfg.eval_max_new_tokens,
-                                          "eval_max_new_tokens")):
+    eval_flag = "eval_max_new_tokens" if hasattr(cfg, "eval_max_new_tokens") else "max_new_tokens"
+    for path, used, flag in ((cfg.prompts, True, "max_new_tokens"), (cfg.eval_prompts, cfg.eval_problems > 0, eval_flag)):
         if path and used:
-            prompts_within_context(cfg, path, tokenizer, new_tokens, flag, "RL")
+            prompts_within_context(cfg, path, tokenizer, getattr(cfg, flag), flag, what)
 
 
 def prompts_within_context(cfg, path: str, tokenizer, new_tokens: int, flag: str, what: str) -> list:
@@ -90,5 +92,5 @@ def prompts_within_context(cfg, path: str, tokenizer, new_tokens: int, flag: str
     for field, consequence in (("prompt", "the model never sees it"),
                                ("answer", "no completion can match those answers")):
         if field in unknown and unknown[field].summary():
-            print(f"[{what.lower()}] {path}: warning: in the {field}s, {unknown[field].summary()}; {consequence}")
+            print(f"[{what.lower().replace(' ', '_')}] {path}: warning: in the {field}s, {unknown[field].summary()}; {consequence}")
     return problems

@@ -1,4 +1,5 @@
-"""A reproducible, resumable stream of training prompts."""
+"""Where a run's prompts come from (a user's file or the task's own splits), and a
+reproducible, resumable stream of the training ones."""
 
 from __future__ import annotations
 
@@ -6,6 +7,23 @@ import random
 from typing import Sequence
 
 from lmpo.envs import Problem
+from lmpo.envs.data import load_prompts
+
+
+def training_prompts(task, tokenizer, prompts: str, pool_size: int, seed: int, tag: str) -> list[Problem]:
+    """The rows of the file `prompts`, else `pool_size` problems of the task's training split."""
+    if not prompts:
+        return task.train_problems(pool_size, seed)
+    problems = load_prompts(prompts, tokenizer=tokenizer)
+    print(f"[{tag}] {len(problems)} training prompts from {prompts}")
+    return problems
+
+
+def heldout_prompts(task, tokenizer, eval_prompts: str, n: int) -> list[Problem]:
+    """The first `n` rows of the file `eval_prompts`, else the task's first `n` held-out problems."""
+    if not eval_prompts:
+        return task.heldout_problems(n)
+    return load_prompts(eval_prompts, tokenizer=tokenizer)[:n]
 
 
 class PromptStream:

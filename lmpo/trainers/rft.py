@@ -38,7 +38,7 @@ from lmpo.rollout.weight_probe import default_probe_ids
 from lmpo.trainers.batches import SFTBatches
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater
-from lmpo.trainers.prompts import PromptStream
+from lmpo.trainers.prompts import PromptStream, heldout_prompts, training_prompts
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_options import RewardOptions
 from lmpo.trainers.reward_watch import watch_rewards
@@ -46,8 +46,9 @@ from lmpo.trainers.rl_config import ENGINES, RLConfig
 from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
 from lmpo.trainers.sampler_mismatch import samples_with_trainer_forward, sync_and_probe
 from lmpo.trainers.supervised import _step as sft_step
-from lmpo.trainers.validation import (at_least, checkpoint_problems, optimizer_problems, raise_if_any,
-                                     reward_problems, sampling_problems)
+from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
+                                     raise_if_any, reward_problems, sampling_problems)
+from lmpo.trainers.preflight import check_rl_inputs
 
 HARD_PROMPTS = "hard_prompts.jsonl"
 SAMPLES = "samples.jsonl"
@@ -77,6 +78,10 @@ class RFTConfig(RunOptions, RewardOptions):
     """Completions sampled per prompt (the n of best-of-n)."""
     prompt_pool: int = 20_000
     """Training prompts drawn from the task's training split; iterated in a shuffled order."""
+    prompts: str = ""
+    """Train on the prompts of this file instead of the task's (JSONL, Parquet or a `datasets` directory, `DIR::split`): a `prompt` column (text, or messages rendered with the chat template) and an `answer` column for the grader; other columns reach reward functions as `problem.meta`."""
+    eval_prompts: str = ""
+    """Evaluate on the prompts of this file (same columns) instead of the task's held-out split."""
     retry_hard: float = 0.5
     """Largest share of a round's prompts taken from the previous round's hard prompts (no accepted sample), tried again; 0 = only fresh prompts."""
     temperature: float = 1.0
@@ -134,7 +139,7 @@ class RFTConfig(RunOptions, RewardOptions):
         if not 0 < self.vllm_gpu_memory_utilization < 1:
             problems.append(f"vllm_gpu_memory_utilization={self.vllm_gpu_memory_utilization} must be in (0, 1)")
         problems += reward_problems(self) + sampling_problems(self) + optimizer_problems(self)
-        problems += checkpoint_problems(self)
+        problems += checkpoint_problems(self) + data_option_problems(self)
         raise_if_any("RFT", problems)
 
 
@@ -217,6 +222,7 @@ def sample_round(runner: EpisodeRunner, task, problems: list, rewards, cfg: RFTC
 
 def train_rft(cfg: RFTConfig) -> StageResult:
     cfg.validate()
+    check_rl_inputs(cfg, "RFT")
     run = Run(cfg, "rft")
     if run.dist.active:
         raise ValueError("rft runs in one process; start it without torchrun")
@@ -224,8 +230,10 @@ def train_rft(cfg: RFTConfig) -> StageResult:
     rewards = watch_rewards(RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout,
                                                    cfg.reward_failure), run.out, cfg)
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
+    # the prompts before the model: a task without them says so before a long load
+    pool = training_prompts(task, tokenizer, cfg.prompts, cfg.prompt_pool, cfg.seed, "rft")
+    heldout = heldout_prompts(task, tokenizer, cfg.eval_prompts, cfg.eval_problems) if cfg.eval_problems else []
     policy = run.load_policy(tokenizer, keep_dropout=False)
-    pool = task.train_problems(cfg.prompt_pool, cfg.seed)
     pool_index = {id(p): i for i, p in enumerate(pool)}
     stream = PromptStream(pool, cfg.seed)
     sampler = torch.Generator().manual_seed(cfg.seed)
@@ -249,7 +257,6 @@ def train_rft(cfg: RFTConfig) -> StageResult:
     if external:
         sync_and_probe(engine, run.plain(policy), probe_ids, PROBE_TOLERANCE)
     (run.out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    heldout = task.heldout_problems(cfg.eval_problems) if cfg.eval_problems else []
     last_eval = None
     if heldout and resumed is None:
         last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)

@@ -19,7 +19,6 @@ import torch
 from lmpo.algos import adaptive_kl_coef
 from lmpo.envs import make_task
 from lmpo.rollout.evaluation import evaluate
-from lmpo.envs.data import load_prompts
 from lmpo.rollout.reward_runner import RewardRunner
 from lmpo.models import ValueHead, ValueModel, completion_outputs, load_model, load_tokenizer
 from lmpo.rollout import SamplingParams
@@ -31,7 +30,7 @@ from lmpo.trainers.termination import TerminationPolicy
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.distributed import Distributed
 from lmpo.trainers.harness import Run, Updater
-from lmpo.trainers.prompts import PromptStream
+from lmpo.trainers.prompts import PromptStream, heldout_prompts, training_prompts
 from lmpo.trainers.ptx import ptx_batches, ptx_state, restore_ptx
 from lmpo.trainers.preflight import check_rl_inputs
 from lmpo.trainers.result import StageResult
@@ -60,6 +59,10 @@ def train_rl(cfg: RLConfig) -> StageResult:
     rewards = watch_rewards(rewards, run.out, cfg)
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
     ptx = ptx_batches(cfg, task, tokenizer)  # PPO-ptx: None when ptx_coef is 0
+    # the prompts before the model: a task without a held-out split says so before a long load
+    stop, best = StopRule.from_options(cfg, higher_is_better=True), BestWeights(run.out / "best")
+    heldout, selection = _heldout(cfg, task, tokenizer, stop.active) if run.dist.is_main else ([], [])
+    pool = training_prompts(task, tokenizer, cfg.prompts, cfg.prompt_pool, cfg.seed, "rl")
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     reference = run.reference(policy, lambda: load_model(cfg.model, tokenizer, seed=cfg.seed,
                                                           trust_remote_code=cfg.trust_remote_code)) if cfg.beta > 0 else None
@@ -71,7 +74,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, updates, cfg.lr_schedule, cfg.min_lr_ratio)
     updater = Updater(optimizer, scheduler, cfg.grad_clip, cfg.max_nonfinite_steps, "rl")
     sampler = torch.Generator().manual_seed(cfg.seed + SAMPLER_STRIDE * run.dist.rank)
-    stream = PromptStream(_prompt_pool(cfg, task, tokenizer), cfg.seed)
+    stream = PromptStream(pool, cfg.seed)
     sampling = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
     engine = make_engine(cfg.engine, run.plain(policy), tokenizer, cfg.model, generator=sampler, seed=cfg.seed,
                          trainer_device=str(run.device), gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
@@ -86,7 +89,6 @@ def train_rl(cfg: RLConfig) -> StageResult:
     extra_modules = {"critic": critic} if critic is not None else {}
     beta = cfg.beta
 
-    stop, best = StopRule.from_options(cfg, higher_is_better=True), BestWeights(run.out / "best")
     guard = CollapseGuard(cfg) if cfg.collapse_guard else None
     start_step = nonfinite_streak = 0
     resumed = run.resume(policy, optimizer, scheduler, {"sampler": sampler}, extra_modules)
@@ -108,7 +110,6 @@ def train_rl(cfg: RLConfig) -> StageResult:
     run.say(f"{cfg.advantage} advantages, {cfg.loss} loss, {cfg.aggregation}, beta={cfg.beta} ({cfg.kl_placement}), "
             f"critic={cfg.critic}; {cfg.prompts_per_step}x{cfg.group_size} samples per step; {run.describe(policy)}")
 
-    heldout, selection = _heldout(cfg, task, tokenizer, stop.active) if run.dist.is_main else ([], [])
     last_eval, last_eval_step = None, -1
 
     def held_out_eval(step: int) -> dict:
@@ -241,33 +242,22 @@ def _critic_writer(critic):
     return write
 
 
-def _prompt_pool(cfg: RLConfig, task, tokenizer) -> list:
-    if not cfg.prompts:
-        return task.train_problems(cfg.prompt_pool, cfg.seed)
-    problems = load_prompts(cfg.prompts, tokenizer=tokenizer)
-    print(f"[rl] {len(problems)} training prompts from {cfg.prompts}")
-    return problems
-
-
 def _heldout(cfg: RLConfig, task, tokenizer, stopping: bool) -> tuple[list, list]:
     """The reported held-out problems and, with a stopping rule, the disjoint ones it selects on."""
     if not cfg.eval_problems:
         return [], []
     wanted = cfg.eval_problems + (cfg.select_problems if stopping else 0)
-    if not cfg.eval_prompts:
-        try:
-            problems = task.heldout_problems(wanted)
-        except ValueError as err:
-            if wanted == cfg.eval_problems:
-                raise
-            raise ValueError(f"{err} (eval_problems={cfg.eval_problems} reported + select_problems="
-                             f"{cfg.select_problems} for the stopping rule: lower either)") from None
-    else:
-        problems = load_prompts(cfg.eval_prompts, tokenizer=tokenizer)[:wanted]
-        if stopping and cfg.select_problems and len(problems) <= cfg.eval_problems:
-            raise ValueError(f"{cfg.eval_prompts}: {len(problems)} rows, all of them reported (eval_problems="
-                             f"{cfg.eval_problems}); the stopping rule needs select_problems={cfg.select_problems} "
-                             f"more to pick the best model on, or select_problems=0 to pick on the reported ones")
+    try:
+        problems = heldout_prompts(task, tokenizer, cfg.eval_prompts, wanted)
+    except ValueError as err:
+        if cfg.eval_prompts or wanted == cfg.eval_problems:
+            raise
+        raise ValueError(f"{err} (eval_problems={cfg.eval_problems} reported + select_problems="
+                         f"{cfg.select_problems} for the stopping rule: lower either)") from None
+    if cfg.eval_prompts and stopping and cfg.select_problems and len(problems) <= cfg.eval_problems:
+        raise ValueError(f"{cfg.eval_prompts}: {len(problems)} rows, all of them reported (eval_problems="
+                         f"{cfg.eval_problems}); the stopping rule needs select_problems={cfg.select_problems} "
+                         f"more to pick the best model on, or select_problems=0 to pick on the reported ones")
     return problems[: cfg.eval_problems], problems[cfg.eval_problems:]
 
 

@@ -228,10 +228,10 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> St
     """`stopping`: (StopRule, held-out rows builder) for a stage that stops on its held-out loss."""
     run = Run(cfg, name)
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
+    batches, total_steps = prepare(tokenizer)  # the data before the model: a bad file says so before a long load
+    heldout = _heldout(cfg, task, tokenizer)
     model = run.load_policy(tokenizer)
     model.train()
-    batches, total_steps = prepare(tokenizer)
-    heldout = _heldout(cfg, task, tokenizer)  # a bad held-out file stops the run before training
     stop, rows = (stopping[0], stopping[1](tokenizer)) if stopping else (None, None)
     best = BestWeights(run.out / "best")
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
