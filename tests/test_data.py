@@ -413,3 +413,64 @@ def test_a_lora_adapters_turns_end_where_its_base_models_sampling_stops(tmp_path
     (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "gemma_like")}))
     assert turn_end_ids(load_tokenizer(str(adapter))) == turn_end_ids(tok) == [tok.eos_token_id,
                                                                               tok.convert_tokens_to_ids("<end_of_turn>")]
+
+
+HERMES_LIKE = (
+    "{%- if tools %}<|im_start|>system\n<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools><|im_end|>\n"
+    "{%- endif %}{%- for m in messages %}{%- if m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content }}"
+    "{%- for c in m.tool_calls or [] %}<tool_call>\n{\"name\": \"{{ c.function.name }}\", \"arguments\": "
+    "{{ c.function.arguments | tojson }}}\n</tool_call>{%- endfor %}<|im_end|>\n"
+    "{%- elif m.role == 'tool' %}<|im_start|>user\n<tool_response>{{ m.content }}</tool_response><|im_end|>\n"
+    "{%- else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}")
+LOOKUP = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+
+
+def tool_conversation(arguments):
+    return [msg("user", "id 4821?"),
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": arguments}}]},
+            {"role": "tool", "tool_call_id": "c1", "name": "lookup", "content": "7"},
+            msg("assistant", "It is 7.")]
+
+
+@pytest.fixture
+def hermes_tokenizer():
+    from lmpo.models import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.eos_token, tok.chat_template = "<|im_end|>", HERMES_LIKE
+    return tok
+
+
+@pytest.mark.parametrize("arguments", ['{"id": 4821}', {"id": 4821}])
+def test_tool_calls_in_openai_shape_are_trained_as_the_template_writes_them(hermes_tokenizer, tmp_path, ext,
+                                                                             arguments):
+    from lmpo.envs.parsing import HermesFormat
+
+    rows = [{"messages": tool_conversation(arguments), "tools": [LOOKUP]}, {"messages": CHAT[1:3], "tools": None}]
+    (ex, plain), _ = load_sft(write(tmp_path / f"t.{ext}", rows), hermes_tokenizer, max_length=512)
+    call_turn = '<tool_call>\n{"name": "lookup", "arguments": {"id": 4821}}\n</tool_call><|im_end|>'
+    assert loss_text(hermes_tokenizer, ex) == call_turn + "It is 7.<|im_end|>"  # not the tool's response
+    assert '<tools>{"type": "function"' in decode(hermes_tokenizer, ex.input_ids)
+    parsed = HermesFormat().parse(call_turn.removesuffix("<|im_end|>"))  # what RL's parser reads back
+    assert [(c.name, c.arguments) for c in parsed.calls] == [("lookup", {"id": 4821})]
+    assert loss_text(hermes_tokenizer, plain) == "4<|im_end|>"
+
+
+def test_a_template_that_ignores_tool_calls_is_refused(char_tokenizer, tmp_path):
+    with pytest.raises(DataError, match=r"row 1: field 'messages': the tokenizer's chat template does not render "
+                                        r"tool_calls"):
+        load_sft(write(tmp_path / "t.jsonl", [{"messages": tool_conversation({"id": 4821})}]), char_tokenizer,
+                 max_length=512)
+
+
+@pytest.mark.parametrize("bad, where, expected", [
+    ("{id: 4821", r"messages\[1\]\.tool_calls\[0\]\.function\.arguments", "a JSON object"),
+    ([1], r"messages\[1\]\.tool_calls\[0\]\.function\.arguments", "a JSON object"),
+])
+def test_malformed_tool_calls_name_the_field(hermes_tokenizer, tmp_path, bad, where, expected):
+    with pytest.raises(DataError, match=rf"row 1: field '{where}': expected {expected}"):
+        load_sft(write(tmp_path / "t.jsonl", [{"messages": tool_conversation(bad)}]), hermes_tokenizer,
+                 max_length=512)

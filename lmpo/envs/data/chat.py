@@ -82,19 +82,72 @@ def has_chat_template(tokenizer: PreTrainedTokenizerBase | None) -> bool:
     return tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
 
 
-def message(rec: Record, where: str, value: Any) -> dict[str, str]:
-    """A validated {role, content} message, keeping only those two keys (columnar formats
-    give every message every key seen in the column, filled with nulls)."""
+def message(rec: Record, where: str, value: Any) -> dict[str, Any]:
+    """A validated {role, content} message, keeping only the keys chat templates read: an
+    assistant turn's `tool_calls` (OpenAI's shape; its content may then be empty or null), a tool
+    turn's `tool_call_id` and `name`. Columnar formats give every message every key seen in the
+    column, filled with nulls: those count as absent."""
     if not isinstance(value, dict):
         raise rec.error(where, "a {role, content} object", type_name(value))
     role, content = value.get("role"), value.get("content")
     if role not in ROLES:
         raise rec.error(f"{where}.role", "one of 'system', 'user', 'assistant', 'tool'", short_repr(role))
+    calls = value.get("tool_calls")
+    if calls is not None and role != "assistant":
+        raise rec.error(f"{where}.tool_calls", "tool calls only in an assistant turn", f"a {role} turn with them")
+    calls = tool_calls(rec, f"{where}.tool_calls", calls) if calls is not None else []
+    if content is None and calls:
+        content = ""
     if not isinstance(content, str):
         raise rec.error(f"{where}.content", "a string", type_name(content))
-    if role == "assistant" and not content:
-        raise rec.error(f"{where}.content", "a non-empty string in an assistant turn", "''")
-    return {"role": role, "content": content}
+    if role == "assistant" and not content and not calls:
+        raise rec.error(f"{where}.content", "a non-empty string in an assistant turn (or tool_calls)", "''")
+    msg: dict[str, Any] = {"role": role, "content": content}
+    if calls:
+        msg["tool_calls"] = calls
+    for key in ("tool_call_id", "name") if role == "tool" else ():
+        if value.get(key) is not None:
+            msg[key] = _string(rec, f"{where}.{key}", value[key])
+    return msg
+
+
+def tool_calls(rec: Record, where: str, value: Any) -> list[dict[str, Any]]:
+    """OpenAI-style calls, `[{"type": "function", "function": {"name", "arguments"}}]` (also the
+    flat `{"name", "arguments"}`), as templates read them: arguments a JSON object, parsed where
+    the file holds it as a string; an `id` is kept."""
+    if not isinstance(value, list) or not value:
+        raise rec.error(where, "a non-empty list of tool calls", type_name(value) if value != [] else "an empty list")
+    calls = []
+    for i, call in enumerate(value):
+        at = f"{where}[{i}]"
+        if not isinstance(call, dict):
+            raise rec.error(at, 'a {"type": "function", "function": {"name", "arguments"}} object', type_name(call))
+        function, at_function = (call.get("function"), f"{at}.function") if "function" in call else (call, at)
+        if not isinstance(function, dict):
+            raise rec.error(at_function, "an object with name and arguments", type_name(function))
+        name = _string(rec, f"{at_function}.name", function.get("name"))
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except ValueError:
+                raise rec.error(f"{at_function}.arguments", "a JSON object (or its JSON text)",
+                                short_repr(arguments)) from None
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise rec.error(f"{at_function}.arguments", "a JSON object (or its JSON text)", type_name(arguments))
+        out: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": arguments}}
+        if isinstance(call.get("id"), str):
+            out["id"] = call["id"]
+        calls.append(out)
+    return calls
+
+
+def _string(rec: Record, where: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise rec.error(where, "a non-empty string", type_name(value) if value != "" else "''")
+    return value
 
 
 def messages(rec: Record, field: str, value: Any) -> list[dict[str, str]]:
@@ -143,17 +196,43 @@ def render(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, msgs: li
            *, generation_prompt: bool) -> str:
     if not has_chat_template(tokenizer):
         raise rec.error(field, "a tokenizer with a chat template to render messages", "a tokenizer without one")
+    tools = _tools(rec)
     try:
-        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=generation_prompt)
+        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=generation_prompt,
+                                             **({"tools": tools} if tools else {}))
     except (TemplateError, ValueError) as e:
         raise DataError(rec.path, f"the tokenizer's chat template rejects these messages: {e}",
                         row=rec.row, field=field) from e
+
+
+def _tools(rec: Record) -> list[dict] | None:
+    """The row's `tools` column: function schemas the template shows the model (None without one)."""
+    tools = rec.get("tools")
+    if tools is None:
+        return None
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise rec.error("tools", "a list of function schemas (JSON objects)", type_name(tools))
+    return tools or None
+
+
+def _check_calls_rendered(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, msgs: list[dict[str, Any]],
+                          text: str) -> None:
+    """A template that ignores `tool_calls` would train the model on a turn without its calls."""
+    if not any("tool_calls" in m for m in msgs):
+        return
+    bare = [{k: v for k, v in m.items() if k != "tool_calls"} for m in msgs]
+    if render(rec, field, tokenizer, bare, generation_prompt=False) == text:
+        raise DataError(rec.path, "the tokenizer's chat template does not render tool_calls, so the model would "
+                                  "learn these turns without their calls; write each call into the turn's content "
+                                  "in the format the model should learn, or use a template that renders them",
+                        row=rec.row, field=field)
 
 
 def encode_conversation(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase,
                         msgs: list[dict[str, str]]) -> tuple[list[int], list[int]]:
     """The rendered conversation's ids, and a mask that is 1 on each assistant turn."""
     text = render(rec, field, tokenizer, msgs, generation_prompt=False)
+    _check_calls_rendered(rec, field, tokenizer, msgs, text)
     ids = encode(tokenizer, text)
     mask = [0] * len(ids)
     for i, msg in enumerate(msgs):
@@ -170,6 +249,7 @@ def encode_reply(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, pr
     """(prompt ids ending with the generation prompt, reply ids through eos). `count_prompt=False`:
     the prompt's unknown tokens were counted already (a preference pair's second reply)."""
     text = render(rec, field, tokenizer, [*prompt, answer], generation_prompt=False)
+    _check_calls_rendered(rec, field, tokenizer, [*prompt, answer], text)
     ids = encode(tokenizer, text, count=count_prompt)
     start = _prefix_length(rec, field, tokenizer, prompt, True, text, ids)
     unknown = getattr(tokenizer, "_lmpo_unknown", None)
