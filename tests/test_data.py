@@ -417,7 +417,8 @@ def test_a_lora_adapters_turns_end_where_its_base_models_sampling_stops(tmp_path
 
 HERMES_LIKE = (
     "{%- if tools %}<|im_start|>system\n<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools><|im_end|>\n"
-    "{%- endif %}{%- for m in messages %}{%- if m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content }}"
+    "{%- endif %}{%- for m in messages %}{%- if m.role == 'assistant' %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{%- endif %}{{ m.content }}"
     "{%- for c in m.tool_calls or [] %}<tool_call>\n{\"name\": \"{{ c.function.name }}\", \"arguments\": "
     "{{ c.function.arguments | tojson }}}\n</tool_call>{%- endfor %}<|im_end|>\n"
     "{%- elif m.role == 'tool' %}<|im_start|>user\n<tool_response>{{ m.content }}</tool_response><|im_end|>\n"
@@ -474,3 +475,23 @@ def test_malformed_tool_calls_name_the_field(hermes_tokenizer, tmp_path, bad, wh
     with pytest.raises(DataError, match=rf"row 1: field '{where}': expected {expected}"):
         load_sft(write(tmp_path / "t.jsonl", [{"messages": tool_conversation(bad)}]), hermes_tokenizer,
                  max_length=512)
+
+
+def test_reasoning_content_is_trained_where_the_template_writes_it_and_refused_where_not(hermes_tokenizer,
+                                                                                        char_tokenizer, tmp_path):
+    turn = {"role": "assistant", "content": "4", "reasoning_content": "2 and 2"}
+    path = write(tmp_path / "r.jsonl", [{"messages": [msg("user", "2+2"), turn]}])
+    (ex,), _ = load_sft(path, hermes_tokenizer, max_length=512)
+    assert loss_text(hermes_tokenizer, ex) == "<think>2 and 2</think>4<|im_end|>"
+    with pytest.raises(DataError, match="does not render reasoning_content, so the model would learn these turns "
+                                        "without their reasoning"):
+        load_sft(path, char_tokenizer, max_length=512)
+
+
+@pytest.mark.parametrize("flag", [{"weight": 0}, {"train": False}])
+def test_a_per_turn_loss_flag_is_refused_not_ignored(char_tokenizer, tmp_path, flag):
+    rows = [{"messages": [msg("user", "2+2"), {**msg("assistant", "5"), **flag}, msg("user", "again"),
+                          msg("assistant", "4")]}]
+    key = next(iter(flag))
+    with pytest.raises(DataError, match=rf"row 1: field 'messages\[1\]\.{key}': expected no per-turn loss flag"):
+        load_sft(write(tmp_path / "w.jsonl", rows), char_tokenizer, max_length=512)

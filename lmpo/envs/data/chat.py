@@ -30,6 +30,7 @@ except ImportError:  # transformers then cannot render templates at all
     TemplateError = ValueError
 
 ROLES = ("system", "user", "assistant", "tool")
+TURN_FLAGS = ("weight", "train", "trainable", "loss")  # other tools' per-turn loss switches, which lmpo does not read
 MESSAGES = "a list of {role, content} objects"
 
 
@@ -84,9 +85,10 @@ def has_chat_template(tokenizer: PreTrainedTokenizerBase | None) -> bool:
 
 def message(rec: Record, where: str, value: Any) -> dict[str, Any]:
     """A validated {role, content} message, keeping only the keys chat templates read: an
-    assistant turn's `tool_calls` (OpenAI's shape; its content may then be empty or null), a tool
-    turn's `tool_call_id` and `name`. Columnar formats give every message every key seen in the
-    column, filled with nulls: those count as absent."""
+    assistant turn's `tool_calls` (OpenAI's shape; its content may then be empty or null) and
+    `reasoning_content`, a tool turn's `tool_call_id` and `name`. A per-turn loss flag other tools
+    read (`weight`, `train`) is refused rather than ignored. Columnar formats give every message
+    every key seen in the column, filled with nulls: those count as absent."""
     if not isinstance(value, dict):
         raise rec.error(where, "a {role, content} object", type_name(value))
     role, content = value.get("role"), value.get("content")
@@ -102,9 +104,16 @@ def message(rec: Record, where: str, value: Any) -> dict[str, Any]:
         raise rec.error(f"{where}.content", "a string", type_name(content))
     if role == "assistant" and not content and not calls:
         raise rec.error(f"{where}.content", "a non-empty string in an assistant turn (or tool_calls)", "''")
+    for key in TURN_FLAGS:
+        if value.get(key) is not None:
+            raise rec.error(f"{where}.{key}", "no per-turn loss flag (every assistant turn is trained; drop the "
+                                              "turns not to train on, or make them part of the prompt)",
+                            short_repr(value[key]))
     msg: dict[str, Any] = {"role": role, "content": content}
     if calls:
         msg["tool_calls"] = calls
+    if role == "assistant" and value.get("reasoning_content") is not None:
+        msg["reasoning_content"] = _string(rec, f"{where}.reasoning_content", value["reasoning_content"])
     for key in ("tool_call_id", "name") if role == "tool" else ():
         if value.get(key) is not None:
             msg[key] = _string(rec, f"{where}.{key}", value[key])
@@ -217,15 +226,17 @@ def _tools(rec: Record) -> list[dict] | None:
 
 def _check_calls_rendered(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, msgs: list[dict[str, Any]],
                           text: str) -> None:
-    """A template that ignores `tool_calls` would train the model on a turn without its calls."""
-    if not any("tool_calls" in m for m in msgs):
-        return
-    bare = [{k: v for k, v in m.items() if k != "tool_calls"} for m in msgs]
-    if render(rec, field, tokenizer, bare, generation_prompt=False) == text:
-        raise DataError(rec.path, "the tokenizer's chat template does not render tool_calls, so the model would "
-                                  "learn these turns without their calls; write each call into the turn's content "
-                                  "in the format the model should learn, or use a template that renders them",
-                        row=rec.row, field=field)
+    """A template that ignores `tool_calls` or `reasoning_content` would train the model on turns
+    without them."""
+    for key, what in (("tool_calls", "calls"), ("reasoning_content", "reasoning")):
+        if not any(key in m for m in msgs):
+            continue
+        bare = [{k: v for k, v in m.items() if k != key} for m in msgs]
+        if render(rec, field, tokenizer, bare, generation_prompt=False) == text:
+            raise DataError(rec.path, f"the tokenizer's chat template does not render {key}, so the model would "
+                                      f"learn these turns without their {what}; write it into the turn's content in "
+                                      "the format the model should learn, or use a template that renders it",
+                            row=rec.row, field=field)
 
 
 def encode_conversation(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase,
