@@ -495,3 +495,25 @@ def test_a_per_turn_loss_flag_is_refused_not_ignored(char_tokenizer, tmp_path, f
     key = next(iter(flag))
     with pytest.raises(DataError, match=rf"row 1: field 'messages\[1\]\.{key}': expected no per-turn loss flag"):
         load_sft(write(tmp_path / "w.jsonl", rows), char_tokenizer, max_length=512)
+
+
+QWEN3_LIKE = (  # as Qwen3's: only the turns after the last user turn show their thinking
+    "{%- set ns = namespace(last_query=-1) %}{%- for m in messages %}{%- if m.role == 'user' %}"
+    "{%- set ns.last_query = loop.index0 %}{%- endif %}{%- endfor %}{%- for m in messages %}"
+    "{%- if m.role == 'assistant' %}{{ '<|im_start|>assistant\\n' }}{%- if loop.index0 > ns.last_query %}"
+    "{{ '<think>\\n' + (m.reasoning_content or '') + '\\n</think>\\n\\n' }}{%- endif %}{{ m.content + '<|im_end|>\\n' }}"
+    "{%- else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}")
+
+
+def test_a_template_that_renders_earlier_turns_otherwise_still_trains_each_turn_as_written(hermes_tokenizer,
+                                                                                          tmp_path):
+    """Qwen3's template drops an assistant turn's thinking once a later user turn follows, so the
+    conversation through a turn renders it otherwise than the whole conversation does; each turn
+    is then found in the whole conversation, through its first end-of-turn token."""
+    hermes_tokenizer.chat_template = QWEN3_LIKE
+    rows = [{"messages": [msg("user", "2+2"), {**msg("assistant", "4"), "reasoning_content": "two twos"},
+                          msg("user", "and 3+3?"), {**msg("assistant", "six"), "reasoning_content": "three twice"}]}]
+    (ex,), _ = load_sft(write(tmp_path / "q.jsonl", rows), hermes_tokenizer, max_length=512)
+    assert decode(hermes_tokenizer, ex.input_ids).count("<think>") == 1  # the whole conversation, as Qwen3 renders it
+    assert loss_text(hermes_tokenizer, ex) == "4<|im_end|><think>\nthree twice\n</think>\n\nsix<|im_end|>"

@@ -249,10 +249,22 @@ def encode_conversation(rec: Record, field: str, tokenizer: PreTrainedTokenizerB
     for i, msg in enumerate(msgs):
         if msg["role"] == "assistant":
             start = _prefix_length(rec, field, tokenizer, msgs[:i], True, text, ids)
-            end = _prefix_length(rec, field, tokenizer, msgs[:i + 1], False, text, ids)
-            span = _through_last_eos(rec, f"{field}[{i}]", tokenizer, ids[start:end])
+            end = _prefix_length(rec, field, tokenizer, msgs[:i + 1], False, text, ids, strict=False)
+            if end is None:  # the turn renders otherwise when last (Qwen3 drops earlier turns' thinking)
+                span = _through_first_turn_end(rec, f"{field}[{i}]", tokenizer, ids[start:])
+            else:
+                span = _through_last_eos(rec, f"{field}[{i}]", tokenizer, ids[start:end])
             mask[start:start + len(span)] = [1] * len(span)
     return ids, mask
+
+
+def _through_first_turn_end(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, rest: list[int]) -> list[int]:
+    """From the turn's start through the first token sampling stops on, where the model writing
+    this turn would have stopped: how a turn is found when rendering the conversation through it
+    alone renders it otherwise than inside the whole conversation."""
+    ends = turn_end_ids(tokenizer)
+    first = next((i for i, token in enumerate(rest) if token in ends), None)
+    return _through_last_eos(rec, field, tokenizer, rest[:first + 1] if first is not None else [])
 
 
 def encode_reply(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, prompt: list[dict[str, str]],
@@ -270,10 +282,13 @@ def encode_reply(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, pr
 
 
 def _prefix_length(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, prefix: list[dict[str, str]],
-                   generation_prompt: bool, full_text: str, full_ids: list[int]) -> int:
-    """How many leading tokens of the whole conversation the rendered `prefix` accounts for."""
+                   generation_prompt: bool, full_text: str, full_ids: list[int], strict: bool = True) -> int | None:
+    """How many leading tokens of the whole conversation the rendered `prefix` accounts for
+    (None, unless `strict`, when the rendered prefix is not one)."""
     text = render(rec, field, tokenizer, prefix, generation_prompt=generation_prompt)
     if not full_text.startswith(text):
+        if not strict:
+            return None
         raise DataError(rec.path, f"the tokenizer's chat template renders the first {len(prefix)} messages "
                                   "differently alone than inside the whole conversation, so the assistant "
                                   "tokens cannot be located", row=rec.row, field=field)
