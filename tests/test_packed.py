@@ -285,3 +285,30 @@ def test_shared_prompt_gradients_are_bit_identical_on_every_run(share):
         assert len(seen) == 1
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("kind", ["mistral", "qwen2_sliding", "gemma3"])
+@pytest.mark.parametrize("window, packs", [(16, True), (8, False)])  # the longest sequence: 6 + 9 tokens
+def test_a_sliding_window_model_packs_only_sequences_shorter_than_its_window(kind, window, packs, monkeypatch):
+    """A packed forward masks by its own block mask, without the window: Mistral's log-probs came out
+    0.1 away from its padded forward once a prompt and completion passed the window."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, MistralConfig, MistralForCausalLM
+
+    shape = dict(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=64, attn_implementation="sdpa", sliding_window=window)
+    torch.manual_seed(0)
+    model = {"mistral": lambda: MistralForCausalLM(MistralConfig(**shape)),
+             "qwen2_sliding": lambda: Qwen2ForCausalLM(Qwen2Config(**shape, use_sliding_window=True,
+                                                                   max_window_layers=1)),
+             "gemma3": lambda: Gemma3ForCausalLM(Gemma3TextConfig(**shape, head_dim=8, sliding_window_pattern=2))
+             }[kind]().eval()
+    calls = []
+    real = pack_completions
+    monkeypatch.setattr("lmpo.models.logprobs.pack_completions", lambda *a, **k: calls.append(1) or real(*a, **k))
+    prompt, prompt_mask, completion, lengths = batch()
+    got = completion_outputs(model, prompt, prompt_mask, completion, lengths=lengths).logprobs
+    packed = bool(calls)
+    want = completion_outputs(model, prompt, prompt_mask, completion).logprobs  # padded: transformers' own masks
+    wanted = torch.arange(completion.size(1))[None, :] < lengths[:, None]
+    torch.testing.assert_close(got[wanted], want[wanted], atol=1e-5, rtol=1e-5)
+    assert packed == packs

@@ -164,16 +164,37 @@ def _cheapest_layout(prompts: tuple[tuple[int, ...], ...], lengths: tuple[int, .
     return best
 
 
+def attention_span(config) -> int | None:
+    """How far back a layer of this model may attend: None when every layer sees the whole
+    sequence, a sliding window's width (Mistral, Gemma 2 and 3, Qwen2 with `use_sliding_window`),
+    or 0 for other kinds of layer (chunked, linear attention). A packed forward applies its own
+    mask, without the window, so it is exact only for sequences shorter than that width."""
+    window = getattr(config, "sliding_window", None)
+    window = window if isinstance(window, int) and window > 0 else None
+    kinds = set(getattr(config, "layer_types", None) or [])
+    if kinds:
+        limited = kinds - {"full_attention"}
+        if not limited:
+            return None
+        return window if limited == {"sliding_attention"} and window else 0
+    return None if getattr(config, "use_sliding_window", True) is False else window
+
+
 def trunk_layout(trunk: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                  lengths: torch.Tensor) -> Layout:
-    """`choose_layout` for a batch, costed from the trunk's shapes (padded when nothing is scored)."""
+    """`choose_layout` for a batch, costed from the trunk's shapes (padded when nothing is scored,
+    or when a sequence is as long as the model's attention window, see `attention_span`)."""
     if not bool((lengths > 0).any()):
         return Layout("padded")
     config = trunk.config
+    prompts = real_prompts(prompt_ids, prompt_mask)
+    span = attention_span(config)
+    if span is not None and max(len(p) + n for p, n in zip(prompts, lengths.tolist())) >= span:
+        return Layout("padded")
     hidden, layers = config.hidden_size, config.num_hidden_layers
     inner = getattr(config, "intermediate_size", None) or 4 * hidden
     per_token = 2 * layers * (4 * hidden * hidden + 3 * hidden * inner)
-    return choose_layout(real_prompts(prompt_ids, prompt_mask), lengths.tolist(), per_token, 4 * hidden * layers,
+    return choose_layout(prompts, lengths.tolist(), per_token, 4 * hidden * layers,
                          layers * BUCKET_FLOPS if can_segment_trunk(trunk) else None)
 
 
