@@ -517,3 +517,20 @@ def test_a_template_that_renders_earlier_turns_otherwise_still_trains_each_turn_
     (ex,), _ = load_sft(write(tmp_path / "q.jsonl", rows), hermes_tokenizer, max_length=512)
     assert decode(hermes_tokenizer, ex.input_ids).count("<think>") == 1  # the whole conversation, as Qwen3 renders it
     assert loss_text(hermes_tokenizer, ex) == "4<|im_end|><think>\nthree twice\n</think>\n\nsix<|im_end|>"
+
+
+def test_without_a_generation_config_the_models_config_names_the_stops_as_transformers_derives_them(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from lmpo.envs.data.chat import turn_end_ids
+    from lmpo.rollout.engines import stop_token_ids
+
+    tok, model = gemma_like_tokenizer(tmp_path, generation_eos=True)
+    folder = tmp_path / "gemma_like"
+    config = json.loads((folder / "config.json").read_text())
+    config["eos_token_id"] = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "generation_config.json").unlink()
+    loaded = AutoModelForCausalLM.from_pretrained(folder)
+    assert turn_end_ids(tok) == stop_token_ids(loaded, tok) == [tok.eos_token_id,
+                                                                tok.convert_tokens_to_ids("<end_of_turn>")]

@@ -316,12 +316,12 @@ def _through_last_eos(rec: Record, field: str, tokenizer: PreTrainedTokenizerBas
 
 def turn_end_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """The tokens sampling stops on (as `lmpo.rollout.engines.stop_token_ids`, for a model saved
-    beside its tokenizer): the tokenizer's eos, then the eos ids of the `generation_config.json`
-    in the tokenizer's directory, or, for a LoRA adapter's directory, in its base model's (the
-    model it loads as)."""
+    beside its tokenizer): the tokenizer's eos, then the eos ids of the model's generation config
+    in the tokenizer's directory (see `_generation_config_path`), or, for a LoRA adapter's
+    directory, in its base model's (the model it loads as)."""
     directory = str(getattr(tokenizer, "name_or_path", "") or "")
     stamps = tuple(_mtime(Path(directory) / name) if directory else None
-                   for name in ("generation_config.json", "adapter_config.json"))
+                   for name in ("generation_config.json", "config.json", "adapter_config.json"))
     return list(_turn_ends(tokenizer.eos_token_id, directory, stamps))
 
 
@@ -342,14 +342,18 @@ def _turn_ends(eos: int | None, directory: str, stamps: tuple) -> tuple[int, ...
 
 
 def _generation_config_path(directory: str) -> Path | None:
+    """The file the model's generation config comes from: `generation_config.json`, else (as
+    transformers derives one) `config.json`; for a LoRA adapter's directory, its base model's."""
     if not directory:
         return None
-    path = Path(directory) / "generation_config.json"
-    adapter = Path(directory) / "adapter_config.json"
-    if not path.is_file() and adapter.is_file():
-        base = _json(adapter).get("base_model_name_or_path")
-        path = Path(base) / "generation_config.json" if isinstance(base, str) and base else path
-    return path if path.is_file() else None
+    folder = Path(directory)
+    if not (folder / "generation_config.json").is_file() and (folder / "adapter_config.json").is_file():
+        base = _json(folder / "adapter_config.json").get("base_model_name_or_path")
+        folder = Path(base) if isinstance(base, str) and base else folder
+    for name in ("generation_config.json", "config.json"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
 
 
 def _generation_config_eos(path: Path | None) -> list[int]:
