@@ -13,7 +13,6 @@ loss.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -318,27 +317,22 @@ def turn_end_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """The tokens sampling stops on (as `lmpo.rollout.engines.stop_token_ids`, for a model saved
     beside its tokenizer): the tokenizer's eos, then the eos ids of the model's generation config
     in the tokenizer's directory (see `_generation_config_path`), or, for a LoRA adapter's
-    directory, in its base model's (the model it loads as)."""
-    directory = str(getattr(tokenizer, "name_or_path", "") or "")
-    stamps = tuple(_mtime(Path(directory) / name) if directory else None
-                   for name in ("generation_config.json", "config.json", "adapter_config.json"))
-    return list(_turn_ends(tokenizer.eos_token_id, directory, stamps))
-
-
-def _mtime(path: Path) -> int | None:
-    try:
-        return path.stat().st_mtime_ns
-    except OSError:
-        return None
-
-
-@lru_cache(maxsize=16)  # called for every assistant turn; keyed by the files' modification times
-def _turn_ends(eos: int | None, directory: str, stamps: tuple) -> tuple[int, ...]:
+    directory, in its base model's (the model it loads as). Read once per tokenizer: it is asked
+    for every assistant turn of a file."""
+    key = (str(getattr(tokenizer, "name_or_path", "") or ""), tokenizer.eos_token_id)
+    cached = getattr(tokenizer, "_lmpo_turn_ends", None)
+    if cached is not None and cached[0] == key:
+        return list(cached[1])
+    directory, eos = key
     ids = [eos] if eos is not None else []
     for token in _generation_config_eos(_generation_config_path(directory)):
         if token not in ids:
             ids.append(token)
-    return tuple(ids)
+    try:
+        tokenizer._lmpo_turn_ends = (key, tuple(ids))
+    except AttributeError:  # a tokenizer that takes no attributes reads the files each time
+        pass
+    return ids
 
 
 def _generation_config_path(directory: str) -> Path | None:
