@@ -23,7 +23,7 @@ from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, Updater
 from lmpo.trainers.preference import (EncodedPairs, PreferenceConfig, encode_pair_ids, preference_options,
                                       preference_problems, preference_step, sequence_logps)
-from lmpo.trainers.prompts import PromptStream, heldout_prompts, training_prompts
+from lmpo.trainers.prompts import PromptFileOptions, PromptStream, heldout_prompts, training_prompts
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_options import RewardOptions
 from lmpo.trainers.reward_watch import watch_rewards
@@ -35,7 +35,7 @@ SAMPLER_STRIDE = 1_000_003  # each data-parallel process samples from its own st
 
 
 @dataclass
-class OnlineDPOConfig(PreferenceConfig, RewardOptions):
+class OnlineDPOConfig(PreferenceConfig, RewardOptions, PromptFileOptions):
     out: str = "runs/online_dpo"
     """Run directory: metrics.jsonl, the final model in `model/`, result.json."""
     rounds: int = 40
@@ -50,10 +50,6 @@ class OnlineDPOConfig(PreferenceConfig, RewardOptions):
     """Completion token limit."""
     prompt_pool: int = 20_000
     """Training prompts drawn from the task's training split."""
-    prompts: str = ""
-    """Train on the prompts of this file instead of the task's (JSONL, Parquet or a `datasets` directory, `DIR::split`): a `prompt` column (text, or messages rendered with the chat template) and an `answer` column for the grader; other columns reach reward functions as `problem.meta`."""
-    eval_prompts: str = ""
-    """Evaluate on the prompts of this file (same columns) instead of the task's held-out split."""
     eval_every: int = 10
     """Evaluate on held-out problems every this many rounds (and at the end)."""
     save_every: int = 10

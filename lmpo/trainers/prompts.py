@@ -4,10 +4,21 @@ reproducible, resumable stream of the training ones."""
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Sequence
 
 from lmpo.envs import Problem
 from lmpo.envs.data import load_prompts
+
+
+@dataclass
+class PromptFileOptions:
+    """A sampling trainer's own prompt files (RL, online DPO, RFT)."""
+
+    prompts: str = ""
+    """Train on the prompts of this file instead of the task's (JSONL, Parquet or a `datasets` directory, `DIR::split`): a `prompt` column (text, or messages rendered with the chat template) and an `answer` column for the grader; other columns reach reward functions as `problem.meta`."""
+    eval_prompts: str = ""
+    """Evaluate on the prompts of this file (same columns) instead of the task's held-out split."""
 
 
 def training_prompts(task, tokenizer, prompts: str, pool_size: int, seed: int, tag: str) -> list[Problem]:

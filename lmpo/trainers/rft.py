@@ -38,7 +38,7 @@ from lmpo.rollout.weight_probe import default_probe_ids
 from lmpo.trainers.batches import SFTBatches
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater
-from lmpo.trainers.prompts import PromptStream, heldout_prompts, training_prompts
+from lmpo.trainers.prompts import PromptFileOptions, PromptStream, heldout_prompts, training_prompts
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_options import RewardOptions
 from lmpo.trainers.reward_watch import watch_rewards
@@ -57,7 +57,7 @@ ROUND_ORDER_STRIDE = 1_000_003  # each round's SFT order comes from its own seed
 
 
 @dataclass
-class RFTConfig(RunOptions, RewardOptions):
+class RFTConfig(RunOptions, RewardOptions, PromptFileOptions):
     model: str = "runs/sft/model"
     """Hugging Face model directory (or preset name) of the policy to start from."""
     task: str = "sort_digits"
@@ -78,10 +78,6 @@ class RFTConfig(RunOptions, RewardOptions):
     """Completions sampled per prompt (the n of best-of-n)."""
     prompt_pool: int = 20_000
     """Training prompts drawn from the task's training split; iterated in a shuffled order."""
-    prompts: str = ""
-    """Train on the prompts of this file instead of the task's (JSONL, Parquet or a `datasets` directory, `DIR::split`): a `prompt` column (text, or messages rendered with the chat template) and an `answer` column for the grader; other columns reach reward functions as `problem.meta`."""
-    eval_prompts: str = ""
-    """Evaluate on the prompts of this file (same columns) instead of the task's held-out split."""
     retry_hard: float = 0.5
     """Largest share of a round's prompts taken from the previous round's hard prompts (no accepted sample), tried again; 0 = only fresh prompts."""
     temperature: float = 1.0

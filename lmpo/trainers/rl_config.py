@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lmpo.trainers.harness import RunOptions
+from lmpo.trainers.prompts import PromptFileOptions
 from lmpo.trainers.collapse_guard import GuardOptions, guard_problems
 from lmpo.trainers.reward_options import RewardOptions
 from lmpo.trainers.stopping import StoppingOptions, stopping_problems
@@ -15,7 +16,7 @@ from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option
 
 
 @dataclass
-class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions):
+class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptFileOptions):
     model: str = "runs/sft/model"
     """Hugging Face model directory (or preset name) of the policy to start from; also the reference."""
     task: str = "sort_digits"
@@ -36,10 +37,6 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions):
     """Completions sampled per prompt (G)."""
     prompt_pool: int = 20_000
     """Training prompts drawn from the task's training split; iterated in a shuffled order."""
-    prompts: str = ""
-    """Train on the prompts of this file instead of the task's (JSONL, Parquet or a `datasets` directory, `DIR::split`): a `prompt` column (text, or messages rendered with the chat template) and an `answer` column for the grader; other columns reach reward functions as `problem.meta`."""
-    eval_prompts: str = ""
-    """Evaluate on the prompts of this file (same columns) instead of the task's held-out split."""
     temperature: float = 1.0
     """Sampling temperature; log-probs in the loss use the same temperature."""
     top_p: float = 1.0
