@@ -534,3 +534,45 @@ def test_without_a_generation_config_the_models_config_names_the_stops_as_transf
     loaded = AutoModelForCausalLM.from_pretrained(folder)
     assert turn_end_ids(tok) == stop_token_ids(loaded, tok) == [tok.eos_token_id,
                                                                 tok.convert_tokens_to_ids("<end_of_turn>")]
+
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_a_base_model_without_a_template_trains_on_chat_data_with_one_given_and_keeps_it(tiny_llama, char_tokenizer,
+                                                                                     tmp_path, capsys):
+    from lmpo.cli.main import main
+    from lmpo.models.loading import load_tokenizer
+
+    base = tmp_path / "base"  # as a base model ships: no chat template
+    tiny_llama.save_pretrained(base)
+    char_tokenizer.save_pretrained(base)
+    (base / "chat_template.jinja").unlink()
+    config = json.loads((base / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (base / "tokenizer_config.json").write_text(json.dumps(config))
+    data = write(tmp_path / "chat.jsonl", [{"messages": CHAT}] * 4)
+    with pytest.raises(DataError, match="a tokenizer with a chat template"):
+        load_sft(data, load_tokenizer(str(base)), max_length=128)
+    template = tmp_path / "chatml.jinja"
+    # ChatML with markers the embedded tokenizer spells in few tokens (its context is 128), its eos ending a turn
+    template.write_text(CHATML.replace("<|im_start|>", "<|").replace("<|im_end|>", "<eos>"))
+    args = ["train", "sft", "--model", str(base), "--data", str(data), "--out", str(tmp_path / "sft"),
+            "--chat_template", str(template), "--epochs", "1", "--eval_problems", "0", "--threads", "1"]
+    assert main(args) in (0, None)
+    saved = load_tokenizer(str(tmp_path / "sft" / "model"))
+    assert saved.chat_template == template.read_text()  # the next stage renders as this one trained
+    (example,), _ = load_sft(write(tmp_path / "one.jsonl", [{"messages": CHAT}]), saved, max_length=128)
+    assert loss_text(saved, example) == "4<eos>six<eos>"
+
+
+def test_a_chat_template_that_cannot_render_is_refused_before_anything_loads(tmp_path):
+    from lmpo.models.loading import load_tokenizer
+
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% for m in messages %}{{ m['content'] }\n")
+    with pytest.raises(ValueError, match=r"--chat_template .*broken.jinja: the template cannot render"):
+        load_tokenizer("tiny", chat_template=str(broken))
+    with pytest.raises(ValueError, match=r"--chat_template .*missing.jinja: cannot read it"):
+        load_tokenizer("tiny", chat_template=str(tmp_path / "missing.jinja"))

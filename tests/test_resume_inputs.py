@@ -144,3 +144,22 @@ def test_resume_refuses_a_changed_base_under_an_adapter_given_as_the_model(start
     assert main(["train", "sft", "--resume", str(run), *flags]) == 2
     assert _error(capsys).startswith(f"lmpo: error: --resume {run}: the base model {base} of the adapter given as "
                                      f"--model changed since the run started (config.json has ")
+
+
+def test_resume_refuses_a_chat_template_file_changed_since_the_run_started(start_model, tmp_path, capsys):
+    """The template decides which tokens each row becomes; resumed under an edited one, the rest of
+    the run would train on other tokens than its first steps."""
+    from lmpo.models import build_char_tokenizer
+
+    template = tmp_path / "chat.jinja"
+    template.write_text(build_char_tokenizer().chat_template)
+    data = tmp_path / "chat.jsonl"
+    data.write_text("".join('{"messages": [{"role": "user", "content": "%d="}, {"role": "assistant", "content": "%d"}]}\n'
+                            % (i, i) for i in range(12)))
+    run = tmp_path / "sft"
+    flags = ["--model", start_model, "--data", str(data), "--chat_template", str(template), "--batch_size", "4",
+             "--epochs", "1", "--save_every", "1", "--eval_problems", "0", "--threads", "1"]
+    assert main(["train", "sft", "--out", str(run), *flags]) == 0
+    template.write_text(template.read_text().replace("<|", "[").replace("|>", "]"))  # other role markers
+    assert main(["train", "sft", "--resume", str(run), *flags]) == 2
+    assert f"the run's data changed since it started (--chat_template {template}: " in _error(capsys)

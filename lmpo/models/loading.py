@@ -20,20 +20,40 @@ def is_preset(name_or_path: str) -> bool:
     return name_or_path in PRESETS and not Path(name_or_path).exists()
 
 
-def load_tokenizer(name_or_path: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
+def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, chat_template: str = "") -> PreTrainedTokenizerBase:
     """The embedded tokenizer for a preset name, else `AutoTokenizer.from_pretrained`
     (`trust_remote_code`: run the Python code a model directory ships, see `_check_local_path`).
+    `chat_template`: a Jinja file that replaces the tokenizer's template (or gives a base model
+    one); saved with the tokenizer, it stays with the models trained from it.
 
     A tokenizer without a pad token gets its EOS token as pad, the usual convention."""
     if is_preset(name_or_path):
-        return build_char_tokenizer()
-    _check_local_path(name_or_path, trust_remote_code)
-    tok = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+        tok = build_char_tokenizer()
+    else:
+        _check_local_path(name_or_path, trust_remote_code)
+        tok = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     if tok.pad_token is None:
         if tok.eos_token is None:
             raise ValueError(f"tokenizer at {name_or_path!r} has neither a pad nor an eos token")
         tok.pad_token = tok.eos_token
+    if chat_template:
+        _set_chat_template(tok, chat_template)
     return tok
+
+
+def _set_chat_template(tok: PreTrainedTokenizerBase, path: str) -> None:
+    """Gives `tok` the template in the file `path`, refused at once (rather than at the first row
+    of data) when it cannot render a one-message conversation."""
+    try:
+        tok.chat_template = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"--chat_template {path}: cannot read it ({err})") from None
+    try:
+        tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    except Exception as err:  # jinja2's TemplateError and whatever the template raises
+        line = f" (line {err.lineno})" if getattr(err, "lineno", None) else ""
+        raise ValueError(f"--chat_template {path}: the template cannot render a one-message conversation"
+                         f"{line}: {err}") from None
 
 
 def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:

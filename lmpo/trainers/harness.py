@@ -74,6 +74,8 @@ class RunOptions:
     """Stop with an error after this many consecutive steps whose loss or gradient was not finite (each is skipped)."""
     trust_remote_code: bool = False
     """Run the Python code a model directory ships (its config's `auto_map`) to load its model and tokenizer; without it such a model is refused. Only for code you have read: loading runs it. vLLM, where it samples, is given it too."""
+    chat_template: str = ""
+    """A Jinja chat template file that replaces the tokenizer's own (or gives a base model one), for the data, the prompts and the saved model, so later stages use it too: Qwen3's with thinking off, say, or a ChatML template for a base model without one."""
     overwrite: bool = False
     """Start afresh in an --out that holds an interrupted run's checkpoints, deleting them; without it such a start is refused (continue that run with --resume). A finished run in --out is replaced either way."""
 

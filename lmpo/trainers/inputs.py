@@ -19,8 +19,8 @@ from pathlib import Path
 
 from lmpo.models.lora import adapter_base_name, is_adapter_dir
 
-DATA_OPTIONS = ("data", "heldout_data", "prompts", "eval_prompts", "ptx_data")
-"""Options that name a file (JSONL, Parquet) or a `datasets` directory (`DIR::split`) to read."""
+DATA_OPTIONS = ("data", "heldout_data", "prompts", "eval_prompts", "ptx_data", "chat_template")
+"""Options that name a file (JSONL, Parquet, a Jinja template) or a `datasets` directory (`DIR::split`) to read."""
 MODEL_OPTIONS = ("model", "reward_model")
 """Options that name a model: a local directory, or a preset's or hub's name (not fingerprinted)."""
 SMALL_FILE = 1 << 20  # hashed; larger files (weights) are known by size and modification time

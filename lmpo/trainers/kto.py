@@ -158,7 +158,7 @@ def train_kto(cfg: KTOConfig) -> StageResult:
     cfg.validate()
     task = make_task(cfg.task)
     run = Run(cfg, "kto")
-    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     if cfg.data:
         examples = file_unpaired(cfg.data, tokenizer, cfg)

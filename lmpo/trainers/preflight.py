@@ -63,7 +63,7 @@ def check_rl_inputs(cfg, what: str = "RL") -> None:
         return
     from lmpo.models import load_tokenizer
 
-    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
     eval_flag = "eval_max_new_tokens" if hasattr(cfg, "eval_max_new_tokens") else "max_new_tokens"
     for path, used, flag in ((cfg.prompts, True, "max_new_tokens"), (cfg.eval_prompts, cfg.eval_problems > 0, eval_flag)):
         if path and used:

@@ -166,7 +166,7 @@ def train_reward_model(cfg: RewardModelConfig) -> StageResult:
     cfg.validate()
     task = make_task(cfg.task)
     run = Run(cfg, "rm")
-    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
     model = load_reward_model(cfg.model, tokenizer, cfg.seed, cfg.trust_remote_code)
     model.config.pad_token_id = tokenizer.pad_token_id
     model = run.prepare(model, train_in_full=("score",))
