@@ -33,6 +33,17 @@ def test_exact_match_grades_the_answer_column():
         task.train_problems(4, 0)
 
 
+def test_exact_match_grades_a_reasoning_models_answer_after_its_thinking():
+    """A reasoning model (Qwen3, DeepSeek-R1) writes `<think>...</think>` before its answer: graded
+    whole, every completion was wrong, every reward 0."""
+    task, p = make_task("exact_match:answer_after=</think>"), Problem("6*7=", "42")
+    assert task.grade(p, "<think>6*7 is 42</think>\n42", True).correct
+    assert not make_task("exact_match").grade(p, "<think>6*7 is 42</think>\n42", True).correct
+    unfinished = task.grade(p, "<think>6*7 is 42, so 42", True)  # no answer after the thinking
+    assert not unfinished.correct and not unfinished.well_formed
+    assert not task.grade(p, "<think>x</think>42", False).correct  # cut off by the token budget
+
+
 def test_rl_trains_on_a_prompt_file_with_extra_columns(start_model, tmp_path):
     rows = [{"prompt": f"{d}=", "answer": "".join(sorted(d)), "weight": w}
             for d, w in [("31415", 1.0), ("27182", 3.0), ("16180", 1.0), ("14142", 3.0)]]

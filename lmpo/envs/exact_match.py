@@ -9,17 +9,29 @@ from lmpo.envs.base import Grade, Problem
 
 class ExactMatch:
     """Correct when the completion, terminated by EOS, equals the answer (surrounding
-    whitespace ignored, and case too with `ignore_case=1`)."""
+    whitespace ignored, and case too with `ignore_case=1`). `answer_after=</think>`: a reasoning
+    model's answer is what follows the last `</think>`; a completion without the marker is
+    malformed, hence wrong."""
 
-    def __init__(self, ignore_case: int = 0):
+    def __init__(self, ignore_case: int = 0, answer_after: str = ""):
         self.ignore_case = bool(ignore_case)
-        self.name = "exact_match" + (" (ignoring case)" if self.ignore_case else "")
+        if not isinstance(answer_after, str):
+            raise ValueError(f"exact_match: answer_after must be the text that ends the reasoning, such as "
+                             f"</think>; got {answer_after!r}")
+        self.answer_after = answer_after
+        details = [text for on, text in ((self.ignore_case, "ignoring case"),
+                                         (answer_after, f"the answer after {answer_after}")) if on]
+        self.name = "exact_match" + (f" ({', '.join(details)})" if details else "")
 
     def grade(self, problem: Problem, completion: str, terminated: bool) -> Grade:
+        well_formed = terminated
+        if self.answer_after:
+            head, marker, completion = completion.rpartition(self.answer_after)
+            well_formed = well_formed and bool(marker)
         got, want = completion.strip(), problem.answer.strip()
         if self.ignore_case:
             got, want = got.lower(), want.lower()
-        return Grade(correct=terminated and bool(want) and got == want, well_formed=terminated)
+        return Grade(correct=well_formed and bool(want) and got == want, well_formed=well_formed)
 
     def is_heldout(self, problem: Problem) -> bool:
         return False
