@@ -229,3 +229,18 @@ def test_a_chat_template_that_cannot_render_is_refused_before_anything_loads(tmp
         load_tokenizer("tiny", chat_template=str(broken))
     with pytest.raises(ValueError, match=r"--chat_template .*missing.jinja: cannot read it"):
         load_tokenizer("tiny", chat_template=str(tmp_path / "missing.jinja"))
+
+
+@pytest.mark.parametrize("row, where, expected", [
+    ({"tools": "lookup"}, "tools", "a list of function schemas"),
+    ({"messages": [msg("user", "q"), {"role": "assistant", "content": None, "tool_calls": []}]},
+     r"messages\[1\]\.tool_calls", "a non-empty list of tool calls"),
+    ({"messages": [{**msg("user", "q"), "tool_calls": [{"function": {"name": "f", "arguments": {}}}]}]},
+     r"messages\[0\]\.tool_calls", "tool calls only in an assistant turn"),
+    ({"messages": [msg("user", "q"), {"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": {}}}]}]},
+     r"messages\[1\]\.tool_calls\[0\]\.function\.name", "a non-empty string"),
+])
+def test_malformed_tool_fields_name_the_field(hermes_tokenizer, tmp_path, row, where, expected):
+    row = {"messages": tool_conversation({"id": 1}), **row}
+    with pytest.raises(DataError, match=rf"row 1: field '{where}': expected {expected}"):
+        load_sft(write(tmp_path / "t.jsonl", [row]), hermes_tokenizer, max_length=512)
