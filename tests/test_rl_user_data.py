@@ -80,22 +80,29 @@ def test_an_unimportable_reward_function_is_a_clear_error():
         reward_functions(parse_reward_weights(f"{__name__}:missing=1.0"))
 
 
-@pytest.mark.parametrize("trainer", ["rl", "online_dpo", "rft", "sft"])
-def test_a_task_without_the_prompts_a_run_needs_says_so_before_the_model_loads(start_model, tmp_path, trainer,
-                                                                              monkeypatch):
-    """A user's file task without `--eval_prompts` (or an embedded-only trainer given exact_match) used to
-    fail only once the policy (and reference) had loaded: minutes for a large model."""
-    from lmpo.trainers import harness
+@pytest.mark.parametrize("trainer", ["rl", "online_dpo", "rft", "sft", "dpo", "kto", "rm"])
+def test_a_run_says_what_is_wrong_with_its_prompts_or_data_before_the_model_loads(start_model, tmp_path, trainer,
+                                                                                  monkeypatch):
+    """A user's file task without `--eval_prompts` (or an embedded-only trainer given exact_match),
+    or a bad row in a data file, used to fail only once the policy (and reference) had loaded:
+    minutes for a large model."""
+    from lmpo.trainers import harness, reward_model
+    from lmpo.trainers.kto import KTOConfig, train_kto
     from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
+    from lmpo.trainers.preference import PreferenceConfig, train_preference
+    from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
     from lmpo.trainers.rft import RFTConfig, train_rft
     from lmpo.trainers.supervised import SFTConfig, train_sft
 
     def no_load(*args, **kwargs):
-        raise AssertionError("the model loaded before the task's prompts were checked")
+        raise AssertionError("the model loaded before the run's prompts or data were checked")
 
     monkeypatch.setattr(harness.Run, "load_policy", no_load)
+    monkeypatch.setattr(reward_model, "load_reward_model", no_load)
     prompts = _write(tmp_path / "p.jsonl", [{"prompt": "1=", "answer": "1"}])
     data = _write(tmp_path / "d.jsonl", [{"prompt": "1=", "completion": "1"}])
+    pairs = _write(tmp_path / "pairs.jsonl", [{"prompt": "1=", "chosen": "1", "rejected": "2"}, {"prompt": "2="}])
+    unpaired = _write(tmp_path / "u.jsonl", [{"prompt": "1=", "completion": "1", "label": True}, {"prompt": "2="}])
     common = {"model": str(start_model), "out": str(tmp_path / trainer), "task": "exact_match", "threads": 1}
     run, cfg, missing = {
         "rl": (train_rl, RLConfig(**common, prompts=str(prompts), reward_timeout=0), "held-out prompts"),
@@ -103,6 +110,9 @@ def test_a_task_without_the_prompts_a_run_needs_says_so_before_the_model_loads(s
         "rft": (train_rft, RFTConfig(**common, reward_timeout=0), "--prompts"),
         "sft": (train_sft, SFTConfig(**common, data=str(data), eval_prompts=str(tmp_path / "none.jsonl")),
                 "none.jsonl"),
+        "dpo": (train_preference, PreferenceConfig(**common, data=str(pairs)), "pairs.jsonl: row 2: field 'chosen'"),
+        "kto": (train_kto, KTOConfig(**common, data=str(unpaired)), "u.jsonl: row 2"),
+        "rm": (train_reward_model, RewardModelConfig(**common, data=str(pairs)), "pairs.jsonl: row 2: field 'chosen'"),
     }[trainer]
     with pytest.raises(Exception, match=missing):
         run(cfg)

@@ -159,11 +159,11 @@ def train_kto(cfg: KTOConfig) -> StageResult:
     task = make_task(cfg.task)
     run = Run(cfg, "kto")
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
-    policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
-    if cfg.data:
+    if cfg.data:  # the data before the model: a bad row says so before a long load
         examples = file_unpaired(cfg.data, tokenizer, cfg)
     else:
         examples = unpair(embedded_pairs(task, tokenizer, cfg.pairs, cfg.seed))
+    policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     batches = ordered_batches(run, cfg, examples, lambda share: encode_unpaired(share, tokenizer.pad_token_id),
                               "examples", whole=with_mismatched)
     ref = reference_logps(run, policy, batches, unpaired_logps)  # once, up front; then it is gone

@@ -133,11 +133,11 @@ def train_pairs(cfg: OfflineConfig, loss_fn, name: str, label: str, options: dic
     task = make_task(cfg.task)
     run = Run(cfg, name)
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
-    policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
-    if cfg.data:
+    if cfg.data:  # the data before the model: a bad row says so before a long load
         pairs = file_pairs(cfg.data, tokenizer, cfg)
     else:
         pairs = embedded_pairs(task, tokenizer, cfg.pairs, cfg.seed)
+    policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     batches = ordered_batches(run, cfg, pairs, lambda share: encode_pairs(share, tokenizer.pad_token_id), "pairs")
     ref = [None] * len(batches)
     if not getattr(loss_fn, "reference_free", False):  # reference log-probs once, up front; then it is gone

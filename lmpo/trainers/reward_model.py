@@ -167,10 +167,11 @@ def train_reward_model(cfg: RewardModelConfig) -> StageResult:
     task = make_task(cfg.task)
     run = Run(cfg, "rm")
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
+    # the data before the model: a bad row says so before a long load
+    train_pairs, heldout = reward_model_pairs(cfg, task, tokenizer)
     model = load_reward_model(cfg.model, tokenizer, cfg.seed, cfg.trust_remote_code)
     model.config.pad_token_id = tokenizer.pad_token_id
     model = run.prepare(model, train_in_full=("score",))
-    train_pairs, heldout = reward_model_pairs(cfg, task, tokenizer)
     steps = cfg.epochs * -(-len(train_pairs) // cfg.batch_size)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, steps, cfg.lr_schedule, cfg.min_lr_ratio)
