@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel,
+                          PreTrainedTokenizerBase)
 
 from lmpo.models.lora import (LoraOptions, adapter_base_name, apply_lora, attach_adapter, is_adapter_dir,
                               is_peft_model, qlora_quantization_config, save_lora)
@@ -38,7 +39,27 @@ def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, chat_temp
         tok.pad_token = tok.eos_token
     if chat_template:
         _set_chat_template(tok, chat_template)
+    tok._lmpo_stop_ids = () if is_preset(name_or_path) else _generation_stop_ids(name_or_path, trust_remote_code)
     return tok
+
+
+def _generation_stop_ids(name_or_path: str, trust_remote_code: bool) -> tuple[int, ...]:
+    """The EOS ids of the model's generation config, as transformers loads it with the model
+    (its `generation_config.json`, else derived from its config; a LoRA adapter's directory
+    loads as its base). Data files end assistant turns on them, as sampling stops on them (see
+    `lmpo.envs.data.chat.turn_end_ids`). Empty where there is none to read: loading the model
+    says what is wrong."""
+    try:
+        source = adapter_base_name(name_or_path) if is_adapter_dir(name_or_path) else name_or_path
+        config = GenerationConfig.from_pretrained(source)
+    except (OSError, ValueError):
+        try:
+            config = GenerationConfig.from_model_config(AutoConfig.from_pretrained(
+                source, trust_remote_code=trust_remote_code))
+        except (OSError, ValueError):
+            return ()
+    eos = config.eos_token_id
+    return tuple(token for token in (eos if isinstance(eos, (list, tuple)) else [eos]) if isinstance(token, int))
 
 
 def _set_chat_template(tok: PreTrainedTokenizerBase, path: str) -> None:

@@ -13,7 +13,6 @@ loss.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from typing import TYPE_CHECKING
@@ -314,53 +313,8 @@ def _through_last_eos(rec: Record, field: str, tokenizer: PreTrainedTokenizerBas
 
 
 def turn_end_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    """The tokens sampling stops on (as `lmpo.rollout.engines.stop_token_ids`, for a model saved
-    beside its tokenizer): the tokenizer's eos, then the eos ids of the model's generation config
-    in the tokenizer's directory (see `_generation_config_path`), or, for a LoRA adapter's
-    directory, in its base model's (the model it loads as). Read once per tokenizer: it is asked
-    for every assistant turn of a file."""
-    key = (str(getattr(tokenizer, "name_or_path", "") or ""), tokenizer.eos_token_id)
-    cached = getattr(tokenizer, "_lmpo_turn_ends", None)
-    if cached is not None and cached[0] == key:
-        return list(cached[1])
-    directory, eos = key
-    ids = [eos] if eos is not None else []
-    for token in _generation_config_eos(_generation_config_path(directory)):
-        if token not in ids:
-            ids.append(token)
-    try:
-        tokenizer._lmpo_turn_ends = (key, tuple(ids))
-    except AttributeError:  # a tokenizer that takes no attributes reads the files each time
-        pass
-    return ids
-
-
-def _generation_config_path(directory: str) -> Path | None:
-    """The file the model's generation config comes from: `generation_config.json`, else (as
-    transformers derives one) `config.json`; for a LoRA adapter's directory, its base model's."""
-    if not directory:
-        return None
-    folder = Path(directory)
-    if not (folder / "generation_config.json").is_file() and (folder / "adapter_config.json").is_file():
-        base = _json(folder / "adapter_config.json").get("base_model_name_or_path")
-        folder = Path(base) if isinstance(base, str) and base else folder
-    for name in ("generation_config.json", "config.json"):
-        if (folder / name).is_file():
-            return folder / name
-    return None
-
-
-def _generation_config_eos(path: Path | None) -> list[int]:
-    eos = _json(path).get("eos_token_id") if path is not None else None
-    eos = eos if isinstance(eos, list) else [eos]
-    return [token for token in eos if isinstance(token, int)]
-
-
-def _json(path: Path) -> dict:
-    """A JSON object from `path`, {} where it cannot be read (loading the model reports a broken
-    config file; the data need not)."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
+    """The tokens sampling stops on (as `lmpo.rollout.engines.stop_token_ids`): the tokenizer's
+    eos, then the other EOS ids of its model's generation config, which
+    `lmpo.models.load_tokenizer` records on the tokenizer (Gemma's `<end_of_turn>`)."""
+    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    return ids + [token for token in getattr(tokenizer, "_lmpo_stop_ids", ()) if token not in ids]
