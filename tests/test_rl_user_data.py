@@ -126,8 +126,13 @@ def test_online_dpo_and_rft_train_and_evaluate_on_a_users_prompt_files(start_mod
     from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
     from lmpo.trainers.rft import RFTConfig, train_rft
 
+    import lmpo.envs.data.prompts as prompt_files
+
     module = importlib.import_module(f"lmpo.trainers.{trainer}")
     evaluated, evaluate = [], module.evaluate
+    reads, read_records = [], prompt_files.read_records
+    monkeypatch.setattr(prompt_files, "read_records", lambda path, *a, **kw: (reads.append(str(path)),
+                                                                              read_records(path, *a, **kw))[1])
     monkeypatch.setattr(module, "evaluate", lambda model, tok, task, problems, **kw: (
         evaluated.append([p.prompt for p in problems]), evaluate(model, tok, task, problems, **kw))[1])
     rows = [{"prompt": f"{d}=", "answer": "".join(sorted(d))} for d in ("31415", "27182", "16180", "14142")]
@@ -144,6 +149,7 @@ def test_online_dpo_and_rft_train_and_evaluate_on_a_users_prompt_files(start_mod
                                      accept_threshold=float("-inf")))
     assert f"4 training prompts from {train}" in capsys.readouterr().out and result.accuracy is not None
     assert evaluated and all(p == ["55123=", "90210="] for p in evaluated)  # the file's rows, all of them
+    assert sorted(reads) == sorted([str(train), str(heldout)])  # each file read once, checked and used
     if trainer == "rft":  # what each round sampled
         sampled = tmp_path / trainer / "round_1" / "samples.jsonl"
         assert {json.loads(line)["prompt"] for line in open(sampled)} <= {r["prompt"] for r in rows}

@@ -69,7 +69,7 @@ class OnlineDPOConfig(PreferenceConfig, RewardOptions, PromptFileOptions):
 
 def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     cfg.validate()
-    check_rl_inputs(cfg, "online DPO")
+    loaded = check_rl_inputs(cfg, "online DPO")  # the prompt files, before anything is written or loaded
     loss_fn = PREFERENCE_LOSSES.get(cfg.loss)
     task = make_task(cfg.task)
     run = Run(cfg, "online_dpo")
@@ -77,9 +77,9 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
                                                    cfg.reward_failure), run.out, cfg)
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
     # the prompts before the model: a task without them says so before a long load
-    stream = PromptStream(training_prompts(task, tokenizer, cfg.prompts, cfg.prompt_pool, cfg.seed, "online_dpo"),
+    stream = PromptStream(training_prompts(task, loaded, cfg.prompts, cfg.prompt_pool, cfg.seed, "online_dpo"),
                           cfg.seed)
-    heldout = (heldout_prompts(task, tokenizer, cfg.eval_prompts, cfg.eval_problems)
+    heldout = (heldout_prompts(task, loaded, cfg.eval_prompts, cfg.eval_problems)
                if cfg.eval_problems and run.dist.is_main else [])
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     reference = None if cfg.loss == "simpo" else run.reference(policy, lambda: load_model(

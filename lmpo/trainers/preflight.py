@@ -55,19 +55,24 @@ def check_cpt_rows(model: str, tokenizer, seq_len: int) -> None:
                           f"model's context of {context} tokens; use --seq_len {context - 1} or less")
 
 
-def check_rl_inputs(cfg, what: str = "RL") -> None:
-    """Refuses prompt files (`--prompts`, `--eval_prompts`) whose rows do not fit the model's
-    context with the completion budget to spare, and warns of text the tokenizer cannot represent.
-    A trainer without `eval_max_new_tokens` evaluates within `max_new_tokens`."""
+def check_rl_inputs(cfg, what: str = "RL") -> dict[str, list]:
+    """Loads the prompt files (`--prompts`, `--eval_prompts` where evaluation runs) before a run
+    writes or loads anything, refusing rows that do not fit the model's context with the
+    completion budget to spare and warning of text the tokenizer cannot represent: {option:
+    problems}, which the run then uses (see `lmpo.trainers.prompts`). A trainer without
+    `eval_max_new_tokens` evaluates within `max_new_tokens`."""
     if not (cfg.prompts or cfg.eval_prompts):
-        return
+        return {}
     from lmpo.models import load_tokenizer
 
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
     eval_flag = "eval_max_new_tokens" if hasattr(cfg, "eval_max_new_tokens") else "max_new_tokens"
-    for path, used, flag in ((cfg.prompts, True, "max_new_tokens"), (cfg.eval_prompts, cfg.eval_problems > 0, eval_flag)):
+    loaded = {}
+    for option, used, flag in (("prompts", True, "max_new_tokens"), ("eval_prompts", cfg.eval_problems > 0, eval_flag)):
+        path = getattr(cfg, option)
         if path and used:
-            prompts_within_context(cfg, path, tokenizer, getattr(cfg, flag), flag, what)
+            loaded[option] = prompts_within_context(cfg, path, tokenizer, getattr(cfg, flag), flag, what)
+    return loaded
 
 
 def prompts_within_context(cfg, path: str, tokenizer, new_tokens: int, flag: str, what: str) -> list:

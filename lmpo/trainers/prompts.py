@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from lmpo.envs import Problem
-from lmpo.envs.data import load_prompts
 
 
 @dataclass
@@ -21,20 +20,19 @@ class PromptFileOptions:
     """Evaluate on the prompts of this file (same columns) instead of the task's held-out split."""
 
 
-def training_prompts(task, tokenizer, prompts: str, pool_size: int, seed: int, tag: str) -> list[Problem]:
-    """The rows of the file `prompts`, else `pool_size` problems of the task's training split."""
+def training_prompts(task, loaded: dict[str, list], prompts: str, pool_size: int, seed: int, tag: str) -> list[Problem]:
+    """The rows of the file `prompts` (as `lmpo.trainers.preflight.check_rl_inputs` loaded them
+    into `loaded`), else `pool_size` problems of the task's training split."""
     if not prompts:
         return task.train_problems(pool_size, seed)
-    problems = load_prompts(prompts, tokenizer=tokenizer)
-    print(f"[{tag}] {len(problems)} training prompts from {prompts}")
-    return problems
+    print(f"[{tag}] {len(loaded['prompts'])} training prompts from {prompts}")
+    return loaded["prompts"]
 
 
-def heldout_prompts(task, tokenizer, eval_prompts: str, n: int) -> list[Problem]:
-    """The first `n` rows of the file `eval_prompts`, else the task's first `n` held-out problems."""
-    if not eval_prompts:
-        return task.heldout_problems(n)
-    return load_prompts(eval_prompts, tokenizer=tokenizer)[:n]
+def heldout_prompts(task, loaded: dict[str, list], eval_prompts: str, n: int) -> list[Problem]:
+    """The first `n` rows of the file `eval_prompts` (loaded as for `training_prompts`), else the
+    task's first `n` held-out problems."""
+    return loaded["eval_prompts"][:n] if eval_prompts else task.heldout_problems(n)
 
 
 class PromptStream:

@@ -218,7 +218,7 @@ def sample_round(runner: EpisodeRunner, task, problems: list, rewards, cfg: RFTC
 
 def train_rft(cfg: RFTConfig) -> StageResult:
     cfg.validate()
-    check_rl_inputs(cfg, "RFT")
+    loaded = check_rl_inputs(cfg, "RFT")  # the prompt files, before anything is written or loaded
     run = Run(cfg, "rft")
     if run.dist.active:
         raise ValueError("rft runs in one process; start it without torchrun")
@@ -227,8 +227,8 @@ def train_rft(cfg: RFTConfig) -> StageResult:
                                                    cfg.reward_failure), run.out, cfg)
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
     # the prompts before the model: a task without them says so before a long load
-    pool = training_prompts(task, tokenizer, cfg.prompts, cfg.prompt_pool, cfg.seed, "rft")
-    heldout = heldout_prompts(task, tokenizer, cfg.eval_prompts, cfg.eval_problems) if cfg.eval_problems else []
+    pool = training_prompts(task, loaded, cfg.prompts, cfg.prompt_pool, cfg.seed, "rft")
+    heldout = heldout_prompts(task, loaded, cfg.eval_prompts, cfg.eval_problems) if cfg.eval_problems else []
     policy = run.load_policy(tokenizer, keep_dropout=False)
     pool_index = {id(p): i for i, p in enumerate(pool)}
     stream = PromptStream(pool, cfg.seed)

@@ -52,7 +52,7 @@ __all__ = ["Batch", "RLConfig", "train_rl", "update"]
 
 def train_rl(cfg: RLConfig) -> StageResult:
     cfg.validate()
-    check_rl_inputs(cfg)
+    loaded = check_rl_inputs(cfg)  # the prompt files, before anything is written or loaded
     run = Run(cfg, "rl")
     task = make_task(cfg.task)
     rewards = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
@@ -61,8 +61,8 @@ def train_rl(cfg: RLConfig) -> StageResult:
     ptx = ptx_batches(cfg, task, tokenizer)  # PPO-ptx: None when ptx_coef is 0
     # the prompts before the model: a task without a held-out split says so before a long load
     stop, best = StopRule.from_options(cfg, higher_is_better=True), BestWeights(run.out / "best")
-    heldout, selection = _heldout(cfg, task, tokenizer, stop.active) if run.dist.is_main else ([], [])
-    pool = training_prompts(task, tokenizer, cfg.prompts, cfg.prompt_pool, cfg.seed, "rl")
+    heldout, selection = _heldout(cfg, task, loaded, stop.active) if run.dist.is_main else ([], [])
+    pool = training_prompts(task, loaded, cfg.prompts, cfg.prompt_pool, cfg.seed, "rl")
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     reference = run.reference(policy, lambda: load_model(cfg.model, tokenizer, seed=cfg.seed,
                                                           trust_remote_code=cfg.trust_remote_code)) if cfg.beta > 0 else None
@@ -242,13 +242,13 @@ def _critic_writer(critic):
     return write
 
 
-def _heldout(cfg: RLConfig, task, tokenizer, stopping: bool) -> tuple[list, list]:
+def _heldout(cfg: RLConfig, task, loaded: dict, stopping: bool) -> tuple[list, list]:
     """The reported held-out problems and, with a stopping rule, the disjoint ones it selects on."""
     if not cfg.eval_problems:
         return [], []
     wanted = cfg.eval_problems + (cfg.select_problems if stopping else 0)
     try:
-        problems = heldout_prompts(task, tokenizer, cfg.eval_prompts, wanted)
+        problems = heldout_prompts(task, loaded, cfg.eval_prompts, wanted)
     except ValueError as err:
         if cfg.eval_prompts or wanted == cfg.eval_problems:
             raise
