@@ -93,14 +93,14 @@ def test_exact_match_prompts_without_an_answer_are_an_error_naming_the_row(start
 
 def test_rl_prompts_longer_than_the_context_are_a_located_error(start_model, tmp_path):
     from lmpo.envs.data.records import DataError
-    from lmpo.trainers.preflight import check_rl_inputs
+    from lmpo.trainers.preflight import load_prompt_files
     from lmpo.trainers.rl_config import RLConfig
 
     prompts = _jsonl(tmp_path / "p.jsonl", [{"prompt": "12345="}, {"prompt": "1" * 200}, {"prompt": "x" * 10**6}])
     cfg = RLConfig(model=start_model, prompts=prompts, max_new_tokens=8, eval_problems=0)
     with pytest.raises(DataError, match=r"p.jsonl: row 2: field 'prompt': expected a prompt of at most 120 tokens "
                                         r"\(the model's context of 128 tokens minus max_new_tokens=8\), got 200 tokens"):
-        check_rl_inputs(cfg)
+        load_prompt_files(cfg)
 
 
 def test_an_overlong_row_is_rejected_from_its_length_before_tokenizing(char_tokenizer, tmp_path, monkeypatch):

@@ -81,14 +81,14 @@ def test_rl_prompts_and_exact_match_answers_are_counted_apart(tmp_path, char_tok
 
 
 def test_an_rl_run_warns_before_its_model_loads(tmp_path, char_tokenizer, capsys):
-    from lmpo.trainers.preflight import check_rl_inputs
+    from lmpo.trainers.preflight import load_prompt_files
     from lmpo.trainers.rl_config import RLConfig
 
     path = write(tmp_path / "r.jsonl", [{"prompt": "\u00e912=", "answer": "21\u00e9"}])
     model = tmp_path / "tok"
     char_tokenizer.save_pretrained(model)
     (model / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 256}))
-    check_rl_inputs(RLConfig(model=str(model), task="exact_match", prompts=str(path), out=str(tmp_path / "o")))
+    load_prompt_files(RLConfig(model=str(model), task="exact_match", prompts=str(path), out=str(tmp_path / "o")))
     out = capsys.readouterr().out
     assert "in the prompts, 1 of" in out and "the model never sees it" in out
     assert "in the answers, 1 of" in out and "no completion can match those answers" in out

@@ -29,7 +29,7 @@ from lmpo.trainers.reward_options import RewardOptions
 from lmpo.trainers.reward_watch import watch_rewards
 from lmpo.trainers.validation import at_least, raise_if_any, reward_problems, sampling_problems
 from lmpo.trainers.runtime import keep_rows_through, make_optimizer, make_scheduler, options_for
-from lmpo.trainers.preflight import check_rl_inputs
+from lmpo.trainers.preflight import load_prompt_files
 
 SAMPLER_STRIDE = 1_000_003  # each data-parallel process samples from its own stream
 
@@ -69,7 +69,7 @@ class OnlineDPOConfig(PreferenceConfig, RewardOptions, PromptFileOptions):
 
 def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     cfg.validate()
-    loaded = check_rl_inputs(cfg, "online DPO")  # the prompt files, before anything is written or loaded
+    loaded = load_prompt_files(cfg, "online DPO")  # the prompt files, before anything is written or loaded
     loss_fn = PREFERENCE_LOSSES.get(cfg.loss)
     task = make_task(cfg.task)
     run = Run(cfg, "online_dpo")

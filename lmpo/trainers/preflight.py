@@ -55,7 +55,7 @@ def check_cpt_rows(model: str, tokenizer, seq_len: int) -> None:
                           f"model's context of {context} tokens; use --seq_len {context - 1} or less")
 
 
-def check_rl_inputs(cfg, what: str = "RL") -> dict[str, list]:
+def load_prompt_files(cfg, what: str = "RL") -> dict[str, list]:
     """Loads the prompt files (`--prompts`, `--eval_prompts` where evaluation runs) before a run
     writes or loads anything, refusing rows that do not fit the model's context with the
     completion budget to spare and warning of text the tokenizer cannot represent: {option:
@@ -97,5 +97,6 @@ def prompts_within_context(cfg, path: str, tokenizer, new_tokens: int, flag: str
     for field, consequence in (("prompt", "the model never sees it"),
                                ("answer", "no completion can match those answers")):
         if field in unknown and unknown[field].summary():
-            print(f"[{what.lower().replace(' ', '_')}] {path}: warning: in the {field}s, {unknown[field].summary()}; {consequence}")
+            tag = what.lower().replace(" ", "_")
+            print(f"[{tag}] {path}: warning: in the {field}s, {unknown[field].summary()}; {consequence}")
     return problems

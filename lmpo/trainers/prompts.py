@@ -21,7 +21,7 @@ class PromptFileOptions:
 
 
 def training_prompts(task, loaded: dict[str, list], prompts: str, pool_size: int, seed: int, tag: str) -> list[Problem]:
-    """The rows of the file `prompts` (as `lmpo.trainers.preflight.check_rl_inputs` loaded them
+    """The rows of the file `prompts` (as `lmpo.trainers.preflight.load_prompt_files` loaded them
     into `loaded`), else `pool_size` problems of the task's training split."""
     if not prompts:
         return task.train_problems(pool_size, seed)

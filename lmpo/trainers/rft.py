@@ -48,7 +48,7 @@ from lmpo.trainers.sampler_mismatch import samples_with_trainer_forward, sync_an
 from lmpo.trainers.supervised import _step as sft_step
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
                                      raise_if_any, reward_problems, sampling_problems)
-from lmpo.trainers.preflight import check_rl_inputs
+from lmpo.trainers.preflight import load_prompt_files
 
 HARD_PROMPTS = "hard_prompts.jsonl"
 SAMPLES = "samples.jsonl"
@@ -218,7 +218,7 @@ def sample_round(runner: EpisodeRunner, task, problems: list, rewards, cfg: RFTC
 
 def train_rft(cfg: RFTConfig) -> StageResult:
     cfg.validate()
-    loaded = check_rl_inputs(cfg, "RFT")  # the prompt files, before anything is written or loaded
+    loaded = load_prompt_files(cfg, "RFT")  # the prompt files, before anything is written or loaded
     run = Run(cfg, "rft")
     if run.dist.active:
         raise ValueError("rft runs in one process; start it without torchrun")

@@ -32,7 +32,7 @@ from lmpo.trainers.distributed import Distributed
 from lmpo.trainers.harness import Run, Updater
 from lmpo.trainers.prompts import PromptStream, heldout_prompts, training_prompts
 from lmpo.trainers.ptx import ptx_batches, ptx_state, restore_ptx
-from lmpo.trainers.preflight import check_rl_inputs
+from lmpo.trainers.preflight import load_prompt_files
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_watch import watch_rewards
 from lmpo.trainers.rl_batch import Batch, Scored, collect, compute_advantages, make_batch
@@ -52,7 +52,7 @@ __all__ = ["Batch", "RLConfig", "train_rl", "update"]
 
 def train_rl(cfg: RLConfig) -> StageResult:
     cfg.validate()
-    loaded = check_rl_inputs(cfg)  # the prompt files, before anything is written or loaded
+    loaded = load_prompt_files(cfg)  # the prompt files, before anything is written or loaded
     run = Run(cfg, "rl")
     task = make_task(cfg.task)
     rewards = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
