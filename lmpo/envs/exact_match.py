@@ -26,7 +26,7 @@ class ExactMatch:
     def grade(self, problem: Problem, completion: str, terminated: bool) -> Grade:
         well_formed = terminated
         if self.answer_after:
-            head, marker, completion = completion.rpartition(self.answer_after)
+            _, marker, completion = completion.rpartition(self.answer_after)
             well_formed = well_formed and bool(marker)
         got, want = completion.strip(), problem.answer.strip()
         if self.ignore_case:

@@ -51,6 +51,9 @@ def _generation_stop_ids(name_or_path: str, trust_remote_code: bool) -> tuple[in
     says what is wrong."""
     try:
         source = adapter_base_name(name_or_path) if is_adapter_dir(name_or_path) else name_or_path
+    except (OSError, ValueError):
+        return ()
+    try:
         config = GenerationConfig.from_pretrained(source)
     except (OSError, ValueError):
         try:
