@@ -224,11 +224,12 @@ def test_an_option_of_the_other_data_source_is_an_error(cls, settings, match):
 def test_the_reward_model_worker_gets_room_for_its_weights(start_model, tmp_path):
     from reward_fns import half
 
+    from lmpo.envs.data.chat import encode_start
     from lmpo.models.reward_scorer import RewardModelReward
     from lmpo.rollout.reward_runner import RewardRunner
     from lmpo.trainers.reward_watch import WatchedRewards
 
-    runner = RewardRunner({"rm": (RewardModelReward(start_model), 1.0), "mine": (half, 1.0)}, timeout_s=5.0)
+    runner = RewardRunner({"rm": (RewardModelReward(start_model, encode_prompt=encode_start), 1.0), "mine": (half, 1.0)}, timeout_s=5.0)
     watched = WatchedRewards(runner, tmp_path, max_unscorable_steps=3, memory_mb=100)
     assert runner._workers["mine"].memory_mb == 100 and runner._workers["rm"].memory_mb >= 2048
     assert runner._workers["mine"].log_path == str(tmp_path / "reward_workers.log")

@@ -70,6 +70,7 @@ def test_a_lora_reward_model_scores_from_its_adapter_as_merged(tmp_path, tiny_ll
     --reward_model it loads on its base and scores as the merged copy does; it used to be
     refused as "not a model directory"."""
     from lmpo.envs.rewards import reward_functions
+    from lmpo.envs.data.chat import encode_start
     from lmpo.models.reward_scorer import RewardModelReward
 
     start = tmp_path / "start"
@@ -85,7 +86,7 @@ def test_a_lora_reward_model_scores_from_its_adapter_as_merged(tmp_path, tiny_ll
     completions, ended = ["1134", "9"], [True, False]
     scorer = reward_functions({"rm": 1.0}, str(adapter))["rm"]
     from_adapter = scorer(task, problems, completions, ended)
-    from_merged = RewardModelReward(str(adapter / "merged"))(task, problems, completions, ended)
+    from_merged = RewardModelReward(str(adapter / "merged"), encode_prompt=encode_start)(task, problems, completions, ended)
     assert from_adapter == pytest.approx(from_merged, abs=1e-5)
     assert from_adapter[0] != from_adapter[1]
 

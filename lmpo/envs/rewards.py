@@ -66,9 +66,10 @@ def reward_functions(weights: dict[str, float], reward_model: str = "") -> dict[
                 raise FileNotFoundError(f"reward_model {reward_model!r} is not a model directory (no config.json)")
             else:
                 _check_scoring_head(reward_model)
+            from lmpo.envs.data.chat import encode_start
             from lmpo.models.reward_scorer import RewardModelReward
 
-            fns[name] = RewardModelReward(reward_model)
+            fns[name] = RewardModelReward(reward_model, encode_prompt=encode_start)
         elif name in REWARDS:
             fns[name] = REWARDS[name]
         else:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -48,8 +48,10 @@ class RewardModelReward:
     `AutoModelForSequenceClassification` directory, e.g. one written by `lmpo train rm`. The
     score is read at the last non-padding token, as the reward model was trained."""
 
-    def __init__(self, path: str, batch_size: int = 256):
-        self.path, self.batch_size = path, batch_size
+    def __init__(self, path: str, *, encode_prompt: Callable[[Any, str], list[int]], batch_size: int = 256):
+        """`encode_prompt(tokenizer, text)`: a prompt's ids as training encoded them (with the
+        tokenizer's leading special tokens: `lmpo.envs.data.chat.encode_start`)."""
+        self.path, self.encode_prompt, self.batch_size = path, encode_prompt, batch_size
         self.model = self.tokenizer = None
 
     def __repr__(self) -> str:
@@ -91,7 +93,8 @@ class RewardModelReward:
         return attach_adapter(base, self.path, trainable=False).merge_and_unload()
 
     def __getstate__(self) -> dict:  # sent to a worker as its path; the worker loads the weights
-        return {"path": self.path, "batch_size": self.batch_size, "model": None, "tokenizer": None}
+        return {"path": self.path, "encode_prompt": self.encode_prompt, "batch_size": self.batch_size, "model": None,
+                "tokenizer": None}
 
     @torch.no_grad()
     def __call__(self, task, problems: Sequence, completions: Sequence[str],
@@ -99,7 +102,7 @@ class RewardModelReward:
         self.setup()
         tok, scores = self.tokenizer, []
         # prompt and reply tokenised apart, as in training (lmpo.trainers.pairs.scoring_rows)
-        ids = [tok(p.prompt, add_special_tokens=False).input_ids + tok(c, add_special_tokens=False).input_ids
+        ids = [self.encode_prompt(tok, p.prompt) + tok(c, add_special_tokens=False).input_ids
                + ([tok.eos_token_id] if t else []) for p, c, t in zip(problems, completions, terminated)]
         for start in range(0, len(ids), self.batch_size):
             input_ids, mask = right_pad(ids[start:start + self.batch_size], tok.pad_token_id)

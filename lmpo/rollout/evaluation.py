@@ -49,10 +49,6 @@ class EvalResult:
         return row
 
 
-def encode_prompts(tokenizer, problems: Sequence[Problem]) -> list[list[int]]:
-    return [tokenizer(p.prompt, add_special_tokens=False).input_ids for p in problems]
-
-
 def grade_all(task: Task, trajectories: Sequence[Trajectory]) -> list[Grade]:
     """The task's grade of each episode: `task.grade_trajectory(t)` where the task judges whole
     episodes (its environment's final state, e.g. a database), else its grader on the final answer."""

@@ -18,6 +18,7 @@ import functools
 
 from typing import Sequence
 
+from lmpo.envs.data.chat import starting
 from lmpo.rollout.trajectory import ENV, TEMPLATE
 
 
@@ -26,13 +27,14 @@ class TemplateError(ValueError):
 
 
 class TextRenderer:
-    """No chat template: the prompt is the problem's text as written; observations are appended as plain text."""
+    """No chat template: the prompt is the problem's text as written, after the tokenizer's
+    leading special tokens (its BOS, where it adds one); observations are appended as plain text."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         # a GRPO group renders one prompt group_size times, every step: tokenized once
         self._ids = functools.lru_cache(maxsize=4096)(
-            lambda text: tuple(self.tokenizer(text, add_special_tokens=False).input_ids))
+            lambda text: tuple(starting(self.tokenizer, self.tokenizer(text, add_special_tokens=False).input_ids)))
 
     def prompt(self, messages: list[dict]) -> tuple[list[int], str]:
         text = "".join(m["content"] for m in messages)
@@ -60,7 +62,7 @@ class ChatRenderer:
 
     def prompt(self, messages: list[dict]) -> tuple[list[int], str]:
         text = self.render(messages, True)
-        return self.tokenizer(text, add_special_tokens=False).input_ids, text
+        return starting(self.tokenizer, self.tokenizer(text, add_special_tokens=False).input_ids), text
 
     def suffix(self, held_text: str, messages: list[dict], new: list[dict]) -> tuple[list[int], list[int], str]:
         """Ids and sources of what `new` messages and the next generation prompt add after `held_text`."""

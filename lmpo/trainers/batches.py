@@ -9,7 +9,7 @@ import random
 import torch
 
 from lmpo.envs.data import Record, TokenizedExample
-from lmpo.envs.data.chat import encode_conversation
+from lmpo.envs.data.chat import encode_conversation, starting
 from lmpo.envs.env import uses_chat_template
 from lmpo.rollout import right_pad
 
@@ -116,6 +116,15 @@ def task_documents(task, tokenizer, n: int, seed: int) -> list[str]:
     return docs
 
 
+def task_document_ids(task, tokenizer, n: int, seed: int) -> list[list[int]]:
+    """The ids of `task_documents`, each after the tokenizer's leading special tokens (its BOS,
+    where it adds one) and ending with EOS."""
+    eos = tokenizer.eos_token_id
+    docs = (starting(tokenizer, ids) for ids in
+            tokenizer(task_documents(task, tokenizer, n, seed), add_special_tokens=False).input_ids)
+    return [ids if ids[-1:] == [eos] else [*ids, eos] for ids in docs]
+
+
 def task_examples(tokenizer, demonstrations: list, task=None) -> list[TokenizedExample]:
     """Prompt (no loss) + answer + EOS (loss), in the task's own layout; a conversation task's
     demonstrations are rendered with the chat template, with loss on every assistant turn."""
@@ -124,7 +133,7 @@ def task_examples(tokenizer, demonstrations: list, task=None) -> list[TokenizedE
                 for i, c in enumerate(demonstrations)]
     examples = []
     for p in demonstrations:
-        prompt = tokenizer(p.prompt, add_special_tokens=False).input_ids
+        prompt = starting(tokenizer, tokenizer(p.prompt, add_special_tokens=False).input_ids)
         answer = tokenizer(p.answer, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
         examples.append(TokenizedExample(prompt + answer, [0] * len(prompt) + [1] * len(answer)))
     return examples

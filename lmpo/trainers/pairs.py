@@ -9,6 +9,7 @@ import random
 import torch
 
 from lmpo.envs.data import PreferencePair, load_preferences
+from lmpo.envs.data.chat import starting
 from lmpo.envs.data.unpaired import UnpairedExample, load_unpaired
 from lmpo.rollout import right_pad
 from lmpo.trainers.preflight import example_limit
@@ -23,7 +24,7 @@ def embedded_pairs(task, tokenizer, n: int, seed: int, heldout: bool = False) ->
     def ids(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False).input_ids
 
-    return [PreferencePair(ids(p.prompt), ids(chosen) + [eos], ids(rejected) + [eos])
+    return [PreferencePair(starting(tokenizer, ids(p.prompt)), ids(chosen) + [eos], ids(rejected) + [eos])
             for p, chosen, rejected in task.preference_pairs(n, seed, heldout=heldout)]
 
 

@@ -16,7 +16,7 @@ import sys
 
 from lmpo.algos import masked_cross_entropy
 from lmpo.envs.data import TokenizedExample, load_sft
-from lmpo.trainers.batches import SFTBatches, task_documents
+from lmpo.trainers.batches import SFTBatches, task_document_ids
 from lmpo.trainers.distributed import Distributed
 from lmpo.trainers.preflight import example_limit
 
@@ -32,10 +32,7 @@ def ptx_examples(cfg, task, tokenizer) -> list[TokenizedExample]:
         if not examples:
             raise ValueError(f"ptx_data {cfg.ptx_data}: no examples to train on")
         return examples
-    eos = tokenizer.eos_token_id
-    docs = tokenizer(task_documents(task, tokenizer, cfg.ptx_documents, cfg.seed), add_special_tokens=False).input_ids
-    rows = [ids if ids[-1:] == [eos] else [*ids, eos] for ids in docs if ids]
-    return [TokenizedExample(ids, [1] * len(ids)) for ids in rows]
+    return [TokenizedExample(ids, [1] * len(ids)) for ids in task_document_ids(task, tokenizer, cfg.ptx_documents, cfg.seed)]
 
 
 def ptx_batches(cfg, task, tokenizer) -> SFTBatches | None:

@@ -19,7 +19,7 @@ from lmpo.envs import make_task
 from lmpo.rollout.evaluation import evaluate
 from lmpo.envs.data import TokenizedExample, load_sft
 from lmpo.models import load_tokenizer
-from lmpo.trainers.batches import CPTBatches, SFTBatches, task_documents, task_examples
+from lmpo.trainers.batches import CPTBatches, SFTBatches, task_document_ids, task_examples
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.preflight import check_cpt_rows, example_limit, prompts_within_context
 from lmpo.trainers.harness import Run, RunOptions, Updater
@@ -141,16 +141,12 @@ def train_cpt(cfg: CPTConfig) -> StageResult:
             examples = _load_data(cfg, tok)  # documents longer than the context are cut into rows anyway
             stream = [t for e in examples for t in e.input_ids]
         else:
-            stream = []
-            for ids in tok(task_documents(task, tok, cfg.corpus_documents, cfg.seed), add_special_tokens=False).input_ids:
-                stream.extend(ids if ids[-1:] == [tok.eos_token_id] else [*ids, tok.eos_token_id])
+            stream = [t for ids in task_document_ids(task, tok, cfg.corpus_documents, cfg.seed) for t in ids]
         return CPTBatches(stream, cfg.seq_len, cfg.batch_size, cfg.steps, cfg.seed), cfg.steps
 
     def heldout_rows(tok) -> torch.Tensor:
-        stream = []
-        docs = task_documents(task, tok, cfg.heldout_documents, cfg.seed + HELDOUT_SEED_OFFSET)
-        for ids in tok(docs, add_special_tokens=False).input_ids:
-            stream.extend(ids if ids[-1:] == [tok.eos_token_id] else [*ids, tok.eos_token_id])
+        docs = task_document_ids(task, tok, cfg.heldout_documents, cfg.seed + HELDOUT_SEED_OFFSET)
+        stream = [t for ids in docs for t in ids]
         return torch.tensor(stream[: len(stream) // (cfg.seq_len + 1) * (cfg.seq_len + 1)]).view(-1, cfg.seq_len + 1)
 
     stop = StopRule.from_options(cfg, higher_is_better=False)

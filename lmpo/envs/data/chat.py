@@ -33,11 +33,12 @@ MESSAGES = "a list of {role, content} objects"
 
 
 CHECKED_CALLS = 64  # the backend's ids are compared with the tokenizer's own on this many texts first
+LEADING_PROBE = "a"
 
 
 def encode(tokenizer: PreTrainedTokenizerBase, text: str, count: bool = True) -> list[int]:
-    """Token ids without added special tokens, as rollout encodes prompts; chat templates
-    write BOS themselves where the model wants it.
+    """Token ids without added special tokens: a text inside a sequence (a completion, a turn).
+    A text that starts one takes the tokenizer's leading tokens too (`encode_start`).
 
     A fast tokenizer's Rust backend is called directly: transformers' own call costs ~10x the
     encoding itself per text (a 300,000-row file: 15 s of 16 s to load). Its first
@@ -64,6 +65,36 @@ def encode(tokenizer: PreTrainedTokenizerBase, text: str, count: bool = True) ->
     if unknown is not None:
         unknown.note(tokenizer, text, ids, encoding)
     return ids
+
+
+def leading_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The special tokens the tokenizer puts before a text it encodes with its defaults: the BOS
+    of Llama, Gemma or Mistral; none for Qwen or the embedded tokenizer. Found once per tokenizer,
+    from a probe encoded with and without them."""
+    lead = getattr(tokenizer, "_lmpo_leading_ids", None)
+    if lead is None:
+        plain = list(tokenizer(LEADING_PROBE, add_special_tokens=False).input_ids)
+        full = list(tokenizer(LEADING_PROBE).input_ids)
+        at = next((i for i in range(len(full) - len(plain) + 1) if full[i:i + len(plain)] == plain), 0)
+        lead = full[:at]
+        try:
+            tokenizer._lmpo_leading_ids = lead
+        except AttributeError:
+            pass
+    return lead
+
+
+def starting(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> list[int]:
+    """`ids` as the start of a sequence the model reads: after the tokenizer's leading special
+    tokens (`leading_ids`), unless they begin it already (a chat template that writes BOS).
+    A model pre-trained with BOS before every text degrades without one (TRL issue 3520)."""
+    lead = leading_ids(tokenizer)
+    return ids if ids[:len(lead)] == lead else lead + ids
+
+
+def encode_start(tokenizer: PreTrainedTokenizerBase, text: str, count: bool = True) -> list[int]:
+    """A text that starts a sequence (a prompt, a document): `starting(tokenizer, encode(...))`."""
+    return starting(tokenizer, encode(tokenizer, text, count))
 
 
 def _backend_state(tokenizer) -> dict:
@@ -239,7 +270,8 @@ def _check_calls_rendered(rec: Record, field: str, tokenizer: PreTrainedTokenize
 
 def encode_conversation(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase,
                         msgs: list[dict[str, str]]) -> tuple[list[int], list[int]]:
-    """The rendered conversation's ids, and a mask that is 1 on each assistant turn."""
+    """The rendered conversation's ids (`starting` with the tokenizer's leading tokens), and a
+    mask that is 1 on each assistant turn."""
     text = render(rec, field, tokenizer, msgs, generation_prompt=False)
     _check_calls_rendered(rec, field, tokenizer, msgs, text)
     ids = encode(tokenizer, text)
@@ -253,7 +285,8 @@ def encode_conversation(rec: Record, field: str, tokenizer: PreTrainedTokenizerB
             else:
                 span = _through_last_eos(rec, f"{field}[{i}]", tokenizer, ids[start:end])
             mask[start:start + len(span)] = [1] * len(span)
-    return ids, mask
+    started = starting(tokenizer, ids)
+    return started, [0] * (len(started) - len(ids)) + mask
 
 
 def _through_first_turn_end(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, rest: list[int]) -> list[int]:
@@ -267,7 +300,8 @@ def _through_first_turn_end(rec: Record, field: str, tokenizer: PreTrainedTokeni
 
 def encode_reply(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, prompt: list[dict[str, str]],
                  answer: dict[str, str], count_prompt: bool = True) -> tuple[list[int], list[int]]:
-    """(prompt ids ending with the generation prompt, reply ids through eos). `count_prompt=False`:
+    """(prompt ids ending with the generation prompt, `starting` with the tokenizer's leading
+    tokens; reply ids through eos). `count_prompt=False`:
     the prompt's unknown tokens were counted already (a preference pair's second reply)."""
     text = render(rec, field, tokenizer, [*prompt, answer], generation_prompt=False)
     _check_calls_rendered(rec, field, tokenizer, [*prompt, answer], text)
@@ -276,7 +310,7 @@ def encode_reply(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, pr
     unknown = getattr(tokenizer, "_lmpo_unknown", None)
     if not count_prompt and unknown is not None:
         unknown.note(tokenizer, text, ids, skip=start)
-    return ids[:start], _through_last_eos(rec, field, tokenizer, ids[start:])
+    return starting(tokenizer, ids[:start]), _through_last_eos(rec, field, tokenizer, ids[start:])
 
 
 def _prefix_length(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, prefix: list[dict[str, str]],

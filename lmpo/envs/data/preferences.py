@@ -65,7 +65,7 @@ def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> Pr
     if eos is None:
         raise DataError(rec.path, "the tokenizer has no eos token")
     if shape == "prompt/chosen/rejected":
-        prompt_ids = chat.encode(tokenizer, rec.require_str("prompt"))
+        prompt_ids = chat.encode_start(tokenizer, rec.require_str("prompt"))
         chosen, rejected = (chat.encode(tokenizer, rec.require_str(f)) + [eos] for f in FIELDS[1:])
     else:
         prompt = prompt_messages(rec, "prompt")

@@ -50,7 +50,7 @@ def load_prompts(path: str | Path, *, prompt_field: str = "prompt", answer_field
                                 f"at least {least} tokens")
         prompt = _prompt(rec, prompt_field, tokenizer, shapes)
         if tokenizer is not None and (max_prompt_tokens is not None or counts is not None):
-            n = len(_encode_counting(tokenizer, prompt, counts and counts["prompt"], rec))
+            n = len(chat.starting(tokenizer, _encode_counting(tokenizer, prompt, counts and counts["prompt"], rec)))
             if max_prompt_tokens is not None and n > max_prompt_tokens:
                 raise rec.error(prompt_field, f"a prompt of at most {max_prompt_tokens} tokens{context}", f"{n} tokens")
         if require_answer:

@@ -73,10 +73,10 @@ def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> To
         msgs = chat.conversation(rec, "messages", rec.get("messages"))
         return TokenizedExample(*chat.encode_conversation(rec, "messages", tokenizer, msgs))
     if shape == "text":
-        ids = chat.encode(tokenizer, rec.require_str("text")) + [eos]
+        ids = chat.encode_start(tokenizer, rec.require_str("text")) + [eos]
         return TokenizedExample(ids, [1] * len(ids))
     if shape == "prompt/completion":
-        prompt_ids = chat.encode(tokenizer, rec.require_str("prompt"))
+        prompt_ids = chat.encode_start(tokenizer, rec.require_str("prompt"))
         completion_ids = chat.encode(tokenizer, rec.require_str("completion")) + [eos]
     else:
         prompt = prompt_messages(rec, "prompt")

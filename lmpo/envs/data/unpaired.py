@@ -79,7 +79,7 @@ def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> Un
     if eos is None:
         raise DataError(rec.path, "the tokenizer has no eos token")
     if shape == "prompt/completion/label":
-        prompt_ids = chat.encode(tokenizer, rec.require_str("prompt"))
+        prompt_ids = chat.encode_start(tokenizer, rec.require_str("prompt"))
         completion = chat.encode(tokenizer, rec.require_str("completion")) + [eos]
     else:
         prompt = prompt_messages(rec, "prompt")

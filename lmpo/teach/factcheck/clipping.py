@@ -49,6 +49,7 @@ def _sampler_ratio_gap(ctx: Context) -> float:
     """max |π_θ/π_old − 1| on 64 completions sampled from the SFT model by the engine the RL trainer
     uses, with π_θ from the trainer's own forward (`completion_outputs`)."""
     from lmpo.envs import make_task
+    from lmpo.envs.data.chat import encode_start
     from lmpo.models import completion_outputs, load_model, load_tokenizer
     from lmpo.rollout import SamplingParams, left_pad
     from lmpo.rollout.engine import generate
@@ -56,7 +57,7 @@ def _sampler_ratio_gap(ctx: Context) -> float:
     start = ctx.start().model_dir
     tokenizer = load_tokenizer(start)
     model = load_model(start, tokenizer, keep_dropout=False)
-    prompts = [tokenizer(p.prompt, add_special_tokens=False).input_ids
+    prompts = [encode_start(tokenizer, p.prompt)
                for p in make_task(ctx.task).train_problems(8, ctx.seed) for _ in range(8)]
     rollout = generate(model, prompts, SamplingParams(1.0, max_new_tokens=12), eos_id=tokenizer.eos_token_id,
                        pad_id=tokenizer.pad_token_id, generator=torch.Generator().manual_seed(ctx.seed))

@@ -166,11 +166,12 @@ BETAS = (0.0, 0.3)
 def sequence_kls(policy, reference, tokenizer, problems, max_new_tokens: int, seed: int) -> list[float]:
     """Per sampled completion (T = 1, from `policy`): the exact per-token KL(policy ‖ reference)
     over the whole vocabulary, averaged over the completion's tokens."""
+    from lmpo.envs.data.chat import encode_start
     from lmpo.models.logprobs import completion_inputs
     from lmpo.rollout import SamplingParams, left_pad
     from lmpo.rollout.engine import generate
 
-    prompts = [tokenizer(p.prompt, add_special_tokens=False).input_ids for p in problems]
+    prompts = [encode_start(tokenizer, p.prompt) for p in problems]
     rollout = generate(policy, prompts, SamplingParams(1.0, max_new_tokens=max_new_tokens),
                        eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
                        generator=torch.Generator().manual_seed(seed))

@@ -21,6 +21,7 @@ def _group_gradients(ctx: Context) -> Measured:
     """Gradient norms of the GRPO objective for one sampled group, through the registry's grpo,
     ppo_clip, seq_mean_token_mean and k3, on a freshly initialised model of the `tiny` preset."""
     from lmpo.envs import make_task
+    from lmpo.envs.data.chat import encode_start
     from lmpo.models import completion_outputs, load_model, load_tokenizer
     from lmpo.rollout import SamplingParams, left_pad
     from lmpo.rollout.engine import generate
@@ -32,7 +33,7 @@ def _group_gradients(ctx: Context) -> Measured:
     same = copy.deepcopy(policy).requires_grad_(False)
     other = load_model(ctx.model, tokenizer, seed=ctx.seed + 1, keep_dropout=False).requires_grad_(False)
     problem = make_task(ctx.task).train_problems(1, ctx.seed)[0]
-    prompt = tokenizer(problem.prompt, add_special_tokens=False).input_ids
+    prompt = encode_start(tokenizer, problem.prompt)
     rollout = generate(policy, [prompt] * GROUP, SamplingParams(1.0, max_new_tokens=8),
                        eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
                        generator=torch.Generator().manual_seed(ctx.seed))
