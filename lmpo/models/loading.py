@@ -21,11 +21,14 @@ def is_preset(name_or_path: str) -> bool:
     return name_or_path in PRESETS and not Path(name_or_path).exists()
 
 
-def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, chat_template: str = "") -> PreTrainedTokenizerBase:
+def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, chat_template: str = "",
+                   chat_template_kwargs: str = "") -> PreTrainedTokenizerBase:
     """The embedded tokenizer for a preset name, else `AutoTokenizer.from_pretrained`
     (`trust_remote_code`: run the Python code a model directory ships, see `_check_local_path`).
     `chat_template`: a Jinja file that replaces the tokenizer's template (or gives a base model
     one); saved with the tokenizer, it stays with the models trained from it.
+    `chat_template_kwargs`: a JSON object of the template's variables (`{"enable_thinking":
+    false}`), written into the template (see `_set_template_variables`), so it stays too.
 
     A tokenizer without a pad token gets its EOS token as pad, the usual convention."""
     if is_preset(name_or_path):
@@ -39,6 +42,8 @@ def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, chat_temp
         tok.pad_token = tok.eos_token
     if chat_template:
         _set_chat_template(tok, chat_template)
+    if chat_template_kwargs:
+        _set_template_variables(tok, chat_template_kwargs)
     tok._lmpo_stop_ids = () if is_preset(name_or_path) else _generation_stop_ids(name_or_path, trust_remote_code)
     return tok
 
@@ -78,6 +83,54 @@ def _set_chat_template(tok: PreTrainedTokenizerBase, path: str) -> None:
         line = f" (line {err.lineno})" if getattr(err, "lineno", None) else ""
         raise ValueError(f"--chat_template {path}: the template cannot render a one-message conversation"
                          f"{line}: {err}") from None
+
+
+RENDERER_VARIABLES = ("messages", "tools", "documents", "add_generation_prompt", "continue_final_message")
+"""Variables every render passes itself: set in the template, they would override each call's."""
+
+
+def _set_template_variables(tok: PreTrainedTokenizerBase, text: str) -> None:
+    """Prepends a `{% set name = value %}` per key of the JSON object `text` to the tokenizer's
+    template. A variable set at the template's top wins over one passed at render time, so the
+    data, the prompts, the rollouts and the saved model all render with these values: what
+    transformers' `apply_chat_template(..., enable_thinking=False)` does for one call."""
+    flag = "--chat_template_kwargs"
+    try:
+        variables = json.loads(text)
+    except ValueError as err:
+        raise ValueError(f"{flag} {text!r}: expected a JSON object such as '{{\"enable_thinking\": false}}' "
+                         f"({err})") from None
+    if not isinstance(variables, dict) or not variables:
+        raise ValueError(f"{flag} {text!r}: expected a JSON object of template variables, got "
+                         f"{type(variables).__name__ if variables != {} else 'an empty one'}")
+    for name in variables:
+        if not name.isidentifier() or name in RENDERER_VARIABLES:
+            raise ValueError(f"{flag}: {name!r} cannot be set: expected a template variable's name, not one of "
+                             f"{', '.join(RENDERER_VARIABLES)} (which lmpo passes itself)")
+    if not getattr(tok, "chat_template", None):
+        raise ValueError(f"{flag}: the tokenizer has no chat template to pass them to (give one with --chat_template)")
+    preamble = "".join(f"{{%- set {name} = {_jinja_literal(value)} %}}" for name, value in variables.items())
+    templates = tok.chat_template
+    if isinstance(templates, dict):  # named templates (a default and a tool-use one, say): each gets them
+        tok.chat_template = {key: preamble + value for key, value in templates.items()}
+    else:
+        tok.chat_template = preamble + templates
+    try:
+        tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    except Exception as err:  # a value the template cannot use
+        raise ValueError(f"{flag}: the template cannot render a one-message conversation with them: {err}") from None
+
+
+def _jinja_literal(value) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_jinja_literal, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {_jinja_literal(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value)  # a number or a string: JSON's escapes are Jinja's too
 
 
 def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:

@@ -76,6 +76,8 @@ class RunOptions:
     """Run the Python code a model directory ships (its config's `auto_map`) to load its model and tokenizer; without it such a model is refused. Only for code you have read: loading runs it. vLLM, where it samples, is given it too."""
     chat_template: str = ""
     """A Jinja chat template file that replaces the tokenizer's own (or gives a base model one), for the data, the prompts and the saved model, so later stages use it too: Qwen3's with thinking off, say, or a ChatML template for a base model without one."""
+    chat_template_kwargs: str = ""
+    """A JSON object of the chat template's variables, e.g. '{"enable_thinking": false}' for Qwen3 without thinking: written into the template (a `{% set %}` per key at its top), so the data, the prompts, the rollouts and the saved model all render with them."""
     overwrite: bool = False
     """Start afresh in an --out that holds an interrupted run's checkpoints, deleting them; without it such a start is refused (continue that run with --resume). A finished run in --out is replaced either way."""
 

@@ -158,7 +158,7 @@ def train_kto(cfg: KTOConfig) -> StageResult:
     cfg.validate()
     task = make_task(cfg.task)
     run = Run(cfg, "kto")
-    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     if cfg.data:  # the data before the model: a bad row says so before a long load
         examples = file_unpaired(cfg.data, tokenizer, cfg)
     else:

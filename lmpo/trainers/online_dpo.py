@@ -75,7 +75,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     run = Run(cfg, "online_dpo")
     rank_by = watch_rewards(RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout,
                                                    cfg.reward_failure), run.out, cfg)
-    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     # the prompts before the model: a task without them says so before a long load
     stream = PromptStream(training_prompts(task, loaded, cfg.prompts, cfg.prompt_pool, cfg.seed, "online_dpo"),
                           cfg.seed)

@@ -132,7 +132,7 @@ def train_pairs(cfg: OfflineConfig, loss_fn, name: str, label: str, options: dic
     named `name` (its trainer), the loss shown as `label`; `options` are the loss's keywords."""
     task = make_task(cfg.task)
     run = Run(cfg, name)
-    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     if cfg.data:  # the data before the model: a bad row says so before a long load
         pairs = file_pairs(cfg.data, tokenizer, cfg)
     else:

@@ -65,7 +65,7 @@ def load_prompt_files(cfg, what: str = "RL") -> dict[str, list]:
         return {}
     from lmpo.models import load_tokenizer
 
-    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     eval_flag = "eval_max_new_tokens" if hasattr(cfg, "eval_max_new_tokens") else "max_new_tokens"
     loaded = {}
     for option, used, flag in (("prompts", True, "max_new_tokens"), ("eval_prompts", cfg.eval_problems > 0, eval_flag)):

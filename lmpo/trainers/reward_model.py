@@ -166,7 +166,7 @@ def train_reward_model(cfg: RewardModelConfig) -> StageResult:
     cfg.validate()
     task = make_task(cfg.task)
     run = Run(cfg, "rm")
-    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     # the data before the model: a bad row says so before a long load
     train_pairs, heldout = reward_model_pairs(cfg, task, tokenizer)
     model = load_reward_model(cfg.model, tokenizer, cfg.seed, cfg.trust_remote_code)

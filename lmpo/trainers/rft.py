@@ -225,7 +225,7 @@ def train_rft(cfg: RFTConfig) -> StageResult:
     task = make_task(cfg.task)
     rewards = watch_rewards(RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout,
                                                    cfg.reward_failure), run.out, cfg)
-    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     # the prompts before the model: a task without them says so before a long load
     pool = training_prompts(task, loaded, cfg.prompts, cfg.prompt_pool, cfg.seed, "rft")
     heldout = heldout_prompts(task, loaded, cfg.eval_prompts, cfg.eval_problems) if cfg.eval_problems else []

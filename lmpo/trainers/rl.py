@@ -57,7 +57,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     task = make_task(cfg.task)
     rewards = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
     rewards = watch_rewards(rewards, run.out, cfg)
-    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     ptx = ptx_batches(cfg, task, tokenizer)  # PPO-ptx: None when ptx_coef is 0
     # the prompts before the model: a task without a held-out split says so before a long load
     stop, best = StopRule.from_options(cfg, higher_is_better=True), BestWeights(run.out / "best")

@@ -223,7 +223,7 @@ def heldout_loss(run: Run, model, rows: torch.Tensor, batch_size: int) -> float:
 def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> StageResult:
     """`stopping`: (StopRule, held-out rows builder) for a stage that stops on its held-out loss."""
     run = Run(cfg, name)
-    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     batches, total_steps = prepare(tokenizer)  # the data before the model: a bad file says so before a long load
     heldout = _heldout(cfg, task, tokenizer)
     model = run.load_policy(tokenizer)
