@@ -57,6 +57,15 @@ def test_ill_typed_yaml_values_are_errors(tmp_path, text, match):
         build(Outer, yaml_file=str(f))
 
 
+def test_a_yaml_mapping_under_a_string_option_is_its_json(tmp_path):
+    """`chat_template_kwargs: {enable_thinking: false}` is the option's value, as JSON text (the
+    form its flag takes), not a section with an unknown option `enable_thinking`."""
+    f = tmp_path / "c.yaml"
+    f.write_text("name: {enable_thinking: false}\ninner:\n  steps: 2\n")
+    cfg = build(Outer, yaml_file=str(f))
+    assert (cfg.name, cfg.inner.steps) == ('{"enable_thinking": false}', 2)
+
+
 def test_bad_flag_value_names_the_flag():
     with pytest.raises(ConfigError, match="--inner.steps: expected an integer"):
         build(Outer, flags={"inner.steps": "many"})

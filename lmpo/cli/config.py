@@ -12,6 +12,7 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import json
 import textwrap
 import types
 import typing
@@ -88,6 +89,8 @@ def coerce(hint: Any, value: Any, where: str) -> Any:
     if hint is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
+        if isinstance(value, (dict, list)):  # YAML's mapping for an option that takes JSON (chat_template_kwargs)
+            return json.dumps(value)
         raise ConfigError(f"{where}: expected a string, got {value!r}")
     raise ConfigError(f"{where}: unsupported field type {hint}")
 
@@ -180,7 +183,7 @@ def build(cls: type, *, preset: dict[str, Any] | None = None, yaml_file: str | N
     values: dict[str, Any] = dict(preset or {})
     if yaml_file:
         data, lines = read_yaml(yaml_file)
-        for key, value in _flatten_dict(data).items():
+        for key, value in _flatten_dict(data, leaves).items():
             where = f"{yaml_file}: line {lines.get(key, '?')}: {key}"
             if key not in leaves:
                 raise ConfigError(f"{where}: unknown option; valid options: {', '.join(sorted(leaves))}")
@@ -192,11 +195,12 @@ def build(cls: type, *, preset: dict[str, Any] | None = None, yaml_file: str | N
     return _construct(cls, values, "")
 
 
-def _flatten_dict(data: dict, prefix: str = "") -> dict[str, Any]:
+def _flatten_dict(data: dict, leaves: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted keys of a nested mapping; a mapping under an option (not a section) is its value."""
     out = {}
     for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(_flatten_dict(value, f"{prefix}{key}."))
+        if isinstance(value, dict) and f"{prefix}{key}" not in leaves:
+            out.update(_flatten_dict(value, leaves, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value
     return out

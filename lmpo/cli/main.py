@@ -46,12 +46,13 @@ def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
 def pipeline_options(yaml_file: str | None, flags: dict) -> tuple:
     """(PipelineConfig from defaults, YAML and flags; the dotted options the user set). The
     preset and task settings are applied under them by `run_pipeline`, as for the Python API."""
-    from lmpo.cli.config import _flatten_dict, read_yaml
+    from lmpo.cli.config import _flatten_dict, _flatten_fields, read_yaml
     from lmpo.trainers.pipeline import PipelineConfig
 
     _reject_stage_owned(flags, yaml_file)
     cfg = build(PipelineConfig, yaml_file=yaml_file, flags=flags)
-    explicit = set(flags) | (set(_flatten_dict(read_yaml(yaml_file)[0])) if yaml_file else set())
+    leaves = _flatten_fields(PipelineConfig)
+    explicit = set(flags) | (set(_flatten_dict(read_yaml(yaml_file)[0], leaves)) if yaml_file else set())
     return cfg, explicit
 
 
@@ -76,9 +77,10 @@ def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:
     """Inside `lmpo pipeline`, each stage's model/out/task/seed/threads come from the pipeline."""
     keys = list(flags)
     if yaml_file:
-        from lmpo.cli.config import read_yaml, _flatten_dict
+        from lmpo.cli.config import _flatten_dict, _flatten_fields, read_yaml
+        from lmpo.trainers.pipeline import PipelineConfig
 
-        keys += list(_flatten_dict(read_yaml(yaml_file)[0]))
+        keys += list(_flatten_dict(read_yaml(yaml_file)[0], _flatten_fields(PipelineConfig)))
     for key in keys:
         section, dot, leaf = key.partition(".")
         if dot and leaf in ("resume", "overwrite"):
