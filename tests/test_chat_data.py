@@ -232,7 +232,8 @@ def test_a_chat_template_that_cannot_render_is_refused_before_anything_loads(tmp
 
 
 @pytest.mark.parametrize("row, where, expected", [
-    ({"tools": "lookup"}, "tools", "a list of function schemas"),
+    ({"tools": "lookup"}, "tools", r"a list of function schemas \(JSON objects, or their JSON text\), got 'lookup'"),
+    ({"tools": {"name": "lookup"}}, "tools", "a list of function schemas"),
     ({"messages": [msg("user", "q"), {"role": "assistant", "content": None, "tool_calls": []}]},
      r"messages\[1\]\.tool_calls", "a non-empty list of tool calls"),
     ({"messages": [{**msg("user", "q"), "tool_calls": [{"function": {"name": "f", "arguments": {}}}]}]},
@@ -244,3 +245,33 @@ def test_malformed_tool_fields_name_the_field(hermes_tokenizer, tmp_path, row, w
     row = {"messages": tool_conversation({"id": 1}), **row}
     with pytest.raises(DataError, match=rf"row 1: field '{where}': expected {expected}"):
         load_sft(write(tmp_path / "t.jsonl", [row]), hermes_tokenizer, max_length=512)
+
+
+def test_a_tools_column_given_as_json_text_is_read(hermes_tokenizer, tmp_path):
+    """Datasets keep schemas of many shapes as one JSON text per row (a columnar format cannot
+    hold them as objects)."""
+    rows = [{"messages": tool_conversation({"id": 4821}), "tools": json.dumps([LOOKUP])}]
+    (example,), _ = load_sft(write(tmp_path / "t.jsonl", rows), hermes_tokenizer, max_length=512)
+    assert '<tools>{"type": "function", "function": {"name": "lookup"' in decode(hermes_tokenizer, example.input_ids)
+
+
+def parts(*texts):
+    return [{"type": "text", "text": t} for t in texts]
+
+
+def test_content_as_openai_text_parts_is_one_string(char_tokenizer, tmp_path, ext):
+    """`content: [{"type": "text", "text": ...}, ...]` (OpenAI's, and many datasets'), joined by
+    newlines as vLLM renders it for a text model; every row alike, as Parquet needs."""
+    rows = [{"messages": [{"role": "user", "content": parts("2+2=", "answer in digits")},
+                          {"role": "assistant", "content": parts("4")}]}]
+    (example,), _ = load_sft(write(tmp_path / f"t.{ext}", rows), char_tokenizer, max_length=512)
+    assert decode(char_tokenizer, example.input_ids) == "<|user|>2+2=\nanswer in digits<|assistant|>4<eos>"
+    assert loss_text(char_tokenizer, example) == "4<eos>"
+
+
+def test_a_non_text_content_part_is_refused_naming_it(char_tokenizer, tmp_path):
+    image = {"type": "image_url", "image_url": {"url": "cat.png"}}
+    rows = [{"messages": [{"role": "user", "content": [*parts("what is this?"), image]}, msg("assistant", "a cat")]}]
+    with pytest.raises(DataError, match=r"row 1: field 'messages\[0\]\.content\[1\]': expected a text part, "
+                                        r".*got a part of type 'image_url'"):
+        load_sft(write(tmp_path / "t.jsonl", rows), char_tokenizer, max_length=512)

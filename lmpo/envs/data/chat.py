@@ -115,8 +115,9 @@ def has_chat_template(tokenizer: PreTrainedTokenizerBase | None) -> bool:
 def message(rec: Record, where: str, value: Any) -> dict[str, Any]:
     """A validated {role, content} message, keeping only the keys chat templates read: an
     assistant turn's `tool_calls` (OpenAI's shape; its content may then be empty or null) and
-    `reasoning_content`, a tool turn's `tool_call_id` and `name`. A per-turn loss flag other tools
-    read (`weight`, `train`) is refused rather than ignored. Columnar formats give every message
+    `reasoning_content`, a tool turn's `tool_call_id` and `name`. Content given as OpenAI's text
+    parts becomes one string (`text_parts`). A per-turn loss flag other tools read (`weight`,
+    `train`) is refused rather than ignored. Columnar formats give every message
     every key seen in the column, filled with nulls: those count as absent."""
     if not isinstance(value, dict):
         raise rec.error(where, "a {role, content} object", type_name(value))
@@ -129,6 +130,8 @@ def message(rec: Record, where: str, value: Any) -> dict[str, Any]:
     calls = tool_calls(rec, f"{where}.tool_calls", calls) if calls is not None else []
     if content is None and calls:
         content = ""
+    if isinstance(content, list):
+        content = text_parts(rec, f"{where}.content", content)
     if not isinstance(content, str):
         raise rec.error(f"{where}.content", "a string", type_name(content))
     if role == "assistant" and not content and not calls:
@@ -180,6 +183,20 @@ def tool_calls(rec: Record, where: str, value: Any) -> list[dict[str, Any]]:
             out["id"] = call["id"]
         calls.append(out)
     return calls
+
+
+def text_parts(rec: Record, where: str, parts: list) -> str:
+    """OpenAI's content parts, `[{"type": "text", "text": ...}, ...]`, as one string: the texts
+    joined by newlines, as vLLM renders them for a text-only model. Any other part (an image)
+    is refused: lmpo trains text models."""
+    texts = []
+    for i, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text" or not isinstance(part.get("text"), str):
+            got = f"a part of type {kind!r}" if kind else type_name(part)
+            raise rec.error(f"{where}[{i}]", 'a text part, {"type": "text", "text": "..."} (lmpo trains on text)', got)
+        texts.append(part["text"])
+    return "\n".join(texts)
 
 
 def _string(rec: Record, where: str, value: Any) -> str:
@@ -248,8 +265,14 @@ def _tools(rec: Record) -> list[dict] | None:
     tools = rec.get("tools")
     if tools is None:
         return None
+    if isinstance(tools, str):  # datasets often keep schemas of many shapes as one JSON text
+        try:
+            tools = json.loads(tools) if tools.strip() else []
+        except ValueError:
+            raise rec.error("tools", "a list of function schemas (JSON objects, or their JSON text)",
+                            short_repr(tools)) from None
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-        raise rec.error("tools", "a list of function schemas (JSON objects)", type_name(tools))
+        raise rec.error("tools", "a list of function schemas (JSON objects, or their JSON text)", type_name(tools))
     return tools or None
 
 
