@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+from lmpo.envs.data import formats
 from lmpo.envs.data.records import DataError, Record, short_repr, type_name
 
 try:
@@ -118,7 +119,10 @@ def message(rec: Record, where: str, value: Any) -> dict[str, Any]:
     `reasoning_content`, a tool turn's `tool_call_id` and `name`. Content given as OpenAI's text
     parts becomes one string (`text_parts`). A per-turn loss flag other tools read (`weight`,
     `train`) is refused rather than ignored. Columnar formats give every message
-    every key seen in the column, filled with nulls: those count as absent."""
+    every key seen in the column, filled with nulls: those count as absent. A ShareGPT turn
+    (`{"from": "human", "value": ...}`) is read as the message it stands for (`formats`)."""
+    if formats.is_sharegpt_turn(value):
+        value = formats.sharegpt_turn(rec, where, value)
     if not isinstance(value, dict):
         raise rec.error(where, "a {role, content} object", type_name(value))
     role, content = value.get("role"), value.get("content")

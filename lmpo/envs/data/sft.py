@@ -7,6 +7,8 @@ Shapes, decided by the first row and required of every row:
   - `prompt`/`completion (chat)`: either field holds messages (see `chat.reply`); rendered
     with the tokenizer's chat template, a string prompt being one user message.
   - `text`: documents for continued pre-training; every token carries loss, eos appended.
+  - ShareGPT's `conversations` (from/value turns, an optional `system` column) and Alpaca's
+    `instruction`/`input`/`output` (optional `system`, `history`): as `messages` (see `formats`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-from lmpo.envs.data import chat
+from lmpo.envs.data import chat, formats
 from lmpo.envs.data.records import DataError, Record, type_name
 from lmpo.envs.data.report import LoadReport, Overlong, RowFormat, certainly_overlong, load_rows
 
@@ -54,6 +56,10 @@ def sft_shape(rec: Record) -> tuple[str, str]:
     """(shape, the field that decided it) for one row."""
     if rec.get("messages") is not None:
         return "messages", "messages"
+    if rec.get("conversations") is not None:
+        return "conversations (ShareGPT)", "conversations"
+    if formats.is_alpaca(rec):
+        return "instruction/output (Alpaca)", "instruction"
     prompt, completion = rec.get("prompt"), rec.get("completion")
     if prompt is not None or completion is not None:
         for field, value in (("prompt", prompt), ("completion", completion)):
@@ -62,7 +68,8 @@ def sft_shape(rec: Record) -> tuple[str, str]:
         return "prompt/completion", "prompt" if prompt is not None else "completion"
     if rec.get("text") is not None:
         return "text", "text"
-    raise rec.error(None, "a 'messages', 'prompt'/'completion' or 'text' field", f"fields {rec.present()}")
+    raise rec.error(None, "a 'messages', 'prompt'/'completion' or 'text' field (or ShareGPT's 'conversations', "
+                          "Alpaca's 'instruction'/'output')", f"fields {rec.present()}")
 
 
 def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> TokenizedExample:
@@ -72,6 +79,13 @@ def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> To
     if shape == "messages":
         msgs = chat.conversation(rec, "messages", rec.get("messages"))
         return TokenizedExample(*chat.encode_conversation(rec, "messages", tokenizer, msgs))
+    if shape == "conversations (ShareGPT)":
+        turns = chat.messages(rec, "conversations", rec.get("conversations"))  # errors name the turns as written
+        msgs = chat.conversation(rec, "conversations", formats.with_system(rec, turns))
+        return TokenizedExample(*chat.encode_conversation(rec, "conversations", tokenizer, msgs))
+    if shape == "instruction/output (Alpaca)":
+        msgs = chat.conversation(rec, "instruction", formats.alpaca_conversation(rec))
+        return TokenizedExample(*chat.encode_conversation(rec, "instruction", tokenizer, msgs))
     if shape == "text":
         ids = chat.encode_start(tokenizer, rec.require_str("text")) + [eos]
         return TokenizedExample(ids, [1] * len(ids))
@@ -107,7 +121,8 @@ def _truncate(example: TokenizedExample, max_length: int) -> TokenizedExample | 
 
 
 def _least_tokens(rec: Record, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:
-    return certainly_overlong(rec, ("messages", "prompt", "completion", "text"), max_length, tokenizer)
+    return certainly_overlong(rec, ("messages", "prompt", "completion", "text", "conversations", "system",
+                                    "instruction", "input", "output", "history"), max_length, tokenizer)
 
 
 EXAMPLES = RowFormat(sft_shape, _least_tokens, _tokenize, len, _truncate)
