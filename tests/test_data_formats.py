@@ -51,6 +51,20 @@ def test_alpaca_rows_are_a_user_turn_and_the_reply(char_tokenizer, tmp_path, ext
     assert decode(char_tokenizer, second.input_ids) == "<|system|>be brief<|user|>Say yes.<|assistant|>yes<eos>"
 
 
+@pytest.mark.parametrize("layout", ["sharegpt", "alpaca"])
+def test_preference_pairs_in_llama_factorys_layouts(char_tokenizer, tmp_path, ext, layout):
+    if layout == "sharegpt":
+        row = {"conversations": [turn("human", "2+2=")], "system": "be brief",
+               "chosen": turn("gpt", "4"), "rejected": turn("gpt", "5")}
+    else:
+        row = {"instruction": "Add.", "input": "2+2=", "system": "be brief", "chosen": "4", "rejected": "5"}
+    (pair,), report = load_preferences(write(tmp_path / f"p.{ext}", [row]), char_tokenizer, max_length=256)
+    assert f"({'ShareGPT' if layout == 'sharegpt' else 'Alpaca'})" in report.summary()
+    user = "2+2=" if layout == "sharegpt" else "Add.\n2+2="
+    assert decode(char_tokenizer, pair.prompt_ids) == f"<|system|>be brief<|user|>{user}<|assistant|>"
+    assert decode(char_tokenizer, pair.chosen_ids) == "4<eos>" and decode(char_tokenizer, pair.rejected_ids) == "5<eos>"
+
+
 def test_sharegpt_turns_serve_as_prompts_anywhere_messages_do(char_tokenizer, tmp_path):
     pairs, _ = load_preferences(write(tmp_path / "p.jsonl", [{"prompt": [turn("human", "2+2=")], "chosen": "4",
                                                               "rejected": "5"}]), char_tokenizer, max_length=256)

@@ -1,6 +1,7 @@
 """Conversations in the layouts other fine-tuning tools read, as lmpo's messages: ShareGPT's
 turns (`{"from": "human", "value": ...}`, in a `conversations` or `messages` column) and
-Alpaca's rows (`instruction`, `input`, `output`, with an optional `system` and `history`), the
+Alpaca's rows (`instruction`, `input`, `output`, with an optional `system` and `history`; a
+preference pair's prompt without `output`), the
 two formats of LLaMA-Factory's datasets and of many public ones. Both are rendered with the
 tokenizer's chat template, as there; every error names the row and the field as written."""
 
@@ -59,9 +60,14 @@ def is_alpaca(rec: Record) -> bool:
 
 
 def alpaca_conversation(rec: Record) -> list[dict[str, Any]]:
-    """An Alpaca row as messages: `system`; each `history` pair ([query, response]) as a user and
-    an assistant turn; then `instruction` and `input` joined by a newline (as LLaMA-Factory joins
-    them) as the user turn, and `output` as the assistant's."""
+    """An Alpaca row as messages: `alpaca_prompt`, then `output` as the assistant's turn."""
+    return [*alpaca_prompt(rec), {"role": "assistant", "content": rec.require_str("output")}]
+
+
+def alpaca_prompt(rec: Record) -> list[dict[str, Any]]:
+    """An Alpaca row's prompt as messages: `system`; each `history` pair ([query, response]) as a
+    user and an assistant turn; then `instruction` and `input` joined by a newline (as
+    LLaMA-Factory joins them) as the user turn."""
     turns: list[dict[str, Any]] = []
     history = rec.get("history")
     if history is not None:
@@ -75,5 +81,5 @@ def alpaca_conversation(rec: Record) -> list[dict[str, Any]]:
     if extra is not None and not isinstance(extra, str):
         raise rec.error("input", "a string", type_name(extra))
     turns.append({"role": "user", "content": f"{instruction}\n{extra}" if extra else instruction})
-    turns.append({"role": "assistant", "content": rec.require_str("output")})
     return with_system(rec, turns)
+

@@ -4,7 +4,9 @@ When all three fields are strings they are tokenized as they are, with eos appen
 each reply. Otherwise the row is a chat row, rendered with the tokenizer's chat template:
 `prompt` is a list of messages or a string taken as one user message; `chosen` and
 `rejected` are each a string, one assistant message, or a list ending with the assistant
-message (either that message alone or the prompt's messages followed by it).
+message (either that message alone or the prompt's messages followed by it). In place of
+`prompt`, ShareGPT's `conversations` or Alpaca's `instruction` (with `input`, `system`,
+`history`) give it, as LLaMA-Factory's preference datasets do (see `formats`).
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-from lmpo.envs.data import chat
+from lmpo.envs.data import chat, formats
 from lmpo.envs.data.records import DataError, Record, type_name
 from lmpo.envs.data.report import LoadReport, Overlong, RowFormat, certainly_overlong, load_rows
-from lmpo.envs.data.sft import prompt_messages
+from lmpo.envs.data.sft import prompt_messages, sharegpt_turns
 
 FIELDS = ("prompt", "chosen", "rejected")
+PROMPT_FIELDS = ("prompt", "conversations", "system", "instruction", "input", "history")
+"""Where a prompt's text may be: lmpo's `prompt`, ShareGPT's and Alpaca's (see `formats`)."""
 
 
 @dataclass
@@ -41,11 +45,16 @@ def load_preferences(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, ma
 
 
 def _least_tokens(rec: Record, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:
-    least = certainly_overlong(rec, ("prompt",), max_length, tokenizer)  # the prompt is in every reply's length
-    return least or max((certainly_overlong(rec, ("prompt", f), max_length, tokenizer) or 0) for f in FIELDS[1:]) or None
+    prompt = PROMPT_FIELDS  # the prompt is in every reply's length
+    least = certainly_overlong(rec, prompt, max_length, tokenizer)
+    return least or max((certainly_overlong(rec, (*prompt, f), max_length, tokenizer) or 0) for f in FIELDS[1:]) or None
 
 
 def _shape(rec: Record) -> tuple[str, str]:
+    if rec.get("prompt") is None and rec.get("conversations") is not None:
+        return _replies_present(rec, "conversations/chosen/rejected (ShareGPT)", "conversations")
+    if rec.get("prompt") is None and rec.get("instruction") is not None:
+        return _replies_present(rec, "instruction/chosen/rejected (Alpaca)", "instruction")
     for field in FIELDS:
         if rec.get(field) is None:
             raise rec.missing(field, "a string or messages")
@@ -60,6 +69,21 @@ def _shape(rec: Record) -> tuple[str, str]:
     return "prompt/chosen/rejected", "prompt"
 
 
+def _replies_present(rec: Record, shape: str, field: str) -> tuple[str, str]:
+    for reply in FIELDS[1:]:
+        if rec.get(reply) is None:
+            raise rec.missing(reply, "a string or an assistant message")
+    return shape, field
+
+
+def _prompt(rec: Record, shape: str) -> list[dict]:
+    if shape.endswith("(ShareGPT)"):
+        return sharegpt_turns(rec)
+    if shape.endswith("(Alpaca)"):
+        return formats.alpaca_prompt(rec)
+    return prompt_messages(rec, "prompt")
+
+
 def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> PreferencePair:
     eos = tokenizer.eos_token_id
     if eos is None:
@@ -68,7 +92,7 @@ def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> Pr
         prompt_ids = chat.encode_start(tokenizer, rec.require_str("prompt"))
         chosen, rejected = (chat.encode(tokenizer, rec.require_str(f)) + [eos] for f in FIELDS[1:])
     else:
-        prompt = prompt_messages(rec, "prompt")
+        prompt = _prompt(rec, shape)
         prompt_ids, chosen = chat.encode_reply(rec, "chosen", tokenizer, prompt,
                                                chat.reply(rec, "chosen", rec.get("chosen"), prompt))
         _, rejected = chat.encode_reply(rec, "rejected", tokenizer, prompt,

@@ -80,8 +80,7 @@ def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> To
         msgs = chat.conversation(rec, "messages", rec.get("messages"))
         return TokenizedExample(*chat.encode_conversation(rec, "messages", tokenizer, msgs))
     if shape == "conversations (ShareGPT)":
-        turns = chat.messages(rec, "conversations", rec.get("conversations"))  # errors name the turns as written
-        msgs = chat.conversation(rec, "conversations", formats.with_system(rec, turns))
+        msgs = chat.conversation(rec, "conversations", sharegpt_turns(rec))
         return TokenizedExample(*chat.encode_conversation(rec, "conversations", tokenizer, msgs))
     if shape == "instruction/output (Alpaca)":
         msgs = chat.conversation(rec, "instruction", formats.alpaca_conversation(rec))
@@ -100,6 +99,11 @@ def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> To
         reply = chat.reply(rec, "completion", completion, prompt)
         prompt_ids, completion_ids = chat.encode_reply(rec, "completion", tokenizer, prompt, reply)
     return TokenizedExample(prompt_ids + completion_ids, [0] * len(prompt_ids) + [1] * len(completion_ids))
+
+
+def sharegpt_turns(rec: Record) -> list[dict]:
+    """A ShareGPT row's `conversations` after its `system` column; errors name its turns as written."""
+    return formats.with_system(rec, chat.messages(rec, "conversations", rec.get("conversations")))
 
 
 def prompt_messages(rec: Record, field: str) -> list[dict[str, str]]:
