@@ -185,7 +185,7 @@ def test_wrong_type_error_reads_naturally(char_tokenizer, tmp_path):
 
 def test_unsupported_file_and_missing_file(tmp_path):
     (tmp_path / "x.csv").write_text("a,b\n")
-    with pytest.raises(DataError, match=r"unsupported file type '\.csv'.*\.jsonl, \.parquet"):
+    with pytest.raises(DataError, match=r"unsupported file type '\.csv'.*\.jsonl, \.json .*\.parquet"):
         read_records(tmp_path / "x.csv")
     with pytest.raises(DataError, match="no such file"):
         read_records(tmp_path / "nope.jsonl")

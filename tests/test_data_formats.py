@@ -10,6 +10,7 @@ import pytest
 
 from lmpo.envs.data import DataError, load_preferences, load_sft
 from lmpo.envs.data.prompts import load_prompts
+from lmpo.envs.data.unpaired import load_unpaired
 
 from test_chat_data import LOOKUP, hermes_tokenizer  # noqa: F401 (a fixture)
 from test_data import decode, ext, loss_text, write  # noqa: F401 (ext: a fixture)
@@ -65,6 +66,29 @@ def test_preference_pairs_in_llama_factorys_layouts(char_tokenizer, tmp_path, ex
     assert decode(char_tokenizer, pair.chosen_ids) == "4<eos>" and decode(char_tokenizer, pair.rejected_ids) == "5<eos>"
 
 
+@pytest.mark.parametrize("layout", ["sharegpt", "alpaca"])
+def test_kto_examples_in_llama_factorys_layouts(char_tokenizer, tmp_path, ext, layout):
+    def row(reply, tag):
+        if layout == "sharegpt":
+            return {"conversations": [turn("human", "2+2="), turn("gpt", reply)], "kto_tag": tag}
+        return {"instruction": "2+2=", "output": reply, "kto_tag": tag}
+    examples, report = load_unpaired(write(tmp_path / f"k.{ext}", [row("4", True), row("5", False)]), char_tokenizer,
+                                     max_length=256)
+    assert "kto_tag" in report.summary()
+    assert [(decode(char_tokenizer, e.prompt_ids), decode(char_tokenizer, e.completion_ids), e.desirable)
+            for e in examples] == [("<|user|>2+2=<|assistant|>", "4<eos>", True),
+                                   ("<|user|>2+2=<|assistant|>", "5<eos>", False)]
+
+
+def test_a_kto_conversation_must_end_with_its_reply(char_tokenizer, tmp_path):
+    rows = [{"conversations": [turn("gpt", "hello"), turn("human", "2+2=")], "kto_tag": True}]
+    with pytest.raises(DataError, match=r"row 1: field 'conversations\[1\]\.from': expected the reply, a 'gpt' turn"):
+        load_unpaired(write(tmp_path / "k.jsonl", rows), char_tokenizer, max_length=256)
+    with pytest.raises(DataError, match=r"row 1: field 'kto_tag': expected true \(desirable\) or false"):
+        load_unpaired(write(tmp_path / "k.jsonl", [{"instruction": "q", "output": "a", "kto_tag": "yes"}]),
+                      char_tokenizer, max_length=256)
+
+
 def test_sharegpt_turns_serve_as_prompts_anywhere_messages_do(char_tokenizer, tmp_path):
     pairs, _ = load_preferences(write(tmp_path / "p.jsonl", [{"prompt": [turn("human", "2+2=")], "chosen": "4",
                                                               "rejected": "5"}]), char_tokenizer, max_length=256)
@@ -87,3 +111,30 @@ def test_sharegpt_turns_serve_as_prompts_anywhere_messages_do(char_tokenizer, tm
 def test_malformed_rows_name_the_field_as_written(char_tokenizer, tmp_path, row, where, expected):
     with pytest.raises(DataError, match=rf"row 1: field '{where}': expected {expected}"):
         load_sft(write(tmp_path / "bad.jsonl", [row]), char_tokenizer, max_length=256)
+
+
+def test_a_json_file_may_be_an_array_of_rows_or_json_lines(char_tokenizer, tmp_path):
+    """Alpaca's `alpaca_data.json` and LLaMA-Factory's datasets are JSON arrays; `datasets` reads a
+    `.json` file as either."""
+    rows = [{"instruction": "Add.", "input": "2+2", "output": "4"}, {"instruction": "Say yes.", "output": "yes"}]
+    array = tmp_path / "alpaca_data.json"
+    array.write_text(json.dumps(rows, indent=2))
+    lines = tmp_path / "lines.json"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for path in (array, lines):
+        examples, report = load_sft(str(path), char_tokenizer, max_length=256)
+        assert len(examples) == 2 and "kept 2" in report.summary()
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[{"instruction": "q", "output": "a"}, 3]', r"row 2: expected a JSON object, got int"),
+    ('[{"instruction": "q",\n  "output": }]', r"not valid JSON \(Expecting value at line 2, column 13\)"),
+    ('{\n  "data": [{"instruction": "q", "output": "a"}]\n}', r"holds one JSON object; expected an array of row "
+                                                            r"objects, or one object per line \(its rows may be the "
+                                                            r"list under 'data'\)"),
+])
+def test_a_malformed_json_file_says_where(char_tokenizer, tmp_path, text, message):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(DataError, match=message):
+        load_sft(str(path), char_tokenizer, max_length=256)

@@ -11,7 +11,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-SUPPORTED = ".jsonl, .parquet, or a directory saved with datasets' save_to_disk ('dir::split' for a DatasetDict)"
+SUPPORTED = (".jsonl, .json (an array of rows, or JSON Lines), .parquet, or a directory saved with datasets' "
+             "save_to_disk ('dir::split' for a DatasetDict)")
 
 
 class DataError(ValueError):
@@ -96,8 +97,8 @@ class ShapeCheck:
 
 
 def read_records(path: str | Path) -> list[Record]:
-    """The rows of a `.jsonl` file (one JSON object per line), a `.parquet` file, or a
-    directory written by `datasets` `save_to_disk`. A saved DatasetDict needs its split
+    """The rows of a `.jsonl` file (one JSON object per line), a `.json` file (an array of them,
+    or JSON Lines), a `.parquet` file, or a directory written by `datasets` `save_to_disk`. A saved DatasetDict needs its split
     named as `dir::split`. Raises DataError for anything unreadable."""
     label = str(path)
     base, sep, split = label.rpartition("::")
@@ -111,6 +112,8 @@ def read_records(path: str | Path) -> list[Record]:
     suffix = p.suffix.lower()
     if suffix == ".jsonl":
         return _read_jsonl(p, label)
+    if suffix == ".json":
+        return _read_json(p, label)
     if suffix == ".parquet":
         return _read_parquet(p, label)
     raise DataError(label, f"unsupported file type '{suffix or p.name}'; supported: {SUPPORTED}")
@@ -155,6 +158,35 @@ def _read_jsonl(path: Path, label: str) -> list[Record]:
                 raise DataError(label, f"expected a JSON object, got {type_name(value)}", row=line_no)
             records.append(Record(label, line_no, value))
     return records
+
+
+def _read_json(path: Path, label: str) -> list[Record]:
+    """A `.json` file: a JSON array of row objects (Alpaca's and LLaMA-Factory's datasets), row N
+    its Nth element; or JSON Lines under that name, as `datasets` reads either."""
+    with path.open("rb") as f:
+        head = f.read(64).decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
+    if not head.startswith("["):
+        try:
+            return _read_jsonl(path, label)
+        except DataError as jsonl_error:
+            try:  # one object over several lines (pretty-printed), its rows perhaps under a key
+                whole = json.loads(path.read_bytes().decode("utf-8").removeprefix("﻿"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                raise jsonl_error from None
+            lists = [key for key, v in whole.items() if isinstance(v, list)] if isinstance(whole, dict) else []
+            hint = f" (its rows may be the list under {', '.join(map(repr, lists))})" if lists else ""
+            raise DataError(label, f"holds one JSON {type_name(whole)}; expected an array of row objects, or one "
+                                   f"object per line{hint}") from None
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8").removeprefix("\ufeff"))
+    except UnicodeDecodeError as e:
+        raise DataError(label, f"not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise DataError(label, f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    for i, row in enumerate(value, start=1):
+        if not isinstance(row, dict):
+            raise DataError(label, f"expected a JSON object, got {type_name(row)}", row=i)
+    return [Record(label, i, row) for i, row in enumerate(value, start=1)]
 
 
 def _read_parquet(path: Path, label: str) -> list[Record]:

@@ -5,7 +5,9 @@ TRL's unpaired preference format, one completion per row, `label` true (desirabl
 When `prompt` and `completion` are strings they are tokenized as they are, with eos appended to
 the completion. Otherwise the row is a chat row, rendered with the tokenizer's chat template:
 `prompt` is a list of messages or a string taken as one user message; `completion` is a
-string, one assistant message, or a list ending with the assistant message.
+string, one assistant message, or a list ending with the assistant message. LLaMA-Factory's
+layouts are read too, their label `kto_tag`: ShareGPT's `conversations` ending with the reply,
+or Alpaca's `instruction`/`input`/`output` (see `formats`).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-from lmpo.envs.data import chat
-from lmpo.envs.data.records import DataError, Record, type_name
+from lmpo.envs.data import chat, formats
+from lmpo.envs.data.preferences import PROMPT_FIELDS
+from lmpo.envs.data.records import DataError, Record, short_repr, type_name
 from lmpo.envs.data.report import LoadReport, Overlong, RowFormat, certainly_overlong, load_rows
-from lmpo.envs.data.sft import prompt_messages
+from lmpo.envs.data.sft import prompt_messages, sharegpt_turns
 
 FIELDS = ("prompt", "completion", "label")
 
@@ -44,7 +47,7 @@ def load_unpaired(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, max_l
 
 
 def _least_tokens(rec: Record, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:
-    return certainly_overlong(rec, ("prompt", "completion"), max_length, tokenizer)
+    return certainly_overlong(rec, ("prompt", "completion", *PROMPT_FIELDS[1:], "output"), max_length, tokenizer)
 
 
 def _length(example: UnpairedExample) -> int:
@@ -58,11 +61,15 @@ def _truncate(example: UnpairedExample, max_length: int) -> UnpairedExample | No
 
 
 def _shape(rec: Record) -> tuple[str, str]:
+    if rec.get("prompt") is None and (rec.get("conversations") is not None or rec.get("instruction") is not None):
+        _label(rec, "kto_tag")
+        if rec.get("conversations") is not None:
+            return "conversations/kto_tag (ShareGPT)", "conversations"
+        return "instruction/output/kto_tag (Alpaca)", "instruction"
     for field, expected in zip(FIELDS, ("a string or messages", "a string or an assistant message", "true or false")):
         if rec.get(field) is None:
             raise rec.missing(field, expected)
-    if not isinstance(rec.get("label"), bool):
-        raise rec.error("label", "true (desirable) or false (undesirable)", type_name(rec.get("label")))
+    _label(rec, "label")
     if not isinstance(rec.get("prompt"), (str, list)):
         raise rec.error("prompt", "a string or a list of messages", type_name(rec.get("prompt")))
     if not isinstance(rec.get("completion"), (str, list, dict)):
@@ -74,6 +81,27 @@ def _shape(rec: Record) -> tuple[str, str]:
     return "prompt/completion/label", "prompt"
 
 
+def _label(rec: Record, field: str) -> bool:
+    value = rec.get(field)
+    if value is None:
+        raise rec.missing(field, "true (desirable) or false (undesirable)")
+    if not isinstance(value, bool):
+        raise rec.error(field, "true (desirable) or false (undesirable)", type_name(value))
+    return value
+
+
+def _llama_factory_row(rec: Record, shape: str) -> tuple[list[dict], dict, str]:
+    """(prompt messages, the reply, its field) of a row in LLaMA-Factory's KTO layouts: ShareGPT's
+    conversation ends with the reply; Alpaca's reply is its `output`."""
+    if shape.endswith("(ShareGPT)"):
+        turns, written = sharegpt_turns(rec), rec.get("conversations")
+        last = f"conversations[{len(written) - 1}]"
+        if turns[-1]["role"] != "assistant":
+            raise rec.error(f"{last}.from", "the reply, a 'gpt' turn, last", short_repr(written[-1].get("from")))
+        return turns[:-1], turns[-1], last
+    return formats.alpaca_prompt(rec), {"role": "assistant", "content": rec.require_str("output")}, "output"
+
+
 def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> UnpairedExample:
     eos = tokenizer.eos_token_id
     if eos is None:
@@ -81,6 +109,10 @@ def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> Un
     if shape == "prompt/completion/label":
         prompt_ids = chat.encode_start(tokenizer, rec.require_str("prompt"))
         completion = chat.encode(tokenizer, rec.require_str("completion")) + [eos]
+    elif shape.endswith("(ShareGPT)") or shape.endswith("(Alpaca)"):
+        prompt, reply, field = _llama_factory_row(rec, shape)
+        prompt_ids, completion = chat.encode_reply(rec, field, tokenizer, prompt, reply)
+        return UnpairedExample(prompt_ids, completion, rec.get("kto_tag"))
     else:
         prompt = prompt_messages(rec, "prompt")
         reply = chat.reply(rec, "completion", rec.get("completion"), prompt)
