@@ -153,3 +153,22 @@ def test_online_dpo_and_rft_train_and_evaluate_on_a_users_prompt_files(start_mod
     if trainer == "rft":  # what each round sampled
         sampled = tmp_path / trainer / "round_1" / "samples.jsonl"
         assert {json.loads(line)["prompt"] for line in open(sampled)} <= {r["prompt"] for r in rows}
+
+
+def test_prompt_and_answer_columns_of_other_names(start_model, tmp_path, capsys):
+    """GSM8K's files say `question`; without --prompt_field the error says how to name it."""
+    from lmpo.cli.main import main
+
+    rows = [{"question": f"{d}=", "solution": "".join(sorted(d))} for d in ("31415", "27182")]
+    path = _write(tmp_path / "gsm.jsonl", rows)
+    args = ["train", "grpo", "--model", str(start_model), "--task", "exact_match", "--prompts", str(path),
+            "--eval_prompts", str(path), "--steps", "1", "--prompts_per_step", "2", "--group_size", "2",
+            "--max_new_tokens", "6", "--threads", "1", "--save_every", "0", "--reward_timeout", "0"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "field 'prompt'" in err and "--prompt_field on the command line" in err
+    assert main([*args, "--out", str(tmp_path / "b"), "--prompt_field", "question"]) == 2
+    assert "--answer_field on the command line" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "c"), "--prompt_field", "question", "--answer_field", "solution"]) in (0, None)
+    kept = [json.loads(line) for line in open(tmp_path / "c" / "trajectories.jsonl")]
+    assert {(t["prompt"], t["answer"]) for t in kept} <= {("31415=", "11345"), ("27182=", "12278")}

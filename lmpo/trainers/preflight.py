@@ -92,8 +92,8 @@ def prompts_within_context(cfg, path: str, tokenizer, new_tokens: int, flag: str
                               f"model's context of {context} tokens")
     exact = cfg.task.partition(":")[0] == "exact_match"
     unknown: dict = {}
-    problems = load_prompts(path, tokenizer=tokenizer, require_answer=exact, max_prompt_tokens=limit, context=where,
-                            unknown=unknown)
+    problems = load_prompts(path, prompt_field=cfg.prompt_field, answer_field=cfg.answer_field, tokenizer=tokenizer,
+                            require_answer=exact, max_prompt_tokens=limit, context=where, unknown=unknown)
     for field, consequence in (("prompt", "the model never sees it"),
                                ("answer", "no completion can match those answers")):
         if field in unknown and unknown[field].summary():

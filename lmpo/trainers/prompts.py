@@ -11,11 +11,21 @@ from lmpo.envs import Problem
 
 
 @dataclass
-class PromptFileOptions:
+class PromptColumns:
+    """The columns of a prompt file (`--prompts`, `--eval_prompts`) that hold the prompt and the answer."""
+
+    prompt_field: str = "prompt"
+    """The column holding each prompt in --prompts and --eval_prompts files (e.g. question, for GSM8K's)."""
+    answer_field: str = "answer"
+    """The column holding each prompt's answer, for the grader (--task exact_match compares completions with it)."""
+
+
+@dataclass
+class PromptFileOptions(PromptColumns):
     """A sampling trainer's own prompt files (RL, online DPO, RFT)."""
 
     prompts: str = ""
-    """Train on the prompts of this file instead of the task's (JSONL, Parquet or a `datasets` directory, `DIR::split`): a `prompt` column (text, or messages rendered with the chat template) and an `answer` column for the grader; other columns reach reward functions as `problem.meta`."""
+    """Train on the prompts of this file instead of the task's (JSONL, JSON, Parquet or a `datasets` directory, `DIR::split`): a `prompt` column (text, or messages rendered with the chat template; another with --prompt_field) and an `answer` column for the grader (--answer_field); other columns reach reward functions as `problem.meta`."""
     eval_prompts: str = ""
     """Evaluate on the prompts of this file (same columns) instead of the task's held-out split."""
 

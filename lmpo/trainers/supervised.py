@@ -22,6 +22,7 @@ from lmpo.models import load_tokenizer
 from lmpo.trainers.batches import CPTBatches, SFTBatches, task_document_ids, task_examples
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.preflight import check_cpt_rows, example_limit, prompts_within_context
+from lmpo.trainers.prompts import PromptColumns
 from lmpo.trainers.harness import Run, RunOptions, Updater
 from lmpo.trainers.stopping import BestWeights, StoppingOptions, StopRule, stopping_problems
 from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
@@ -34,7 +35,7 @@ HELDOUT_SEED_OFFSET = 1_000_003  # CPT's held-out documents come from another se
 
 
 @dataclass
-class SupervisedConfig(RunOptions):
+class SupervisedConfig(RunOptions, PromptColumns):
     model: str = "tiny"
     """Model preset name (fresh weights) or a Hugging Face model directory to start from."""
     task: str = "sort_digits"
@@ -78,7 +79,7 @@ class SupervisedConfig(RunOptions):
     overlong: Literal["error", "skip", "truncate"] = "error"
     """What to do with a longer example from `data`: stop with an error naming it, skip it, or truncate it."""
     eval_prompts: str = ""
-    """Held-out prompts graded after training by `task` (JSONL/Parquet with `prompt` and `answer` columns, as for `lmpo train grpo --eval_prompts`; `--task exact_match` compares with the answer). Without it: the task's own held-out problems, skipped with `data` (they say nothing about a user's data)."""
+    """Held-out prompts graded after training by `task` (JSONL/JSON/Parquet with `prompt` and `answer` columns, or those --prompt_field and --answer_field name, as for `lmpo train grpo --eval_prompts`; `--task exact_match` compares with the answer). Without it: the task's own held-out problems, skipped with `data` (they say nothing about a user's data)."""
 
 
 @dataclass

@@ -81,7 +81,7 @@ def _prompt(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase | None, 
                             "a list of messages")
         return chat.render(rec, field, tokenizer, chat.messages(rec, field, value), generation_prompt=True)
     if value is None:
-        hint = " (pass prompt_field= to use another column)" if field == "prompt" else ""
+        hint = " (prompt_field, --prompt_field on the command line, names another column)" if field == "prompt" else ""
         raise rec.missing(field, f"a string or a list of messages{hint}")
     if not isinstance(value, str):
         raise rec.error(field, "a string or a list of messages", type_name(value))
@@ -104,6 +104,7 @@ def _required_answer(rec: Record, field: str) -> None:
     expected = "the answer the grader compares completions with (task exact_match)"
     value = rec.get(field)
     if value is None:
-        raise rec.missing(field, expected)
+        hint = "; answer_field, --answer_field on the command line, names another column" if field == "answer" else ""
+        raise rec.missing(field, expected[:-1] + hint + ")")
     if isinstance(value, str) and not value.strip():
         raise rec.error(field, expected, "an empty string")
