@@ -44,6 +44,16 @@ def test_exact_match_grades_a_reasoning_models_answer_after_its_thinking():
     assert not task.grade(p, "<think>x</think>42", False).correct  # cut off by the token budget
 
 
+def test_exact_match_grades_against_the_answer_after_a_marker_in_the_reference():
+    """GSM8K's answers are a worked solution ending `#### 42`."""
+    task = make_task("exact_match:answer_after=####,reference_after=####")
+    p = Problem("Janet has 6 apples and eats 2 ...", "She has 6 - 2 = <<6-2=4>>4 left.\n#### 4")
+    assert task.grade(p, "6 - 2 = 4\n#### 4", True).correct
+    assert not task.grade(p, "6 - 2 = 4\n#### 5", True).correct
+    assert not make_task("exact_match:answer_after=####").grade(p, "6 - 2 = 4\n#### 4", True).correct
+    assert make_task("exact_match:reference_after=####").grade(Problem("q", "4"), "4", True).correct  # no marker: whole
+
+
 def test_rl_trains_on_a_prompt_file_with_extra_columns(start_model, tmp_path):
     rows = [{"prompt": f"{d}=", "answer": "".join(sorted(d)), "weight": w}
             for d, w in [("31415", 1.0), ("27182", 3.0), ("16180", 1.0), ("14142", 3.0)]]
