@@ -138,3 +138,11 @@ def test_a_malformed_json_file_says_where(char_tokenizer, tmp_path, text, messag
     path.write_text(text)
     with pytest.raises(DataError, match=message):
         load_sft(str(path), char_tokenizer, max_length=256)
+
+
+def test_an_rl_prompt_ending_with_the_reply_is_refused(char_tokenizer, tmp_path):
+    """SFT conversations reused as RL prompts: the model would be asked to go on after the answer."""
+    rows = [{"conversations": [turn("human", "2+2="), turn("gpt", "4")], "answer": "4"}]
+    with pytest.raises(DataError, match=r"row 1: field 'conversations\[1\]\.from': expected a prompt that ends with "
+                                        r"a turn for the model to answer"):
+        load_prompts(write(tmp_path / "r.jsonl", rows), prompt_field="conversations", tokenizer=char_tokenizer)

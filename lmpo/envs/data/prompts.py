@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 from lmpo.envs.base import Problem
-from lmpo.envs.data import chat
+from lmpo.envs.data import chat, formats
 from lmpo.envs.data.records import DataError, LoadProgress, Record, ShapeCheck, read_records, type_name
 from lmpo.envs.data.report import certainly_overlong
 from lmpo.envs.data.unknown import Unknown, counting_unknown, unknown_for
@@ -79,7 +79,13 @@ def _prompt(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase | None, 
         if not chat.has_chat_template(tokenizer):
             raise rec.error(field, "a string (a list of messages needs tokenizer= with a chat template)",
                             "a list of messages")
-        return chat.render(rec, field, tokenizer, chat.messages(rec, field, value), generation_prompt=True)
+        msgs = chat.messages(rec, field, value)
+        if msgs[-1]["role"] == "assistant":  # SFT conversations reused as prompts: the model would answer after it
+            key = "from" if formats.is_sharegpt_turn(value[-1]) else "role"
+            raise rec.error(f"{field}[{len(msgs) - 1}].{key}", "a prompt that ends with a turn for the model to answer "
+                                                             "(user, tool or system)",
+                            "'assistant' (a reply: drop it from the prompt, or make it the row's answer)")
+        return chat.render(rec, field, tokenizer, msgs, generation_prompt=True)
     if value is None:
         hint = " (prompt_field, --prompt_field on the command line, names another column)" if field == "prompt" else ""
         raise rec.missing(field, f"a string or a list of messages{hint}")
