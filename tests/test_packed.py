@@ -312,3 +312,31 @@ def test_a_sliding_window_model_packs_only_sequences_shorter_than_its_window(kin
     wanted = torch.arange(completion.size(1))[None, :] < lengths[:, None]
     torch.testing.assert_close(got[wanted], want[wanted], atol=1e-5, rtol=1e-5)
     assert packed == packs
+
+
+def test_a_model_with_attention_code_of_its_own_packs_under_a_mask_not_by_segments():
+    """Falcon loads as SDPA but runs its own attention, which ignores a segment plan: the cost
+    model chose segments for it on a GRPO-shaped batch, and the first forward stopped the run."""
+    from transformers import FalconConfig, FalconForCausalLM, GPT2Config, GPT2LMHeadModel
+
+    from lmpo.models.logprobs import causal_lm_parts, layout_for
+    from lmpo.models.packing import can_segment_trunk
+
+    torch.manual_seed(0)
+    falcon = FalconForCausalLM(FalconConfig(vocab_size=50, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                            new_decoder_architecture=False))
+    prompt = torch.randint(1, 50, (8, 16)).repeat_interleave(8, 0)
+    mask, completion, lengths = torch.ones_like(prompt), torch.randint(1, 50, (64, 64)), torch.randint(20, 65, (64,))
+    assert not can_segment_trunk(causal_lm_parts(falcon)[0])
+    assert layout_for(falcon, prompt, mask, lengths).kind in ("packed", "shared")
+    valid = torch.arange(64) < lengths[:, None]
+    with torch.no_grad():
+        packed = completion_outputs(falcon, prompt, mask, completion, lengths=lengths)
+        padded = completion_outputs(falcon, prompt, mask, completion)
+    torch.testing.assert_close(packed.logprobs[valid], padded.logprobs[valid], atol=1e-5, rtol=1e-5)
+    # a model whose attention goes through transformers' entry is asked too, without a draw from the run's
+    # random streams (its dropout on, in train mode)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.5)).train()
+    state = torch.get_rng_state()
+    assert can_segment_trunk(causal_lm_parts(gpt2)[0])
+    assert torch.equal(torch.get_rng_state(), state)

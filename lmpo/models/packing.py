@@ -67,9 +67,29 @@ def can_pack_trunk(trunk: torch.nn.Module) -> bool:
 
 
 def can_segment_trunk(trunk: torch.nn.Module) -> bool:
-    """A packable trunk whose attention goes through transformers' SDPA entry, which lmpo's
-    segment attention stands in for (see `segments`)."""
-    return can_pack_trunk(trunk) and trunk.config._attn_implementation == "sdpa"
+    """A packable trunk whose every attention layer goes through transformers' SDPA entry, which
+    lmpo's segment attention stands in for (see `segments`). Models with attention code of their
+    own (Falcon's) load as SDPA too and ignore the plan, so each trunk is asked once, by a forward
+    of three tokens (`_segments_reach_every_layer`); such a trunk packs rows under a mask."""
+    if not (can_pack_trunk(trunk) and trunk.config._attn_implementation == "sdpa"):
+        return False
+    reach = getattr(trunk, "_lmpo_segments_reach", None)
+    if reach is None:
+        reach = _segments_reach_every_layer(trunk)
+        trunk._lmpo_segments_reach = reach
+    return reach
+
+
+def _segments_reach_every_layer(trunk: torch.nn.Module) -> bool:
+    device = next(trunk.parameters()).device
+    ones = torch.ones(1, 2, dtype=torch.long, device=device)
+    packed = pack_completions(ones, ones, ones[:, :1], ones[:, 0], segments=True)
+    # no gradient, no dropout's draw from the run's random streams (a dropout model in train mode)
+    with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        try:
+            return _segment_calls(trunk, packed)[1] >= _attention_layers(trunk, packed.plan)
+        except TypeError:  # a forward that takes no extra keyword (the plan rides in on one)
+            return False
 
 
 def real_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
@@ -295,17 +315,28 @@ def packed_states(trunk: torch.nn.Module, packed: PackedRows, at: torch.Tensor |
 def segmented_forward(trunk: torch.nn.Module, packed: PackedRows) -> torch.Tensor:
     """The trunk's forward with attention by `packed.plan`. The mask it is given allows nothing:
     a layer that ignored the plan would put NaN in its output, and is caught by the count first."""
+    states, calls = _segment_calls(trunk, packed)
+    layers = _attention_layers(trunk, packed.plan)
+    if calls < layers:
+        raise RuntimeError(f"{type(trunk).__name__}: {calls} of {layers} attention layers ran lmpo's segment "
+                           "attention (a model with its own attention entry?); load it with attn_implementation='eager' "
+                           "to pack it under a mask instead")
+    return states
+
+
+def _segment_calls(trunk: torch.nn.Module, packed: PackedRows) -> tuple[torch.Tensor, int]:
+    """The trunk's last hidden states with attention by `packed.plan`, and how many attention
+    layers ran it."""
     plan = packed.plan
     plan.calls = 0
     nothing = torch.zeros(1, 1, 1, 1, dtype=torch.bool, device=packed.input_ids.device)
     states = trunk(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=nothing,
                    use_cache=False, lmpo_segments=plan).last_hidden_state
-    layers = getattr(trunk.config, "num_hidden_layers", plan.calls)
-    if plan.calls < layers:
-        raise RuntimeError(f"{type(trunk).__name__}: {plan.calls} of {layers} attention layers ran lmpo's segment "
-                           "attention (a model with its own attention entry?); load it with attn_implementation='eager' "
-                           "to pack it under a mask instead")
-    return states
+    return states, plan.calls
+
+
+def _attention_layers(trunk: torch.nn.Module, plan: SegmentPlan) -> int:
+    return getattr(trunk.config, "num_hidden_layers", plan.calls)
 
 
 def last_states(trunk: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
