@@ -198,6 +198,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lmpo.cli.explain",
     "lmpo.cli.factcheck",
     "lmpo.cli.compare",
+    "lmpo.cli.data",
 )
 
 

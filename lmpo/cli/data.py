@@ -1,0 +1,54 @@
+"""`lmpo data FILE`: see a data file as a trainer will read it (see `lmpo.reports.data_view`)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "show a data file as a trainer reads it: shape, token counts, examples with the loss tokens marked"
+DESCRIPTION = """Read FILE (JSONL, JSON, Parquet or a saved `datasets` directory) with the loader of the trainers that
+would train on it and the model's tokenizer and chat template: print the loader's report (shape, rows kept, rows over the
+limit), tokens per example against the limit, and the first examples decoded, the tokens that carry loss in bold green
+(or «marked» without colour). Nothing is trained and no model weights are loaded."""
+
+
+def cmd_data(args: argparse.Namespace, flags: dict) -> int:
+    from rich.console import Console
+
+    from lmpo.models import load_tokenizer
+    from lmpo.reports.data_view import counts_line, guess_kind, load_shown, render
+    from lmpo.trainers.preflight import example_limit
+
+    if args.show < 0:
+        raise ValueError(f"--show must be 0 or more, got {args.show}")
+    tokenizer = load_tokenizer(args.model, args.trust_remote_code, args.chat_template, args.chat_template_kwargs)
+    kind = args.kind if args.kind != "auto" else guess_kind(args.file)
+    max_length, limit_name = example_limit(args.model, tokenizer, args.max_length)
+    shown, summary, over = load_shown(args.file, kind, tokenizer, max_length, limit_name, args.prompt_field,
+                                      args.answer_field)
+    console = Console(highlight=False)
+    console.print(f"{kind}: {summary}", markup=False, soft_wrap=True)
+    if over:
+        console.print(f"warning: {over} rows are over {limit_name or f'max_length {max_length}'}: a trainer stops at the "
+                      "first of them unless given --overlong skip or truncate", style="yellow", markup=False)
+    console.print(counts_line(shown, limit_name or f"max_length {max_length}"), markup=False, soft_wrap=True)
+    render(shown, tokenizer, console, args.show)
+    return 0
+
+
+def add_parser(sub) -> None:
+    from lmpo.reports.data_view import KINDS
+
+    p = sub.add_parser("data", help=HELP, description=DESCRIPTION)
+    p.add_argument("file", help="the data file, as given to --data, --prompts or --eval_prompts (DIR::split for a DatasetDict)")
+    p.add_argument("--model", default="tiny", help="the model whose tokenizer and chat template read it (default: tiny)")
+    p.add_argument("--kind", choices=("auto", *KINDS), default="auto",
+                   help="how it is read: sft (SFT, CPT), pairs (DPO and kin, ORPO, the reward model), kto, prompts "
+                        "(RL, online DPO, RFT, --eval_prompts); auto: from the first row's fields")
+    p.add_argument("--show", type=int, default=2, metavar="N", help="examples to print (default 2)")
+    p.add_argument("--max_length", type=int, default=1024, help="the trainers' --max_length (default 1024)")
+    p.add_argument("--chat_template", default="", metavar="FILE", help="as the trainers' --chat_template")
+    p.add_argument("--chat_template_kwargs", default="", metavar="JSON", help="as the trainers' --chat_template_kwargs")
+    p.add_argument("--trust_remote_code", action="store_true", help="as the trainers' --trust_remote_code")
+    p.add_argument("--prompt_field", default="prompt", help="with --kind prompts: the prompt's column")
+    p.add_argument("--answer_field", default="answer", help="with --kind prompts: the answer's column")
+    p.set_defaults(func=cmd_data)

@@ -1,0 +1,69 @@
+"""`lmpo data FILE`: a file as its trainer reads it, the tokens that carry loss marked."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from lmpo.cli.main import main
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def run(capsys, *args) -> tuple[int, str, str]:
+    code = main(["data", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_chat_file_shows_its_shape_counts_and_where_the_loss_is(tmp_path, capsys):
+    rows = [{"messages": [{"role": "user", "content": f"{a}+1="}, {"role": "assistant", "content": str(a + 1)}]}
+            for a in range(10)]
+    code, out, _ = run(capsys, _write(tmp_path / "chat.jsonl", rows), "--show", "1")
+    assert code == 0
+    assert "sft: " in out and "10 rows, shape 'messages'" in out
+    assert "tokens per example: min 8, median 8, p95 9, max 9; limit: the model's context of 256 tokens" in out
+    # output piped: no colour, so the loss tokens are marked
+    assert "example 1 (8 tokens, 2 with loss)\n<|user|>0+1=<|assistant|>«1<eos>»" in out
+    assert "example 2" not in out
+
+
+@pytest.mark.parametrize("rows, kind, shown", [
+    ([{"prompt": "2+2=", "chosen": "4", "rejected": "5"}], "pairs", "2+2=\n[chosen] «4<eos>»\n[rejected] «5<eos>»"),
+    ([{"prompt": "2+2=", "completion": "4", "label": True}, {"prompt": "2+2=", "completion": "5", "label": False}],
+     "kto", "2+2=\n[desirable] «4<eos>»"),
+    ([{"prompt": "2+2=", "answer": "4"}], "prompts", "example 1 (4 tokens, 0 with loss)\n2+2=\n[answer: '4']"),
+])
+def test_each_kind_is_found_from_its_fields_and_shown_as_its_trainer_reads_it(tmp_path, capsys, rows, kind, shown):
+    code, out, _ = run(capsys, _write(tmp_path / "d.jsonl", rows))
+    assert code == 0 and out.startswith(f"{kind}: ") and shown in out
+
+
+def test_rows_over_the_limit_are_counted_not_refused(tmp_path, capsys):
+    rows = [{"prompt": "1+1=", "completion": "2"}, {"prompt": "1" * 40 + "=", "completion": "2"}]
+    code, out, _ = run(capsys, _write(tmp_path / "d.jsonl", rows), "--max_length", "20", "--show", "0")
+    assert code == 0 and "kept 1" in out
+    assert "warning: 1 rows are over max_length 20: a trainer stops at the first of them" in out
+
+
+def test_a_bad_file_is_an_error_naming_the_row(tmp_path, capsys):
+    code, _, err = run(capsys, _write(tmp_path / "d.jsonl", [{"messages": "hi"}]), "--kind", "sft")
+    assert code == 2 and "row 1: field 'messages': expected a list of {role, content} objects" in err
+
+
+def test_the_readmes_example_prints_what_the_readme_shows(tmp_path, capsys, monkeypatch):
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    block = re.search(r"\n((?:    \$ printf.*\n)(?:    .*\n|\n)*?)\n(?! )", readme).group(1)
+    lines = [line[4:] for line in block.splitlines()]
+    row = re.search(r"'%s\\n' '(.*)' > chat.jsonl", lines[0]).group(1)
+    assert lines[1] == "$ lmpo data chat.jsonl --show 1"
+    monkeypatch.chdir(tmp_path)
+    Path("chat.jsonl").write_text(row + "\n")
+    code, out, _ = run(capsys, "chat.jsonl", "--show", "1")
+    assert code == 0 and out.splitlines() == lines[2:]
