@@ -146,3 +146,17 @@ def test_an_rl_prompt_ending_with_the_reply_is_refused(char_tokenizer, tmp_path)
     with pytest.raises(DataError, match=r"row 1: field 'conversations\[1\]\.from': expected a prompt that ends with "
                                         r"a turn for the model to answer"):
         load_prompts(write(tmp_path / "r.jsonl", rows), prompt_field="conversations", tokenizer=char_tokenizer)
+
+
+def test_only_the_fields_a_row_renders_count_toward_its_length(char_tokenizer, tmp_path):
+    """Rows keep other columns (a raw `text` copy, a long `system` note ShareGPT rows would use):
+    the cheap check before tokenizing counted them and refused short conversations as overlong."""
+    long = "x" * 5000
+    chat = [{"messages": [{"role": "user", "content": "2+2="}, {"role": "assistant", "content": "4"}], "text": long,
+             "system": long, "output": long}]
+    (example,), _ = load_sft(write(tmp_path / "c.jsonl", chat), char_tokenizer, max_length=64)
+    assert decode(char_tokenizer, example.input_ids) == "<|user|>2+2=<|assistant|>4<eos>"
+    pairs = [{"prompt": "2+2=", "chosen": "4", "rejected": "5", "conversations": long, "instruction": long}]
+    assert len(load_preferences(write(tmp_path / "p.jsonl", pairs), char_tokenizer, max_length=64)[0]) == 1
+    kto = [{"prompt": "2+2=", "completion": c, "label": c == "4", "output": long} for c in ("4", "5")]
+    assert len(load_unpaired(write(tmp_path / "k.jsonl", kto), char_tokenizer, max_length=64)[0]) == 2

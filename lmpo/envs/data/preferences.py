@@ -25,8 +25,13 @@ from lmpo.envs.data.report import LoadReport, Overlong, RowFormat, certainly_ove
 from lmpo.envs.data.sft import prompt_messages, sharegpt_turns
 
 FIELDS = ("prompt", "chosen", "rejected")
-PROMPT_FIELDS = ("prompt", "conversations", "system", "instruction", "input", "history")
-"""Where a prompt's text may be: lmpo's `prompt`, ShareGPT's and Alpaca's (see `formats`)."""
+PROMPT_FIELDS = {"ShareGPT": ("conversations", "system"), "Alpaca": ("instruction", "input", "system", "history")}
+"""The fields that hold a prompt in LLaMA-Factory's layouts (see `formats`); else `prompt`."""
+
+
+def prompt_fields(shape: str) -> tuple[str, ...]:
+    """The fields a row of `shape` renders into its prompt."""
+    return PROMPT_FIELDS.get(shape.rpartition("(")[2].rstrip(")"), ("prompt",))
 
 
 @dataclass
@@ -44,8 +49,8 @@ def load_preferences(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, ma
     return load_rows(path, tokenizer, max_length, overlong, PAIRS, limit_name)
 
 
-def _least_tokens(rec: Record, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:
-    prompt = PROMPT_FIELDS  # the prompt is in every reply's length
+def _least_tokens(rec: Record, shape: str, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:
+    prompt = prompt_fields(shape)  # the prompt is in every reply's length
     least = certainly_overlong(rec, prompt, max_length, tokenizer)
     return least or max((certainly_overlong(rec, (*prompt, f), max_length, tokenizer) or 0) for f in FIELDS[1:]) or None
 

@@ -98,8 +98,9 @@ class ShapeCheck:
 
 def read_records(path: str | Path) -> list[Record]:
     """The rows of a `.jsonl` file (one JSON object per line), a `.json` file (an array of them,
-    or JSON Lines), a `.parquet` file, or a directory written by `datasets` `save_to_disk`. A saved DatasetDict needs its split
-    named as `dir::split`. Raises DataError for anything unreadable."""
+    or JSON Lines), a `.parquet` file, or a directory written by `datasets` `save_to_disk`. A
+    saved DatasetDict needs its split named as `dir::split`. Raises DataError for anything
+    unreadable."""
     label = str(path)
     base, sep, split = label.rpartition("::")
     if sep and Path(base).is_dir():
@@ -170,7 +171,7 @@ def _read_json(path: Path, label: str) -> list[Record]:
             return _read_jsonl(path, label)
         except DataError as jsonl_error:
             try:  # one object over several lines (pretty-printed), its rows perhaps under a key
-                whole = json.loads(path.read_bytes().decode("utf-8").removeprefix("﻿"))
+                whole = json.loads(path.read_bytes().decode("utf-8").removeprefix("\ufeff"))
             except (UnicodeDecodeError, json.JSONDecodeError):
                 raise jsonl_error from None
             lists = [key for key, v in whole.items() if isinstance(v, list)] if isinstance(whole, dict) else []

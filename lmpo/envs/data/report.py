@@ -48,11 +48,11 @@ class LoadReport:
 @dataclass(frozen=True)
 class RowFormat(Generic[T]):
     """How one kind of loader reads a row: its shape, the fewest tokens it can make before
-    tokenizing (None when it may fit), its tokenized example, that example's length, and the
+    tokenizing (None when it may fit; from the fields its shape renders), its tokenized example, that example's length, and the
     example cut to a length (None when nothing worth training on is left)."""
 
     shape: Callable[[Record], tuple[str, str]]
-    least_tokens: Callable[[Record, int, Any], int | None]
+    least_tokens: Callable[[Record, str, int, Any], int | None]
     tokenize: Callable[[Record, str, Any], T]
     length: Callable[[T], int]
     truncate: Callable[[T, int], T | None]
@@ -87,7 +87,7 @@ def _example(rec: Record, tokenizer, max_length: int, overlong: Overlong, fmt: R
     """One row's example under the overlong policy (None: skipped), counted in `report`."""
     shape, shape_field = fmt.shape(rec)
     shapes.check(rec, shape, shape_field)
-    least = fmt.least_tokens(rec, max_length, tokenizer)
+    least = fmt.least_tokens(rec, shape, max_length, tokenizer)
     if least is not None and overlong != "truncate":
         if overlong == "error":
             raise overlong_before_tokenizing(rec, shape_field, least, report.limit)

@@ -124,9 +124,13 @@ def _truncate(example: TokenizedExample, max_length: int) -> TokenizedExample | 
     return cut if any(cut.loss_mask) else None
 
 
-def _least_tokens(rec: Record, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:
-    return certainly_overlong(rec, ("messages", "prompt", "completion", "text", "conversations", "system",
-                                    "instruction", "input", "output", "history"), max_length, tokenizer)
+SHAPE_FIELDS = {"messages": ("messages",), "conversations (ShareGPT)": ("conversations", "system"),
+                "instruction/output (Alpaca)": ("instruction", "input", "output", "system", "history"), "text": ("text",)}
+"""The fields each shape renders (others: `prompt` and `completion`); no other column counts toward a row's length."""
+
+
+def _least_tokens(rec: Record, shape: str, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:
+    return certainly_overlong(rec, SHAPE_FIELDS.get(shape, ("prompt", "completion")), max_length, tokenizer)
 
 
 EXAMPLES = RowFormat(sft_shape, _least_tokens, _tokenize, len, _truncate)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 from lmpo.envs.data import chat, formats
-from lmpo.envs.data.preferences import PROMPT_FIELDS
+from lmpo.envs.data.preferences import prompt_fields
 from lmpo.envs.data.records import DataError, Record, short_repr, type_name
 from lmpo.envs.data.report import LoadReport, Overlong, RowFormat, certainly_overlong, load_rows
 from lmpo.envs.data.sft import prompt_messages, sharegpt_turns
@@ -46,8 +46,9 @@ def load_unpaired(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, max_l
     return examples, report
 
 
-def _least_tokens(rec: Record, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:
-    return certainly_overlong(rec, ("prompt", "completion", *PROMPT_FIELDS[1:], "output"), max_length, tokenizer)
+def _least_tokens(rec: Record, shape: str, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:
+    reply = () if shape.endswith("(ShareGPT)") else ("output",) if shape.endswith("(Alpaca)") else ("completion",)
+    return certainly_overlong(rec, (*prompt_fields(shape), *reply), max_length, tokenizer)
 
 
 def _length(example: UnpairedExample) -> int:
