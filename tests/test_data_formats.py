@@ -160,3 +160,29 @@ def test_only_the_fields_a_row_renders_count_toward_its_length(char_tokenizer, t
     assert len(load_preferences(write(tmp_path / "p.jsonl", pairs), char_tokenizer, max_length=64)[0]) == 1
     kto = [{"prompt": "2+2=", "completion": c, "label": c == "4", "output": long} for c in ("4", "5")]
     assert len(load_unpaired(write(tmp_path / "k.jsonl", kto), char_tokenizer, max_length=64)[0]) == 2
+
+
+def test_pairs_with_an_implicit_prompt_share_it_in_both_conversations(char_tokenizer, tmp_path, ext):
+    """TRL's ultrafeedback and hh-rlhf rows: no prompt, each reply a whole conversation."""
+    user = {"role": "user", "content": "2+2="}
+    rows = [{"chosen": [user, {"role": "assistant", "content": "4"}],
+             "rejected": [user, {"role": "assistant", "content": "5"}]}]
+    (pair,), report = load_preferences(write(tmp_path / f"p.{ext}", rows), char_tokenizer, max_length=256)
+    assert "shape 'chosen/rejected (implicit prompt)'" in report.summary()
+    assert decode(char_tokenizer, pair.prompt_ids) == "<|user|>2+2=<|assistant|>"
+    assert (decode(char_tokenizer, pair.chosen_ids), decode(char_tokenizer, pair.rejected_ids)) == ("4<eos>", "5<eos>")
+
+
+@pytest.mark.parametrize("chosen, rejected, expected", [
+    ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "4"}],
+     [{"role": "user", "content": "b"}, {"role": "assistant", "content": "5"}], r"'chosen': expected a conversation "
+                                                                                r"that shares its prompt"),
+    ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "4"}, {"role": "user", "content": "c"}],
+     [{"role": "user", "content": "a"}, {"role": "assistant", "content": "5"}], r"'chosen': expected the 1 messages "
+                                                                                r"shared with the other reply, then one "
+                                                                                r"assistant message, got 2 messages"),
+])
+def test_an_implicit_prompt_that_is_not_one_is_refused_saying_why(char_tokenizer, tmp_path, chosen, rejected, expected):
+    with pytest.raises(DataError, match=rf"row 1: field {expected}"):
+        load_preferences(write(tmp_path / "p.jsonl", [{"chosen": chosen, "rejected": rejected}]), char_tokenizer,
+                         max_length=256)

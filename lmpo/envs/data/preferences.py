@@ -6,7 +6,8 @@ each reply. Otherwise the row is a chat row, rendered with the tokenizer's chat 
 `rejected` are each a string, one assistant message, or a list ending with the assistant
 message (either that message alone or the prompt's messages followed by it). In place of
 `prompt`, ShareGPT's `conversations` or Alpaca's `instruction` (with `input`, `system`,
-`history`) give it, as LLaMA-Factory's preference datasets do (see `formats`).
+`history`) give it, as LLaMA-Factory's preference datasets do (see `formats`). Without any, two
+conversations share it (TRL's implicit prompt, `_implicit_prompt`).
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from lmpo.envs.data.report import LoadReport, Overlong, RowFormat, certainly_ove
 from lmpo.envs.data.sft import prompt_messages, sharegpt_turns
 
 FIELDS = ("prompt", "chosen", "rejected")
-PROMPT_FIELDS = {"ShareGPT": ("conversations", "system"), "Alpaca": ("instruction", "input", "system", "history")}
-"""The fields that hold a prompt in LLaMA-Factory's layouts (see `formats`); else `prompt`."""
+PROMPT_FIELDS = {"ShareGPT": ("conversations", "system"), "Alpaca": ("instruction", "input", "system", "history"),
+                 "implicit prompt": ()}
+"""The fields that hold a prompt in LLaMA-Factory's layouts (see `formats`), none where each reply holds
+it (TRL's implicit prompt); else `prompt`."""
 
 
 def prompt_fields(shape: str) -> tuple[str, ...]:
@@ -60,6 +63,8 @@ def _shape(rec: Record) -> tuple[str, str]:
         return _replies_present(rec, "conversations/chosen/rejected (ShareGPT)", "conversations")
     if rec.get("prompt") is None and rec.get("instruction") is not None:
         return _replies_present(rec, "instruction/chosen/rejected (Alpaca)", "instruction")
+    if rec.get("prompt") is None and all(isinstance(rec.get(f), list) for f in FIELDS[1:]):
+        return "chosen/rejected (implicit prompt)", "chosen"
     for field in FIELDS:
         if rec.get(field) is None:
             raise rec.missing(field, "a string or messages")
@@ -81,6 +86,25 @@ def _replies_present(rec: Record, shape: str, field: str) -> tuple[str, str]:
     return shape, field
 
 
+def _implicit_prompt(rec: Record) -> tuple[list[dict], dict, dict]:
+    """TRL's preference rows without a prompt (its ultrafeedback and hh-rlhf datasets): `chosen`
+    and `rejected` are whole conversations; the messages they share are the prompt, and each must
+    then end with one assistant message, its reply."""
+    chosen, rejected = (chat.messages(rec, f, rec.get(f)) for f in FIELDS[1:])
+    shared = 0
+    while shared < min(len(chosen), len(rejected)) and chosen[shared] == rejected[shared]:
+        shared += 1
+    if shared == 0:
+        raise rec.error("chosen", "a conversation that shares its prompt (its first messages) with 'rejected', "
+                                  "or a 'prompt' field", "no message in common")
+    for field, msgs in (("chosen", chosen), ("rejected", rejected)):
+        if len(msgs) != shared + 1 or msgs[-1]["role"] != "assistant":
+            raise rec.error(field, f"the {shared} messages shared with the other reply, then one assistant message",
+                            f"{len(msgs) - shared} messages after them" if len(msgs) != shared + 1
+                            else f"a last turn of role {msgs[-1]['role']!r}")
+    return chosen[:shared], chosen[-1], rejected[-1]
+
+
 def _prompt(rec: Record, shape: str) -> list[dict]:
     if shape.endswith("(ShareGPT)"):
         return sharegpt_turns(rec)
@@ -97,11 +121,13 @@ def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> Pr
         prompt_ids = chat.encode_start(tokenizer, rec.require_str("prompt"))
         chosen, rejected = (chat.encode(tokenizer, rec.require_str(f)) + [eos] for f in FIELDS[1:])
     else:
-        prompt = _prompt(rec, shape)
-        prompt_ids, chosen = chat.encode_reply(rec, "chosen", tokenizer, prompt,
-                                               chat.reply(rec, "chosen", rec.get("chosen"), prompt))
-        _, rejected = chat.encode_reply(rec, "rejected", tokenizer, prompt,
-                                        chat.reply(rec, "rejected", rec.get("rejected"), prompt), count_prompt=False)
+        if shape == "chosen/rejected (implicit prompt)":
+            prompt, chosen_turn, rejected_turn = _implicit_prompt(rec)
+        else:
+            prompt = _prompt(rec, shape)
+            chosen_turn, rejected_turn = (chat.reply(rec, f, rec.get(f), prompt) for f in FIELDS[1:])
+        prompt_ids, chosen = chat.encode_reply(rec, "chosen", tokenizer, prompt, chosen_turn)
+        _, rejected = chat.encode_reply(rec, "rejected", tokenizer, prompt, rejected_turn, count_prompt=False)
     if chosen == rejected:
         raise rec.error("rejected", "a reply different from 'chosen'", "the same reply")
     return PreferencePair(prompt_ids, chosen, rejected)
