@@ -77,12 +77,17 @@ def _set_chat_template(tok: PreTrainedTokenizerBase, path: str) -> None:
         tok.chat_template = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise ValueError(f"--chat_template {path}: cannot read it ({err})") from None
+    _check_renders(tok, f"--chat_template {path}: the template cannot render a one-message conversation")
+
+
+def _check_renders(tok: PreTrainedTokenizerBase, refusal: str) -> None:
+    """Refuses, at once rather than at the first row of data, a template that cannot render a
+    one-message conversation; `refusal` says which option gave it."""
     try:
         tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
     except Exception as err:  # jinja2's TemplateError and whatever the template raises
         line = f" (line {err.lineno})" if getattr(err, "lineno", None) else ""
-        raise ValueError(f"--chat_template {path}: the template cannot render a one-message conversation"
-                         f"{line}: {err}") from None
+        raise ValueError(f"{refusal}{line}: {err}") from None
 
 
 RENDERER_VARIABLES = ("messages", "tools", "documents", "add_generation_prompt", "continue_final_message")
@@ -115,10 +120,7 @@ def _set_template_variables(tok: PreTrainedTokenizerBase, text: str) -> None:
         tok.chat_template = {key: preamble + value for key, value in templates.items()}
     else:
         tok.chat_template = preamble + templates
-    try:
-        tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
-    except Exception as err:  # a value the template cannot use
-        raise ValueError(f"{flag}: the template cannot render a one-message conversation with them: {err}") from None
+    _check_renders(tok, f"{flag}: the template cannot render a one-message conversation with them")
 
 
 def _jinja_literal(value) -> str:
