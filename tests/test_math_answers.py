@@ -96,3 +96,23 @@ def test_the_cli_refuses_a_misspelt_extract_before_training(start_model, tmp_pat
                  "--prompts", str(prompts), "--eval_problems", "0", "--out", str(tmp_path / "rl")]) == 2
     assert "extract must be one of boxed, last_number; got 'last_num'" in capsys.readouterr().err
     assert not (tmp_path / "rl" / "model").exists()
+
+
+def test_a_numeric_answer_column_is_read_as_its_number(tmp_path):
+    """A Parquet or pandas answer column of numbers is a float column (42.0; NaN where missing):
+    it was refused ("a string or an integer")."""
+    import pandas as pd
+
+    from lmpo.envs.data.prompts import load_prompts
+
+    path = tmp_path / "numbers.parquet"
+    pd.DataFrame({"prompt": ["a", "b", "c"], "answer": [2.5, 42.0, 1e-05]}).to_parquet(path)
+    problems = load_prompts(path, require_answer=True)
+    assert [p.answer for p in problems] == ["2.5", "42", "1e-05"]
+    task = make_task("exact_match:extract=last_number")
+    assert [task.grade(p, text, True).correct for p, text in zip(problems, ["2.50", "42", "0.00001"])] == [True] * 3
+    missing = tmp_path / "missing.jsonl"
+    missing.write_text('{"prompt": "a", "answer": 1.5}\n{"prompt": "b", "answer": NaN}\n')
+    assert [p.answer for p in load_prompts(missing)] == ["1.5", ""]
+    with pytest.raises(ValueError, match=r"row 2: field 'answer': .* got NaN \(a missing value"):
+        load_prompts(missing, require_answer=True)

@@ -16,7 +16,7 @@ _BOX_OPENERS = ("\\boxed", "\\fbox")
 # part; `1,2` is not one number (a list, or a European decimal comma: neither is guessed at)
 _NUMBER = r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+"
 _NUMBER_IN_TEXT = re.compile(rf"(?<![\w.])(?:{_NUMBER})(?![\d])")
-_WHOLE_NUMBER = re.compile(rf"(?:{_NUMBER})")
+_WHOLE_NUMBER = re.compile(rf"(?:{_NUMBER})(?:[eE][+-]?\d+)?")  # 1e-05: a float column's answer
 _RATIO = re.compile(r"([+-]?\d+)/(\d+)")
 _LATEX_FRACTION = re.compile(r"([+-]?)\\[dt]?frac\{([+-]?\d+)\}\{(\d+)\}")
 # LaTeX that changes how an answer looks, not what it says
@@ -48,8 +48,8 @@ def last_number(text: str) -> str | None:
 
 
 def as_number(text: str) -> Fraction | None:
-    """`text` as an exact number when it is one: an integer or decimal (thousands commas allowed),
-    a ratio `a/b` or `\\frac{a}{b}`, with a currency `$`, a `%` and a final full stop ignored, and
+    """`text` as an exact number when it is one: an integer or decimal (thousands commas allowed,
+    an exponent too), a ratio `a/b` or `\\frac{a}{b}`, with a currency `$`, a `%` and a final full stop ignored, and
     LaTeX's `$...$` taken off. None when it is anything else."""
     text = _LATEX_NOISE.sub("", text).replace("{,}", ",").strip()
     text = text.strip("$").strip()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from typing import TYPE_CHECKING
@@ -22,8 +23,8 @@ def load_prompts(path: str | Path, *, prompt_field: str = "prompt", answer_field
                  unknown: dict[str, Unknown] | None = None) -> list[Problem]:
     """Problems from `path` (see `read_records`). The prompt field is a string, used as it
     is, or a list of messages rendered with `tokenizer`'s chat template and its generation
-    prompt (all rows alike). `answer` is the answer field as a string (an integer is
-    converted; absent or null gives "", or an error with `require_answer`). Every other column
+    prompt (all rows alike). `answer` is the answer field as a string (a number is written out,
+    `42.0` as `42`; absent, null or NaN gives "", or an error with `require_answer`). Every other column
     goes to `Problem.meta`. With `max_prompt_tokens` (and a tokenizer), a longer prompt is an
     error naming its row (`context` says where the limit comes from). With `unknown` (and a
     tokenizer), the tokenizer's unknown tokens in the prompts are counted into its key
@@ -96,19 +97,30 @@ def _prompt(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase | None, 
 
 
 def _answer(rec: Record, field: str) -> str:
-    value = rec.get(field)
+    value = _answer_value(rec, field)
     if value is None:
         return ""
     if isinstance(value, str):
         return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    raise rec.error(field, "a string or an integer", type_name(value))
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise rec.error(field, "a string or a number", type_name(value))
+    if isinstance(value, float) and value.is_integer():  # 42.0: a whole number in a float column
+        return str(int(value))
+    return repr(value)  # the shortest text that reads back as the same number: 2.5, 1e-05
+
+
+def _answer_value(rec: Record, field: str):
+    """The answer column's value; NaN, how a numeric column of Parquet or pandas writes a missing
+    value, is None."""
+    value = rec.get(field)
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def _required_answer(rec: Record, field: str) -> None:
     expected = "the answer the grader compares completions with (task exact_match)"
-    value = rec.get(field)
+    value = _answer_value(rec, field)
+    if value is None and rec.get(field) is not None:
+        raise rec.error(field, expected, "NaN (a missing value in a numeric column)")
     if value is None:
         hint = "; answer_field, --answer_field on the command line, names another column" if field == "answer" else ""
         raise rec.missing(field, expected[:-1] + hint + ")")
