@@ -199,6 +199,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lmpo.cli.factcheck",
     "lmpo.cli.compare",
     "lmpo.cli.data",
+    "lmpo.cli.evaluate",
 )
 
 

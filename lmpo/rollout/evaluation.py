@@ -26,7 +26,9 @@ class EvalResult:
     terminations: dict[str, float] = field(default_factory=dict)
     """Share of episodes per termination reason."""
     trajectories: list[Trajectory] = field(default_factory=list, repr=False)
-    """The first few episodes, for people to read."""
+    """The first few episodes, for people to read (every one with `evaluate(keep_all=True)`)."""
+    grades: list[Grade] = field(default_factory=list, repr=False)
+    """The grade of each episode in `trajectories`."""
     breakdown: dict = field(default_factory=dict)
     """Agent figures beyond success (see `breakdown`): hand-offs, environment tallies per
     episode, and the same per problem kind; empty for tasks whose episodes carry none."""
@@ -92,8 +94,9 @@ def breakdown(trajectories: Sequence[Trajectory], grades: Sequence[Grade]) -> di
 @torch.no_grad()
 def evaluate(model, tokenizer, task: Task, problems: Sequence[Problem], *, max_new_tokens: int = 16,
              batch_size: int = 256, n_examples: int = 5, max_turns: int = 0, max_turn_tokens: int = 0,
-             max_parse_errors: int = 3) -> EvalResult:
-    """Greedy accuracy, format accuracy, tool use and termination reasons on `problems`."""
+             max_parse_errors: int = 3, keep_all: bool = False) -> EvalResult:
+    """Greedy accuracy, format accuracy, tool use and termination reasons on `problems`; the result
+    keeps the first `n_examples` episodes, or with `keep_all` every one."""
     runner = EpisodeRunner.for_task(task, model, tokenizer, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens),
                                     max_turns=max_turns, max_turn_tokens=max_turn_tokens,
                                     max_parse_errors=max_parse_errors)
@@ -116,5 +119,6 @@ def evaluate(model, tokenizer, task: Task, problems: Sequence[Problem], *, max_n
     return EvalResult(accuracy=sum(g.correct for g in grades) / n,
                       format_accuracy=sum(g.well_formed for g in grades) / n, n=len(grades), examples=examples,
                       tool_call_rate=tool_users / n, turns_mean=turns / n,
-                      terminations={k: v / n for k, v in sorted(reasons.items())}, trajectories=kept,
+                      terminations={k: v / n for k, v in sorted(reasons.items())},
+                      trajectories=everything if keep_all else kept, grades=grades if keep_all else grades[:len(kept)],
                       breakdown=breakdown(everything, grades))

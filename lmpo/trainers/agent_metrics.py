@@ -7,6 +7,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from lmpo.envs.base import Grade
 from lmpo.envs.env import TERMINATIONS
 from lmpo.rollout.evaluation import grade_all
 from lmpo.rollout.trajectory import MODEL, PROMPT, Trajectory
@@ -54,9 +55,14 @@ class TrajectoryLog:
                 reward = None if rewards is None else (rewards[i] if valid is None or valid[i] else None)
                 if rewards is None:
                     reward = float(grade.correct)
-                f.write(json.dumps({
-                    "step": step, "phase": phase, "index": i, "prompt": t.problem.prompt, "answer": t.problem.answer,
-                    "reward": reward, "correct": grade.correct, "termination": t.termination, "turns": t.turns,
-                    "tool_calls": t.tool_calls, "parse_errors": t.parse_errors, "num_tokens": t.num_tokens,
-                    "num_model_tokens": t.num_model_tokens, "segments": t.segments(self.tokenizer),
-                    **({"error": t.info["error"]} if "error" in t.info else {})}) + "\n")
+                f.write(json.dumps(trajectory_row(t, grade, reward, self.tokenizer, step, phase, i)) + "\n")
+
+
+def trajectory_row(t: Trajectory, grade: Grade, reward: float | None, tokenizer, step: int, phase: str,
+                   index: int) -> dict:
+    """One episode as `trajectories.jsonl` holds it, and `lmpo trajectories` reads it."""
+    return {"step": step, "phase": phase, "index": index, "prompt": t.problem.prompt, "answer": t.problem.answer,
+            "reward": reward, "correct": grade.correct, "termination": t.termination, "turns": t.turns,
+            "tool_calls": t.tool_calls, "parse_errors": t.parse_errors, "num_tokens": t.num_tokens,
+            "num_model_tokens": t.num_model_tokens, "segments": t.segments(tokenizer),
+            **({"error": t.info["error"]} if "error" in t.info else {})}

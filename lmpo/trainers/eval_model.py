@@ -1,0 +1,122 @@
+"""`lmpo eval`: a model's held-out accuracy without training it, measured as every trainer measures
+it (greedy episodes through the agent loop, graded by the task's grader), so a stage's final model
+scores here what its run reported; with `out`, every episode written for `lmpo trajectories`."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from lmpo.rollout.evaluation import EvalResult, evaluate
+from lmpo.trainers.agent_metrics import trajectory_row
+from lmpo.trainers.prompts import PromptColumns
+from lmpo.trainers.validation import ConfigError, at_least
+
+EVAL_FILE = "eval.json"
+TRAJECTORIES_FILE = "trajectories.jsonl"  # as a run directory's, so `lmpo trajectories DIR` reads it
+
+
+@dataclass
+class EvalConfig(PromptColumns):
+    """A held-out evaluation of one model."""
+
+    model: str = "runs/pipeline/grpo/model"
+    """Model to evaluate: a Hugging Face model directory (a stage's model/, a checkpoint, a LoRA adapter directory) or a preset name."""
+    task: str = "sort_digits"
+    """Task whose grader scores the episodes, and whose held-out split is evaluated without --eval_prompts: a built-in name with options (`exact_match:extract=boxed,math=1`), an installed plugin, `module:Class` or `path/to/file.py:Class` (docs/tasks.md)."""
+    eval_prompts: str = ""
+    """Evaluate on the prompts of this file (JSONL, JSON, Parquet or a `datasets` directory, `DIR::split`) instead of the task's held-out split: a `prompt` column and, for exact_match, an `answer` column (other names with --prompt_field, --answer_field)."""
+    eval_problems: int = 500
+    """How many: the first N rows of --eval_prompts, or the task's first N held-out problems (as the trainers' eval_problems)."""
+    max_new_tokens: int = 12
+    """Tokens the model may write per episode (per turn in agent tasks); a task with an episode budget suggests its own (as the trainers' eval_max_new_tokens)."""
+    max_turns: int = 0
+    """Agent tasks: the most model turns per episode (0 = the task's own limit), as in RL."""
+    max_turn_tokens: int = 0
+    """Agent tasks: the most tokens per turn (0 = max_new_tokens), as in RL."""
+    max_parse_errors: int = 3
+    """Agent tasks: end an episode after this many malformed tool calls, as in RL."""
+    batch_size: int = 256
+    """Episodes generated together."""
+    out: str = ""
+    """A directory for eval.json (the figures and the options) and trajectories.jsonl (every episode, for `lmpo trajectories DIR --failed`); empty = print only."""
+    show: int = 3
+    """Episodes to print after the figures (the first ones, failed ones first)."""
+    device: str = "auto"
+    """Where to run: auto (a CUDA GPU when one is visible, else the CPU), cpu, cuda or cuda:N."""
+    threads: int = 2
+    """CPU threads (0 = one per available core)."""
+    seed: int = 0
+    """Seed of a preset model's fresh weights (greedy decoding uses no randomness)."""
+    trust_remote_code: bool = False
+    """Run the Python code a model directory ships to load it (only for code you have read)."""
+    chat_template: str = ""
+    """A Jinja chat template file that replaces the tokenizer's own, as the trainers' --chat_template."""
+    chat_template_kwargs: str = ""
+    """A JSON object of the chat template's variables, as the trainers' --chat_template_kwargs."""
+
+
+def config_problems(cfg: EvalConfig) -> list[str]:
+    problems = at_least(cfg, 1, "eval_problems", "max_new_tokens", "batch_size", "max_parse_errors")
+    return problems + at_least(cfg, 0, "max_turns", "max_turn_tokens", "show")
+
+
+@dataclass
+class EvalRun:
+    result: EvalResult
+    """The figures, every episode and its grade."""
+    rows: list[dict]
+    """Every episode as `trajectories.jsonl` holds it (`lmpo.trainers.agent_metrics.trajectory_row`)."""
+    seconds: float
+
+
+def eval_model(cfg: EvalConfig) -> EvalRun:
+    """Evaluate `cfg.model`, writing `cfg.out` where given."""
+    problems = config_problems(cfg)
+    if problems:
+        raise ConfigError(f"invalid eval config: {'; '.join(problems)}")
+    import torch
+
+    from lmpo.envs import make_task
+    from lmpo.models import load_model, load_tokenizer
+    from lmpo.models.device import resolve_device, without_cpu_hub_kernels
+    from lmpo.trainers.preflight import prompts_within_context
+    from lmpo.trainers.runtime import setup_torch
+
+    started = time.perf_counter()
+    task = make_task(cfg.task)
+    device = resolve_device(cfg.device)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
+    if cfg.eval_prompts:  # read and checked before the model loads
+        heldout = prompts_within_context(cfg, cfg.eval_prompts, tokenizer, cfg.max_new_tokens, "max_new_tokens",
+                                         "eval")[: cfg.eval_problems]
+    else:
+        try:
+            heldout = task.heldout_problems(cfg.eval_problems)
+        except ValueError as err:  # a task of users' files: the trainers' alternative of no evaluation is none here
+            raise ValueError(str(err).replace(" or --eval_problems 0", "")) from None
+    out = Path(cfg.out) if cfg.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    threads = setup_torch(cfg.threads, cfg.seed)
+    model = load_model(cfg.model, tokenizer, seed=cfg.seed, trust_remote_code=cfg.trust_remote_code).to(device)
+    without_cpu_hub_kernels(model)
+    model.eval()
+    source = cfg.eval_prompts or f"the held-out split of {cfg.task}"
+    print(f"[eval] {cfg.model}: {len(heldout)} problems from {source}, greedy, up to {cfg.max_new_tokens} new tokens, "
+          f"{device}, {threads} threads")
+    with torch.no_grad():
+        result = evaluate(model, tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens,
+                          batch_size=cfg.batch_size, n_examples=cfg.show, max_turns=cfg.max_turns,
+                          max_turn_tokens=cfg.max_turn_tokens, max_parse_errors=cfg.max_parse_errors, keep_all=True)
+    rows = [trajectory_row(t, g, float(g.correct), tokenizer, 0, "eval", i)
+            for i, (t, g) in enumerate(zip(result.trajectories, result.grades))]
+    seconds = time.perf_counter() - started
+    if out is not None:
+        with (out / TRAJECTORIES_FILE).open("w", encoding="utf-8") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+        summary = {**result.as_dict(), "seconds": round(seconds, 2), "options": asdict(cfg)}
+        (out / EVAL_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    return EvalRun(result, rows, seconds)

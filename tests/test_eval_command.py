@@ -1,0 +1,78 @@
+"""`lmpo eval`: a model's held-out accuracy without training, measured as the trainers measure it."""
+
+from __future__ import annotations
+
+import json
+
+from lmpo.cli.main import main
+from lmpo.reports.trajectories import read_trajectories
+
+
+def test_eval_scores_a_stage_model_as_its_run_reported(tmp_path, capsys):
+    """The SFT stage's last held-out figures, and `lmpo eval` of its model on the same problems."""
+    sft = tmp_path / "sft"
+    assert main(["train", "sft", "--model", "tiny", "--out", str(sft), "--demonstrations", "300", "--epochs", "4",
+                 "--lr", "3e-3", "--eval_problems", "60", "--threads", "1"]) == 0
+    reported = [json.loads(line) for line in open(sft / "metrics.jsonl") if "eval_accuracy" in line][-1]
+    assert 0.1 < reported["eval_accuracy"] < 0.9  # a figure that can disagree
+    capsys.readouterr()
+    out = tmp_path / "eval"
+    assert main(["eval", "--model", str(sft / "model"), "--eval_problems", "60", "--threads", "1",
+                 "--out", str(out), "--show", "2"]) == 0
+    printed = capsys.readouterr().out
+    figures = json.loads((out / "eval.json").read_text())
+    assert figures["n"] == 60 and figures["accuracy"] == reported["eval_accuracy"]
+    assert figures["format_accuracy"] == reported["eval_format_accuracy"]
+    assert {f"eval_termination_{k}": v for k, v in figures["terminations"].items()} == \
+        {k: v for k, v in reported.items() if k.startswith("eval_termination_")}
+    right = round(60 * reported["eval_accuracy"])
+    assert f"accuracy {100 * reported['eval_accuracy']:.1f}% ({right} of 60)" in printed
+    rows = read_trajectories(out)
+    assert len(rows) == 60 and sum(r["correct"] for r in rows) == right
+    assert printed.count("· wrong ·") == 2  # the failed episodes are shown first
+
+
+def test_eval_grades_a_prompt_file_with_its_task(start_model, tmp_path, capsys):
+    """A file of prompts whose answers are half the model's own greedy completions: 50%, and the
+    other half listed by `lmpo trajectories --failed`."""
+    probe = tmp_path / "probe.jsonl"
+    prompts = [f"{n}=" for n in (31415, 27182, 16180, 14142, 17320, 22360)]
+    probe.write_text("".join(json.dumps({"prompt": p, "answer": "x"}) + "\n" for p in prompts))
+    common = ["eval", "--model", start_model, "--task", "exact_match", "--max_new_tokens", "4", "--threads", "1"]
+    assert main([*common, "--eval_prompts", str(probe), "--out", str(tmp_path / "probe")]) == 0
+    said = {r["prompt"]: "".join(s["text"] for s in r["segments"] if s["source"] == "model")
+            for r in read_trajectories(tmp_path / "probe")}
+    # a random model never writes EOS, which exact_match demands: a task of this file grades without it
+    rows = [{"prompt": p, "answer": said[p] if i % 2 == 0 else said[p] + "!"} for i, p in enumerate(prompts)]
+    graded = tmp_path / "graded.jsonl"
+    graded.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    capsys.readouterr()
+    assert main([*common, "--task", f"{__file__}:Unterminated", "--eval_prompts", str(graded),
+                 "--out", str(tmp_path / "graded"), "--show", "0"]) == 0
+    assert "accuracy 50.0% (3 of 6)" in capsys.readouterr().out
+    assert main(["trajectories", str(tmp_path / "graded"), "--failed", "--last", "0"]) == 0
+    assert "showing 3 of 3 matching trajectories" in capsys.readouterr().out
+
+
+class Unterminated:
+    """exact_match's comparison without its demand for EOS."""
+
+    name = "unterminated"
+
+    def grade(self, problem, completion, terminated):
+        from lmpo.envs.base import Grade
+
+        return Grade(correct=completion.strip() == problem.answer.strip(), well_formed=True)
+
+    def is_heldout(self, problem):
+        return False
+
+
+def test_eval_refuses_what_it_cannot_evaluate(start_model, tmp_path, capsys):
+    assert main(["eval", "--model", start_model, "--eval_problems", "0"]) == 2
+    assert "eval_problems=0 must be >= 1" in capsys.readouterr().err
+    assert main(["eval", "--model", start_model, "--task", "exact_match"]) == 2
+    err = capsys.readouterr().err
+    assert "give --eval_prompts FILE" in err and "--eval_problems 0" not in err
+    assert main(["eval", "--model", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
