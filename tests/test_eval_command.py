@@ -76,3 +76,59 @@ def test_eval_refuses_what_it_cannot_evaluate(start_model, tmp_path, capsys):
     assert "give --eval_prompts FILE" in err and "--eval_problems 0" not in err
     assert main(["eval", "--model", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    """1 - C(n-c, k) / C(n, k) (Chen et al. 2021), against the binomials computed exactly."""
+    from math import comb
+
+    import pytest
+
+    from lmpo.rollout.evaluation import pass_at_k, pass_at_ks
+
+    for n, c, k in [(10, 3, 1), (10, 3, 5), (64, 1, 16), (64, 0, 64), (8, 8, 1), (100, 7, 64)]:
+        assert pass_at_k(n, c, k) == pytest.approx(1 - comb(n - c, k) / comb(n, k), abs=1e-12)
+    assert pass_at_k(16, 5, 1) == pytest.approx(5 / 16)  # pass@1 is the share correct
+    assert pass_at_ks(1) == [1] and pass_at_ks(16) == [1, 2, 4, 8, 16] and pass_at_ks(12) == [1, 2, 4, 8, 12]
+    with pytest.raises(ValueError):
+        pass_at_k(4, 5, 1)
+
+
+def test_sampled_eval_reports_pass_at_k_from_each_problems_samples(start_model, tmp_path, capsys):
+    """--samples K: K sampled episodes per problem, reproducible from --seed, pass@k from the
+    per-problem counts written to trajectories.jsonl."""
+    from lmpo.rollout.evaluation import pass_at_k
+
+    probe = tmp_path / "p.jsonl"
+    probe.write_text("".join(json.dumps({"prompt": f"{n}=", "answer": "3"}) + "\n" for n in (11, 22, 33)))
+    args = ["eval", "--model", start_model, "--task", f"{__file__}:FirstCharacter", "--eval_prompts", str(probe),
+            "--samples", "8", "--max_new_tokens", "2", "--threads", "1", "--show", "0"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    assert main([*args, "--out", str(tmp_path / "b")]) == 0
+    first, again = read_trajectories(tmp_path / "a"), read_trajectories(tmp_path / "b")
+    assert len(first) == 24 and [r["segments"] for r in first] == [r["segments"] for r in again]
+    assert [r["prompt"] for r in first] == [p for p in ("11=", "22=", "33=") for _ in range(8)]
+    counts = [sum(r["correct"] for r in first[i:i + 8]) for i in range(0, 24, 8)]
+    figures = json.loads((tmp_path / "a" / "eval.json").read_text())
+    assert figures["n"] == 24 and figures["accuracy"] == sum(counts) / 24
+    for k in (1, 2, 4, 8):
+        assert figures["pass_at"][str(k)] == sum(pass_at_k(8, c, k) for c in counts) / 3
+    assert 0 < figures["pass_at"]["1"] < figures["pass_at"]["2"] < figures["pass_at"]["8"]  # counts that differ
+    assert f"pass@8 {100 * figures['pass_at']['8']:.1f}%" in capsys.readouterr().out
+    assert main([*args, "--temperature", "0"]) == 2
+    assert "temperature=0.0 must be > 0 with samples=8" in capsys.readouterr().err
+
+
+class FirstCharacter:
+    """Correct when the completion starts with a digit below 5: a random model's samples are right
+    now and then, as pass@k needs."""
+
+    name = "first_character"
+
+    def grade(self, problem, completion, terminated):
+        from lmpo.envs.base import Grade
+
+        return Grade(correct=completion[:1] != "" and completion[0] in "01234", well_formed=True)
+
+    def is_heldout(self, problem):
+        return False

@@ -34,8 +34,11 @@ def cmd_eval(args: argparse.Namespace, flags: dict) -> int:
     ended = ", ".join(f"{reason} {100 * share:.1f}%" for reason, share in result.terminations.items())
     agent = (f", {100 * result.tool_call_rate:.1f}% called a tool, {result.turns_mean:.2f} turns per episode"
              if result.tool_call_rate or result.turns_mean != 1.0 else "")
-    print(f"eval: accuracy {100 * result.accuracy:.1f}% ({correct} of {result.n}), format accuracy "
+    of = f"{correct} of {result.n}" + (f" episodes, {cfg.samples} per problem" if cfg.samples else "")
+    print(f"eval: accuracy {100 * result.accuracy:.1f}% ({of}), format accuracy "
           f"{100 * result.format_accuracy:.1f}%{agent}; ended: {ended}; {run.seconds:.1f} s")
+    if result.pass_at:
+        print("eval: " + ", ".join(f"pass@{k} {100 * v:.1f}%" for k, v in result.pass_at.items()))
     if cfg.out:
         print(f"eval: figures in {cfg.out}/eval.json, every episode in {cfg.out}/trajectories.jsonl")
     if cfg.show:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -29,12 +30,15 @@ class EvalResult:
     """The first few episodes, for people to read (every one with `evaluate(keep_all=True)`)."""
     grades: list[Grade] = field(default_factory=list, repr=False)
     """The grade of each episode in `trajectories`."""
+    pass_at: dict[int, float] = field(default_factory=dict)
+    """With several samples per problem: pass@k (the unbiased estimator, `pass_at_k`) per k."""
     breakdown: dict = field(default_factory=dict)
     """Agent figures beyond success (see `breakdown`): hand-offs, environment tallies per
     episode, and the same per problem kind; empty for tasks whose episodes carry none."""
 
     def as_dict(self) -> dict:
         return {"accuracy": self.accuracy, "format_accuracy": self.format_accuracy, "n": self.n,
+                **({"pass_at": self.pass_at} if self.pass_at else {}),
                 "tool_call_rate": self.tool_call_rate, "turns_mean": self.turns_mean,
                 "terminations": self.terminations, **({"breakdown": self.breakdown} if self.breakdown else {})}
 
@@ -91,15 +95,38 @@ def breakdown(trajectories: Sequence[Trajectory], grades: Sequence[Grade]) -> di
     return result
 
 
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The probability that at least one of k of a problem's n samples is correct, c of them being
+    correct: 1 - C(n-c, k) / C(n, k), the unbiased estimator of Chen et al. (2021, Codex), as a
+    product so that large n stays exact enough."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def pass_at_ks(samples: int) -> list[int]:
+    """The k reported for `samples` samples per problem: the powers of two below it, and it."""
+    return sorted({*(2 ** i for i in range(samples.bit_length()) if 2 ** i < samples), samples})
+
+
 @torch.no_grad()
 def evaluate(model, tokenizer, task: Task, problems: Sequence[Problem], *, max_new_tokens: int = 16,
              batch_size: int = 256, n_examples: int = 5, max_turns: int = 0, max_turn_tokens: int = 0,
-             max_parse_errors: int = 3, keep_all: bool = False) -> EvalResult:
+             max_parse_errors: int = 3, keep_all: bool = False, sampling: SamplingParams | None = None,
+             samples: int = 1, generator: torch.Generator | None = None) -> EvalResult:
     """Greedy accuracy, format accuracy, tool use and termination reasons on `problems`; the result
-    keeps the first `n_examples` episodes, or with `keep_all` every one."""
-    runner = EpisodeRunner.for_task(task, model, tokenizer, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens),
+    keeps the first `n_examples` episodes, or with `keep_all` every one. With `sampling` (its
+    `max_new_tokens` replaces the argument's), `samples` episodes per problem, drawn from
+    `generator`: accuracy is then the mean over them (pass@1), and `pass_at` holds pass@k."""
+    if samples < 1 or (samples > 1 and sampling is None):
+        raise ValueError(f"samples={samples}: several samples per problem need sampling parameters")
+    params = sampling or SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    runner = EpisodeRunner.for_task(task, model, tokenizer, params, generator=generator,
                                     max_turns=max_turns, max_turn_tokens=max_turn_tokens,
                                     max_parse_errors=max_parse_errors)
+    problems = [p for p in problems for _ in range(samples)]
     grades: list[Grade] = []
     kept: list[Trajectory] = []
     everything: list[Trajectory] = []
@@ -121,4 +148,11 @@ def evaluate(model, tokenizer, task: Task, problems: Sequence[Problem], *, max_n
                       tool_call_rate=tool_users / n, turns_mean=turns / n,
                       terminations={k: v / n for k, v in sorted(reasons.items())},
                       trajectories=everything if keep_all else kept, grades=grades if keep_all else grades[:len(kept)],
-                      breakdown=breakdown(everything, grades))
+                      breakdown=breakdown(everything, grades),
+                      pass_at=_pass_at(grades, samples) if samples > 1 else {})
+
+
+def _pass_at(grades: list[Grade], samples: int) -> dict[int, float]:
+    """pass@k averaged over problems, each problem's `samples` grades consecutive in `grades`."""
+    correct = [sum(g.correct for g in grades[i:i + samples]) for i in range(0, len(grades), samples)]
+    return {k: sum(pass_at_k(samples, c, k) for c in correct) / max(len(correct), 1) for k in pass_at_ks(samples)}

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lmpo.rollout.evaluation import EvalResult, evaluate
+from lmpo.rollout.types import SamplingParams
 from lmpo.trainers.agent_metrics import trajectory_row
 from lmpo.trainers.prompts import PromptColumns
 from lmpo.trainers.validation import ConfigError, at_least
@@ -38,6 +39,14 @@ class EvalConfig(PromptColumns):
     """Agent tasks: the most tokens per turn (0 = max_new_tokens), as in RL."""
     max_parse_errors: int = 3
     """Agent tasks: end an episode after this many malformed tool calls, as in RL."""
+    samples: int = 0
+    """0: one greedy episode per problem, as the trainers evaluate. K >= 1: K episodes per problem sampled at --temperature (--top_p, --top_k), reporting pass@k for k = 1, 2, 4, ... and K (the unbiased estimator of Chen et al. 2021); accuracy is then pass@1."""
+    temperature: float = 1.0
+    """With --samples: the sampling temperature (> 0)."""
+    top_p: float = 1.0
+    """With --samples: nucleus sampling's probability mass (1 = off)."""
+    top_k: int = 0
+    """With --samples: sample among the k likeliest tokens only (0 = off)."""
     batch_size: int = 256
     """Episodes generated together."""
     out: str = ""
@@ -49,7 +58,7 @@ class EvalConfig(PromptColumns):
     threads: int = 2
     """CPU threads (0 = one per available core)."""
     seed: int = 0
-    """Seed of a preset model's fresh weights (greedy decoding uses no randomness)."""
+    """Seed of the sampling (--samples) and of a preset model's fresh weights."""
     trust_remote_code: bool = False
     """Run the Python code a model directory ships to load it (only for code you have read)."""
     chat_template: str = ""
@@ -60,7 +69,12 @@ class EvalConfig(PromptColumns):
 
 def config_problems(cfg: EvalConfig) -> list[str]:
     problems = at_least(cfg, 1, "eval_problems", "max_new_tokens", "batch_size", "max_parse_errors")
-    return problems + at_least(cfg, 0, "max_turns", "max_turn_tokens", "show")
+    problems += at_least(cfg, 0, "max_turns", "max_turn_tokens", "show", "samples", "top_k")
+    if cfg.samples and not cfg.temperature > 0:
+        problems.append(f"temperature={cfg.temperature} must be > 0 with samples={cfg.samples} (greedy is samples=0)")
+    if not 0 < cfg.top_p <= 1:
+        problems.append(f"top_p={cfg.top_p} must be in (0, 1]")
+    return problems
 
 
 @dataclass
@@ -105,12 +119,18 @@ def eval_model(cfg: EvalConfig) -> EvalRun:
     without_cpu_hub_kernels(model)
     model.eval()
     source = cfg.eval_prompts or f"the held-out split of {cfg.task}"
-    print(f"[eval] {cfg.model}: {len(heldout)} problems from {source}, greedy, up to {cfg.max_new_tokens} new tokens, "
+    how = (f"{cfg.samples} samples each at temperature {cfg.temperature:g}" if cfg.samples else "greedy")
+    print(f"[eval] {cfg.model}: {len(heldout)} problems from {source}, {how}, up to {cfg.max_new_tokens} new tokens, "
           f"{device}, {threads} threads")
+    sampled = {}
+    if cfg.samples:
+        sampled = {"sampling": SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens),
+                   "samples": cfg.samples, "generator": torch.Generator().manual_seed(cfg.seed)}
     with torch.no_grad():
         result = evaluate(model, tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens,
                           batch_size=cfg.batch_size, n_examples=cfg.show, max_turns=cfg.max_turns,
-                          max_turn_tokens=cfg.max_turn_tokens, max_parse_errors=cfg.max_parse_errors, keep_all=True)
+                          max_turn_tokens=cfg.max_turn_tokens, max_parse_errors=cfg.max_parse_errors, keep_all=True,
+                          **sampled)
     rows = [trajectory_row(t, g, float(g.correct), tokenizer, 0, "eval", i)
             for i, (t, g) in enumerate(zip(result.trajectories, result.grades))]
     seconds = time.perf_counter() - started
