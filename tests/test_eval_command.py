@@ -76,6 +76,11 @@ def test_eval_refuses_what_it_cannot_evaluate(start_model, tmp_path, capsys):
     assert "give --eval_prompts FILE" in err and "--eval_problems 0" not in err
     assert main(["eval", "--model", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trajectories.jsonl").write_text("kept\n")
+    assert main(["eval", "--model", start_model, "--out", str(run)]) == 2
+    assert "holds a training run" in capsys.readouterr().err and (run / "trajectories.jsonl").read_text() == "kept\n"
 
 
 def test_pass_at_k_is_the_unbiased_estimator():

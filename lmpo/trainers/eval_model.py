@@ -113,6 +113,7 @@ def eval_model(cfg: EvalConfig) -> EvalRun:
             raise ValueError(str(err).replace(" or --eval_problems 0", "")) from None
     out = Path(cfg.out) if cfg.out else None
     if out is not None:
+        _check_out(out)
         out.mkdir(parents=True, exist_ok=True)
     threads = setup_torch(cfg.threads, cfg.seed)
     model = load_model(cfg.model, tokenizer, seed=cfg.seed, trust_remote_code=cfg.trust_remote_code).to(device)
@@ -140,3 +141,13 @@ def eval_model(cfg: EvalConfig) -> EvalRun:
         summary = {**result.as_dict(), "seconds": round(seconds, 2), "options": asdict(cfg)}
         (out / EVAL_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     return EvalRun(result, rows, seconds)
+
+
+def _check_out(out: Path) -> None:
+    """`out` may be new or an earlier evaluation's; a training run's directory (its own
+    trajectories.jsonl) or a file is refused rather than written over."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; give a directory")
+    if (out / "run.json").exists() or ((out / TRAJECTORIES_FILE).exists() and not (out / EVAL_FILE).exists()):
+        raise ConfigError(f"--out {out} holds a training run, whose {TRAJECTORIES_FILE} an evaluation would "
+                          "replace; give another directory")
