@@ -114,6 +114,12 @@ def test_verdicts_follow_the_evidence():
     assert online.judge({"diff_se": -3.0}, online.limits).verdict == FAILS
     assert online.judge({"diff_se": 0.5}, online.limits).verdict == DEPENDS
 
+    breadth = BY_NAME["rl_sharpens_not_widens"]
+    sharper = {"samples": 64, "base_pass1": 0.27, "rl_pass1": 0.55, "base_pass64": 0.93, "rl_pass64": 0.925}
+    assert breadth.judge(sharper, breadth.limits).verdict == HOLDS
+    assert breadth.judge({**sharper, "rl_pass64": 0.96}, breadth.limits).verdict == FAILS
+    assert breadth.judge({**sharper, "rl_pass1": 0.275}, breadth.limits).verdict == DEPENDS
+
     hack = BY_NAME["reward_model_hacking"]
     hacked = {"plain_hacked": 1, "eos_hacked": 0, "probe_open": 0.4, "probe_closed": 0.0}
     assert hack.judge(hacked, hack.limits).verdict == HOLDS

@@ -14,19 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from lmpo.teach.factcheck import clipping, hacking, kl, length, preference, sampling, signal
+from lmpo.teach.factcheck import breadth, clipping, hacking, kl, length, preference, sampling, signal
 from lmpo.teach.factcheck.context import Context
 from lmpo.teach.factcheck.core import DEPENDS, ERROR, FAILS, HOLDS, Claim, Outcome, check
 from lmpo.teach.factcheck.report import Report, print_table, write_outputs
 from lmpo.teach.factcheck.texts import LANGS
 
 _BY_NAME = {c.name: c for c in [*sampling.CLAIMS, *signal.CLAIMS, *preference.CLAIMS, *kl.CLAIMS, *clipping.CLAIMS,
-                                *length.CLAIMS, *hacking.CLAIMS]}
+                                *length.CLAIMS, *hacking.CLAIMS, *breadth.CLAIMS]}
 ORDER = ("grpo_no_critic", "zero_var_no_gradient", "dpo_no_rm_no_sampling", "kl_estimators", "one_update_no_clipping",
          "length_bias_aggregation", "reference_no_gradient", "gspo_geometric_mean", "beta_keeps_close",
          "dynamic_sampling_signal", "clip_higher_entropy", "reward_model_hacking", "online_beats_offline_dpo",
          "rloo_leave_one_out", "grpo_std_upweights", "ppo_clip_lower_bound", "dpo_weight_sigmoid", "ipo_target_margin",
-         "k3_loss_minimises_kl")
+         "k3_loss_minimises_kl", "rl_sharpens_not_widens")
 CLAIMS: list[Claim] = [_BY_NAME[name] for name in ORDER]
 assert set(ORDER) == set(_BY_NAME), "every claim has its place in ORDER"
 

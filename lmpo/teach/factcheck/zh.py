@@ -307,4 +307,22 @@ CLAIMS_ZH: dict[str, dict] = {
             "neither": "k3 作为损失的梯度与两种 KL 都不一致（差距 {k3_vs_reverse:.3g}、{k3_vs_forward:.3g}）。",
         },
     },
+    "rl_sharpens_not_widens": {
+        "text": "用可验证奖励（verifiable reward）做 RL 只是让分布更尖锐（sharpen），并没有拓宽（widen）模型的能力：它让正确答案更可能"
+                "被采到（pass@1 上升），但在 k 很大时，基础模型（base model）能解出的题一样多甚至更多。",
+        "criterion": "在 200 道留出题上，用 lmpo 自己的评估，对三个模型各采 64 个样本（温度 1），用无偏估计量算 pass@k（k = 1 … 64）："
+                     "基础模型（CPT 之后、任何后训练之前）、RL 的起点 SFT 模型，以及从它出发的一次 GRPO 训练（流水线预设，β = 0）。"
+                     "若 GRPO 的 pass@1 比基础模型高出 {margin:.0%} 以上，而它的 pass@64 比基础模型高出不超过 {margin:.0%}，则成立；"
+                     "若 pass@64 高出更多，则不成立；若 pass@1 没有提高，则视情况而定。",
+        "summary": "pass@1 / pass@64：基础模型 {base_pass1:.0%} / {base_pass64:.1%}；SFT {sft_pass1:.0%} / {sft_pass64:.1%}；"
+                   "GRPO {rl_pass1:.0%} / {rl_pass64:.1%}",
+        "notes": {
+            "sharpened": "GRPO 把 pass@1 从 {base_pass1:.0%}（基础模型）提高到 {rl_pass1:.0%}，pass@64 却没有：k = 64 时，"
+                         "基础模型解出 {base_pass64:.1%} 的题，GRPO 为 {rl_pass64:.1%}。把哪个模型当作「基础」决定了答案：相对于它的 "
+                         "SFT 起点——示范数据让样本变窄了（pass@64 为 {sft_pass64:.1%}）——GRPO 是拓宽了的。",
+            "widened": "GRPO 的 pass@64（{rl_pass64:.1%}）高于基础模型（{base_pass64:.1%}）：在这里，RL 学会了基础模型 64 次采样都"
+                       "采不到的答案。",
+            "no_sharpening": "GRPO 没有提高 pass@1（{rl_pass1:.0%}，基础模型 {base_pass1:.0%}）：没有变尖锐，也就无从比较。",
+        },
+    },
 }
