@@ -31,7 +31,7 @@ class EvalResult:
     grades: list[Grade] = field(default_factory=list, repr=False)
     """The grade of each episode in `trajectories`."""
     pass_at: dict[int, float] = field(default_factory=dict)
-    """With several samples per problem: pass@k (the unbiased estimator, `pass_at_k`) per k."""
+    """Sampled episodes (`evaluate(sampling=...)`): pass@k per k (the unbiased estimator, `pass_at_k`)."""
     breakdown: dict = field(default_factory=dict)
     """Agent figures beyond success (see `breakdown`): hand-offs, environment tallies per
     episode, and the same per problem kind; empty for tasks whose episodes carry none."""
@@ -149,7 +149,7 @@ def evaluate(model, tokenizer, task: Task, problems: Sequence[Problem], *, max_n
                       terminations={k: v / n for k, v in sorted(reasons.items())},
                       trajectories=everything if keep_all else kept, grades=grades if keep_all else grades[:len(kept)],
                       breakdown=breakdown(everything, grades),
-                      pass_at=_pass_at(grades, samples) if samples > 1 else {})
+                      pass_at=_pass_at(grades, samples) if sampling is not None else {})
 
 
 def _pass_at(grades: list[Grade], samples: int) -> dict[int, float]:
