@@ -36,6 +36,8 @@ def test_numbers_compare_by_value_and_anything_else_as_text():
     assert as_number("$1,000.00") == 1000 and as_number("\\$18") == 18 and as_number("50\\%") == 50
     assert as_number("-\\frac{1}{2}") == Fraction(-1, 2) == as_number("-1/2") == as_number("-.5")
     assert as_number("\\dfrac{3}{4}") == Fraction(3, 4)
+    assert as_number("18 \\text{ dollars}") == 18 == as_number("x = 18") == as_number("$y=18$")
+    assert as_number("xy = 18") is None and as_number("3 + x = 5") is None
     assert as_number("(1,2)") is None and as_number("1,2") is None and as_number("3/0") is None
     assert same_answer("1,000", "1000", math=True) and not same_answer("1,000", "1000", math=False)
     assert same_answer("\\left( 1, 2 \\right)", "(1,2)", math=True)  # as text, spacing aside

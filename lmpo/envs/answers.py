@@ -19,6 +19,8 @@ _NUMBER_IN_TEXT = re.compile(rf"(?<![\w.])(?:{_NUMBER})(?![\d])")
 _WHOLE_NUMBER = re.compile(rf"(?:{_NUMBER})(?:[eE][+-]?\d+)?")  # 1e-05: a float column's answer
 _RATIO = re.compile(r"([+-]?\d+)/(\d+)")
 _LATEX_FRACTION = re.compile(r"([+-]?)\\[dt]?frac\{([+-]?\d+)\}\{(\d+)\}")
+_UNIT = re.compile(r"\\(?:text|mbox|mathrm)\{[^{}]*\}\s*$")  # 18\text{ dollars}
+_NAMED = re.compile(r"^[A-Za-z]\s*=\s*")  # x = 3
 # LaTeX that changes how an answer looks, not what it says
 _LATEX_NOISE = re.compile(r"\\(?:left|right|displaystyle)(?![A-Za-z])|\\[!,; ]")
 
@@ -49,10 +51,11 @@ def last_number(text: str) -> str | None:
 
 def as_number(text: str) -> Fraction | None:
     """`text` as an exact number when it is one: an integer or decimal (thousands commas allowed,
-    an exponent too), a ratio `a/b` or `\\frac{a}{b}`, with a currency `$`, a `%` and a final full stop ignored, and
-    LaTeX's `$...$` taken off. None when it is anything else."""
+    an exponent too) or a ratio `a/b` or `\\frac{a}{b}`; ignored around it: LaTeX's `$...$`, a
+    currency `$`, a `%`, a unit in `\\text{...}` after it, a one-letter `x =` before it and a final
+    full stop. None when it is anything else."""
     text = _LATEX_NOISE.sub("", text).replace("{,}", ",").strip()
-    text = text.strip("$").strip()
+    text = _UNIT.sub("", _NAMED.sub("", text.strip("$").strip())).strip("$").strip()
     text = text.removesuffix("\\%").removesuffix("%").removesuffix(".").strip()
     text = text.removeprefix("\\$").removeprefix("$").strip()
     if _WHOLE_NUMBER.fullmatch(text):
