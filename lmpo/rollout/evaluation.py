@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -115,11 +115,13 @@ def pass_at_ks(samples: int) -> list[int]:
 def evaluate(model, tokenizer, task: Task, problems: Sequence[Problem], *, max_new_tokens: int = 16,
              batch_size: int = 256, n_examples: int = 5, max_turns: int = 0, max_turn_tokens: int = 0,
              max_parse_errors: int = 3, keep_all: bool = False, sampling: SamplingParams | None = None,
-             samples: int = 1, generator: torch.Generator | None = None) -> EvalResult:
+             samples: int = 1, generator: torch.Generator | None = None,
+             on_batch: Callable[[int, float], None] | None = None) -> EvalResult:
     """Greedy accuracy, format accuracy, tool use and termination reasons on `problems`; the result
     keeps the first `n_examples` episodes, or with `keep_all` every one. With `sampling` (its
     `max_new_tokens` replaces the argument's), `samples` episodes per problem, drawn from
-    `generator`: accuracy is then the mean over them (pass@1), and `pass_at` holds pass@k."""
+    `generator`: accuracy is then the mean over them (pass@1), and `pass_at` holds pass@k.
+    `on_batch(episodes done, accuracy so far)` follows progress."""
     if samples < 1 or (samples > 1 and sampling is None):
         raise ValueError(f"samples={samples}: several samples per problem need sampling parameters")
     params = sampling or SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
@@ -140,6 +142,8 @@ def evaluate(model, tokenizer, task: Task, problems: Sequence[Problem], *, max_n
         tool_users += sum(t.tool_calls > 0 for t in trajectories)
         turns += sum(t.turns for t in trajectories)
         reasons.update(t.termination for t in trajectories)
+        if on_batch is not None:
+            on_batch(len(grades), sum(g.correct for g in grades) / len(grades))
     n = max(len(grades), 1)
     examples = [{"prompt": t.problem.prompt, "completion": t.final_text, "answer": t.problem.answer,
                  "correct": g.correct} for t, g in zip(kept, grades)]

@@ -97,6 +97,7 @@ def eval_model(cfg: EvalConfig) -> EvalRun:
     from lmpo.models import load_model, load_tokenizer
     from lmpo.models.device import resolve_device, without_cpu_hub_kernels
     from lmpo.trainers.preflight import prompts_within_context
+    from lmpo.trainers.progress import StageProgress
     from lmpo.trainers.runtime import setup_torch
 
     started = time.perf_counter()
@@ -127,11 +128,11 @@ def eval_model(cfg: EvalConfig) -> EvalRun:
     if cfg.samples:
         sampled = {"sampling": SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens),
                    "samples": cfg.samples, "generator": torch.Generator().manual_seed(cfg.seed)}
-    with torch.no_grad():
+    with torch.no_grad(), StageProgress("eval", len(heldout) * max(cfg.samples, 1), unit="episode") as progress:
         result = evaluate(model, tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens,
                           batch_size=cfg.batch_size, n_examples=cfg.show, max_turns=cfg.max_turns,
                           max_turn_tokens=cfg.max_turn_tokens, max_parse_errors=cfg.max_parse_errors, keep_all=True,
-                          **sampled)
+                          on_batch=lambda done, accuracy: progress.update(done, accuracy=accuracy), **sampled)
     rows = [trajectory_row(t, g, float(g.correct), tokenizer, 0, "eval", i)
             for i, (t, g) in enumerate(zip(result.trajectories, result.grades))]
     seconds = time.perf_counter() - started

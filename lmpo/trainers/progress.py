@@ -9,8 +9,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 class StageProgress:
-    def __init__(self, name: str, total: int, initial: int = 0, quiet: bool = False):
-        """`quiet`: no output at all (a data-parallel run's other ranks)."""
+    def __init__(self, name: str, total: int, initial: int = 0, quiet: bool = False, unit: str = "step"):
+        """`quiet`: no output at all (a data-parallel run's other ranks). `unit`: what is counted, in
+        the plain lines written without a terminal."""
         self.console = Console(stderr=True)
         self.progress = Progress(
             TextColumn(f"[bold]{name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -20,7 +21,7 @@ class StageProgress:
         self.task = self.progress.add_task(name, total=total, completed=initial, figures="")
         self.name, self.total = name, total
         self.every = max(1, total // 10)  # without a terminal, a plain line every 10%
-        self.quiet = quiet
+        self.quiet, self.unit = quiet, unit
 
     def __enter__(self) -> "StageProgress":
         self.progress.start()
@@ -33,4 +34,4 @@ class StageProgress:
         text = "  ".join(f"{k} {v:.3g}" for k, v in figures.items())
         self.progress.update(self.task, completed=step, figures=text)
         if self.progress.disable and not self.quiet and (step % self.every == 0 or step == self.total):
-            print(f"[{self.name}] step {step}/{self.total}  {text}", file=sys.stderr, flush=True)
+            print(f"[{self.name}] {self.unit} {step}/{self.total}  {text}", file=sys.stderr, flush=True)
