@@ -59,7 +59,7 @@ def load_shown(path: str, kind: str, tokenizer, max_length: int, limit_name: str
     refused), the loader's summary line, and how many rows were over."""
     if kind == "sft":
         examples, report = load_sft(path, tokenizer, max_length=max_length, overlong="skip",
-                                     limit_name=limit_name)
+                                     limit_name=limit_name, prompt_field=prompt_field, answer_field=answer_field)
         shown = [Shown(_runs(e.input_ids, e.loss_mask)) for e in examples]
     elif kind == "pairs":
         pairs, report = load_preferences(path, tokenizer, max_length=max_length, overlong="skip",

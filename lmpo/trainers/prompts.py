@@ -15,9 +15,9 @@ class PromptColumns:
     """The columns of a prompt file (`--prompts`, `--eval_prompts`) that hold the prompt and the answer."""
 
     prompt_field: str = "prompt"
-    """The column holding each prompt in --prompts and --eval_prompts files (e.g. question, for GSM8K's)."""
+    """The column holding each prompt in --prompts and --eval_prompts files (e.g. question, for GSM8K's); for SFT and CPT also in --data rows of a prompt and an answer, trained as prompt/completion."""
     answer_field: str = "answer"
-    """The column holding each prompt's answer, for the grader (--task exact_match compares completions with it)."""
+    """The column holding each prompt's answer, for the grader (--task exact_match compares completions with it); for SFT and CPT also the completion of --data rows of a prompt and an answer."""
 
 
 @dataclass

@@ -180,7 +180,7 @@ def _heldout(cfg: SupervisedConfig, task, tokenizer) -> list:
 
 def _load_data(cfg: SupervisedConfig, tokenizer, max_length: int = 0, limit_name: str = "") -> list[TokenizedExample]:
     examples, report = load_sft(cfg.data, tokenizer, max_length=max_length or cfg.max_length, overlong=cfg.overlong,
-                                limit_name=limit_name)
+                                limit_name=limit_name, prompt_field=cfg.prompt_field, answer_field=cfg.answer_field)
     print(f"[data] {report.summary()}")
     return examples
 

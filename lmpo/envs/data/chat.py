@@ -261,7 +261,7 @@ def render(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, msgs: li
                                              **({"tools": tools} if tools else {}))
     except (TemplateError, ValueError) as e:
         raise DataError(rec.path, f"the tokenizer's chat template rejects these messages: {e}",
-                        row=rec.row, field=field) from e
+                        row=rec.row, field=rec.named(field)) from e
 
 
 def _tools(rec: Record) -> list[dict] | None:
@@ -292,7 +292,7 @@ def _check_calls_rendered(rec: Record, field: str, tokenizer: PreTrainedTokenize
             raise DataError(rec.path, f"the tokenizer's chat template does not render {key}, so the model would "
                                       f"learn these turns without their {what}; write it into the turn's content in "
                                       "the format the model should learn, or use a template that renders it",
-                            row=rec.row, field=field)
+                            row=rec.row, field=rec.named(field))
 
 
 def encode_conversation(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase,
@@ -350,7 +350,7 @@ def _prefix_length(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, 
             return None
         raise DataError(rec.path, f"the tokenizer's chat template renders the first {len(prefix)} messages "
                                   "differently alone than inside the whole conversation, so the assistant "
-                                  "tokens cannot be located", row=rec.row, field=field)
+                                  "tokens cannot be located", row=rec.row, field=rec.named(field))
     ids = encode(tokenizer, text, count=False)  # a prefix of the conversation, counted with it
     n = 0
     # Stops early only where a token merges across the boundary; that token then counts
@@ -369,7 +369,7 @@ def _through_last_eos(rec: Record, field: str, tokenizer: PreTrainedTokenizerBas
                                   f"({names}: the tokenizer's eos and its generation config's), so a model trained "
                                   "on it would not learn to stop; set tokenizer.eos_token, or eos_token_id in "
                                   "generation_config.json, to the template's end-of-turn token",
-                        row=rec.row, field=field)
+                        row=rec.row, field=rec.named(field))
     return span[:last + 1]
 
 

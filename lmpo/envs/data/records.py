@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -52,18 +53,32 @@ class Record:
     path: str
     row: int
     fields: dict[str, Any]
+    aliases: dict[str, str] = field(default_factory=dict)
+    """A renamed field's column in the file (`prompt` → `question`), so messages name the file's."""
 
     def get(self, name: str) -> Any:
         """The field's value; None when it is absent or null (Parquet and datasets fill
         columns a row lacks with nulls, so the two must mean the same)."""
         return self.fields.get(name)
 
+    def renamed(self, columns: dict[str, str]) -> "Record":
+        """The row with the file's columns read under other names ({column: name})."""
+        fields = {columns.get(k, k): v for k, v in self.fields.items()}
+        return Record(self.path, self.row, fields, {**self.aliases, **{v: k for k, v in columns.items()}})
+
+    def named(self, where: str | None) -> str | None:
+        """A field path (`prompt`, `prompt[0].content`) with the file's name for a renamed field."""
+        if not where or not self.aliases:
+            return where
+        head = re.match(r"[^\[.]+", where)
+        return self.aliases.get(head[0], head[0]) + where[head.end():] if head else where
+
     def error(self, field: str | None, expected: str, got: str) -> DataError:
-        return DataError(self.path, f"expected {expected}, got {got}", row=self.row, field=field)
+        return DataError(self.path, f"expected {expected}, got {got}", row=self.row, field=self.named(field))
 
     def present(self) -> str:
         """The names of the row's non-null fields, for messages."""
-        return ", ".join(k for k, v in self.fields.items() if v is not None) or "none"
+        return ", ".join(self.named(k) for k, v in self.fields.items() if v is not None) or "none"
 
     def missing(self, field: str, expected: str) -> DataError:
         return self.error(field, expected, f"no such field (the row has: {self.present()})")

@@ -59,11 +59,12 @@ class RowFormat(Generic[T]):
 
 
 def load_rows(path: str | Path, tokenizer, max_length: int, overlong: Overlong,
-              fmt: RowFormat[T], limit_name: str = "") -> tuple[list[T], LoadReport]:
+              fmt: RowFormat[T], limit_name: str = "",
+              columns: Callable[[Record], Record] | None = None) -> tuple[list[T], LoadReport]:
     """Every row of `path` read as `fmt` says, one shape for all rows, examples over
     `max_length` handled by the `overlong` policy; the examples and what was done to get them.
     `limit_name` names the limit in messages when it is not the option `max_length` (e.g. "the
-    model's context of 256 tokens")."""
+    model's context of 256 tokens"). `columns` renames a row's columns before it is read."""
     check_options(max_length, overlong)
     records = read_records(path)
     shapes = ShapeCheck()
@@ -75,7 +76,7 @@ def load_rows(path: str | Path, tokenizer, max_length: int, overlong: Overlong,
         for done, rec in enumerate(records):
             if done % 1024 == 0:
                 progress.update(done)
-            example = _example(rec, tokenizer, max_length, overlong, fmt, shapes, report)
+            example = _example(columns(rec) if columns else rec, tokenizer, max_length, overlong, fmt, shapes, report)
             if example is not None:
                 examples.append(example)
     report.shape, report.shape_field, report.kept = shapes.shape or "", shapes.field, len(examples)
@@ -86,7 +87,7 @@ def _example(rec: Record, tokenizer, max_length: int, overlong: Overlong, fmt: R
              report: LoadReport) -> T | None:
     """One row's example under the overlong policy (None: skipped), counted in `report`."""
     shape, shape_field = fmt.shape(rec)
-    shapes.check(rec, shape, shape_field)
+    shapes.check(rec, shape, rec.named(shape_field))
     least = fmt.least_tokens(rec, shape, max_length, tokenizer)
     if least is not None and overlong != "truncate":
         if overlong == "error":
@@ -117,7 +118,7 @@ def check_options(max_length: int, overlong: str) -> None:
 
 def overlong_error(rec: Record, field: str, length: int, limit: str) -> DataError:
     return DataError(rec.path, f"{length} tokens, over {limit} "
-                               "(pass overlong='skip' or 'truncate' to load such rows)", row=rec.row, field=field)
+                               "(pass overlong='skip' or 'truncate' to load such rows)", row=rec.row, field=rec.named(field))
 
 
 def finish(report: LoadReport) -> LoadReport:
@@ -171,4 +172,4 @@ def certainly_overlong(rec: Record, fields, max_tokens: int, tokenizer) -> int |
 def overlong_before_tokenizing(rec: Record, field: str, least: int, limit: str) -> DataError:
     return DataError(rec.path, f"at least {least} tokens ({text_chars(rec.get(field))} characters), over "
                                f"{limit}; rejected before tokenizing (pass overlong='skip' to drop such rows)",
-                     row=rec.row, field=field)
+                     row=rec.row, field=rec.named(field))

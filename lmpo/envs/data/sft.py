@@ -3,7 +3,7 @@
 Shapes, decided by the first row and required of every row:
   - `messages`: a list of {role, content}; loss on each assistant turn through its eos.
   - `prompt`/`completion` strings: tokenized as they are (no template); loss on the
-    completion and an appended eos.
+    completion and an appended eos. `prompt`/`answer` (or the columns `load_sft` is told) too.
   - `prompt`/`completion (chat)`: either field holds messages (see `chat.reply`); rendered
     with the tokenizer's chat template, a string prompt being one user message.
   - `text`: documents for continued pre-training; every token carries loss, eos appended.
@@ -36,9 +36,19 @@ class TokenizedExample:
 
 
 def load_sft(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, max_length: int,
-             overlong: Overlong = "error", limit_name: str = "") -> tuple[list[TokenizedExample], LoadReport]:
-    """Tokenized examples from `path` (see `read_records`), and what was done to get them."""
-    return load_rows(path, tokenizer, max_length, overlong, EXAMPLES, limit_name)
+             overlong: Overlong = "error", limit_name: str = "", prompt_field: str = "prompt",
+             answer_field: str = "answer") -> tuple[list[TokenizedExample], LoadReport]:
+    """Tokenized examples from `path` (see `read_records`), and what was done to get them. A row
+    with a `prompt_field` and an `answer_field` column and no `completion` (GSM8K's `question`
+    and `answer`) is a prompt/completion row."""
+    def columns(rec: Record) -> Record:
+        if rec.get("completion") is not None or rec.get(prompt_field) is None or rec.get(answer_field) is None:
+            return rec
+        if prompt_field != "prompt" and "prompt" in rec.fields:  # two prompts: neither is guessed at
+            return rec
+        return rec.renamed({prompt_field: "prompt", answer_field: "completion"})
+
+    return load_rows(path, tokenizer, max_length, overlong, EXAMPLES, limit_name, columns)
 
 
 def pack(examples: list[TokenizedExample], seq_len: int) -> list[TokenizedExample]:
@@ -69,7 +79,8 @@ def sft_shape(rec: Record) -> tuple[str, str]:
     if rec.get("text") is not None:
         return "text", "text"
     raise rec.error(None, "a 'messages', 'prompt'/'completion' or 'text' field (or ShareGPT's 'conversations', "
-                          "Alpaca's 'instruction'/'output')", f"fields {rec.present()}")
+                          "Alpaca's 'instruction'/'output', or a prompt and an answer column: --prompt_field and "
+                          "--answer_field name them)", f"fields {rec.present()}")
 
 
 def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> TokenizedExample:
