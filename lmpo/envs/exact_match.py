@@ -24,8 +24,8 @@ class ExactMatch:
       marker or the box is used whole.
 
     How answers compare: `math=1` compares numbers as numbers (`1,000` = `1000.0`, `1/2` =
-    `\\frac{1}{2}`, `$18` = `18\\text{ dollars}` = `x = 18` = `18`, `50%` = `50`) and other answers with spaces and LaTeX spacing
-    removed (`lmpo.envs.answers`)."""
+    `\\frac{1}{2}`, `$18` = `18\\text{ dollars}` = `x = 18` = `18`, `50%` = `50`) and other answers
+    with spaces and LaTeX spacing removed (`lmpo.envs.answers`)."""
 
     def __init__(self, ignore_case: int = 0, answer_after: str = "", reference_after: str = "",
                  extract: str = "", reference_extract: str = "", math: int = 0):
