@@ -23,6 +23,11 @@ TRAJECTORIES_FILE = "trajectories.jsonl"  # as a run directory's, so `lmpo traje
 class EvalConfig(PromptColumns):
     """A held-out evaluation of one model."""
 
+    prompt_field: str = "prompt"
+    """The column of --eval_prompts holding each prompt (e.g. question, for GSM8K's)."""
+    answer_field: str = "answer"
+    """The column of --eval_prompts holding each answer, for the grader."""
+
     model: str = "runs/pipeline/grpo/model"
     """Model to evaluate: a Hugging Face model directory (a stage's model/, a checkpoint, a LoRA adapter directory) or a preset name."""
     task: str = "sort_digits"
