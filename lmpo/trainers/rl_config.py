@@ -119,8 +119,8 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptF
     """Entropy bonus coefficient (subtracted from the loss)."""
     dynamic_sampling: bool = False
     """DAPO: keep sampling prompts and drop groups whose rewards are all equal until the batch is full."""
-    max_sampling_rounds: int = 4
-    """Dynamic sampling: rounds of prompts_per_step prompts before giving up with an error."""
+    max_sampling_rounds: int = 16
+    """Dynamic sampling: rounds of prompts_per_step prompts before giving up with an error. Where few groups carry signal (28% at the embedded task's SFT start, measured), a batch needs about 1 / that share rounds: 4 gave out within the first steps there."""
     overlong: Literal["none", "mask", "penalty"] = "none"
     """Truncated completions: keep, mask out of the loss, or DAPO's soft length penalty."""
     overlong_cache: int = 4

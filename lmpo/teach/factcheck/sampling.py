@@ -74,8 +74,8 @@ NO_CRITIC = Claim(
 
 PROBE_STEPS = 10
 MAX_ROUNDS = 32
-"""Rounds of 8 prompts dynamic sampling may draw to fill a batch (lmpo's default of 4 can fall short
-at the SFT start, where many groups are all wrong)."""
+"""Rounds of 8 prompts dynamic sampling may draw to fill a batch (above lmpo's default of 16, so that
+the probe of ten batches never runs out at the SFT start, where many groups are all wrong)."""
 
 
 def signal_share(ctx: Context, model_dir: str, dynamic: bool) -> tuple[float, float]:
