@@ -7,9 +7,10 @@ import argparse
 HELP = "evaluate a model on held-out prompts with a task's grader, as the trainers do, without training it"
 DESCRIPTION = """Greedily answer the task's held-out problems (or the rows of --eval_prompts) with MODEL and grade
 them with the task's grader, exactly as every trainer evaluates: a stage's final model scores here what its run
-reported. With --samples K, K sampled episodes per problem, and pass@1 ... pass@K. Prints accuracy, format accuracy and how the episodes ended, then the first episodes (failed ones first);
---out DIR also writes eval.json and every episode to DIR/trajectories.jsonl (`lmpo trajectories DIR --failed`).
-The task's suggested budgets (an agent task's turns and tokens) apply, under --config and flags."""
+reported. With --samples K, K sampled episodes per problem, and pass@1 ... pass@K. Prints accuracy, format
+accuracy and how the episodes ended, then the first episodes (failed ones first); --out DIR also writes eval.json
+and every episode to DIR/trajectories.jsonl (`lmpo trajectories DIR --failed`). The task's suggested budgets (an
+agent task's turns and tokens) apply, under --config and flags."""
 
 # the task's suggestions for the RL stage that an evaluation takes, by the eval option they set
 SUGGESTED = {"eval_max_new_tokens": "max_new_tokens", "max_turns": "max_turns", "max_turn_tokens": "max_turn_tokens",

@@ -116,7 +116,8 @@ def test_verdicts_follow_the_evidence():
 
     breadth = BY_NAME["rl_sharpens_not_widens"]
     sharper = {"samples": 64, "base_pass1": 0.27, "rl_pass1": 0.55, "base_pass64": 0.93, "rl_pass64": 0.925}
-    assert breadth.judge(sharper, breadth.limits).verdict == HOLDS
+    assert breadth.judge({**sharper, "sft_pass64": 0.6}, breadth.limits).note == "sharpened"
+    assert breadth.judge({**sharper, "sft_pass64": 0.95}, breadth.limits).note == "sharpened_only"
     assert breadth.judge({**sharper, "rl_pass64": 0.96}, breadth.limits).verdict == FAILS
     assert breadth.judge({**sharper, "rl_pass1": 0.275}, breadth.limits).verdict == DEPENDS
 

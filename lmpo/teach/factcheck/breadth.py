@@ -61,7 +61,9 @@ def _judge_breadth(v: dict, limits: dict) -> Verdict:
         return Verdict(DEPENDS, "no_sharpening")
     if v[f"rl_pass{k}"] - v[f"base_pass{k}"] > limits["margin"]:
         return Verdict(FAILS, "widened")
-    return Verdict(HOLDS, "sharpened")
+    if v[f"rl_pass{k}"] - v[f"sft_pass{k}"] > limits["margin"]:  # wider than its start, not than the base
+        return Verdict(HOLDS, "sharpened")
+    return Verdict(HOLDS, "sharpened_only")
 
 
 BREADTH = Claim(
@@ -81,6 +83,9 @@ BREADTH = Claim(
                         "base model solves {base_pass64:.1%} of the problems, GRPO {rl_pass64:.1%}. "
                         "Which model counts as the base decides the answer: against its SFT start, whose demonstrations "
                         "narrowed the samples (pass@64 {sft_pass64:.1%}), GRPO widened them.",
+           "sharpened_only": "GRPO lifted pass@1 from {base_pass1:.0%} (base) to {rl_pass1:.0%}, but not pass@64, "
+                             "neither over the base ({base_pass64:.1%} against GRPO's {rl_pass64:.1%}) nor over its SFT "
+                             "start ({sft_pass64:.1%}).",
            "widened": "GRPO's pass@64 ({rl_pass64:.1%}) is above the base model's ({base_pass64:.1%}): here RL reached "
                       "answers the base model did not sample in 64 tries.",
            "no_sharpening": "GRPO did not raise pass@1 over the base ({rl_pass1:.0%} against {base_pass1:.0%}): "

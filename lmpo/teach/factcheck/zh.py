@@ -320,6 +320,8 @@ CLAIMS_ZH: dict[str, dict] = {
             "sharpened": "GRPO 把 pass@1 从 {base_pass1:.0%}（基础模型）提高到 {rl_pass1:.0%}，pass@64 却没有：k = 64 时，"
                          "基础模型解出 {base_pass64:.1%} 的题，GRPO 为 {rl_pass64:.1%}。把哪个模型当作「基础」决定了答案：相对于它的 "
                          "SFT 起点——示范数据让样本变窄了（pass@64 为 {sft_pass64:.1%}）——GRPO 是拓宽了的。",
+            "sharpened_only": "GRPO 把 pass@1 从 {base_pass1:.0%}（基础模型）提高到 {rl_pass1:.0%}，pass@64 却没有提高：既没有超过基础模型"
+                              "（{base_pass64:.1%}，GRPO 为 {rl_pass64:.1%}），也没有超过它的 SFT 起点（{sft_pass64:.1%}）。",
             "widened": "GRPO 的 pass@64（{rl_pass64:.1%}）高于基础模型（{base_pass64:.1%}）：在这里，RL 学会了基础模型 64 次采样都"
                        "采不到的答案。",
             "no_sharpening": "GRPO 没有提高 pass@1（{rl_pass1:.0%}，基础模型 {base_pass1:.0%}）：没有变尖锐，也就无从比较。",
