@@ -105,3 +105,20 @@ def test_a_reward_models_checkpoint_with_a_tied_head_is_refused_too(char_tokeniz
     LlamaForSequenceClassification(config).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=r"it was saved as a LlamaForSequenceClassification, not a causal LM; give"):
         load_model(str(tmp_path), char_tokenizer)
+
+
+def test_a_run_directory_given_as_the_model_names_the_models_it_holds(tmp_path):
+    """`--model runs/pipeline` (or a stage's run directory) was refused with only "no config.json";
+    the error now names the saved models one level further in."""
+    import pytest
+
+    from lmpo.models import build_char_tokenizer, load_model
+
+    for stage in ("cpt", "sft"):
+        (tmp_path / stage / "model").mkdir(parents=True)
+        (tmp_path / stage / "model" / "config.json").write_text("{}")
+    (tmp_path / "logs").mkdir()
+    with pytest.raises(FileNotFoundError, match=rf"it holds models: {tmp_path}/cpt/model, {tmp_path}/sft/model$"):
+        load_model(str(tmp_path), build_char_tokenizer())
+    with pytest.raises(FileNotFoundError, match=rf"it holds a model: {tmp_path}/sft/model$"):
+        load_model(str(tmp_path / "sft"), build_char_tokenizer())

@@ -35,7 +35,9 @@ def test_file_and_module_specs_with_options(monkeypatch):
     ("no_such_module_xyz:MyTask", "no module named 'no_such_module_xyz'"),
     ("missing/file.py:MyTask", "file missing/file.py does not exist"),
     (f"{USER_TASK}:Nope", "has no 'Nope'; classes defined there: Reverse"),
-    (f"{USER_TASK}:Reverse?colour=red", "bad options for task"),
+    (f"{USER_TASK}:Reverse?colour=red", "has no option 'colour'; its options: length, heldout_share"),
+    (f"{USER_TASK}:Reverse?lenght=4", "has no option 'lenght' \\(did you mean 'length'\\?\\)"),
+    (f"{USER_TASK}:Reverse?length=four", "option 'length' expects an integer, got 'four'"),
     (f"{USER_TASK}:Reverse?length", "must look like key=value"),
     (f"{USER_TASK}:LETTERS", "'LETTERS' is a str, not a class or function"),
 ])
@@ -141,3 +143,44 @@ def test_a_users_task_file_runs_the_whole_pipeline(tmp_path, capsys, monkeypatch
     assert all(0 <= s["accuracy"] <= 1 for s in summary["stages"])
     assert "held-out accuracy" in printed and doctored == ["cpt", "sft", "grpo"]
     assert json.loads((out / "config.json").read_text())["task"].endswith("user_task.py:Reverse?length=3")
+
+
+def test_options_are_read_as_the_task_declares_them():
+    """Options were read by guessing (`abc` stayed a string and failed deep inside the task with
+    "'<' not supported", `math=yes` turned math on, a misspelt option gave a TypeError about
+    `__init__`). Now each is read as its parameter's declared type."""
+    from lmpo.envs.registry import make_task
+
+    grader = make_task("exact_match:answer_after=0042,math=true,ignore_case=1")
+    assert (grader.answer_after, grader.math, grader.ignore_case) == ("0042", True, True)
+    assert make_task("sort_digits:flaw_rate=1").flaw_rate == 1
+    for spec, message in (("sort_digits:length=abc", "option 'length' expects an integer, got 'abc'"),
+                          ("sort_digits:flaw_rate=true", "option 'flaw_rate' expects a number, got 'true'"),
+                          ("exact_match:math=yes", "option 'math' expects an integer, got 'yes'"),
+                          ("exact_match:extrct=boxed", "no option 'extrct' \\(did you mean 'extract'\\?\\)")):
+        with pytest.raises(ValueError, match=message):
+            make_task(spec)
+
+
+def test_a_factory_taking_any_keyword_gets_every_option(tmp_path):
+    from lmpo.envs.plugins import TaskSpec, bind_options
+
+    def factory(length: int = 3, **extra):
+        return None
+    spec = TaskSpec("t", {"length": 4, "colour": 7}, {"length": "4", "colour": "007"})
+    assert bind_options(factory, spec) == {"length": 4, "colour": 7}
+
+
+def test_a_bad_task_option_writes_no_run_directory(tmp_path):
+    """`lmpo train grpo` and `lmpo pipeline` opened their run directory (run.json, a lock) before
+    reading the task, so a misspelt option left a directory behind."""
+    from lmpo.trainers.pipeline import PipelineConfig, run_pipeline
+    from lmpo.trainers.rft import RFTConfig, train_rft
+    from lmpo.trainers.rl import RLConfig, train_rl
+
+    for name, run in (("rl", lambda out: train_rl(RLConfig(task="sort_digits:lenght=6", out=out))),
+                      ("rft", lambda out: train_rft(RFTConfig(task="sort_digits:lenght=6", out=out))),
+                      ("pipeline", lambda out: run_pipeline(PipelineConfig(task="sort_digits:lenght=6", out=out)))):
+        with pytest.raises(ValueError, match="did you mean 'length'"):
+            run(str(tmp_path / name))
+        assert not (tmp_path / name).exists(), name

@@ -10,17 +10,23 @@ A spec is one of
   `my_tasks:Reverse?length=4,name=short`. The colon already separates module and class, so a
   plugin's options cannot follow a colon.
 
-Option values are read as int, float, `true`/`false`, or else kept as strings. `Class` may be
-any callable returning a task (a class or a factory function).
+Option values are read as the task's parameters declare them (`int`, `float`, `bool`: `true`,
+`false`, 1 or 0; `str`: the text as written); without a declared type, as int, float,
+`true`/`false`, or else kept as strings. An option the task does not take is refused with the
+options it does take. `Class` may be any callable returning a task (a class or a factory function).
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import sys
 import traceback
+import types
+import typing
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -38,6 +44,8 @@ class TaskSpec:
 
     target: str
     options: dict[str, Any] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+    """Each option's value as written, for a parameter declared `str` (`007` stays `007`)."""
 
     @property
     def is_import_path(self) -> bool:
@@ -56,13 +64,14 @@ def parse_value(text: str) -> Any:
     return value
 
 
-def parse_options(text: str, spec: str) -> dict[str, Any]:
-    options: dict[str, Any] = {}
+def parse_options(text: str, spec: str) -> dict[str, str]:
+    """The options of a spec as written: key -> value text."""
+    options: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise ValueError(f"task option {item!r} in {spec!r} must look like key=value")
-        options[key.strip()] = parse_value(value)
+        options[key.strip()] = value.strip()
     return options
 
 
@@ -75,7 +84,53 @@ def parse_spec(spec: str, named: Callable[[str], bool]) -> TaskSpec:
         name, colon, legacy = target.partition(":")
         if colon and named(name):
             target, query = name, legacy
-    return TaskSpec(target.strip(), parse_options(query, spec))
+    texts = parse_options(query, spec)
+    return TaskSpec(target.strip(), {key: parse_value(text) for key, text in texts.items()}, texts)
+
+
+def bind_options(factory: Callable, spec: TaskSpec) -> dict[str, Any]:
+    """`spec`'s options as `factory`'s keyword arguments, each read as its parameter's declared
+    type; an option the factory does not take, or a value not of its type, is refused naming it."""
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a callable without a signature: pass the options as read
+        return dict(spec.options)
+    try:
+        hints = typing.get_type_hints(factory.__init__ if isinstance(factory, type) else factory)
+    except Exception:  # annotations that do not resolve: no declared types
+        hints = {}
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    named = [n for n, p in parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    bound = {}
+    for key, value in spec.options.items():
+        if key not in named and not takes_any:
+            close = difflib.get_close_matches(key, named, n=1)
+            raise ValueError(f"task {spec.target!r} has no option {key!r}"
+                             f"{f' (did you mean {close[0]!r}?)' if close else ''}; "
+                             f"its options: {', '.join(named) or 'none'}")
+        bound[key] = _as_declared(hints.get(key), value, spec.texts.get(key, str(value)), key, spec.target)
+    return bound
+
+
+def _as_declared(hint: Any, value: Any, text: str, key: str, target: str) -> Any:
+    kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    if str in kinds:
+        return text
+    if bool in kinds:
+        if isinstance(value, bool) or value in (0, 1):
+            return bool(value)
+        expected = "true or false (or 1 / 0)"
+    elif int in kinds:
+        if isinstance(value, int):
+            return int(value)
+        expected = "an integer"
+    elif float in kinds:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value  # an int stands for a float, as it would in Python
+        expected = "a number"
+    else:  # undeclared, or a type options cannot spell: as read
+        return value
+    raise ValueError(f"task {target!r}: option {key!r} expects {expected}, got {text!r}")
 
 
 def installed_tasks() -> dict[str, Any]:

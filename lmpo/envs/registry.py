@@ -11,7 +11,7 @@ from lmpo.envs.aftersales import Aftersales
 from lmpo.envs.base import Task
 from lmpo.envs.digit_tasks import CountDigit, Increment, ReverseDigits
 from lmpo.envs.exact_match import ExactMatch
-from lmpo.envs.plugins import installed_tasks, load_target, parse_spec
+from lmpo.envs.plugins import bind_options, installed_tasks, load_target, parse_spec
 from lmpo.envs.sort_digits import SortDigits
 from lmpo.envs.tool_tasks import Calculator, Vault
 
@@ -31,8 +31,9 @@ def is_named(name: str) -> bool:
 def make_task(spec: str) -> Task:
     parsed = parse_spec(spec, is_named)
     factory = load_target(parsed.target, TASKS)
+    options = bind_options(factory, parsed)
     try:
-        task = factory(**parsed.options)
+        task = factory(**options)
     except TypeError as err:
         raise ValueError(f"bad options for task {parsed.target!r}: {err}") from None
     missing = [m for m in REQUIRED if not callable(getattr(task, m, None))]

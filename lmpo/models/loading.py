@@ -229,12 +229,23 @@ def _check_local_path(name_or_path: str, trust_remote_code: bool = False) -> Non
     path = Path(name_or_path)
     looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") >= 2
     if path.exists() and not (path / "config.json").exists() and not is_adapter_dir(path):
-        raise FileNotFoundError(f"{path} is not a Hugging Face model directory: it has no config.json")
+        inside = _models_inside(path)
+        hint = f"; it holds {'models' if len(inside) > 1 else 'a model'}: {', '.join(map(str, inside))}" if inside else ""
+        raise FileNotFoundError(f"{path} is not a Hugging Face model directory: it has no config.json{hint}")
     if not path.exists() and looks_local:
         raise FileNotFoundError(f"model directory {path} does not exist (presets: {', '.join(PRESETS)})")
     if not trust_remote_code and (code := remote_code(path)):
         raise ValueError(f"{path} is a model with its own Python code ({', '.join(code)}); loading it runs that "
                          f"code, which lmpo does only with --trust_remote_code true")
+
+
+def _models_inside(path: Path, most: int = 4) -> list[Path]:
+    """Saved models a run or pipeline directory holds (`RUN/model`, `PIPELINE/STAGE/model`), for
+    the error that a run directory given as --model gets: the model is one level further in."""
+    found = []
+    for pattern in ("model", "*/model"):
+        found += sorted(m for m in path.glob(pattern) if (m / "config.json").is_file() or is_adapter_dir(m))
+    return found[:most]
 
 
 def remote_code(path: Path) -> list[str]:

@@ -129,6 +129,9 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
     cfg = resolve_pipeline(cfg, explicit)
     out = Path(cfg.out)
     main = launched_rank() == 0  # under torchrun each stage runs on every process; rank 0 writes and prints
+    if cfg.rl not in LAST_STAGES:
+        raise ValueError(f"unknown last stage --rl {cfg.rl!r}; choose one of: {', '.join(LAST_STAGES)}")
+    validate_stages(cfg)  # every stage's arithmetic, before anything is written
     if main:
         open_run_dir(out, cfg, "pipeline")
         (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
@@ -137,9 +140,6 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
     shared = {"task": cfg.task, "seed": cfg.seed, "threads": cfg.threads, "device": cfg.device,
               "precision": cfg.precision, "overwrite": True}
     cpt = replace(cfg.cpt, model=cfg.model, out=str(out / "cpt"), **shared)
-    if cfg.rl not in LAST_STAGES:
-        raise ValueError(f"unknown last stage --rl {cfg.rl!r}; choose one of: {', '.join(LAST_STAGES)}")
-    validate_stages(cfg)  # every stage's arithmetic, before the first one spends minutes
     def report(result: StageResult) -> None:
         if main:
             _report_stage(result)
@@ -170,7 +170,8 @@ def validate_stages(cfg: PipelineConfig) -> None:
     cfg.sft.validate()
     from lmpo.envs import make_task
 
-    if cfg.rl in (*OFFLINE_STAGES, "online_dpo", "ppo_rm") and getattr(make_task(cfg.task), "max_turns", 1) > 1:
+    task = make_task(cfg.task)  # a bad task option
+    if cfg.rl in (*OFFLINE_STAGES, "online_dpo", "ppo_rm") and getattr(task, "max_turns", 1) > 1:
         raise ValueError(f"--rl {cfg.rl} pairs or scores whole single-turn completions; task {cfg.task!r} is "
                          f"multi-turn: use an RL preset ({', '.join(RL_PRESETS)})")
     if cfg.rl in OFFLINE_STAGES:

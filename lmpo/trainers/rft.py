@@ -219,10 +219,10 @@ def sample_round(runner: EpisodeRunner, task, problems: list, rewards, cfg: RFTC
 def train_rft(cfg: RFTConfig) -> StageResult:
     cfg.validate()
     loaded = load_prompt_files(cfg, "RFT")  # the prompt files, before anything is written or loaded
+    task = make_task(cfg.task)  # a bad task option, too
     run = Run(cfg, "rft")
     if run.dist.active:
         raise ValueError("rft runs in one process; start it without torchrun")
-    task = make_task(cfg.task)
     rewards = watch_rewards(RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout,
                                                    cfg.reward_failure), run.out, cfg)
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)

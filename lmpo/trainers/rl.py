@@ -53,8 +53,8 @@ __all__ = ["Batch", "RLConfig", "train_rl", "update"]
 def train_rl(cfg: RLConfig) -> StageResult:
     cfg.validate()
     loaded = load_prompt_files(cfg)  # the prompt files, before anything is written or loaded
+    task = make_task(cfg.task)  # a bad task option, too
     run = Run(cfg, "rl")
-    task = make_task(cfg.task)
     rewards = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
     rewards = watch_rewards(rewards, run.out, cfg)
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
