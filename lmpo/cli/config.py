@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 import yaml
 
+from lmpo.cli.parser import suggestion
+
 
 class ConfigError(ValueError):
     pass
@@ -186,7 +188,9 @@ def build(cls: type, *, preset: dict[str, Any] | None = None, yaml_file: str | N
         for key, value in _flatten_dict(data, leaves).items():
             where = f"{yaml_file}: line {lines.get(key, '?')}: {key}"
             if key not in leaves:
-                raise ConfigError(f"{where}: unknown option; valid options: {', '.join(sorted(leaves))}")
+                hint = suggestion(key, list(leaves))
+                raise ConfigError(f"{where}: unknown option{f' ({hint})' if hint else ''}; valid options: "
+                                  f"{', '.join(sorted(leaves))}")
             values[key] = coerce(leaves[key][0], value, where)
     for key, value in (flags or {}).items():
         if key not in leaves:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from lmpo.cli.config import ConfigError, add_arguments, build
 from lmpo.cli.errors import RunDirError, one_line, runtime_errors
+from lmpo.cli.parser import Parser
 from lmpo.cli.train import cmd_train
 
 DESCRIPTION = """lmpo — language-model policy optimisation.
@@ -209,7 +210,7 @@ def make_parser() -> argparse.ArgumentParser:
     from lmpo.trainers.rl_config import RLConfig
     from lmpo.trainers.supervised import CPTConfig, SFTConfig
 
-    parser = argparse.ArgumentParser(prog="lmpo", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="lmpo", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     p = sub.add_parser("pipeline", help="CPT → SFT → RL on the embedded task; prints held-out accuracy per stage",
                        description="Run continued pre-training, SFT and an RL preset; write summary.json and a report.")

@@ -1,0 +1,39 @@
+"""An unknown flag or config key is reported by the command it was given to, with lmpo's name
+for an option TRL spells differently, or the nearest flag. Before, `lmpo train grpo --stepz 3`
+printed the top-level usage (`usage: lmpo [-h] COMMAND ...`) and no hint."""
+
+import pytest
+
+from lmpo.cli.main import main
+
+
+def _error(capsys, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_an_unknown_flag_is_reported_by_its_command_with_a_hint(capsys):
+    err = _error(capsys, ["train", "grpo", "--num_generations", "4", "--learning_rate=1e-6", "--stepz", "3"])
+    assert "usage: lmpo train grpo" in err
+    assert err.strip().endswith(
+        "lmpo train grpo: error: unrecognized arguments: --num_generations 4 --learning_rate=1e-6 --stepz 3 "
+        "(--num_generations: lmpo calls it --group_size; --learning_rate: lmpo calls it --lr; "
+        "--stepz: did you mean --steps?; docs/porting.md maps TRL's and verl's options to lmpo's)")
+    err = _error(capsys, ["pipeline", "--rl_stage.bta", "0.1"])
+    assert err.strip().endswith("(--rl_stage.bta: did you mean --rl_stage.beta?)")
+    err = _error(capsys, ["eval", "--model", "m", "stray"])
+    assert err.strip().endswith("lmpo eval: error: unrecognized arguments: stray")
+    # no hint for a name unlike any flag; a TRL name whose lmpo option this command lacks gets none
+    assert _error(capsys, ["train", "dpo", "--max_steps", "3"]).strip().endswith("unrecognized arguments: --max_steps 3")
+
+
+def test_a_config_key_gets_the_same_hint(capsys, tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("rl_stage:\n  learning_rate: 0.1\n  bta: 0.2\n")
+    assert main(["pipeline", "--config", str(config)]) == 2
+    assert "line 2: rl_stage.learning_rate: unknown option (lmpo calls it rl_stage.lr);" in capsys.readouterr().err
+    config.write_text("stepz: 3\n")
+    assert main(["train", "grpo", "--config", str(config)]) == 2
+    assert "line 1: stepz: unknown option (did you mean steps?);" in capsys.readouterr().err
