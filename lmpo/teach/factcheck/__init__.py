@@ -98,10 +98,10 @@ def run_factcheck(options: FactcheckOptions, on_outcome: Callable[[int, int, Out
 
 def _sft_start(ctx: Context) -> float:
     """Seconds spent obtaining the SFT start: about 0 when cached, else CPT → SFT (once)."""
-    from lmpo.teach.start import default_cache
+    from lmpo.teach.start import default_cache, is_cached
 
     tick = time.perf_counter()
-    if not any(default_cache().glob(f"{ctx.task}-{ctx.model}-seed{ctx.seed}/start.json")):
+    if not is_cached(ctx.task, ctx.seed, ctx.model):
         print(f"[factcheck] training the SFT start for seed {ctx.seed} once (CPT → SFT, about 70 s on a quiet "
               f"2-core CPU; kept in {default_cache()})", file=sys.stderr, flush=True)
     with ctx.quiet("sft_start"):
