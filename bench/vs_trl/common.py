@@ -27,6 +27,15 @@ def pin_threads(threads: int) -> None:
 
 
 def peak_rss_mb() -> float:
+    """The worker's own peak resident memory (Linux `VmHWM`), as `lmpo.models.peak_rss_mb` reads
+    it (this file imports no lmpo): `ru_maxrss` would carry the driver's peak into the worker."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

@@ -149,3 +149,22 @@ def reuse_freed_host_memory(up_to_bytes: int = 1 << 30) -> bool:
         return bool(libc.mallopt(_M_MMAP_THRESHOLD, up_to_bytes)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, up_to_bytes))
     except (OSError, AttributeError):
         return False
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MiB: on Linux `VmHWM`, the high-water mark of its
+    own address space. Not `ru_maxrss`: Linux carries a parent's peak into a child across fork and
+    exec, so a run that `lmpo compare` started after training an SFT start in-process reported that
+    training's peak as its own. Elsewhere `ru_maxrss` (kilobytes; bytes on macOS)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024

@@ -14,7 +14,6 @@ Each trainer keeps only its loop body: batches, the loss, its figures.
 from __future__ import annotations
 
 import math
-import resource
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
@@ -25,7 +24,7 @@ import torch
 
 from lmpo.models import (AdapterDisabled, LoraOptions, apply_lora, autocast, check_compiler, choose_precision,
                          compile_blocks, enable_gradient_checkpointing, is_peft_model, load_model, parameter_counts,
-                         resolve_device, save_lora, save_model, without_cpu_hub_kernels)
+                         peak_rss_mb, resolve_device, save_lora, save_model, without_cpu_hub_kernels)
 from lmpo.trainers.checkpoint import (SHARDED, Resumed, checkpoint_dir, resume_training, save_checkpoint,
                                      sharded_checkpoint_dir)
 from lmpo.trainers.distributed import Distributed, unwrap, wrap_data_parallel
@@ -328,8 +327,7 @@ class Run:
         result = result or StageResult(name=self.name, seconds=0.0, model_dir="", run_dir=str(self.out))
         result.model_dir, result.run_dir = str(model_dir), str(self.out)
         result.seconds = time.perf_counter() - self.started
-        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        memory = {"peak_rss_mb": round(peak_mb, 1)}
+        memory = {"peak_rss_mb": round(peak_rss_mb(), 1)}
         if self.device.type == "cuda":
             memory["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
         if self.dist.is_main:

@@ -1,7 +1,8 @@
 """Running the (method, seed) runs of a comparison, each in a process of its own.
 
-A process per run, because the peak memory a run reports (`ru_maxrss`) is its process's: in one
-process every run would report the largest before it. Each run has its own directory,
+A process per run, because the peak memory a run reports (`VmHWM`, `lmpo.models.peak_rss_mb`) is
+its process's: in one process every run would report the largest before it. (`ru_maxrss` would
+not do even so: Linux hands a parent's peak to a child it starts.) Each run has its own directory,
 OUT/seedS/METHOD, holding spec.json (what it runs), log.txt (its output) and the stage
 directory with result.json. A run whose result.json exists is finished and skipped, so the same
 command continues a killed comparison; an unfinished one is started again from scratch.
