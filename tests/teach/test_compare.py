@@ -102,7 +102,7 @@ def _set_accuracy(stage_dir: Path, accuracy: float) -> None:
     (stage_dir / "result.json").write_text(json.dumps({**result, "accuracy": accuracy}))
 
 
-def test_the_table_plots_and_recommendation_come_from_the_runs(start_model, tmp_path):
+def test_the_table_plots_and_recommendation_come_from_the_runs(start_model, tmp_path, capsys):
     out = tmp_path / "cmp"
     first = _compare(start_model, out)
     runs = {r["method"]: r for r in first["runs"]}
@@ -131,6 +131,13 @@ def test_the_table_plots_and_recommendation_come_from_the_runs(start_model, tmp_
     _compare(start_model, out)
     assert (out / "seed0" / "grpo" / "log.txt").stat().st_mtime_ns == logs["grpo"]
     assert (out / "seed0" / "dpo" / "log.txt").stat().st_mtime_ns != logs["dpo"]
+
+    # another budget over the same --out was reported under the new header from the old runs
+    argv = ["compare", "--methods", "grpo", "--seeds", "0", "--samples", "256", "--threads", "1",
+            "--device", "cpu", "--start", start_model, "--out", str(out)]
+    assert main(argv) == 2
+    assert f"{out}/seed0/grpo: samples 128 (now 256). Use another --out" in capsys.readouterr().err
+    assert _compare(start_model, out, "--methods", "grpo")["runs"][0]["samples"] == 128  # a subset: kept
 
 
 def test_a_time_budget_stops_every_run_at_its_cap(start_model, tmp_path):

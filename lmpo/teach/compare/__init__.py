@@ -9,10 +9,11 @@ files and the terminal table."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Callable
 
-from lmpo.teach.compare.execute import RunSpec, launch
+from lmpo.teach.compare.execute import SPEC, RunSpec, launch
 from lmpo.teach.compare.plan import (DEFAULT_METHODS, CompareConfig, Method, budget_samples, models_held,
                                      plan_method, reference_note)
 from lmpo.teach.compare.records import RunRecord, read_run
@@ -42,6 +43,7 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
         plan_method(cfg, method, cfg.seed_list()[0])
     if cfg.start and not Path(cfg.start).is_dir():
         raise FileNotFoundError(f"--start {cfg.start}: no such model directory")
+    refuse_changed_runs(cfg, methods)
     starts: dict[int, float | None] = {}
     for seed in cfg.seed_list():
         specs = [RunSpec(cfg, method, seed, "") for method in methods]
@@ -67,6 +69,33 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
         print_table(comparison, Path(cfg.out))
         print(f"files: {files['md']}, {files['json']}, {files['html']}")
     return comparison
+
+
+RUN_IDENTITY = ("methods", "seeds", "out")
+"""Options that choose which runs a comparison holds, not how a run trains: they may change
+between invocations over one --out (add a method or a seed to a finished comparison)."""
+
+
+def refuse_changed_runs(cfg: CompareConfig, methods: list[Method]) -> None:
+    """Refuse to keep finished runs that another configuration trained: `--samples 8000` over an
+    --out whose runs used 4000 would otherwise report the 4000-sample runs under the 8000 header."""
+    problems = []
+    for seed in cfg.seed_list():
+        for method in methods:
+            spec = RunSpec(cfg, method, seed, "")
+            if not spec.finished or not (spec.run_dir / SPEC).is_file():
+                continue
+            saved = json.loads((spec.run_dir / SPEC).read_text())["config"]
+            now = json.loads(spec.to_json())["config"]
+            changed = [f"{k} {saved.get(k)!r} (now {v!r})" for k, v in now.items()
+                       if k not in RUN_IDENTITY and saved.get(k) != v]
+            if changed:
+                problems.append(f"{spec.run_dir}: {', '.join(changed)}")
+    if problems:
+        raise ValueError(f"--out {cfg.out} holds finished runs made with other options, which this comparison "
+                         f"would report as its own: {'; '.join(problems[:3])}"
+                         f"{f' (and {len(problems) - 3} more)' if len(problems) > 3 else ''}. Use another --out, "
+                         f"or delete those runs to train them again")
 
 
 def collect(cfg: CompareConfig, command: str = "", start_accuracy: dict[int, float | None] | None = None) -> Comparison:
