@@ -182,3 +182,21 @@ def test_prompt_and_answer_columns_of_other_names(start_model, tmp_path, capsys)
     assert main([*args, "--out", str(tmp_path / "c"), "--prompt_field", "question", "--answer_field", "solution"]) in (0, None)
     kept = [json.loads(line) for line in open(tmp_path / "c" / "trajectories.jsonl")]
     assert {(t["prompt"], t["answer"]) for t in kept} <= {("31415=", "11345"), ("27182=", "12278")}
+
+
+def test_held_out_prompts_that_are_also_training_prompts_are_reported(start_model, tmp_path, capsys):
+    """A split made twice (or not at all) gave a held-out accuracy over problems the run trained
+    on, without a word. Only the rows evaluated (the first eval_problems) count."""
+    from lmpo.trainers.preflight import load_prompt_files
+
+    rows = [{"prompt": f"{d}=", "answer": "".join(sorted(d))} for d in ("31415", "27182", "16180", "14142")]
+    train = _write(tmp_path / "train.jsonl", rows)
+    heldout = _write(tmp_path / "heldout.jsonl", [{"prompt": "55123=", "answer": "12355"}, rows[2],
+                                                  {"prompt": "90210=", "answer": "00129"}, rows[0]])
+    cfg = RLConfig(model=str(start_model), task="exact_match", prompts=str(train), eval_prompts=str(heldout),
+                   eval_problems=3)
+    load_prompt_files(cfg)
+    assert (f"[rl] warning: 1 of the 3 held-out prompts (33%) of {heldout} are also training prompts in {train} "
+            f"(e.g. '16180='): held-out accuracy on them measures what training saw") in capsys.readouterr().out
+    load_prompt_files(RLConfig(**{**cfg.__dict__, "eval_problems": 1}))
+    assert "warning" not in capsys.readouterr().out

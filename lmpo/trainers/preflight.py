@@ -72,7 +72,23 @@ def load_prompt_files(cfg, what: str = "RL") -> dict[str, list]:
         path = getattr(cfg, option)
         if path and used:
             loaded[option] = prompts_within_context(cfg, path, tokenizer, getattr(cfg, flag), flag, what)
+    if "prompts" in loaded and "eval_prompts" in loaded:
+        warn_shared_prompts([p.prompt for p in loaded["prompts"]], [p.prompt for p in loaded["eval_prompts"][:cfg.eval_problems]],
+                            cfg.prompts, cfg.eval_prompts, what)
     return loaded
+
+
+def warn_shared_prompts(train: list[str], heldout: list[str], train_path: str, eval_path: str, what: str) -> None:
+    """Say when held-out prompts are also training prompts: accuracy on them measures what the
+    model was trained on, not how it does on new problems (a split made twice, or not at all)."""
+    seen = {text.strip() for text in train}
+    shared = [text for text in heldout if text.strip() in seen]
+    if shared:
+        example = " ".join(shared[0].split())
+        example = example if len(example) <= 60 else example[:57] + "..."
+        print(f"[{what.lower().replace(' ', '_')}] warning: {len(shared)} of the {len(heldout)} held-out prompts "
+              f"({100 * len(shared) / len(heldout):.0f}%) of {eval_path} are also training prompts in {train_path} "
+              f"(e.g. {example!r}): held-out accuracy on them measures what training saw", flush=True)
 
 
 def prompts_within_context(cfg, path: str, tokenizer, new_tokens: int, flag: str, what: str) -> list:
