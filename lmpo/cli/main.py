@@ -103,15 +103,14 @@ def cmd_trajectories(args: argparse.Namespace, flags: dict) -> int:
     """Print the last --last trajectories of a run (or a pipeline's stage), sources colour-coded."""
     from rich.console import Console
 
-    from lmpo.reports.trajectories import find_trajectories, read_trajectories, render_terminal
+    from lmpo.reports.trajectories import find_trajectories, last_trajectories, render_terminal
 
     if args.last < 0:
         raise ValueError(f"--last must be 0 (all) or more, got {args.last}")
     path = find_trajectories(args.run_dir, stage=args.stage)
-    rows = read_trajectories(path, step=args.step, phase=args.phase, failed_only=args.failed)
-    shown = rows[-args.last:] if args.last else rows
+    shown, matching = last_trajectories(path, args.last, step=args.step, phase=args.phase, failed_only=args.failed)
     console = Console()
-    console.print(f"{path}: showing {len(shown)} of {len(rows)} matching trajectories",
+    console.print(f"{path}: showing {len(shown)} of {matching} matching trajectories",
                   style="dim", highlight=False, markup=False, soft_wrap=True)
     render_terminal(shown, console)
     return 0

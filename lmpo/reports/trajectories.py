@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from rich.console import Console
 from rich.text import Text
@@ -96,29 +97,26 @@ def trajectories_path(path_or_run_dir: str | Path) -> Path:
     return path / TRAJECTORIES_FILE if path.is_dir() else path
 
 
-def _rows(path: Path, strict: bool) -> list[Row]:
-    """Parse and validate every line. A bad line raises (``strict``) or is skipped
-    with a warning; a bad unterminated last line (a write in progress) is always
-    skipped with a warning."""
+def _rows(path: Path, strict: bool) -> Iterator[Row]:
+    """Parse and validate each line, one at a time (a file of a long run or a sampled evaluation
+    runs to gigabytes). A bad line raises (``strict``) or is skipped with a warning; a bad
+    unterminated last line (a write in progress) is always skipped with a warning."""
     if not path.is_file():
         raise FileNotFoundError(f"no trajectories file: {path}")
-    data = path.read_bytes()
-    lines = data.splitlines()
-    rows: list[Row] = []
-    for lineno, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            rows.append(validate(json.loads(raw.decode("utf-8"))))
-        except (ValueError, UnicodeDecodeError) as exc:
-            reason = (f"invalid JSON: {exc.msg} at column {exc.colno}"
-                      if isinstance(exc, json.JSONDecodeError) else str(exc))
-            message = f"{path}:{lineno}: {reason}"
-            in_progress = lineno == len(lines) and not data.endswith(b"\n")
-            if strict and not in_progress:
-                raise ValueError(message) from None
-            warnings.warn(f"skipping {message}", RuntimeWarning, stacklevel=3)
-    return rows
+    with path.open("rb") as lines:
+        for lineno, raw in enumerate(lines, 1):
+            if not raw.strip():
+                continue
+            try:
+                yield validate(json.loads(raw.decode("utf-8")))
+            except (ValueError, UnicodeDecodeError) as exc:
+                reason = (f"invalid JSON: {exc.msg} at column {exc.colno}"
+                          if isinstance(exc, json.JSONDecodeError) else str(exc))
+                message = f"{path}:{lineno}: {reason}"
+                in_progress = not raw.endswith(b"\n")  # only the last line can lack its newline
+                if strict and not in_progress:
+                    raise ValueError(message) from None
+                warnings.warn(f"skipping {message}", RuntimeWarning, stacklevel=3)
 
 
 def is_failed(row: Row) -> bool:
@@ -140,11 +138,27 @@ def read_trajectories(
     Raises ``FileNotFoundError`` naming the path if it is missing, and
     ``ValueError("<path>:<line>: <reason>")`` for a malformed line.
     """
-    rows = _rows(trajectories_path(path_or_run_dir), strict=True)
-    return [r for r in rows
-            if (step is None or r["step"] == step)
-            and (phase is None or r["phase"] == phase)
-            and (not failed_only or is_failed(r))]
+    return list(matching_trajectories(path_or_run_dir, step=step, phase=phase, failed_only=failed_only))
+
+
+def matching_trajectories(path_or_run_dir: str | Path, *, step: int | None = None, phase: str | None = None,
+                          failed_only: bool = False) -> Iterator[Row]:
+    """As :func:`read_trajectories`, one row at a time."""
+    for r in _rows(trajectories_path(path_or_run_dir), strict=True):
+        if ((step is None or r["step"] == step) and (phase is None or r["phase"] == phase)
+                and (not failed_only or is_failed(r))):
+            yield r
+
+
+def last_trajectories(path_or_run_dir: str | Path, last: int, **where) -> tuple[list[Row], int]:
+    """(The last ``last`` matching trajectories, or all with 0; how many matched), holding no
+    more than those in memory."""
+    kept: deque[Row] = deque(maxlen=last or None)
+    count = 0
+    for row in matching_trajectories(path_or_run_dir, **where):
+        kept.append(row)
+        count += 1
+    return list(kept), count
 
 
 def find_trajectories(run_dir: str | Path, stage: str | None = None) -> Path:
@@ -309,20 +323,24 @@ def html_section(run_dir: str | Path, n: int = 6) -> list[str]:
     """
     path = trajectories_path(run_dir)
     body = [page.heading("Agent trajectories"), HTML_STYLE]
+    wanted = {"train": (n, "Latest training episodes"), "eval": (max(1, n // 2), "Latest held-out episodes")}
+    latest = {phase: deque(maxlen=max(count, 0)) for phase, (count, _) in wanted.items()}
+    total = 0
     try:
-        rows = _rows(path, strict=False)
+        for row in _rows(path, strict=False):  # one at a time: the file can be large
+            total += 1
+            if row["phase"] in latest:
+                latest[row["phase"]].append(row)
     except OSError as exc:
         warnings.warn(f"could not read {path}: {exc}", RuntimeWarning, stacklevel=2)
         return body + [page.paragraph(f"could not read {path.name}: {exc}", "note")]
     legend_html = " ".join(_span(s, s) for s in ("prompt", "template", "model", "env"))
-    body.append(f"<p>{page.esc(f'{len(rows)} trajectories in {path.name}.')} "
+    body.append(f"<p>{page.esc(f'{total} trajectories in {path.name}.')} "
                 f"Text by source: {legend_html}</p>")
-    for phase, count, title in (("train", n, "Latest training episodes"),
-                                ("eval", max(1, n // 2), "Latest held-out episodes")):
-        chosen = [r for r in rows if r["phase"] == phase][-count:] if count > 0 else []
-        if chosen:
+    for phase, (_, title) in wanted.items():
+        if latest[phase]:
             body.append(page.heading(title, 3))
-            body += [_html_trajectory(r) for r in chosen]
-    if not rows:
+            body += [_html_trajectory(r) for r in latest[phase]]
+    if not total:
         body.append(page.paragraph("No valid trajectories logged yet.", "note"))
     return body

@@ -299,3 +299,25 @@ def test_pipeline_table_agent_columns(pipeline: Path, tmp_path: Path) -> None:
     (plain / "summary.json").write_text(json.dumps({"stages": [{"name": "a", "accuracy": 0.5}]}))
     text = write_report(plain).read_text(encoding="utf-8")
     assert "<th>time</th><th>run</th>" in text and "tool-call" not in text
+
+
+def test_a_large_file_is_read_a_row_at_a_time(tmp_path):
+    """`lmpo trajectories` and the report read the whole file, then every row, into memory: a
+    168 MB file of a long run took 1.9 GB to show its last 2 episodes. Now only those are held."""
+    import tracemalloc
+
+    from lmpo.reports.trajectories import last_trajectories
+
+    path = tmp_path / "trajectories.jsonl"
+    with path.open("w") as f:
+        for step in range(3000):
+            f.write(json.dumps(traj(step, env="9" * 1000)) + "\n")  # ~2 KB a row, 6 MB in all
+    tracemalloc.start()
+    shown, matching = last_trajectories(path, 2, phase="train")
+    peak = tracemalloc.get_traced_memory()[1]
+    html = html_section(tmp_path, n=2)
+    peak = max(peak, tracemalloc.get_traced_memory()[1])
+    tracemalloc.stop()
+    assert matching == 3000 and [r["step"] for r in shown] == [2998, 2999]
+    assert "3000 trajectories in trajectories.jsonl." in "".join(html)
+    assert peak < 1_000_000, peak  # a few rows, not the file's 6 MB
