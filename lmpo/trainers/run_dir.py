@@ -149,6 +149,18 @@ def _clear_earlier_run(path: Path, name: str, overwrite: bool) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
+def lock_directory(path: str | Path, flag: str = "--out") -> None:
+    """Hold `path` (created if missing) for this process, as a run directory is held: a second
+    process that asks is refused, naming the holder. For commands that write one directory from
+    several runs (`lmpo compare`)."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunDirError(f"{flag} {path}: cannot create the directory: {_cause(err)}") from None
+    _lock(path, flag)
+
+
 def _lock(path: Path, flag: str) -> int:
     key = os.path.realpath(path)
     if key in _HELD:  # this process ran here before (a library caller, a test): not a concurrent run

@@ -149,3 +149,25 @@ def test_a_time_budget_stops_every_run_at_its_cap(start_model, tmp_path):
         assert any("wall-time cap of 0.01 minutes" in r.get("stopped", "") for r in rows), run["method"]
         assert 0 < run["samples"] < 1000000 and run["accuracy"] is not None
         assert run["curve"][-1]["seconds"] >= 0.6  # evaluated at the stop, after the cap
+
+
+def test_a_second_compare_over_the_same_out_is_refused(start_model, tmp_path, capsys):
+    """A second `lmpo compare` over a running one's --out took the runs in progress for killed
+    ones and deleted them to start again."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "busy"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from lmpo.trainers.run_dir import "
+                               f"lock_directory; lock_directory({str(out)!r}); print('held', flush=True); "
+                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        argv = ["compare", "--methods", "grpo", "--seeds", "0", "--samples", "128", "--threads", "1",
+                "--device", "cpu", "--start", start_model, "--out", str(out)]
+        assert main(argv) == 2
+        assert f"--out {out}: the run directory is in use by process {holder.pid}" in capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (out / "seed0").exists()

@@ -44,6 +44,9 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
     if cfg.start and not Path(cfg.start).is_dir():
         raise FileNotFoundError(f"--start {cfg.start}: no such model directory")
     refuse_changed_runs(cfg, methods)
+    from lmpo.trainers.run_dir import lock_directory
+
+    lock_directory(cfg.out)  # a second compare over this --out would delete the runs in progress as "killed"
     starts: dict[int, float | None] = {}
     for seed in cfg.seed_list():
         specs = [RunSpec(cfg, method, seed, "") for method in methods]
