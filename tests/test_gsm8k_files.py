@@ -21,7 +21,7 @@ def _write(path, rows):
 
 def test_sft_reads_a_question_and_answer_file_with_prompt_field(char_tokenizer, tmp_path):
     path = _write(tmp_path / "gsm.jsonl", ROWS)
-    with pytest.raises(ValueError, match="--prompt_field and --answer_field name them"):
+    with pytest.raises(ValueError, match="--prompt_field question --answer_field answer read this file's"):
         load_sft(path, char_tokenizer, max_length=256)
     examples, report = load_sft(path, char_tokenizer, max_length=256, prompt_field="question")
     assert report.shape == "prompt/completion" and report.shape_field == "question" and len(examples) == 4

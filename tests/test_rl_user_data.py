@@ -176,10 +176,13 @@ def test_prompt_and_answer_columns_of_other_names(start_model, tmp_path, capsys)
             "--max_new_tokens", "6", "--threads", "1", "--save_every", "0", "--reward_timeout", "0"]
     assert main([*args, "--out", str(tmp_path / "a")]) == 2
     err = capsys.readouterr().err
-    assert "field 'prompt'" in err and "--prompt_field on the command line" in err
+    assert "field 'prompt'" in err and "(--prompt_field question reads the row's 'question' column)" in err
     assert main([*args, "--out", str(tmp_path / "b"), "--prompt_field", "question"]) == 2
-    assert "--answer_field on the command line" in capsys.readouterr().err
+    assert "(task exact_match; --answer_field solution reads the row's 'solution' column)" in capsys.readouterr().err
     assert main([*args, "--out", str(tmp_path / "c"), "--prompt_field", "question", "--answer_field", "solution"]) in (0, None)
+    odd = _write(tmp_path / "odd.jsonl", [{"q_text": "31415=", "gold": "11345"}])  # nothing to suggest
+    assert main([*args, "--out", str(tmp_path / "d"), "--prompts", str(odd)]) == 2
+    assert "(prompt_field, --prompt_field on the command line, names another column)" in capsys.readouterr().err
     kept = [json.loads(line) for line in open(tmp_path / "c" / "trajectories.jsonl")]
     assert {(t["prompt"], t["answer"]) for t in kept} <= {("31415=", "11345"), ("27182=", "12278")}
 

@@ -78,9 +78,15 @@ def sft_shape(rec: Record) -> tuple[str, str]:
         return "prompt/completion", "prompt" if prompt is not None else "completion"
     if rec.get("text") is not None:
         return "text", "text"
+    from lmpo.envs.data.prompts import ANSWER_LIKE, PROMPT_LIKE
+
+    prompt_like = next((n for n in PROMPT_LIKE if rec.get(n) is not None), None)
+    answer_like = next((n for n in ("answer", *ANSWER_LIKE) if rec.get(n) is not None), None)
+    name_them = (f"--prompt_field {prompt_like} --answer_field {answer_like} read this file's"
+                 if prompt_like and answer_like else "--prompt_field and --answer_field name them")
     raise rec.error(None, "a 'messages', 'prompt'/'completion' or 'text' field (or ShareGPT's 'conversations', "
-                          "Alpaca's 'instruction'/'output', or a prompt and an answer column: --prompt_field and "
-                          "--answer_field name them)", f"fields {rec.present()}")
+                          f"Alpaca's 'instruction'/'output', or a prompt and an answer column: {name_them})",
+                    f"fields {rec.present()}")
 
 
 def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> TokenizedExample:
