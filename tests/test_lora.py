@@ -185,3 +185,21 @@ def test_clear_errors(char_tokenizer, tiny_llama, start_model, tmp_path):
             load_model(start_model, char_tokenizer, lora=LoraOptions(qlora=True))
     with pytest.raises(ValueError, match="preset"):
         load_model("tiny", char_tokenizer, lora=LoraOptions(qlora=True))
+
+
+def test_an_adapter_whose_base_moved_says_so(tmp_path):
+    """An adapter names its base by path; with the base moved, the error named only the missing
+    base directory, not the adapter that pointed there or the field to fix."""
+    import json
+
+    import pytest
+
+    from lmpo.models import build_char_tokenizer, load_model
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "gone")}))
+    with pytest.raises(FileNotFoundError, match=rf"the adapter in {adapter} was trained on {tmp_path}/gone "
+                                                r"\(base_model_name_or_path in its adapter_config.json\), which "
+                                                r"does not exist"):
+        load_model(str(adapter), build_char_tokenizer())

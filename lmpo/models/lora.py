@@ -127,6 +127,10 @@ def adapter_base_name(adapter_dir: str | Path) -> str:
     base = json.loads((path / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
     if not base:
         raise ValueError(f"the adapter in {path} does not name its base model (base_model_name_or_path)")
+    if base.startswith(("/", ".", "~")) and not Path(base).expanduser().exists():
+        raise FileNotFoundError(f"the adapter in {path} was trained on {base} (base_model_name_or_path in its "
+                                f"{ADAPTER_CONFIG}), which does not exist: put the base model back there, or set "
+                                f"that field to where it is now")
     return base
 
 
