@@ -356,3 +356,17 @@ def _every_call(init):
         init(self, *args, **kwargs)
         self.every_s = 0.0
     return patched
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_a_utf16_file_is_named_as_such(tmp_path, suffix):
+    """Windows tools save "Unicode" text as UTF-16; the error said only "invalid start byte"."""
+    from lmpo.envs.data import load_prompts
+
+    path = tmp_path / f"prompts{suffix}"
+    path.write_text('{"prompt": "12=", "answer": "12"}\n', encoding="utf-16")
+    with pytest.raises(ValueError, match=r"row 1: not valid UTF-8 \(invalid start byte at byte 0\); the file is UTF-16"):
+        load_prompts(path)
+    path.write_bytes('{"prompt": "café=", "answer": "1"}\n'.encode("latin-1"))
+    with pytest.raises(ValueError, match=r"not valid UTF-8 \(invalid continuation byte at byte 15\)$"):
+        load_prompts(path)

@@ -161,7 +161,7 @@ def _read_jsonl(path: Path, label: str) -> list[Record]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise DataError(label, f"not valid UTF-8 ({e.reason} at byte {e.start})", row=line_no) from None
+                raise DataError(label, _not_utf8(e, raw if line_no == 1 else b""), row=line_no) from None
             if line_no == 1:
                 line = line.removeprefix("\ufeff")
             if not line.strip():
@@ -174,6 +174,15 @@ def _read_jsonl(path: Path, label: str) -> list[Record]:
                 raise DataError(label, f"expected a JSON object, got {type_name(value)}", row=line_no)
             records.append(Record(label, line_no, value))
     return records
+
+
+def _not_utf8(err: UnicodeDecodeError, start: bytes) -> str:
+    """The decoding error, and what to do when the file is UTF-16 (Windows' "Unicode" text)."""
+    message = f"not valid UTF-8 ({err.reason} at byte {err.start})"
+    if start.startswith((b"\xff\xfe", b"\xfe\xff")):
+        message += ("; the file is UTF-16 (it starts with a UTF-16 byte-order mark), and lmpo reads UTF-8: "
+                    "save it as UTF-8, e.g. `iconv -f UTF-16 -t UTF-8 FILE > NEW`")
+    return message
 
 
 def _read_json(path: Path, label: str) -> list[Record]:
@@ -196,7 +205,7 @@ def _read_json(path: Path, label: str) -> list[Record]:
     try:
         value = json.loads(path.read_bytes().decode("utf-8").removeprefix("\ufeff"))
     except UnicodeDecodeError as e:
-        raise DataError(label, f"not valid UTF-8 ({e.reason} at byte {e.start})") from None
+        raise DataError(label, _not_utf8(e, path.read_bytes()[:2])) from None
     except json.JSONDecodeError as e:
         raise DataError(label, f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     for i, row in enumerate(value, start=1):
