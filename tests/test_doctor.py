@@ -118,3 +118,20 @@ def test_findings_quote_metric_value_threshold_and_remedy():
     finding = diagnose(_rows(30, kl=(0.01, 3.0)), "rl")[0]
     text = finding.text()
     assert all(part in text for part in ("kl_runaway", "kl =", "threshold > 1", "--beta"))
+
+
+def test_a_directory_of_runs_further_in_is_diagnosed_run_by_run(tmp_path, capsys):
+    """`lmpo doctor runs/compare` stopped at "no metrics.jsonl": a comparison keeps its runs at
+    SEED/METHOD/STAGE, a factcheck at runs/NAME."""
+    import shutil
+
+    healthy = HERE / "data" / "healthy_sort_pipeline" / "grpo"
+    for run in ("seed0/grpo/grpo", "seed1/grpo/grpo", "runs/held_grpo"):
+        shutil.copytree(healthy, tmp_path / "out" / run)
+    findings = diagnose_run(tmp_path / "out")
+    assert list(findings) == ["runs/held_grpo", "seed0/grpo/grpo", "seed1/grpo/grpo"]
+    assert main(["doctor", str(tmp_path / "out")]) == 0
+    assert "no problems found in: runs/held_grpo, seed0/grpo/grpo, seed1/grpo/grpo" in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no metrics.jsonl here nor in the run directories under it"):
+        diagnose_run(tmp_path / "empty")

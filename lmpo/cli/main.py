@@ -281,11 +281,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--stage", default=None, metavar="NAME", help="in a pipeline directory, the stage to show")
     p.set_defaults(func=cmd_trajectories)
     p = sub.add_parser("doctor", help="say what limits training in a run, with evidence and remedies",
-                       description="Read RUN_DIR's metrics (a stage directory or every stage of a pipeline "
-                                   "directory) and name what limits training: no signal, too sparse or easy a "
+                       description="Read RUN_DIR's metrics (a stage directory, every stage of a pipeline "
+                                   "directory, or every run under a directory of runs: lmpo compare's "
+                                   "SEED/METHOD/STAGE, lmpo factcheck's runs/NAME) and name what limits training: no signal, too sparse or easy a "
                                    "reward, entropy collapse, KL runaway, length growth or truncation, reward "
                                    "hacking, high clip fraction, non-finite skips, unscorable rewards.")
-    p.add_argument("run_dir", help="a run directory (or a pipeline directory)")
+    p.add_argument("run_dir", help="a run directory (or a pipeline directory, or one holding runs further in)")
     p.set_defaults(func=cmd_doctor)
     p = sub.add_parser("presets", help="list the RL presets, their parts and their sources",
                        description="List the RL presets, what each sets, and the paper it comes from; "

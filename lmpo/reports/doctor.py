@@ -279,13 +279,17 @@ def diagnose(rows: list[Row], stage: str = "", thresholds: Thresholds | None = N
 
 
 def diagnose_run(path: str | Path) -> dict[str, list[Finding]]:
-    """Findings per stage of a pipeline directory, or of one stage directory."""
+    """Findings per stage of a pipeline directory, per run of a directory that holds runs further
+    in (`lmpo compare`'s SEED/METHOD/STAGE, `lmpo factcheck`'s runs/NAME), or of one stage directory."""
     path = Path(path)
     if (path / "summary.json").is_file() or not (path / "metrics.jsonl").is_file():
         stages = [d for d in sorted(path.iterdir()) if (d / "metrics.jsonl").is_file()] if path.is_dir() else []
-        if not stages:
-            raise ValueError(f"{path}: no metrics.jsonl here nor in its stage directories")
-        return {d.name: diagnose_stage(d) for d in _ordered(path, stages)}
+        if stages:
+            return {d.name: diagnose_stage(d) for d in _ordered(path, stages)}
+        deeper = sorted({m.parent for depth in ("*/*", "*/*/*") for m in path.glob(f"{depth}/metrics.jsonl")})
+        if not deeper:
+            raise ValueError(f"{path}: no metrics.jsonl here nor in the run directories under it")
+        return {str(d.relative_to(path)): diagnose_stage(d) for d in deeper}
     return {path.name: diagnose_stage(path)}
 
 
