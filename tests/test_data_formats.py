@@ -186,3 +186,19 @@ def test_an_implicit_prompt_that_is_not_one_is_refused_saying_why(char_tokenizer
     with pytest.raises(DataError, match=rf"row 1: field {expected}"):
         load_preferences(write(tmp_path / "p.jsonl", [{"chosen": chosen, "rejected": rejected}]), char_tokenizer,
                          max_length=256)
+
+
+def test_pairs_of_two_texts_share_the_text_they_begin_with(char_tokenizer, tmp_path):
+    """Anthropic's hh-rlhf as published: `chosen` and `rejected` are whole dialogues as text, with
+    no prompt field. They were refused ("field 'prompt': ... no such field")."""
+    rows = [{"chosen": "\n\nHuman: 2+2=\n\nAssistant: 4 it is", "rejected": "\n\nHuman: 2+2=\n\nAssistant: 45"},
+            {"chosen": "Q: 12= A: 12", "rejected": "Q: 12= A: 21"}]
+    pairs, report = load_preferences(write(tmp_path / "hh.jsonl", rows), char_tokenizer, max_length=256)
+    assert "shape 'chosen/rejected (implicit text prompt)'" in report.summary()
+    text = [tuple(decode(char_tokenizer, ids) for ids in (p.prompt_ids, p.chosen_ids, p.rejected_ids)) for p in pairs]
+    # the cut goes back to the start of the word the replies differ in ("4" / "45"), the space with the reply
+    assert text == [("\n\nHuman: 2+2=\n\nAssistant:", " 4 it is<eos>", " 45<eos>"), ("Q: 12= A:", " 12<eos>", " 21<eos>")]
+    with pytest.raises(DataError, match="row 1: field 'chosen': expected a text that begins with the same prompt as "
+                                        "'rejected', or a 'prompt' field, got no words in common at the start"):
+        load_preferences(write(tmp_path / "none.jsonl", [{"chosen": "yes", "rejected": "no"}]), char_tokenizer,
+                         max_length=256)

@@ -7,7 +7,8 @@ each reply. Otherwise the row is a chat row, rendered with the tokenizer's chat 
 message (either that message alone or the prompt's messages followed by it). In place of
 `prompt`, ShareGPT's `conversations` or Alpaca's `instruction` (with `input`, `system`,
 `history`) give it, as LLaMA-Factory's preference datasets do (see `formats`). Without any, two
-conversations share it (TRL's implicit prompt, `_implicit_prompt`).
+conversations share it (TRL's implicit prompt, `_implicit_prompt`), or two texts begin with it
+(Anthropic's hh-rlhf, `_implicit_text_prompt`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from lmpo.envs.data.sft import prompt_messages, sharegpt_turns
 
 FIELDS = ("prompt", "chosen", "rejected")
 PROMPT_FIELDS = {"ShareGPT": ("conversations", "system"), "Alpaca": ("instruction", "input", "system", "history"),
-                 "implicit prompt": ()}
+                 "implicit prompt": (), "implicit text prompt": ()}
 """The fields that hold a prompt in LLaMA-Factory's layouts (see `formats`), none where each reply holds
 it (TRL's implicit prompt); else `prompt`."""
 
@@ -65,6 +66,8 @@ def _shape(rec: Record) -> tuple[str, str]:
         return _replies_present(rec, "instruction/chosen/rejected (Alpaca)", "instruction")
     if rec.get("prompt") is None and all(isinstance(rec.get(f), list) for f in FIELDS[1:]):
         return "chosen/rejected (implicit prompt)", "chosen"
+    if rec.get("prompt") is None and all(isinstance(rec.get(f), str) for f in FIELDS[1:]):
+        return "chosen/rejected (implicit text prompt)", "chosen"
     for field in FIELDS:
         if rec.get(field) is None:
             raise rec.missing(field, "a string or messages")
@@ -105,6 +108,26 @@ def _implicit_prompt(rec: Record) -> tuple[list[dict], dict, dict]:
     return chosen[:shared], chosen[-1], rejected[-1]
 
 
+def _implicit_text_prompt(rec: Record) -> tuple[str, str, str]:
+    """Rows of two whole texts without a prompt (Anthropic's hh-rlhf: "\n\nHuman: ...\n\nAssistant:
+    ..."): the text both begin with is the prompt, cut back to a word's start so that no word is
+    split between prompt and reply, the space before the word going with the reply (as TRL's
+    `extract_prompt` does). Where the cut falls inside the shared text does not change DPO's loss:
+    the shared tokens' log-ratios are the same in both replies and cancel in the margin."""
+    chosen, rejected = (rec.require_str(f) for f in FIELDS[1:])
+    cut = 0
+    while cut < min(len(chosen), len(rejected)) and chosen[cut] == rejected[cut]:
+        cut += 1
+    while cut > 0 and not chosen[cut - 1].isspace():
+        cut -= 1
+    if cut > 0 and chosen[cut - 1] == " ":
+        cut -= 1
+    if not chosen[:cut].strip():
+        raise rec.error("chosen", "a text that begins with the same prompt as 'rejected', or a 'prompt' field",
+                        "no words in common at the start")
+    return chosen[:cut], chosen[cut:], rejected[cut:]
+
+
 def _prompt(rec: Record, shape: str) -> list[dict]:
     if shape.endswith("(ShareGPT)"):
         return sharegpt_turns(rec)
@@ -117,9 +140,11 @@ def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> Pr
     eos = tokenizer.eos_token_id
     if eos is None:
         raise DataError(rec.path, "the tokenizer has no eos token")
-    if shape == "prompt/chosen/rejected":
-        prompt_ids = chat.encode_start(tokenizer, rec.require_str("prompt"))
-        chosen, rejected = (chat.encode(tokenizer, rec.require_str(f)) + [eos] for f in FIELDS[1:])
+    if shape in ("prompt/chosen/rejected", "chosen/rejected (implicit text prompt)"):
+        prompt, *replies = _implicit_text_prompt(rec) if shape.endswith("text prompt)") else (
+            rec.require_str(f) for f in FIELDS)
+        prompt_ids = chat.encode_start(tokenizer, prompt)
+        chosen, rejected = (chat.encode(tokenizer, reply) + [eos] for reply in replies)
     else:
         if shape == "chosen/rejected (implicit prompt)":
             prompt, chosen_turn, rejected_turn = _implicit_prompt(rec)
