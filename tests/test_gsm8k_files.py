@@ -53,7 +53,11 @@ def test_sft_then_eval_on_gsm8k_files(start_model, tmp_path, capsys):
     assert main(["train", "sft", "--model", start_model, "--data", str(train), "--eval_prompts", str(test),
                  "--prompt_field", "question", "--task", task, "--out", str(sft), "--epochs", "1",
                  "--batch_size", "2", "--eval_max_new_tokens", "8", "--threads", "1"]) == 0
-    assert "shape 'prompt/completion' (field 'question'), kept 4" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "shape 'prompt/completion' (field 'question'), kept 4" in printed
+    # the held-out rows are training rows here, which SFT now says (compared as the tokens read)
+    assert (f"[sft] warning: 2 of the 2 held-out prompts (100%) of {test} are also training prompts in {train} "
+            f"(e.g. '2+2?')") in printed
     reported = [json.loads(line) for line in open(sft / "metrics.jsonl") if "eval_accuracy" in line][-1]
     out = tmp_path / "eval"
     assert main(["eval", "--model", str(sft / "model"), "--eval_prompts", str(test), "--prompt_field", "question",

@@ -82,12 +82,15 @@ def warn_shared_prompts(train: list[str], heldout: list[str], train_path: str, e
     """Say when held-out prompts are also training prompts: accuracy on them measures what the
     model was trained on, not how it does on new problems (a split made twice, or not at all)."""
     seen = {text.strip() for text in train}
-    shared = [text for text in heldout if text.strip() in seen]
+    say_shared_prompts([text for text in heldout if text.strip() in seen], len(heldout), train_path, eval_path, what)
+
+
+def say_shared_prompts(shared: list[str], heldout: int, train_path: str, eval_path: str, what: str) -> None:
     if shared:
         example = " ".join(shared[0].split())
         example = example if len(example) <= 60 else example[:57] + "..."
-        print(f"[{what.lower().replace(' ', '_')}] warning: {len(shared)} of the {len(heldout)} held-out prompts "
-              f"({100 * len(shared) / len(heldout):.0f}%) of {eval_path} are also training prompts in {train_path} "
+        print(f"[{what.lower().replace(' ', '_')}] warning: {len(shared)} of the {heldout} held-out prompts "
+              f"({100 * len(shared) / heldout:.0f}%) of {eval_path} are also training prompts in {train_path} "
               f"(e.g. {example!r}): held-out accuracy on them measures what training saw", flush=True)
 
 

@@ -21,7 +21,7 @@ from lmpo.envs.data import TokenizedExample, load_sft
 from lmpo.models import load_tokenizer
 from lmpo.trainers.batches import CPTBatches, SFTBatches, task_document_ids, task_examples
 from lmpo.trainers.faults import fault_point
-from lmpo.trainers.preflight import check_cpt_rows, example_limit, prompts_within_context
+from lmpo.trainers.preflight import check_cpt_rows, example_limit, prompts_within_context, say_shared_prompts
 from lmpo.trainers.prompts import PromptColumns
 from lmpo.trainers.harness import Run, RunOptions, Updater
 from lmpo.trainers.stopping import BestWeights, StoppingOptions, StopRule, stopping_problems
@@ -178,6 +178,16 @@ def _heldout(cfg: SupervisedConfig, task, tokenizer) -> list:
     return task.heldout_problems(cfg.eval_problems)
 
 
+def _warn_shared_prompts(examples: list[TokenizedExample], heldout: list, tokenizer, cfg: SupervisedConfig) -> None:
+    """Held-out prompts that are also the prompts of training examples, compared as the tokens
+    the model reads (an example's prompt: the tokens before its first trained one)."""
+    from lmpo.envs.data import chat
+
+    trained = {tuple(e.input_ids[:e.loss_mask.index(1)]) for e in examples if 1 in e.loss_mask}
+    shared = [p.prompt for p in heldout if tuple(chat.encode_start(tokenizer, p.prompt, count=False)) in trained]
+    say_shared_prompts(shared, len(heldout), cfg.data, cfg.eval_prompts, "sft")
+
+
 def _load_data(cfg: SupervisedConfig, tokenizer, max_length: int = 0, limit_name: str = "") -> list[TokenizedExample]:
     examples, report = load_sft(cfg.data, tokenizer, max_length=max_length or cfg.max_length, overlong=cfg.overlong,
                                 limit_name=limit_name, prompt_field=cfg.prompt_field, answer_field=cfg.answer_field)
@@ -227,6 +237,8 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> St
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     batches, total_steps = prepare(tokenizer)  # the data before the model: a bad file says so before a long load
     heldout = _heldout(cfg, task, tokenizer)
+    if name == "sft" and cfg.data and cfg.eval_prompts:
+        _warn_shared_prompts(batches.examples, heldout, tokenizer, cfg)
     model = run.load_policy(tokenizer)
     model.train()
     stop, rows = (stopping[0], stopping[1](tokenizer)) if stopping else (None, None)
