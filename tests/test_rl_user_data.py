@@ -203,3 +203,42 @@ def test_held_out_prompts_that_are_also_training_prompts_are_reported(start_mode
             f"(e.g. '16180='): held-out accuracy on them measures what training saw") in capsys.readouterr().out
     load_prompt_files(RLConfig(**{**cfg.__dict__, "eval_problems": 1}))
     assert "warning" not in capsys.readouterr().out
+
+
+def test_a_pipeline_checks_every_stages_inputs_before_cpt(tmp_path, capsys, monkeypatch):
+    """A user's `lmpo pipeline --task exact_match` stopped on a traceback (`'ExactMatch' object
+    has no attribute 'cpt_corpus'`) after writing its run directory; with the files given, a bad
+    row in --rl_stage.prompts, a missing held-out set or one too small for the stopping rule
+    stopped it only after CPT and SFT had trained for minutes."""
+    import lmpo.rollout.engine_select as engine_select
+    from lmpo.cli.main import main
+
+    monkeypatch.setattr(engine_select, "vllm_availability", lambda: engine_select.VLLMAvailability(False, False))
+    docs = _write(tmp_path / "docs.jsonl", [{"text": f"{i:05d}= {''.join(sorted(f'{i:05d}'))}"} for i in range(50)])
+    demos = _write(tmp_path / "demos.jsonl", [{"prompt": f"{i:05d}=", "answer": "".join(sorted(f"{i:05d}"))}
+                                             for i in range(50)])
+    held = _write(tmp_path / "held.jsonl", [{"prompt": f"{i:05d}=", "answer": "".join(sorted(f"{i:05d}"))}
+                                            for i in range(900, 910)])
+    bad = _write(tmp_path / "bad.jsonl", [{"prompt": "12=", "answer": "12"}, {"prompt": "", "answer": "1"}])
+    files = ["--cpt.data", str(docs), "--sft.data", str(demos)]
+    cases = [([], "task 'exact_match' has no CPT corpus of its own (no cpt_corpus method): give a file with "
+                  "--cpt.data"),
+             (["--cpt.data", str(docs)], "has no SFT demonstrations of its own (no sft_demonstrations method): give "
+                                         "a file with --sft.data"),
+             ([*files, "--rl_stage.prompts", str(bad)], f"{bad}: row 2: field 'prompt'"),
+             ([*files, "--rl", "rft", "--rft.prompts", str(bad)], f"{bad}: row 2: field 'prompt'"),
+             (files, "task exact_match has no embedded prompts: give a prompt file (--prompts FILE) (in a pipeline, "
+                     "the option is --rl_stage.<name>)"),
+             ([*files, "--rl_stage.prompts", str(demos)], "has no embedded held-out prompts"),
+             ([*files, "--rl_stage.prompts", str(demos), "--rl_stage.eval_prompts", str(held)],
+              "held.jsonl: 10 rows, all of them reported (eval_problems=500); the stopping rule needs"),
+             ([*files, "--rl_stage.prompts", str(demos), "--rl_stage.engine", "vllm"], "engine=vllm: ")]
+    for i, (extra, message) in enumerate(cases):
+        out = tmp_path / f"run{i}"
+        assert main(["pipeline", "--task", "exact_match", *extra, "--out", str(out)]) == 2, message
+        assert message in capsys.readouterr().err
+        assert not out.exists(), message
+    for stage, what in (("cpt", "CPT corpus"), ("sft", "SFT demonstrations")):
+        out = tmp_path / stage
+        assert main(["train", stage, "--task", "exact_match", "--model", "tiny", "--out", str(out)]) == 2
+        assert f"has no {what} of its own" in capsys.readouterr().err and not out.exists()

@@ -113,10 +113,11 @@ def test_a_prompt_file_too_short_to_select_on_is_an_error(start_model, tmp_path)
 
 
 def test_a_held_out_split_too_small_for_the_selection_problems_says_which_options_to_lower():
-    from lmpo.trainers.rl import _heldout
+    from lmpo.trainers.rl import heldout_and_selection
 
     cfg = RLConfig(task="sort_digits:length=3", eval_problems=60, select_problems=200, stop_patience=2)
     with pytest.raises(ValueError, match="select_problems=200 for the stopping rule"):
-        _heldout(cfg, make_task(cfg.task), None, stopping=True)
-    reported, selection = _heldout(replace(cfg, select_problems=20), make_task(cfg.task), None, stopping=True)
+        heldout_and_selection(cfg, make_task(cfg.task), None, stopping=True)
+    reported, selection = heldout_and_selection(replace(cfg, select_problems=20), make_task(cfg.task), None,
+                                                stopping=True)
     assert len(reported) == 60 and len(selection) == 20

@@ -165,3 +165,20 @@ def test_trust_remote_code_reaches_vllm(monkeypatch, tiny_llama, char_tokenizer,
     make_engine("vllm", tiny_llama, char_tokenizer, str(tmp_path / "m"), availability=VLLMAvailability(True, True, "0.11.0"),
                 trust_remote_code=True, log=lambda line: None)
     assert given[0]["trust_remote_code"] is True
+
+
+def test_engine_vllm_where_it_cannot_run_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    """It was found only when the engine was made: after the model loaded, with the run directory
+    written, as a traceback (the error was a RuntimeError the command line did not expect); in a
+    pipeline, after CPT and SFT had run."""
+    import lmpo.rollout.engine_select as engine_select
+    from lmpo.cli.main import main
+
+    monkeypatch.setattr(engine_select, "vllm_availability", lambda: VLLMAvailability(False, False))
+    for argv in (["train", "grpo", "--model", "tiny"], ["train", "rft", "--model", "tiny"],
+                 ["pipeline", "--rl_stage.engine", "vllm"], ["pipeline", "--rl", "rft", "--rft.engine", "vllm"]):
+        out = tmp_path / argv[1]
+        engine = [] if argv[0] == "pipeline" else ["--engine", "vllm"]
+        assert main([*argv, *engine, "--out", str(out)]) == 2, argv
+        assert capsys.readouterr().err.startswith("lmpo: error: engine=vllm: vllm is not installed"), argv
+        assert not out.exists(), argv

@@ -21,8 +21,14 @@ EngineKind = Literal["auto", "local", "vllm"]
 INSTALL_HINT = "pip install vllm (on a Linux machine with an NVIDIA GPU and CUDA)"
 
 
-class EngineUnavailableError(RuntimeError):
-    """The engine asked for cannot run here."""
+class EngineUnavailableError(ValueError):
+    """The engine asked for cannot run here: an option that this machine cannot honour, refused
+    (by `check_engine`) before a trainer writes or loads anything."""
+
+
+def check_engine(kind: str) -> None:
+    """Refuse `vllm` where it cannot run, and an unknown kind, before a trainer's run starts."""
+    choose_engine(kind, vllm_availability() if kind == "vllm" else VLLMAvailability(False, False), "cpu")
 
 
 @dataclass(frozen=True)

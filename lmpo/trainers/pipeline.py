@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from lmpo.models import load_tokenizer
 from lmpo.trainers.distributed import launched_rank
 from lmpo.trainers.kto import KTOConfig, train_kto
 from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
@@ -21,7 +22,8 @@ from lmpo.trainers.rft import RFTConfig, train_rft
 from lmpo.trainers.rl import train_rl
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.run_dir import open_run_dir
-from lmpo.trainers.supervised import CPTConfig, SFTConfig, train_cpt, train_sft
+from lmpo.trainers.supervised import (CPTConfig, SFTConfig, heldout_problems, require_task_data, train_cpt,
+                                      train_sft)
 
 
 @dataclass
@@ -171,6 +173,15 @@ def validate_stages(cfg: PipelineConfig) -> None:
     from lmpo.envs import make_task
 
     task = make_task(cfg.task)  # a bad task option
+    for section, method, what in (("cpt", "cpt_corpus", "CPT corpus"), ("sft", "sft_demonstrations", "SFT demonstrations")):
+        stage = replace(getattr(cfg, section), model=cfg.model, task=cfg.task)
+        if not stage.data:
+            require_task_data(task, method, what, f"--{section}.data")
+        tokenizer = load_tokenizer(cfg.model, stage.trust_remote_code) if stage.eval_prompts else None
+        try:
+            heldout_problems(stage, task, tokenizer)  # what the stage evaluates on exists
+        except ValueError as err:
+            raise ValueError(f"{err} (in a pipeline, the option is --{section}.<name>)") from None
     if cfg.rl in (*OFFLINE_STAGES, "online_dpo", "ppo_rm") and getattr(task, "max_turns", 1) > 1:
         raise ValueError(f"--rl {cfg.rl} pairs or scores whole single-turn completions; task {cfg.task!r} is "
                          f"multi-turn: use an RL preset ({', '.join(RL_PRESETS)})")
@@ -186,6 +197,33 @@ def validate_stages(cfg: PipelineConfig) -> None:
             replace(cfg.rl_stage, rewards="rm=1.0", reward_model="(trained by the pipeline)").validate()
         else:
             cfg.rl_stage.validate()
+    _check_sampling_stage(cfg, task)
+
+
+def _check_sampling_stage(cfg: PipelineConfig, task) -> None:
+    """The last stage's engine, prompt files and held-out set, checked now rather than after CPT
+    and SFT have run (the files read with the pipeline's starting tokenizer, which the stages keep)."""
+    from lmpo.rollout.engine_select import check_engine
+    from lmpo.trainers.preflight import load_prompt_files
+    from lmpo.trainers.rl import heldout_and_selection
+    from lmpo.trainers.stopping import StopRule
+
+    section = {"rft": "rft", "online_dpo": "online_dpo"}.get(cfg.rl, None if cfg.rl in OFFLINE_STAGES else "rl_stage")
+    if section is None:
+        return
+    stage = replace(getattr(cfg, section), model=cfg.model, task=cfg.task)
+    if getattr(stage, "engine", None):
+        check_engine(stage.engine)
+    loaded = load_prompt_files(stage, "pipeline")
+    try:
+        if not stage.prompts:
+            task.train_problems(1, cfg.seed)  # a task without problems of its own (exact_match) says so
+        if stage.eval_problems and section == "rl_stage":
+            heldout_and_selection(stage, task, loaded, StopRule.from_options(stage, higher_is_better=True).active)
+        elif stage.eval_problems and not stage.eval_prompts:
+            task.heldout_problems(1)
+    except ValueError as err:
+        raise ValueError(f"{err} (in a pipeline, the option is --{section}.<name>)") from None
 
 
 def last_stage(cfg: PipelineConfig, sft_model: str, out: Path, shared: dict) -> StageResult:

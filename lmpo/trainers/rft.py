@@ -30,7 +30,7 @@ from lmpo.envs.data import TokenizedExample
 from lmpo.models import load_tokenizer
 from lmpo.rollout import SamplingParams
 from lmpo.rollout.agent_loop import EpisodeRunner
-from lmpo.rollout.engine_select import make_engine
+from lmpo.rollout.engine_select import check_engine, make_engine
 from lmpo.rollout.evaluation import evaluate
 from lmpo.rollout.reward_runner import RewardRunner
 from lmpo.rollout.trajectory import Trajectory
@@ -220,6 +220,7 @@ def train_rft(cfg: RFTConfig) -> StageResult:
     cfg.validate()
     loaded = load_prompt_files(cfg, "RFT")  # the prompt files, before anything is written or loaded
     task = make_task(cfg.task)  # a bad task option, too
+    check_engine(cfg.engine)  # engine=vllm where vLLM cannot run
     run = Run(cfg, "rft")
     if run.dist.active:
         raise ValueError("rft runs in one process; start it without torchrun")

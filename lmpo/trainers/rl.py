@@ -23,7 +23,7 @@ from lmpo.rollout.reward_runner import RewardRunner
 from lmpo.models import ValueHead, ValueModel, completion_outputs, load_model, load_tokenizer
 from lmpo.rollout import SamplingParams
 from lmpo.rollout.agent_loop import EpisodeRunner
-from lmpo.rollout.engine_select import make_engine
+from lmpo.rollout.engine_select import check_engine, make_engine
 from lmpo.rollout.weight_probe import default_probe_ids
 from lmpo.trainers.agent_metrics import TrajectoryLog, agent_figures
 from lmpo.trainers.termination import TerminationPolicy
@@ -54,6 +54,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     cfg.validate()
     loaded = load_prompt_files(cfg)  # the prompt files, before anything is written or loaded
     task = make_task(cfg.task)  # a bad task option, too
+    check_engine(cfg.engine)  # engine=vllm where vLLM cannot run
     run = Run(cfg, "rl")
     rewards = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
     rewards = watch_rewards(rewards, run.out, cfg)
@@ -61,7 +62,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     ptx = ptx_batches(cfg, task, tokenizer)  # PPO-ptx: None when ptx_coef is 0
     # the prompts before the model: a task without a held-out split says so before a long load
     stop, best = StopRule.from_options(cfg, higher_is_better=True), BestWeights(run.out / "best")
-    heldout, selection = _heldout(cfg, task, loaded, stop.active) if run.dist.is_main else ([], [])
+    heldout, selection = heldout_and_selection(cfg, task, loaded, stop.active) if run.dist.is_main else ([], [])
     pool = training_prompts(task, loaded, cfg.prompts, cfg.prompt_pool, cfg.seed, "rl")
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     reference = run.reference(policy, lambda: load_model(cfg.model, tokenizer, seed=cfg.seed,
@@ -242,7 +243,7 @@ def _critic_writer(critic):
     return write
 
 
-def _heldout(cfg: RLConfig, task, loaded: dict, stopping: bool) -> tuple[list, list]:
+def heldout_and_selection(cfg: RLConfig, task, loaded: dict, stopping: bool) -> tuple[list, list]:
     """The reported held-out problems and, with a stopping rule, the disjoint ones it selects on."""
     if not cfg.eval_problems:
         return [], []

@@ -132,9 +132,19 @@ def supervised_problems(cfg: SupervisedConfig) -> list[str]:
     return problems
 
 
+def require_task_data(task, method: str, what: str, flag: str) -> None:
+    """Refuse a stage whose task lacks the data it would train on without a file (a user's
+    `exact_match` has no corpus or demonstrations of its own), before anything is written."""
+    if not callable(getattr(task, method, None)):
+        raise ValueError(f"task {getattr(task, 'name', type(task).__name__)!r} has no {what} of its own (no "
+                         f"{method} method): give a file with {flag}")
+
+
 def train_cpt(cfg: CPTConfig) -> StageResult:
     cfg.validate()
     task = make_task(cfg.task)
+    if not cfg.data:
+        require_task_data(task, "cpt_corpus", "CPT corpus", "--data")
 
     def prepare(tok):
         check_cpt_rows(cfg.model, tok, cfg.seq_len)
@@ -157,6 +167,8 @@ def train_cpt(cfg: CPTConfig) -> StageResult:
 def train_sft(cfg: SFTConfig) -> StageResult:
     cfg.validate()
     task = make_task(cfg.task)
+    if not cfg.data:
+        require_task_data(task, "sft_demonstrations", "SFT demonstrations", "--data")
 
     def prepare(tok):
         if cfg.data:
@@ -169,7 +181,7 @@ def train_sft(cfg: SFTConfig) -> StageResult:
     return _train(cfg, "sft", prepare, task)
 
 
-def _heldout(cfg: SupervisedConfig, task, tokenizer) -> list:
+def heldout_problems(cfg: SupervisedConfig, task, tokenizer) -> list:
     if cfg.eval_problems <= 0 or (cfg.data and not cfg.eval_prompts):  # a task's held-out set says nothing about a user's data
         return []
     if cfg.eval_prompts:  # exact_match grades against the answer column
@@ -236,7 +248,7 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> St
     run = Run(cfg, name)
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     batches, total_steps = prepare(tokenizer)  # the data before the model: a bad file says so before a long load
-    heldout = _heldout(cfg, task, tokenizer)
+    heldout = heldout_problems(cfg, task, tokenizer)
     if name == "sft" and cfg.data and cfg.eval_prompts:
         _warn_shared_prompts(batches.examples, heldout, tokenizer, cfg)
     model = run.load_policy(tokenizer)
