@@ -184,9 +184,9 @@ def test_wrong_type_error_reads_naturally(char_tokenizer, tmp_path):
 
 
 def test_unsupported_file_and_missing_file(tmp_path):
-    (tmp_path / "x.csv").write_text("a,b\n")
-    with pytest.raises(DataError, match=r"unsupported file type '\.csv'.*\.jsonl, \.json .*\.parquet"):
-        read_records(tmp_path / "x.csv")
+    (tmp_path / "x.xlsx").write_text("a,b\n")
+    with pytest.raises(DataError, match=r"unsupported file type '\.xlsx'.*\.jsonl, \.json .*\.parquet, \.csv or \.tsv"):
+        read_records(tmp_path / "x.xlsx")
     with pytest.raises(DataError, match="no such file"):
         read_records(tmp_path / "nope.jsonl")
 
@@ -370,3 +370,27 @@ def test_a_utf16_file_is_named_as_such(tmp_path, suffix):
     path.write_bytes('{"prompt": "café=", "answer": "1"}\n'.encode("latin-1"))
     with pytest.raises(ValueError, match=r"not valid UTF-8 \(invalid continuation byte at byte 15\)$"):
         load_prompts(path)
+
+
+def test_csv_and_tsv_files_are_read_with_every_value_as_text(char_tokenizer, tmp_path):
+    """A spreadsheet export was refused ("unsupported file type '.csv'")."""
+    path = tmp_path / "p.csv"
+    path.write_text('prompt,answer,note\n12=,12,\n"3,1=",007,x\n"two\nlines=",13,y\n', encoding="utf-8-sig")
+    problems = load_prompts(path, require_answer=True)
+    assert [(p.prompt, p.answer) for p in problems] == [("12=", "12"), ("3,1=", "007"), ("two\nlines=", "13")]
+    assert problems[0].meta == {"note": None} and problems[1].meta == {"note": "x"}  # an empty cell is missing
+    tsv = tmp_path / "p.tsv"
+    tsv.write_text("prompt\tchosen\trejected\n2+2=\t4\t5\n")
+    (pair,), _ = load_preferences(tsv, char_tokenizer, max_length=64)
+    assert char_tokenizer.decode(pair.chosen_ids) == "4<eos>"
+    sft = tmp_path / "s.csv"
+    sft.write_text("prompt,completion\n2+2=,4\n")
+    assert load_sft(sft, char_tokenizer, max_length=64)[1].shape == "prompt/completion"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("prompt,answer\n12=,12\n21=,12,extra\n")
+    with pytest.raises(DataError, match=r"row 2: 3 values under a header of 2 columns \(file line 3\)"):
+        read_records(bad)
+    no_answer = tmp_path / "na.csv"
+    no_answer.write_text("prompt,answer\n12=,\n")
+    with pytest.raises(DataError, match="row 1: field 'answer'"):
+        load_prompts(no_answer, require_answer=True)

@@ -79,7 +79,7 @@ class SupervisedConfig(RunOptions, PromptColumns):
     overlong: Literal["error", "skip", "truncate"] = "error"
     """What to do with a longer example from `data`: stop with an error naming it, skip it, or truncate it."""
     eval_prompts: str = ""
-    """Held-out prompts graded after training by `task` (JSONL/JSON/Parquet with `prompt` and `answer` columns, or those --prompt_field and --answer_field name, as for `lmpo train grpo --eval_prompts`; `--task exact_match` compares with the answer). Without it: the task's own held-out problems, skipped with `data` (they say nothing about a user's data)."""
+    """Held-out prompts graded after training by `task` (JSONL/JSON/Parquet/CSV with `prompt` and `answer` columns, or those --prompt_field and --answer_field name, as for `lmpo train grpo --eval_prompts`; `--task exact_match` compares with the answer). Without it: the task's own held-out problems, skipped with `data` (they say nothing about a user's data)."""
 
 
 @dataclass

@@ -12,8 +12,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-SUPPORTED = (".jsonl, .json (an array of rows, or JSON Lines), .parquet, or a directory saved with datasets' "
-             "save_to_disk ('dir::split' for a DatasetDict)")
+SUPPORTED = (".jsonl, .json (an array of rows, or JSON Lines), .parquet, .csv or .tsv (a header row; every value "
+             "text), or a directory saved with datasets' save_to_disk ('dir::split' for a DatasetDict)")
 
 
 class DataError(ValueError):
@@ -132,6 +132,8 @@ def read_records(path: str | Path) -> list[Record]:
         return _read_json(p, label)
     if suffix == ".parquet":
         return _read_parquet(p, label)
+    if suffix in (".csv", ".tsv"):
+        return _read_csv(p, label, "\t" if suffix == ".tsv" else ",")
     raise DataError(label, f"unsupported file type '{suffix or p.name}'; supported: {SUPPORTED}")
 
 
@@ -221,6 +223,28 @@ def _read_parquet(path: Path, label: str) -> list[Record]:
     except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
         raise DataError(label, f"cannot read Parquet: {e}") from e
     return [Record(label, i, row) for i, row in enumerate(rows, start=1)]
+
+
+def _read_csv(path: Path, label: str, delimiter: str) -> list[Record]:
+    """A spreadsheet export: the header row names the columns, every value is text as written (an
+    answer `007` stays `007`), an empty cell is a missing value; row N is the Nth row after the
+    header, quoted values may span lines."""
+    import csv
+
+    records = []
+    with path.open(encoding="utf-8-sig", newline="") as f:
+        reader = csv.DictReader(f, delimiter=delimiter)
+        try:
+            for row, values in enumerate(reader, start=1):
+                if None in values:  # more cells than the header names
+                    raise DataError(label, f"{len(reader.fieldnames) + len(values[None])} values under a header of "
+                                           f"{len(reader.fieldnames)} columns (file line {reader.line_num})", row=row)
+                records.append(Record(label, row, {k: (v if v != "" else None) for k, v in values.items()}))
+        except UnicodeDecodeError as e:
+            raise DataError(label, _not_utf8(e, path.read_bytes()[:2])) from None
+        except csv.Error as e:
+            raise DataError(label, f"not valid CSV ({e}, file line {reader.line_num})") from None
+    return records
 
 
 def _read_saved_dataset(directory: Path, split: str | None, label: str) -> list[Record]:
