@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from lmpo.models import load_tokenizer
+from lmpo.rollout.engine_select import check_engine
 from lmpo.trainers.distributed import launched_rank
 from lmpo.trainers.kto import KTOConfig, train_kto
 from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
@@ -19,9 +20,11 @@ from lmpo.trainers.presets import RL_PRESETS, pipeline_preset
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
 from lmpo.trainers.rft import RFTConfig, train_rft
-from lmpo.trainers.rl import train_rl
+from lmpo.trainers.preflight import load_prompt_files
+from lmpo.trainers.rl import heldout_and_selection, train_rl
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.run_dir import open_run_dir
+from lmpo.trainers.stopping import StopRule
 from lmpo.trainers.supervised import (CPTConfig, SFTConfig, heldout_problems, require_task_data, train_cpt,
                                       train_sft)
 
@@ -203,11 +206,6 @@ def validate_stages(cfg: PipelineConfig) -> None:
 def _check_sampling_stage(cfg: PipelineConfig, task) -> None:
     """The last stage's engine, prompt files and held-out set, checked now rather than after CPT
     and SFT have run (the files read with the pipeline's starting tokenizer, which the stages keep)."""
-    from lmpo.rollout.engine_select import check_engine
-    from lmpo.trainers.preflight import load_prompt_files
-    from lmpo.trainers.rl import heldout_and_selection
-    from lmpo.trainers.stopping import StopRule
-
     section = {"rft": "rft", "online_dpo": "online_dpo"}.get(cfg.rl, None if cfg.rl in OFFLINE_STAGES else "rl_stage")
     if section is None:
         return

@@ -83,3 +83,14 @@ def alpaca_prompt(rec: Record) -> list[dict[str, Any]]:
     turns.append({"role": "user", "content": f"{instruction}\n{extra}" if extra else instruction})
     return with_system(rec, turns)
 
+
+
+PROMPT_LIKE = ("question", "problem", "query", "instruction", "input")
+ANSWER_LIKE = ("solution", "ground_truth", "final_answer", "target", "output", "label")
+"""Columns that public datasets give their prompts and answers (GSM8K's question, MATH's problem
+and solution), suggested when the expected column is missing."""
+
+
+def likely_column(rec: Record, names: tuple[str, ...]) -> str | None:
+    """The first of `names` the row has a value for."""
+    return next((name for name in names if rec.get(name) is not None), None)

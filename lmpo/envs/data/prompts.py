@@ -90,7 +90,7 @@ def _prompt(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase | None, 
     if value is None:
         hint = ""
         if field == "prompt":
-            likely = _likely_column(rec, PROMPT_LIKE)
+            likely = formats.likely_column(rec, formats.PROMPT_LIKE)
             hint = (f" (--prompt_field {likely} reads the row's {likely!r} column)" if likely else
                     " (prompt_field, --prompt_field on the command line, names another column)")
         raise rec.missing(field, f"a string or a list of messages{hint}")
@@ -98,16 +98,6 @@ def _prompt(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase | None, 
         raise rec.error(field, "a string or a list of messages", type_name(value))
     shapes.check(rec, "text", field)
     return rec.require_str(field)
-
-
-PROMPT_LIKE = ("question", "problem", "query", "instruction", "input")
-ANSWER_LIKE = ("solution", "ground_truth", "final_answer", "target", "output", "label")
-"""Columns that public datasets give their prompts and answers (GSM8K's question, MATH's problem
-and solution), suggested when the expected column is missing."""
-
-
-def _likely_column(rec: Record, names: tuple[str, ...]) -> str | None:
-    return next((name for name in names if rec.fields.get(name) is not None), None)
 
 
 def _answer(rec: Record, field: str) -> str:
@@ -138,7 +128,7 @@ def _required_answer(rec: Record, field: str) -> None:
     if value is None:
         hint = ""
         if field == "answer":
-            likely = _likely_column(rec, ANSWER_LIKE)
+            likely = formats.likely_column(rec, formats.ANSWER_LIKE)
             hint = (f"; --answer_field {likely} reads the row's {likely!r} column" if likely else
                     "; answer_field, --answer_field on the command line, names another column")
         raise rec.missing(field, expected[:-1] + hint + ")")

@@ -78,10 +78,8 @@ def sft_shape(rec: Record) -> tuple[str, str]:
         return "prompt/completion", "prompt" if prompt is not None else "completion"
     if rec.get("text") is not None:
         return "text", "text"
-    from lmpo.envs.data.prompts import ANSWER_LIKE, PROMPT_LIKE
-
-    prompt_like = next((n for n in PROMPT_LIKE if rec.get(n) is not None), None)
-    answer_like = next((n for n in ("answer", *ANSWER_LIKE) if rec.get(n) is not None), None)
+    prompt_like = formats.likely_column(rec, formats.PROMPT_LIKE)
+    answer_like = formats.likely_column(rec, ("answer", *formats.ANSWER_LIKE))
     name_them = (f"--prompt_field {prompt_like} --answer_field {answer_like} read this file's"
                  if prompt_like and answer_like else "--prompt_field and --answer_field name them")
     raise rec.error(None, "a 'messages', 'prompt'/'completion' or 'text' field (or ShareGPT's 'conversations', "

@@ -19,6 +19,7 @@ from lmpo.teach.compare.plan import (DEFAULT_METHODS, CompareConfig, Method, bud
 from lmpo.teach.compare.records import RunRecord, read_run
 from lmpo.teach.compare.render import Comparison, print_table, write_all
 from lmpo.teach.compare.summary import Spread, recommend, summarise
+from lmpo.trainers.run_dir import lock_directory
 
 __all__ = ["CompareConfig", "Comparison", "DEFAULT_METHODS", "run_compare", "collect", "RunRecord"]
 
@@ -44,8 +45,6 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
     if cfg.start and not Path(cfg.start).is_dir():
         raise FileNotFoundError(f"--start {cfg.start}: no such model directory")
     refuse_changed_runs(cfg, methods)
-    from lmpo.trainers.run_dir import lock_directory
-
     lock_directory(cfg.out)  # a second compare over this --out would delete the runs in progress as "killed"
     starts: dict[int, float | None] = {}
     for seed in cfg.seed_list():
