@@ -24,6 +24,12 @@ FAST_MODEL_TYPES = {"llama", "qwen2", "mistral"}
 # RoPE variants whose cos/sin the model's own rotary embedding computes once for all positions
 STATIC_ROPE_TYPES = {"default", "linear", "llama3"}
 
+# Prepacking a weight for oneDNN (`_linear`) costs about as much as multiplying by it for 2 to 30
+# decoding steps of 64 rows, and pays back less per step the smaller the model: measured on a
+# 2-core EPYC, hidden size 128 broke even at ~27 steps, 256 at 3 to 7, 512 at ~2. So it is done
+# only from `max_new_tokens * hidden_size**2` of this on (none for the sort task's 12 tokens at 128).
+PACK_FROM_WORK = 32 * 128 ** 2
+
 
 def fast_path_supported(model: torch.nn.Module) -> bool:
     """The fast decoder implements exactly: Llama/Qwen2/Mistral causal LMs with SiLU-gated MLPs
@@ -121,11 +127,15 @@ class FastLlamaDecoder:
         on_cpu_fp32 = self.embed.device.type == "cpu" and self.embed.dtype == torch.float32
         supported = on_cpu_fp32 and self.head_dim % kernels.KEY_BLOCK == 0
         self.kernels = kernels.load() if supported else None
-        with torch.no_grad():
-            self.lm_head = _linear(model.lm_head.weight * inner.norm.weight, None)
-            self.layers = [self._layer_weights(layer) for layer in inner.layers]
+        self.model = model
 
-    def _layer_weights(self, layer) -> dict:
+    def _projections(self, pack: bool) -> None:
+        inner = self.model.model
+        with torch.no_grad():
+            self.lm_head = _linear(self.model.lm_head.weight * inner.norm.weight, None, pack=pack)
+            self.layers = [self._layer_weights(layer, pack) for layer in inner.layers]
+
+    def _layer_weights(self, layer, pack: bool) -> dict:
         attn, mlp = layer.self_attn, layer.mlp
         ln1, ln2 = layer.input_layernorm, layer.post_attention_layernorm
         qkv_b = None
@@ -134,14 +144,15 @@ class FastLlamaDecoder:
         return {
             "eps1": ln1.variance_epsilon, "eps2": ln2.variance_epsilon,
             "qkv": _linear(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]) * ln1.weight,
-                           qkv_b),
-            "o_residual": _linear(attn.o_proj.weight, attn.o_proj.bias, residual=True),
-            "gate_up": _linear(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]) * ln2.weight, None),
-            "down_residual": _linear(mlp.down_proj.weight, None, residual=True),
+                           qkv_b, pack=pack),
+            "o_residual": _linear(attn.o_proj.weight, attn.o_proj.bias, residual=True, pack=pack),
+            "gate_up": _linear(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]) * ln2.weight, None, pack=pack),
+            "down_residual": _linear(mlp.down_proj.weight, None, residual=True, pack=pack),
         }
 
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
         batch, prompt_len = input_ids.shape
+        self._projections(pack=max_new_tokens * self.embed.size(1) ** 2 >= PACK_FROM_WORK)
         # the kernel scores keys in blocks of 16: a cache length that is a multiple of 16 keeps every
         # block inside the cache (positions not yet written are masked by -inf)
         total = -(-(prompt_len + max_new_tokens) // kernels.KEY_BLOCK) * kernels.KEY_BLOCK
@@ -244,13 +255,13 @@ def _rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
     return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
-def _linear(weight: torch.Tensor, bias: torch.Tensor | None, residual: bool = False):
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None, residual: bool = False, pack: bool = True):
     """`x -> x @ weight.T + bias`, or with `residual` `(x, r) -> x @ weight.T + bias + r`; on CPU in
     fp32, with the weight prepacked for oneDNN once per decoder, which multiplies small batches
     faster than repacking on every call, and the residual addition fused into the matmul."""
     weight = weight.detach()
     bias = None if bias is None else bias.detach()
-    if weight.device.type == "cpu" and weight.dtype == torch.float32 and _ONEDNN_LINEAR:
+    if pack and weight.device.type == "cpu" and weight.dtype == torch.float32 and _ONEDNN_LINEAR:
         try:
             packed = torch.ops.mkldnn._reorder_linear_weight(weight, 64)
             if residual:
