@@ -11,6 +11,7 @@ import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel,
                           PreTrainedTokenizerBase)
 
+from lmpo.models.hub import check_hub_id
 from lmpo.models.lora import (LoraOptions, adapter_base_name, apply_lora, attach_adapter, is_adapter_dir,
                               is_peft_model, qlora_quantization_config, save_lora)
 from lmpo.models.presets import PRESETS, preset_config
@@ -237,6 +238,16 @@ def _check_local_path(name_or_path: str, trust_remote_code: bool = False) -> Non
     if not trust_remote_code and (code := remote_code(path)):
         raise ValueError(f"{path} is a model with its own Python code ({', '.join(code)}); loading it runs that "
                          f"code, which lmpo does only with --trust_remote_code true")
+    if not path.exists():
+        check_hub_id(name_or_path)
+
+
+def check_model_source(name_or_path: str, trust_remote_code: bool = False) -> None:
+    """What loading `name_or_path` would refuse first (a missing directory, a directory that holds
+    no model, code it would run, a Hub id this offline machine does not have), checked before a
+    run writes anything."""
+    if not is_preset(name_or_path):
+        _check_local_path(name_or_path, trust_remote_code)
 
 
 def _models_inside(path: Path, most: int = 4) -> list[Path]:

@@ -15,6 +15,7 @@ import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from lmpo.models import check_model_source
 from lmpo.trainers.pipeline import PipelineConfig, resolve_pipeline
 from lmpo.trainers.supervised import CPTConfig, SFTConfig, train_cpt, train_sft
 
@@ -42,6 +43,7 @@ def sft_start(task: str = "sort_digits", seed: int = 0, threads: int = 2, model:
     """The SFT checkpoint of `task` for `seed`: trained now (CPT → SFT, the pipeline's settings)
     unless a finished one trained with the same settings is in `cache`. A run killed midway is
     started again from scratch."""
+    check_model_source(model)  # a wrong name leaves nothing in the cache
     directory = start_directory(task, seed, model, cache)
     directory.parent.mkdir(parents=True, exist_ok=True)
     with open(directory.parent / f".{directory.name}.lock", "w") as lock:

@@ -22,9 +22,9 @@ from typing import Literal
 
 import torch
 
-from lmpo.models import (AdapterDisabled, LoraOptions, apply_lora, autocast, check_compiler, choose_precision,
-                         compile_blocks, enable_gradient_checkpointing, is_peft_model, load_model, parameter_counts,
-                         peak_rss_mb, resolve_device, save_lora, save_model, without_cpu_hub_kernels)
+from lmpo.models import (AdapterDisabled, LoraOptions, apply_lora, autocast, check_compiler, check_model_source,
+                         choose_precision, compile_blocks, enable_gradient_checkpointing, is_peft_model, load_model,
+                         parameter_counts, peak_rss_mb, resolve_device, save_lora, save_model, without_cpu_hub_kernels)
 from lmpo.trainers.checkpoint import (SHARDED, Resumed, checkpoint_dir, resume_training, save_checkpoint,
                                      sharded_checkpoint_dir)
 from lmpo.trainers.distributed import Distributed, unwrap, wrap_data_parallel
@@ -33,7 +33,7 @@ from lmpo.trainers.inputs import input_fingerprints
 from lmpo.trainers.preemption import Preempted, stop_requested
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
-from lmpo.trainers.run_dir import open_run_dir
+from lmpo.trainers.run_dir import check_resume, open_run_dir
 from lmpo.trainers.runtime import MetricsLog, grad_norm_and_clip, setup_torch
 from lmpo.trainers.trackers import Trackers
 from lmpo.trainers.validation import raise_if_any, run_option_problems
@@ -142,22 +142,36 @@ class Updater:
         self.skipped, self.streak = state.get("skipped_updates", 0), state.get("nonfinite_streak", 0)
 
 
+def preflight_run(cfg, name: str) -> tuple[torch.device, Distributed]:
+    """Every check `Run` makes before it writes anything: the shared options, the device, the
+    processes torchrun started, where the model comes from and, with `--resume`, the options
+    against the interrupted run's (the model is the one that run trained). A trainer calls it
+    before reading its data too, so a wrong option or model is said before a long data load.
+    Returns the device and the process group."""
+    raise_if_any(name, run_option_problems(cfg, name))
+    device = resolve_device(cfg.device)
+    ctx = Distributed.from_env(device.type == "cuda")
+    if ctx.active and device.type == "cuda":
+        device = torch.device("cuda", ctx.local_rank)
+    _check_parallel_options(cfg, ctx)
+    if cfg.resume:
+        check_resume(cfg, name)
+    else:
+        check_model_source(cfg.model, cfg.trust_remote_code)
+    return device, ctx
+
+
 class Run:
     """One training run (see the module docstring). Use as `run = Run(cfg, "sft")` right after
     validating the config, before any model loads."""
 
     def __init__(self, cfg, name: str):
-        raise_if_any(name, run_option_problems(cfg, name))
+        self.device, self.dist = preflight_run(cfg, name)  # before the run directory is touched
         self.cfg, self.name = cfg, name
         self.started = time.perf_counter()
         self.out = Path(cfg.resume or cfg.out)
-        self.device = resolve_device(cfg.device)
-        self.dist = Distributed.from_env(self.device.type == "cuda")
-        if self.dist.active and self.device.type == "cuda":
-            self.device = torch.device("cuda", self.dist.local_rank)
         self.lora = _lora_options(cfg)
         self.fsdp = bool(cfg.fsdp)
-        _check_parallel_options(cfg, self.dist)  # before the run directory is touched
         self._dir = open_run_dir(self.out, cfg, name) if self.dist.is_main else None
         # the data files as this run reads them, kept in its checkpoints for `--resume` to compare
         self.inputs = input_fingerprints(cfg) if self.dist.is_main and cfg.save_every else {}

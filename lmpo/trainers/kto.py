@@ -23,7 +23,7 @@ from lmpo.envs.data.unpaired import UnpairedExample
 from lmpo.models import completion_outputs, load_tokenizer
 from lmpo.rollout import left_pad, right_pad
 from lmpo.trainers.distributed import Distributed
-from lmpo.trainers.harness import Run, Updater
+from lmpo.trainers.harness import Run, Updater, preflight_run
 from lmpo.trainers.offline import (DataSize, OfflineConfig, mean_over_processes, offline_problems, ordered_batches,
                                    reference_logps, train_offline)
 from lmpo.trainers.pairs import embedded_pairs, file_unpaired, unpair
@@ -157,12 +157,13 @@ def kto_step(run: Run, policy, updater: Updater, enc: EncodedUnpaired, ref, cfg:
 def train_kto(cfg: KTOConfig) -> StageResult:
     cfg.validate()
     task = make_task(cfg.task)
-    run = Run(cfg, "kto")
+    preflight_run(cfg, "kto")
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
-    if cfg.data:  # the data before the model: a bad row says so before a long load
+    if cfg.data:  # the data before the run directory: a bad row says so before anything is written
         examples = file_unpaired(cfg.data, tokenizer, cfg)
     else:
         examples = unpair(embedded_pairs(task, tokenizer, cfg.pairs, cfg.seed))
+    run = Run(cfg, "kto")
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     batches = ordered_batches(run, cfg, examples, lambda share: encode_unpaired(share, tokenizer.pad_token_id),
                               "examples", whole=with_mismatched)

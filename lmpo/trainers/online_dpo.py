@@ -19,8 +19,9 @@ from lmpo.rollout.reward_runner import RewardRunner
 from lmpo.models import load_model, load_tokenizer
 from lmpo.rollout import SamplingParams
 from lmpo.trainers.checkpoint import resume_training
+from lmpo.trainers.distributed import launched_rank
 from lmpo.trainers.faults import fault_point
-from lmpo.trainers.harness import Run, Updater
+from lmpo.trainers.harness import Run, Updater, preflight_run
 from lmpo.trainers.preference import (EncodedPairs, PreferenceConfig, encode_pair_ids, preference_options,
                                       preference_problems, preference_step, sequence_logps)
 from lmpo.trainers.prompts import PromptFileOptions, PromptStream, heldout_prompts, training_prompts
@@ -72,15 +73,17 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     loaded = load_prompt_files(cfg, "online DPO")  # the prompt files, before anything is written or loaded
     loss_fn = PREFERENCE_LOSSES.get(cfg.loss)
     task = make_task(cfg.task)
-    run = Run(cfg, "online_dpo")
-    rank_by = watch_rewards(RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout,
-                                                   cfg.reward_failure), run.out, cfg)
-    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
-    # the prompts before the model: a task without them says so before a long load
+    preflight_run(cfg, "online_dpo")
+    # the prompts and reward functions before the run directory: a task without them, or a reward
+    # module that does not import, says so before anything is written or loaded
     stream = PromptStream(training_prompts(task, loaded, cfg.prompts, cfg.prompt_pool, cfg.seed, "online_dpo"),
                           cfg.seed)
     heldout = (heldout_prompts(task, loaded, cfg.eval_prompts, cfg.eval_problems)
-               if cfg.eval_problems and run.dist.is_main else [])
+               if cfg.eval_problems and launched_rank() == 0 else [])
+    rank_by = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
+    run = Run(cfg, "online_dpo")
+    rank_by = watch_rewards(rank_by, run.out, cfg)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     reference = None if cfg.loss == "simpo" else run.reference(policy, lambda: load_model(
         cfg.model, tokenizer, seed=cfg.seed, trust_remote_code=cfg.trust_remote_code))

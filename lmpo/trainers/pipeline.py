@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from lmpo.models import load_tokenizer
+from lmpo.models import check_model_source, load_tokenizer
 from lmpo.rollout.engine_select import check_engine
 from lmpo.trainers.distributed import launched_rank
 from lmpo.trainers.kto import KTOConfig, train_kto
@@ -176,6 +176,7 @@ def validate_stages(cfg: PipelineConfig) -> None:
     from lmpo.envs import make_task
 
     task = make_task(cfg.task)  # a bad task option
+    check_model_source(cfg.model, cfg.cpt.trust_remote_code)
     for section, method, what in (("cpt", "cpt_corpus", "CPT corpus"), ("sft", "sft_demonstrations", "SFT demonstrations")):
         stage = replace(getattr(cfg, section), model=cfg.model, task=cfg.task)
         if not stage.data:

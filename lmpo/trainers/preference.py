@@ -17,7 +17,7 @@ from lmpo.envs import make_task
 from lmpo.envs.data import PreferencePair
 from lmpo.models import completion_outputs, load_tokenizer
 from lmpo.rollout import left_pad, right_pad
-from lmpo.trainers.harness import Run, Updater
+from lmpo.trainers.harness import Run, Updater, preflight_run
 from lmpo.trainers.offline import (DataSize, OfflineConfig, mean_over_processes, offline_problems, ordered_batches,
                                    reference_logps, train_offline)
 from lmpo.trainers.pairs import embedded_pairs, file_pairs
@@ -131,12 +131,13 @@ def train_pairs(cfg: OfflineConfig, loss_fn, name: str, label: str, options: dic
     """A pair loss (`PREFERENCE_LOSSES`' signature) on the task's pairs or `cfg.data`'s: the run
     named `name` (its trainer), the loss shown as `label`; `options` are the loss's keywords."""
     task = make_task(cfg.task)
-    run = Run(cfg, name)
+    preflight_run(cfg, name)
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
-    if cfg.data:  # the data before the model: a bad row says so before a long load
+    if cfg.data:  # the data before the run directory: a bad row says so before anything is written
         pairs = file_pairs(cfg.data, tokenizer, cfg)
     else:
         pairs = embedded_pairs(task, tokenizer, cfg.pairs, cfg.seed)
+    run = Run(cfg, name)
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     batches = ordered_batches(run, cfg, pairs, lambda share: encode_pairs(share, tokenizer.pad_token_id), "pairs")
     ref = [None] * len(batches)

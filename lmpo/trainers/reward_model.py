@@ -22,7 +22,7 @@ from lmpo.models.packing import can_pack_trunk, last_states, trunk_layout
 from lmpo.models.reward_scorer import last_token_scores
 from lmpo.models.padding import left_pad, right_pad
 from lmpo.trainers.faults import fault_point
-from lmpo.trainers.harness import Run, RunOptions, Updater
+from lmpo.trainers.harness import Run, RunOptions, Updater, preflight_run
 from lmpo.trainers.pairs import embedded_pairs, file_pairs, scoring_rows, split_heldout
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
@@ -165,10 +165,11 @@ def reward_model_pairs(cfg: RewardModelConfig, task, tokenizer) -> tuple[list, l
 def train_reward_model(cfg: RewardModelConfig) -> StageResult:
     cfg.validate()
     task = make_task(cfg.task)
-    run = Run(cfg, "rm")
+    preflight_run(cfg, "rm")
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
-    # the data before the model: a bad row says so before a long load
+    # the data before the run directory: a bad row says so before anything is written
     train_pairs, heldout = reward_model_pairs(cfg, task, tokenizer)
+    run = Run(cfg, "rm")
     model = load_reward_model(cfg.model, tokenizer, cfg.seed, cfg.trust_remote_code)
     model.config.pad_token_id = tokenizer.pad_token_id
     model = run.prepare(model, train_in_full=("score",))

@@ -37,7 +37,7 @@ from lmpo.rollout.trajectory import Trajectory
 from lmpo.rollout.weight_probe import default_probe_ids
 from lmpo.trainers.batches import SFTBatches
 from lmpo.trainers.faults import fault_point
-from lmpo.trainers.harness import Run, RunOptions, Updater
+from lmpo.trainers.harness import Run, RunOptions, Updater, preflight_run
 from lmpo.trainers.prompts import PromptFileOptions, PromptStream, heldout_prompts, training_prompts
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_options import RewardOptions
@@ -221,15 +221,16 @@ def train_rft(cfg: RFTConfig) -> StageResult:
     loaded = load_prompt_files(cfg, "RFT")  # the prompt files, before anything is written or loaded
     task = make_task(cfg.task)  # a bad task option, too
     check_engine(cfg.engine)  # engine=vllm where vLLM cannot run
-    run = Run(cfg, "rft")
-    if run.dist.active:
+    if preflight_run(cfg, "rft")[1].active:
         raise ValueError("rft runs in one process; start it without torchrun")
-    rewards = watch_rewards(RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout,
-                                                   cfg.reward_failure), run.out, cfg)
-    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
-    # the prompts before the model: a task without them says so before a long load
+    # the prompts and reward functions before the run directory: a task without them, or a reward
+    # module that does not import, says so before anything is written or loaded
     pool = training_prompts(task, loaded, cfg.prompts, cfg.prompt_pool, cfg.seed, "rft")
     heldout = heldout_prompts(task, loaded, cfg.eval_prompts, cfg.eval_problems) if cfg.eval_problems else []
+    rewards = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
+    run = Run(cfg, "rft")
+    rewards = watch_rewards(rewards, run.out, cfg)
+    tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     policy = run.load_policy(tokenizer, keep_dropout=False)
     pool_index = {id(p): i for i, p in enumerate(pool)}
     stream = PromptStream(pool, cfg.seed)

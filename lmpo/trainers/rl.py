@@ -28,8 +28,8 @@ from lmpo.rollout.weight_probe import default_probe_ids
 from lmpo.trainers.agent_metrics import TrajectoryLog, agent_figures
 from lmpo.trainers.termination import TerminationPolicy
 from lmpo.trainers.faults import fault_point
-from lmpo.trainers.distributed import Distributed
-from lmpo.trainers.harness import Run, Updater
+from lmpo.trainers.distributed import Distributed, launched_rank
+from lmpo.trainers.harness import Run, Updater, preflight_run
 from lmpo.trainers.prompts import PromptStream, heldout_prompts, training_prompts
 from lmpo.trainers.ptx import ptx_batches, ptx_state, restore_ptx
 from lmpo.trainers.preflight import load_prompt_files
@@ -55,15 +55,17 @@ def train_rl(cfg: RLConfig) -> StageResult:
     loaded = load_prompt_files(cfg)  # the prompt files, before anything is written or loaded
     task = make_task(cfg.task)  # a bad task option, too
     check_engine(cfg.engine)  # engine=vllm where vLLM cannot run
-    run = Run(cfg, "rl")
+    preflight_run(cfg, "rl")
+    # the prompts and reward functions before the run directory: a task without a held-out split
+    # or a reward module that does not import says so before anything is written or loaded
+    stop = StopRule.from_options(cfg, higher_is_better=True)
+    heldout, selection = heldout_and_selection(cfg, task, loaded, stop.active) if launched_rank() == 0 else ([], [])
+    pool = training_prompts(task, loaded, cfg.prompts, cfg.prompt_pool, cfg.seed, "rl")
     rewards = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
-    rewards = watch_rewards(rewards, run.out, cfg)
+    run = Run(cfg, "rl")
+    rewards, best = watch_rewards(rewards, run.out, cfg), BestWeights(run.out / "best")
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     ptx = ptx_batches(cfg, task, tokenizer)  # PPO-ptx: None when ptx_coef is 0
-    # the prompts before the model: a task without a held-out split says so before a long load
-    stop, best = StopRule.from_options(cfg, higher_is_better=True), BestWeights(run.out / "best")
-    heldout, selection = heldout_and_selection(cfg, task, loaded, stop.active) if run.dist.is_main else ([], [])
-    pool = training_prompts(task, loaded, cfg.prompts, cfg.prompt_pool, cfg.seed, "rl")
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     reference = run.reference(policy, lambda: load_model(cfg.model, tokenizer, seed=cfg.seed,
                                                           trust_remote_code=cfg.trust_remote_code)) if cfg.beta > 0 else None

@@ -246,6 +246,17 @@ def saved_config(path: str | Path) -> dict:
         return {}
 
 
+def check_resume(cfg, name: str) -> None:
+    """With `--resume`: refuse a directory that is not there, or options that differ from the
+    interrupted run's, before its data or any model loads (`open_run_dir` checks again, holding
+    the directory's lock)."""
+    if getattr(cfg, "resume", ""):
+        path = Path(cfg.resume)
+        if not path.is_dir():
+            raise RunDirError(f"--resume {path}: " + ("not a directory" if path.exists() else "no such directory"))
+        _check_resumed(path, cfg, name)
+
+
 def _check_resumed(path: Path, cfg, name: str) -> None:
     check_resumable(path, name, _COMMAND[-1] if _COMMAND else None)
     recorded = saved_config(path)

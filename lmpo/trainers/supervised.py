@@ -23,7 +23,7 @@ from lmpo.trainers.batches import CPTBatches, SFTBatches, task_document_ids, tas
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.preflight import check_cpt_rows, example_limit, prompts_within_context, say_shared_prompts
 from lmpo.trainers.prompts import PromptColumns
-from lmpo.trainers.harness import Run, RunOptions, Updater
+from lmpo.trainers.harness import Run, RunOptions, Updater, preflight_run
 from lmpo.trainers.stopping import BestWeights, StoppingOptions, StopRule, stopping_problems
 from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
 from lmpo.trainers.result import StageResult
@@ -245,12 +245,14 @@ def heldout_loss(run: Run, model, rows: torch.Tensor, batch_size: int) -> float:
 
 def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> StageResult:
     """`stopping`: (StopRule, held-out rows builder) for a stage that stops on its held-out loss."""
-    run = Run(cfg, name)
+    preflight_run(cfg, name)
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
-    batches, total_steps = prepare(tokenizer)  # the data before the model: a bad file says so before a long load
+    # the data before the run directory: a bad file says so before anything is written or loaded
+    batches, total_steps = prepare(tokenizer)
     heldout = heldout_problems(cfg, task, tokenizer)
     if name == "sft" and cfg.data and cfg.eval_prompts:
         _warn_shared_prompts(batches.examples, heldout, tokenizer, cfg)
+    run = Run(cfg, name)
     model = run.load_policy(tokenizer)
     model.train()
     stop, rows = (stopping[0], stopping[1](tokenizer)) if stopping else (None, None)

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
+from lmpo.models import check_model_source
 from lmpo.teach.compare.execute import SPEC, RunSpec, launch
 from lmpo.teach.compare.plan import (DEFAULT_METHODS, CompareConfig, Method, budget_samples, models_held,
                                      plan_method, reference_note)
@@ -44,6 +45,8 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
         plan_method(cfg, method, cfg.seed_list()[0])
     if cfg.start and not Path(cfg.start).is_dir():
         raise FileNotFoundError(f"--start {cfg.start}: no such model directory")
+    if not cfg.start:
+        check_model_source(cfg.model)
     refuse_changed_runs(cfg, methods)
     lock_directory(cfg.out)  # a second compare over this --out would delete the runs in progress as "killed"
     starts: dict[int, float | None] = {}
