@@ -21,10 +21,12 @@ def cmd_data(args: argparse.Namespace, flags: dict) -> int:
     if args.show < 0:
         raise ValueError(f"--show must be 0 or more, got {args.show}")
     tokenizer = load_tokenizer(args.model, args.trust_remote_code, args.chat_template, args.chat_template_kwargs)
-    kind = args.kind if args.kind != "auto" else guess_kind(args.file)
+    columns = {args.prompt_field: "prompt", args.chosen_field: "chosen", args.rejected_field: "rejected",
+               args.completion_field: "completion", args.label_field: "label"}
+    kind = args.kind if args.kind != "auto" else guess_kind(args.file, columns)
     max_length, limit_name = example_limit(args.model, tokenizer, args.max_length)
     shown, summary, over = load_shown(args.file, kind, tokenizer, max_length, limit_name, args.prompt_field,
-                                      args.answer_field)
+                                      args.answer_field, columns)
     console = Console(highlight=False)
     console.print(f"{kind}: {summary}", markup=False, soft_wrap=True)
     if over:
@@ -49,6 +51,10 @@ def add_parser(sub) -> None:
     p.add_argument("--chat_template", default="", metavar="FILE", help="as the trainers' --chat_template")
     p.add_argument("--chat_template_kwargs", default="", metavar="JSON", help="as the trainers' --chat_template_kwargs")
     p.add_argument("--trust_remote_code", action="store_true", help="as the trainers' --trust_remote_code")
-    p.add_argument("--prompt_field", default="prompt", help="with --kind prompts: the prompt's column")
-    p.add_argument("--answer_field", default="answer", help="with --kind prompts: the answer's column")
+    p.add_argument("--prompt_field", default="prompt", help="the prompt's column (the trainers' --prompt_field)")
+    p.add_argument("--answer_field", default="answer", help="with --kind prompts or sft: the answer's column")
+    p.add_argument("--chosen_field", default="chosen", help="with --kind pairs: the preferred reply's column")
+    p.add_argument("--rejected_field", default="rejected", help="with --kind pairs: the other reply's column")
+    p.add_argument("--completion_field", default="completion", help="with --kind kto: the reply's column")
+    p.add_argument("--label_field", default="label", help="with --kind kto: the desirable/undesirable column")
     p.set_defaults(func=cmd_data)

@@ -40,10 +40,10 @@ class Shown:
         return sum(len(ids) for ids, loss, _ in self.parts if loss)
 
 
-def guess_kind(path: str) -> str:
-    """The kind of file from its first row's fields."""
+def guess_kind(path: str, columns: dict[str, str] | None = None) -> str:
+    """The kind of file from its first row's fields (read under lmpo's names, {column: name})."""
     first = read_records(path)[:1]
-    fields = set(first[0].fields) if first else set()
+    fields = {(columns or {}).get(f, f) for f in first[0].fields} if first else set()
     if {"chosen", "rejected"} <= fields:
         return "pairs"
     if "label" in fields or "kto_tag" in fields:
@@ -54,21 +54,22 @@ def guess_kind(path: str) -> str:
 
 
 def load_shown(path: str, kind: str, tokenizer, max_length: int, limit_name: str = "", prompt_field: str = "prompt",
-               answer_field: str = "answer") -> tuple[list[Shown], str, int]:
+               answer_field: str = "answer", columns: dict[str, str] | None = None) -> tuple[list[Shown], str, int]:
     """Every example of `path` read as `kind` (rows over `max_length` skipped and counted, not
-    refused), the loader's summary line, and how many rows were over."""
+    refused), the loader's summary line, and how many rows were over. `columns`: pairs' and
+    KTO rows' other columns read as lmpo's names ({column: name}), as the trainers' options give."""
     if kind == "sft":
         examples, report = load_sft(path, tokenizer, max_length=max_length, overlong="skip",
                                      limit_name=limit_name, prompt_field=prompt_field, answer_field=answer_field)
         shown = [Shown(_runs(e.input_ids, e.loss_mask)) for e in examples]
     elif kind == "pairs":
         pairs, report = load_preferences(path, tokenizer, max_length=max_length, overlong="skip",
-                                             limit_name=limit_name)
+                                         limit_name=limit_name, columns=columns)
         shown = [Shown([(p.prompt_ids, False, ""), (p.chosen_ids, True, "chosen"), (p.rejected_ids, True, "rejected")],
                        len(p.prompt_ids) + max(len(p.chosen_ids), len(p.rejected_ids))) for p in pairs]
     elif kind == "kto":
         examples, report = load_unpaired(path, tokenizer, max_length=max_length, overlong="skip",
-                                          limit_name=limit_name)
+                                         limit_name=limit_name, columns=columns)
         shown = [Shown([(e.prompt_ids, False, ""), (e.completion_ids, True, "desirable" if e.desirable else "undesirable")])
                  for e in examples]
     else:

@@ -26,7 +26,7 @@ from lmpo.trainers.distributed import Distributed
 from lmpo.trainers.harness import Run, Updater, preflight_run
 from lmpo.trainers.offline import (DataSize, OfflineConfig, mean_over_processes, offline_problems, ordered_batches,
                                    reference_logps, train_offline)
-from lmpo.trainers.pairs import embedded_pairs, file_unpaired, unpair
+from lmpo.trainers.pairs import UnpairedColumns, embedded_pairs, file_unpaired, unpair
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.validation import raise_if_any
 
@@ -35,7 +35,7 @@ WEIGHT_RATIO_RANGE = (1.0, 4 / 3)
 
 
 @dataclass
-class KTOConfig(OfflineConfig):
+class KTOConfig(UnpairedColumns, OfflineConfig):
     out: str = "runs/kto"
     """Run directory: metrics.jsonl, checkpoints/, the final model in `model/`, result.json."""
     pairs: int = 2000

@@ -22,7 +22,7 @@ from lmpo.trainers.checkpoint import resume_training
 from lmpo.trainers.distributed import launched_rank
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, Updater, preflight_run
-from lmpo.trainers.preference import (EncodedPairs, PreferenceConfig, encode_pair_ids, preference_options,
+from lmpo.trainers.preference import (EncodedPairs, PreferenceLoss, encode_pair_ids, preference_options,
                                       preference_problems, preference_step, sequence_logps)
 from lmpo.trainers.prompts import PromptFileOptions, PromptStream, heldout_prompts, training_prompts
 from lmpo.trainers.result import StageResult
@@ -36,7 +36,7 @@ SAMPLER_STRIDE = 1_000_003  # each data-parallel process samples from its own st
 
 
 @dataclass
-class OnlineDPOConfig(PreferenceConfig, RewardOptions, PromptFileOptions):
+class OnlineDPOConfig(PreferenceLoss, RewardOptions, PromptFileOptions):
     out: str = "runs/online_dpo"
     """Run directory: metrics.jsonl, the final model in `model/`, result.json."""
     rounds: int = 40

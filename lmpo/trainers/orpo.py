@@ -12,13 +12,14 @@ from dataclasses import dataclass
 
 from lmpo.algos import orpo
 from lmpo.trainers.offline import OfflineConfig, offline_problems
+from lmpo.trainers.pairs import PairColumns
 from lmpo.trainers.preference import train_pairs
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.validation import raise_if_any
 
 
 @dataclass
-class ORPOConfig(OfflineConfig):
+class ORPOConfig(PairColumns, OfflineConfig):
     model: str = "runs/sft/model"
     """Hugging Face model directory of the policy to start from (ORPO needs no reference)."""
     out: str = "runs/orpo"

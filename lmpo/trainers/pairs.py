@@ -5,6 +5,7 @@ same pairs unpaired, or a user's file of `prompt`/`completion`/`label` rows."""
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import torch
 
@@ -13,6 +14,36 @@ from lmpo.envs.data.chat import starting
 from lmpo.envs.data.unpaired import UnpairedExample, load_unpaired
 from lmpo.rollout import right_pad
 from lmpo.trainers.preflight import example_limit
+
+
+@dataclass
+class PairColumns:
+    """The columns of a --data file of pairs that hold the prompt and the two replies."""
+
+    prompt_field: str = "prompt"
+    """The column of --data holding each pair's prompt (e.g. question, StackExchange's)."""
+    chosen_field: str = "chosen"
+    """The column of --data holding the preferred reply (e.g. response_j, StackExchange's)."""
+    rejected_field: str = "rejected"
+    """The column of --data holding the other reply (e.g. response_k)."""
+
+    def columns(self) -> dict[str, str]:
+        return {self.prompt_field: "prompt", self.chosen_field: "chosen", self.rejected_field: "rejected"}
+
+
+@dataclass
+class UnpairedColumns:
+    """The columns of a --data file of KTO examples."""
+
+    prompt_field: str = "prompt"
+    """The column of --data holding each example's prompt (e.g. question)."""
+    completion_field: str = "completion"
+    """The column of --data holding the example's reply (e.g. response)."""
+    label_field: str = "label"
+    """The column of --data saying whether the reply is desirable (true/false, e.g. thumbs_up)."""
+
+    def columns(self) -> dict[str, str]:
+        return {self.prompt_field: "prompt", self.completion_field: "completion", self.label_field: "label"}
 
 
 def embedded_pairs(task, tokenizer, n: int, seed: int, heldout: bool = False) -> list[PreferencePair]:
@@ -32,7 +63,7 @@ def file_pairs(path: str, tokenizer, cfg) -> list[PreferencePair]:
     """The pairs of `path`, held to `cfg.max_length` and the context of `cfg.model`."""
     max_length, limit_name = example_limit(cfg.model, tokenizer, cfg.max_length)
     pairs, report = load_preferences(path, tokenizer, max_length=max_length, overlong=cfg.overlong,
-                                     limit_name=limit_name)
+                                     limit_name=limit_name, columns=cfg.columns())
     print(f"[data] {report.summary()}")
     return pairs
 
@@ -48,7 +79,7 @@ def file_unpaired(path: str, tokenizer, cfg) -> list[UnpairedExample]:
     """The examples of `path`, held to `cfg.max_length` and the context of `cfg.model`."""
     max_length, limit_name = example_limit(cfg.model, tokenizer, cfg.max_length)
     examples, report = load_unpaired(path, tokenizer, max_length=max_length, overlong=cfg.overlong,
-                                     limit_name=limit_name)
+                                     limit_name=limit_name, columns=cfg.columns())
     desirable = sum(e.desirable for e in examples)
     print(f"[data] {report.summary()}; {desirable} desirable, {len(examples) - desirable} undesirable")
     return examples

@@ -20,14 +20,16 @@ from lmpo.rollout import left_pad, right_pad
 from lmpo.trainers.harness import Run, Updater, preflight_run
 from lmpo.trainers.offline import (DataSize, OfflineConfig, mean_over_processes, offline_problems, ordered_batches,
                                    reference_logps, train_offline)
-from lmpo.trainers.pairs import embedded_pairs, file_pairs
+from lmpo.trainers.pairs import PairColumns, embedded_pairs, file_pairs
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.runtime import options_for
 from lmpo.trainers.validation import preference_option_problems, raise_if_any
 
 
 @dataclass
-class PreferenceConfig(OfflineConfig):
+class PreferenceLoss(OfflineConfig):
+    """A pair loss and its options, with the offline trainers' shared options (online DPO's too)."""
+
     loss: str = "dpo"
     """Preference loss: dpo, cdpo, ipo, simpo (reference-free), robust, hinge, exo_pair, nca_pair, bco_pair, sppo_hard, aot, aot_pair, apo_zero, apo_down, discopop, sft (NLL of the chosen answer); or a weighted sum of them, `name=weight,...` (e.g. MPO's `dpo=0.8,bco_pair=0.2,sft=1`), every part on the same batch."""
     beta: float = 0.1
@@ -43,7 +45,12 @@ class PreferenceConfig(OfflineConfig):
         raise_if_any("preference", preference_problems(self))
 
 
-def preference_problems(cfg: PreferenceConfig) -> list[str]:
+@dataclass
+class PreferenceConfig(PairColumns, PreferenceLoss):
+    """`lmpo train dpo`: a pair loss on the task's pairs or a --data file's."""
+
+
+def preference_problems(cfg: PreferenceLoss) -> list[str]:
     problems = offline_problems(cfg)
     if is_mix(cfg.loss):
         try:  # a weighted sum: say which part is wrong
@@ -57,7 +64,7 @@ def preference_problems(cfg: PreferenceConfig) -> list[str]:
     return problems + preference_option_problems(cfg)
 
 
-def preference_options(cfg: PreferenceConfig) -> dict:
+def preference_options(cfg: PreferenceLoss) -> dict:
     """The loss options of the config by name; `options_for` passes each loss those it reads
     (`validation.PREFERENCE_OPTIONS` lists them)."""
     return {"label_smoothing": cfg.label_smoothing, "gamma": cfg.gamma, "discopop_tau": cfg.discopop_tau}

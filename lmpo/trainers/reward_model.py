@@ -23,7 +23,7 @@ from lmpo.models.reward_scorer import last_token_scores
 from lmpo.models.padding import left_pad, right_pad
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater, preflight_run
-from lmpo.trainers.pairs import embedded_pairs, file_pairs, scoring_rows, split_heldout
+from lmpo.trainers.pairs import PairColumns, embedded_pairs, file_pairs, scoring_rows, split_heldout
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
                                      raise_if_any)
@@ -32,7 +32,7 @@ from lmpo.trainers.batches import EpochOrder
 
 
 @dataclass
-class RewardModelConfig(RunOptions):
+class RewardModelConfig(PairColumns, RunOptions):
     model: str = "runs/sft/model"
     """Hugging Face model directory (or preset) whose trunk the reward model starts from."""
     task: str = "sort_digits"

@@ -202,7 +202,8 @@ def _loss_names(spec: str) -> list[str]:
     return [part.partition("=")[0].strip() for part in spec.split(",")]
 
 
-DATA_ONLY = ("max_length", "overlong")  # read only when the rows come from --data FILE
+# read only when the rows come from --data FILE (prompt_field too where no prompt file is read)
+DATA_ONLY = ("max_length", "overlong", "chosen_field", "rejected_field", "completion_field", "label_field")
 TASK_ONLY = ("demonstrations", "corpus_documents", "pairs")  # the task's generated data; unused with --data
 
 
@@ -218,8 +219,10 @@ def data_option_problems(cfg) -> list[str]:
     problems = []
     if hasattr(cfg, "data"):
         if not cfg.data:
+            reads_prompt_files = hasattr(cfg, "prompts") or hasattr(cfg, "eval_prompts")
             problems += [f"{o}={getattr(cfg, o)!r} is only read with --data FILE (the task's own data is "
-                         f"generated)" for o in DATA_ONLY if changed(o)]
+                         f"generated)" for o in (*DATA_ONLY, *(() if reads_prompt_files else ("prompt_field",)))
+                         if changed(o)]
         else:
             problems += [f"{o}={getattr(cfg, o)!r} is not used with --data (the file's rows are used)"
                          for o in TASK_ONLY if changed(o)]

@@ -91,6 +91,32 @@ ANSWER_LIKE = ("solution", "ground_truth", "final_answer", "target", "output", "
 and solution), suggested when the expected column is missing."""
 
 
+REPLY_PAIRS_LIKE = (("response_j", "response_k"), ("chosen_response", "rejected_response"), ("preferred", "rejected"),
+                    ("better", "worse"), ("winner", "loser"), ("accepted", "rejected"))
+"""Columns that public pair datasets give their preferred and other reply (StackExchange's
+response_j/response_k, j the preferred), suggested when `chosen`/`rejected` are missing."""
+
+
+def columns_hint(wanted: dict[str, str | None]) -> str:
+    """` (--prompt_field question --chosen_field response_j read the row's 'question' and
+    'response_j' columns)` for the options whose column the row seems to hold ({option: column}),
+    else ""."""
+    found = {option: column for option, column in wanted.items() if column}
+    if not found:
+        return ""
+    flags = " ".join(f"--{option} {column}" for option, column in found.items())
+    names = [repr(column) for column in found.values()]
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return f" ({flags} read{'s' * (len(names) == 1)} the row's {listed} column{'s' * (len(names) > 1)})"
+
+
+def renaming(columns: dict[str, str]):
+    """A row reader that takes the file's columns under lmpo's names ({file column: lmpo's name},
+    as the --*_field options give them); identity where nothing is renamed."""
+    columns = {column: name for column, name in columns.items() if column != name}
+    return (lambda rec: rec.renamed(columns)) if columns else None
+
+
 def likely_column(rec: Record, names: tuple[str, ...]) -> str | None:
     """The first of `names` the row has a value for."""
     return next((name for name in names if rec.get(name) is not None), None)

@@ -46,11 +46,14 @@ class PreferencePair:
 
 
 def load_preferences(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, max_length: int,
-                     overlong: Overlong = "error", limit_name: str = "") -> tuple[list[PreferencePair], LoadReport]:
+                     overlong: Overlong = "error", limit_name: str = "",
+                     columns: dict[str, str] | None = None) -> tuple[list[PreferencePair], LoadReport]:
     """Pairs from `path` (see `read_records`). A pair's length is its prompt plus its longer
     reply; "truncate" keeps the whole prompt and cuts both replies to fit, and skips a pair
-    whose prompt leaves no room or whose cut replies become identical."""
-    return load_rows(path, tokenizer, max_length, overlong, PAIRS, limit_name)
+    whose prompt leaves no room or whose cut replies become identical. `columns` reads other
+    columns as `prompt`, `chosen` and `rejected` ({"question": "prompt", "response_j": "chosen",
+    "response_k": "rejected"} for StackExchange's pairs)."""
+    return load_rows(path, tokenizer, max_length, overlong, PAIRS, limit_name, formats.renaming(columns or {}))
 
 
 def _least_tokens(rec: Record, shape: str, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:
@@ -70,7 +73,7 @@ def _shape(rec: Record) -> tuple[str, str]:
         return "chosen/rejected (implicit text prompt)", "chosen"
     for field in FIELDS:
         if rec.get(field) is None:
-            raise rec.missing(field, "a string or messages")
+            raise rec.missing(field, f"a string or messages{_likely_columns(rec)}")
     if not isinstance(rec.get("prompt"), (str, list)):  # a type error, not a shape mismatch with other rows
         raise rec.error("prompt", "a string or a list of messages", type_name(rec.get("prompt")))
     for field in FIELDS[1:]:
@@ -80,6 +83,17 @@ def _shape(rec: Record) -> tuple[str, str]:
         if not isinstance(rec.get(field), str):
             return "prompt/chosen/rejected (chat)", field
     return "prompt/chosen/rejected", "prompt"
+
+
+def _likely_columns(rec: Record) -> str:
+    """The options that would read this row's columns, for a row without `prompt`, `chosen` or
+    `rejected`."""
+    prompt = formats.likely_column(rec, formats.PROMPT_LIKE) if rec.get("prompt") is None else None
+    replies = (None, None)
+    if rec.get("chosen") is None and rec.get("rejected") is None:
+        replies = next((pair for pair in formats.REPLY_PAIRS_LIKE if all(rec.get(c) is not None for c in pair)),
+                       (None, None))
+    return formats.columns_hint({"prompt_field": prompt, "chosen_field": replies[0], "rejected_field": replies[1]})
 
 
 def _replies_present(rec: Record, shape: str, field: str) -> tuple[str, str]:

@@ -62,8 +62,10 @@ class Record:
         return self.fields.get(name)
 
     def renamed(self, columns: dict[str, str]) -> "Record":
-        """The row with the file's columns read under other names ({column: name})."""
-        fields = {columns.get(k, k): v for k, v in self.fields.items()}
+        """The row with the file's columns read under other names ({column: name}); a column that
+        already has one of the new names is left out (the option named another one)."""
+        targets = set(columns.values())
+        fields = {columns.get(k, k): v for k, v in self.fields.items() if k in columns or k not in targets}
         return Record(self.path, self.row, fields, {**self.aliases, **{v: k for k, v in columns.items()}})
 
     def named(self, where: str | None) -> str | None:

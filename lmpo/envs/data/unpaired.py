@@ -36,12 +36,15 @@ class UnpairedExample:
 
 
 def load_unpaired(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, max_length: int,
-                  overlong: Overlong = "error", limit_name: str = "") -> tuple[list[UnpairedExample], LoadReport]:
+                  overlong: Overlong = "error", limit_name: str = "",
+                  columns: dict[str, str] | None = None) -> tuple[list[UnpairedExample], LoadReport]:
     """Examples from `path` (see `read_records`). An example's length is its prompt plus its
     completion; "truncate" keeps the whole prompt and cuts the completion, and skips an example
     whose prompt leaves no room. KTO weighs desirable against undesirable examples, so a file
-    must hold both kinds."""
-    examples, report = load_rows(path, tokenizer, max_length, overlong, EXAMPLES, limit_name)
+    must hold both kinds. `columns` reads other columns as `prompt`, `completion` and `label`
+    ({"question": "prompt", "response": "completion", "thumbs_up": "label"})."""
+    examples, report = load_rows(path, tokenizer, max_length, overlong, EXAMPLES, limit_name,
+                                 formats.renaming(columns or {}))
     _require_both_kinds(examples, str(path))
     return examples, report
 
@@ -69,7 +72,8 @@ def _shape(rec: Record) -> tuple[str, str]:
         return "instruction/output/kto_tag (Alpaca)", "instruction"
     for field, expected in zip(FIELDS, ("a string or messages", "a string or an assistant message", "true or false")):
         if rec.get(field) is None:
-            raise rec.missing(field, expected)
+            prompt = formats.likely_column(rec, formats.PROMPT_LIKE) if rec.get("prompt") is None else None
+            raise rec.missing(field, expected + formats.columns_hint({"prompt_field": prompt}))
     _label(rec, "label")
     if not isinstance(rec.get("prompt"), (str, list)):
         raise rec.error("prompt", "a string or a list of messages", type_name(rec.get("prompt")))
