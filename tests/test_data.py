@@ -394,3 +394,36 @@ def test_csv_and_tsv_files_are_read_with_every_value_as_text(char_tokenizer, tmp
     no_answer.write_text("prompt,answer\n12=,\n")
     with pytest.raises(DataError, match="row 1: field 'answer'"):
         load_prompts(no_answer, require_answer=True)
+
+
+@pytest.mark.parametrize("module,suffix", [("gzip", ".gz"), ("bz2", ".bz2"), ("lzma", ".xz")])
+def test_compressed_files_read_as_their_contents(module, suffix, char_tokenizer, tmp_path):
+    """A `train.jsonl.gz` was refused ("unsupported file type '.gz'"); each kind of file reads
+    the same rows compressed, errors keep their row numbers, and a corrupt file says so."""
+    import importlib
+
+    compress = importlib.import_module(module).compress
+    rows = [{"prompt": "12=", "answer": "12"}, {"prompt": "31=", "answer": "13"}]
+    jsonl = tmp_path / f"p.jsonl{suffix}"
+    jsonl.write_bytes(compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    array = tmp_path / f"p.json{suffix}"
+    array.write_bytes(compress(json.dumps(rows).encode()))
+    csv = tmp_path / f"p.csv{suffix}"
+    csv.write_bytes(compress(b"prompt,answer\n12=,12\n31=,13\n"))
+    for path in (jsonl, array, csv):
+        assert [(p.prompt, p.answer) for p in load_prompts(path)] == [("12=", "12"), ("31=", "13")], path
+    pairs = tmp_path / f"pairs.tsv{suffix}"
+    pairs.write_bytes(compress(b"prompt\tchosen\trejected\n2+2=\t4\t5\n"))
+    assert len(load_preferences(pairs, char_tokenizer, max_length=64)[0]) == 1
+    bad_row = tmp_path / f"bad.jsonl{suffix}"
+    bad_row.write_bytes(compress(b'{"prompt": "1="}\n{"prompt": \n'))
+    with pytest.raises(DataError, match=r"row 2: not valid JSON"):
+        read_records(bad_row)
+    corrupt = tmp_path / f"corrupt.jsonl{suffix}"
+    corrupt.write_bytes(b"this is not compressed data at all")
+    with pytest.raises(DataError, match=rf"corrupt.jsonl{suffix}: cannot decompress the {suffix} file"):
+        read_records(corrupt)
+    inner = tmp_path / f"notes.txt{suffix}"
+    inner.write_bytes(compress(b"x"))
+    with pytest.raises(DataError, match=rf"unsupported file type '.txt' inside the {suffix} file"):
+        read_records(inner)

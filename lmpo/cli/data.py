@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 HELP = "show a data file as a trainer reads it: shape, token counts, examples with the loss tokens marked"
-DESCRIPTION = """Read FILE (JSONL, JSON, Parquet, CSV/TSV or a saved `datasets` directory) with the loader of the trainers that
+DESCRIPTION = """Read FILE (JSONL, JSON, Parquet, CSV/TSV (those but Parquet also .gz/.bz2/.xz) or a saved `datasets` directory) with the loader of the trainers that
 would train on it and the model's tokenizer and chat template: print the loader's report (shape, rows kept, rows over the
 limit), tokens per example against the limit, and the first examples decoded, the tokens that carry loss in bold green
 (or «marked» without colour). Nothing is trained and no model weights are loaded."""

@@ -33,7 +33,7 @@ class EvalConfig(PromptColumns):
     task: str = "sort_digits"
     """Task whose grader scores the episodes, and whose held-out split is evaluated without --eval_prompts: a built-in name with options (`exact_match:extract=boxed,math=1`), an installed plugin, `module:Class` or `path/to/file.py:Class` (docs/tasks.md)."""
     eval_prompts: str = ""
-    """Evaluate on the prompts of this file (JSONL, JSON, Parquet, CSV/TSV or a `datasets` directory, `DIR::split`) instead of the task's held-out split: a `prompt` column and, for exact_match, an `answer` column (other names with --prompt_field, --answer_field)."""
+    """Evaluate on the prompts of this file (JSONL, JSON, Parquet, CSV/TSV (those but Parquet also .gz/.bz2/.xz) or a `datasets` directory, `DIR::split`) instead of the task's held-out split: a `prompt` column and, for exact_match, an `answer` column (other names with --prompt_field, --answer_field)."""
     eval_problems: int = 500
     """How many: the first N rows of --eval_prompts, or the task's first N held-out problems (as the trainers' eval_problems)."""
     max_new_tokens: int = 12

@@ -25,7 +25,7 @@ class PromptFileOptions(PromptColumns):
     """A sampling trainer's own prompt files (RL, online DPO, RFT)."""
 
     prompts: str = ""
-    """Train on the prompts of this file instead of the task's (JSONL, JSON, Parquet, CSV/TSV or a `datasets` directory, `DIR::split`): a `prompt` column (text, or messages rendered with the chat template; another with --prompt_field) and an `answer` column for the grader (--answer_field); other columns reach reward functions as `problem.meta`."""
+    """Train on the prompts of this file instead of the task's (JSONL, JSON, Parquet, CSV/TSV (those but Parquet also .gz/.bz2/.xz) or a `datasets` directory, `DIR::split`): a `prompt` column (text, or messages rendered with the chat template; another with --prompt_field) and an `answer` column for the grader (--answer_field); other columns reach reward functions as `problem.meta`."""
     eval_prompts: str = ""
     """Evaluate on the prompts of this file (same columns) instead of the task's held-out split."""
 

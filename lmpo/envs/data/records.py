@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import json
 import re
 import sys
@@ -13,7 +15,9 @@ from types import ModuleType
 from typing import Any
 
 SUPPORTED = (".jsonl, .json (an array of rows, or JSON Lines), .parquet, .csv or .tsv (a header row; every value "
-             "text), or a directory saved with datasets' save_to_disk ('dir::split' for a DatasetDict)")
+             "text), each but .parquet also compressed (.gz, .bz2, .xz), or a directory saved with datasets' "
+             "save_to_disk ('dir::split' for a DatasetDict)")
+COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}  # read through the standard library's module
 
 
 class DataError(ValueError):
@@ -128,6 +132,11 @@ def read_records(path: str | Path) -> list[Record]:
     if not p.exists():
         raise DataError(label, "no such file or directory")
     suffix = p.suffix.lower()
+    if suffix in COMPRESSED:
+        suffix = Path(p.stem).suffix.lower()
+        if suffix not in (".jsonl", ".json", ".csv", ".tsv"):
+            raise DataError(label, f"unsupported file type '{suffix or p.name}' inside the {p.suffix} file; "
+                                   f"supported: {SUPPORTED}")
     if suffix == ".jsonl":
         return _read_jsonl(p, label)
     if suffix == ".json":
@@ -155,13 +164,37 @@ class LoadProgress:
                   flush=True)
 
 
+@contextlib.contextmanager
+def _open(path: Path, label: str):
+    """(the file's bytes as a binary stream, decompressed for .gz/.bz2/.xz; a function giving how
+    far into the file on disk reading is, for progress)."""
+    with path.open("rb") as raw:
+        module = COMPRESSED.get(path.suffix.lower())
+        if module is None:
+            yield raw, raw.tell
+            return
+        codec = importlib.import_module(module)
+        try:
+            with codec.open(raw) as stream:  # gzip.open, bz2.open, lzma.open
+                yield stream, raw.tell
+        except DataError:
+            raise
+        except (OSError, EOFError, getattr(codec, "LZMAError", OSError)) as e:  # gzip.BadGzipFile is an OSError
+            raise DataError(label, f"cannot decompress the {path.suffix} file: {e}") from None
+
+
+def _read_bytes(path: Path, label: str) -> bytes:
+    with _open(path, label) as (stream, _):
+        return stream.read()
+
+
 def _read_jsonl(path: Path, label: str) -> list[Record]:
     records = []
     progress = LoadProgress(label, "reading", path.stat().st_size >> 20, "MB")
-    with path.open("rb") as f:
+    with _open(path, label) as (f, position):
         for line_no, raw in enumerate(f, start=1):
             if line_no % 4096 == 0:
-                progress.update(f.tell() >> 20)
+                progress.update(position() >> 20)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -192,14 +225,14 @@ def _not_utf8(err: UnicodeDecodeError, start: bytes) -> str:
 def _read_json(path: Path, label: str) -> list[Record]:
     """A `.json` file: a JSON array of row objects (Alpaca's and LLaMA-Factory's datasets), row N
     its Nth element; or JSON Lines under that name, as `datasets` reads either."""
-    with path.open("rb") as f:
-        head = f.read(64).decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
+    data = _read_bytes(path, label)
+    head = data[:64].decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
     if not head.startswith("["):
         try:
             return _read_jsonl(path, label)
         except DataError as jsonl_error:
             try:  # one object over several lines (pretty-printed), its rows perhaps under a key
-                whole = json.loads(path.read_bytes().decode("utf-8").removeprefix("\ufeff"))
+                whole = json.loads(data.decode("utf-8").removeprefix("\ufeff"))
             except (UnicodeDecodeError, json.JSONDecodeError):
                 raise jsonl_error from None
             lists = [key for key, v in whole.items() if isinstance(v, list)] if isinstance(whole, dict) else []
@@ -207,9 +240,9 @@ def _read_json(path: Path, label: str) -> list[Record]:
             raise DataError(label, f"holds one JSON {type_name(whole)}; expected an array of row objects, or one "
                                    f"object per line{hint}") from None
     try:
-        value = json.loads(path.read_bytes().decode("utf-8").removeprefix("\ufeff"))
+        value = json.loads(data.decode("utf-8").removeprefix("\ufeff"))
     except UnicodeDecodeError as e:
-        raise DataError(label, _not_utf8(e, path.read_bytes()[:2])) from None
+        raise DataError(label, _not_utf8(e, data[:2])) from None
     except json.JSONDecodeError as e:
         raise DataError(label, f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     for i, row in enumerate(value, start=1):
@@ -234,7 +267,7 @@ def _read_csv(path: Path, label: str, delimiter: str) -> list[Record]:
     import csv
 
     records = []
-    with path.open(encoding="utf-8-sig", newline="") as f:
+    with _open(path, label) as (stream, _), io.TextIOWrapper(stream, encoding="utf-8-sig", newline="") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
         try:
             for row, values in enumerate(reader, start=1):
@@ -243,7 +276,7 @@ def _read_csv(path: Path, label: str, delimiter: str) -> list[Record]:
                                            f"{len(reader.fieldnames)} columns (file line {reader.line_num})", row=row)
                 records.append(Record(label, row, {k: (v if v != "" else None) for k, v in values.items()}))
         except UnicodeDecodeError as e:
-            raise DataError(label, _not_utf8(e, path.read_bytes()[:2])) from None
+            raise DataError(label, _not_utf8(e, _read_bytes(path, label)[:2])) from None
         except csv.Error as e:
             raise DataError(label, f"not valid CSV ({e}, file line {reader.line_num})") from None
     return records
