@@ -171,3 +171,25 @@ def test_a_second_compare_over_the_same_out_is_refused(start_model, tmp_path, ca
         holder.kill()
         holder.wait()
     assert not (out / "seed0").exists()
+
+
+def test_a_runs_progress_reaches_the_terminal_while_it_trains(tmp_path):
+    """Each comparison run trains in a child process writing to its log.txt; the terminal showed
+    nothing for minutes. `follow` passes on the newest progress line as it appears."""
+    import subprocess
+    import sys
+
+    from lmpo.teach.compare.execute import follow
+
+    log = tmp_path / "log.txt"
+    script = ("import sys, time\n"
+              "for step in range(1, 4):\n"
+              "    print(f'[rl] step {step}/3  reward 0.{step}  acc 0.{step}', file=sys.stderr, flush=True)\n"
+              "    time.sleep(0.4)\n")
+    with open(log, "w") as out:
+        child = subprocess.Popen([sys.executable, "-c", script], stdout=out, stderr=subprocess.STDOUT)
+        said: list[str] = []
+        assert follow(child, log, said.append, every_s=0.1) == 0
+    assert said and all(line.startswith("step ") and line.endswith(" s)") for line in said), said
+    steps = [line.split()[1] for line in said]
+    assert steps == sorted(set(steps))  # each line newer than the last, none twice

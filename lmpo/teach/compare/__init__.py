@@ -64,7 +64,7 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
                 continue
             say(f"seed {seed} {method.name}: {plan.units} {plan.unit} x {plan.samples_per_unit} samples"
                 f"{f', at most {cfg.minutes:g} min' if cfg.budget == 'time' else ''}; log {spec.run_dir / 'log.txt'}")
-            launch(spec)
+            launch(spec, lambda line, m=method.name, s=seed: say(f"seed {s} {m}: {line}"))
             record = read_run(spec.stage_dir, method.name, seed, method.stage)
             say(f"seed {seed} {method.name}: held-out accuracy {100 * (record.accuracy or 0):.1f}%, "
                 f"{record.seconds:.0f} s, peak {record.peak_rss_mb} MB")

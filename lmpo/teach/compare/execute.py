@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import lmpo
 from lmpo.teach.compare.plan import CompareConfig, Method, Plan, plan_method
@@ -70,8 +73,9 @@ def run_one(spec: RunSpec) -> None:
     last_stage(cfg, spec.start_model, spec.run_dir, shared)
 
 
-def launch(spec: RunSpec) -> None:
-    """Run `spec` in a child process unless it has finished; its output goes to log.txt."""
+def launch(spec: RunSpec, say: Callable[[str], None] | None = None, every_s: float = 20.0) -> None:
+    """Run `spec` in a child process unless it has finished; its output goes to log.txt, and
+    `say` gets the run's newest progress line (`step 120/250`) every `every_s` seconds."""
     if spec.finished:
         return
     if spec.run_dir.exists():  # killed midway: start again
@@ -81,12 +85,37 @@ def launch(spec: RunSpec) -> None:
     root = str(Path(lmpo.__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     with open(spec.run_dir / LOG, "w") as log:
-        code = subprocess.call([sys.executable, "-m", "lmpo.teach.compare.execute", str(spec.run_dir)],
-                               stdout=log, stderr=subprocess.STDOUT, env=env)
+        child = subprocess.Popen([sys.executable, "-m", "lmpo.teach.compare.execute", str(spec.run_dir)],
+                                 stdout=log, stderr=subprocess.STDOUT, env=env)
+        code = follow(child, spec.run_dir / LOG, say, every_s)
     if code != 0 or not spec.finished:
         tail = (spec.run_dir / LOG).read_text(errors="replace").strip().splitlines()[-5:]
         raise RuntimeError(f"compare: {spec.method.name} (seed {spec.seed}) failed with exit code {code}; "
                            f"see {spec.run_dir / LOG}:\n  " + "\n  ".join(tail))
+
+
+PROGRESS = re.compile(r"\[\w+\] (step|round) (\d+)/(\d+)")
+
+
+def follow(child: subprocess.Popen, log: Path, say: Callable[[str], None] | None, every_s: float) -> int:
+    """Wait for `child`; meanwhile hand `say` the newest progress line its log has gained (a
+    trainer's `[rl] step 120/250 ...`), at most every `every_s` seconds. Its exit code."""
+    started, last = time.monotonic(), ""
+    while True:
+        try:
+            return child.wait(timeout=every_s)
+        except subprocess.TimeoutExpired:
+            pass
+        if say is None:
+            continue
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
+            tail = f.read().decode("utf-8", "replace")
+        found = [m for m in PROGRESS.finditer(tail)]
+        if found and found[-1].group(0) != last:
+            last = found[-1].group(0)
+            line = tail[found[-1].start():].splitlines()[0].strip()
+            say(f"{line.partition('] ')[2]} ({time.monotonic() - started:.0f} s)")
 
 
 def main(argv: list[str]) -> int:
