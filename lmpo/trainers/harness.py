@@ -162,8 +162,9 @@ def preflight_run(cfg, name: str) -> tuple[torch.device, Distributed]:
 
 
 class Run:
-    """One training run (see the module docstring). Use as `run = Run(cfg, "sft")` right after
-    validating the config, before any model loads."""
+    """One training run (see the module docstring). Use as `run = Run(cfg, "sft")` after validating
+    the config and reading the data (with `preflight_run` before that), before any model loads:
+    input that is refused then leaves no run directory behind."""
 
     def __init__(self, cfg, name: str):
         self.device, self.dist = preflight_run(cfg, name)  # before the run directory is touched
