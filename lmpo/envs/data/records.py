@@ -183,9 +183,10 @@ def _open(path: Path, label: str):
             raise DataError(label, f"cannot decompress the {path.suffix} file: {e}") from None
 
 
-def _read_bytes(path: Path, label: str) -> bytes:
+def _read_bytes(path: Path, label: str, size: int = -1) -> bytes:
+    """The file's first `size` bytes (all of them by default), decompressed."""
     with _open(path, label) as (stream, _):
-        return stream.read()
+        return stream.read(size)
 
 
 def _read_jsonl(path: Path, label: str) -> list[Record]:
@@ -225,20 +226,20 @@ def _not_utf8(err: UnicodeDecodeError, start: bytes) -> str:
 def _read_json(path: Path, label: str) -> list[Record]:
     """A `.json` file: a JSON array of row objects (Alpaca's and LLaMA-Factory's datasets), row N
     its Nth element; or JSON Lines under that name, as `datasets` reads either."""
-    data = _read_bytes(path, label)
-    head = data[:64].decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
+    head = _read_bytes(path, label, 64).decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
     if not head.startswith("["):
         try:
             return _read_jsonl(path, label)
         except DataError as jsonl_error:
             try:  # one object over several lines (pretty-printed), its rows perhaps under a key
-                whole = json.loads(data.decode("utf-8").removeprefix("\ufeff"))
+                whole = json.loads(_read_bytes(path, label).decode("utf-8").removeprefix("\ufeff"))
             except (UnicodeDecodeError, json.JSONDecodeError):
                 raise jsonl_error from None
             lists = [key for key, v in whole.items() if isinstance(v, list)] if isinstance(whole, dict) else []
             hint = f" (its rows may be the list under {', '.join(map(repr, lists))})" if lists else ""
             raise DataError(label, f"holds one JSON {type_name(whole)}; expected an array of row objects, or one "
                                    f"object per line{hint}") from None
+    data = _read_bytes(path, label)
     try:
         value = json.loads(data.decode("utf-8").removeprefix("\ufeff"))
     except UnicodeDecodeError as e:
@@ -276,7 +277,7 @@ def _read_csv(path: Path, label: str, delimiter: str) -> list[Record]:
                                            f"{len(reader.fieldnames)} columns (file line {reader.line_num})", row=row)
                 records.append(Record(label, row, {k: (v if v != "" else None) for k, v in values.items()}))
         except UnicodeDecodeError as e:
-            raise DataError(label, _not_utf8(e, _read_bytes(path, label)[:2])) from None
+            raise DataError(label, _not_utf8(e, _read_bytes(path, label, 2))) from None
         except csv.Error as e:
             raise DataError(label, f"not valid CSV ({e}, file line {reader.line_num})") from None
     return records
