@@ -1,0 +1,78 @@
+"""Reading each kind of data file: UTF-16 named as such, CSV/TSV exports, compressed files."""
+
+import json
+
+import pytest
+
+from lmpo.envs.data import DataError, load_preferences, load_prompts, load_sft, read_records
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_a_utf16_file_is_named_as_such(tmp_path, suffix):
+    """Windows tools save "Unicode" text as UTF-16; the error said only "invalid start byte"."""
+    from lmpo.envs.data import load_prompts
+
+    path = tmp_path / f"prompts{suffix}"
+    path.write_text('{"prompt": "12=", "answer": "12"}\n', encoding="utf-16")
+    with pytest.raises(ValueError, match=r"row 1: not valid UTF-8 \(invalid start byte at byte 0\); the file is UTF-16"):
+        load_prompts(path)
+    path.write_bytes('{"prompt": "café=", "answer": "1"}\n'.encode("latin-1"))
+    with pytest.raises(ValueError, match=r"not valid UTF-8 \(invalid continuation byte at byte 15\)$"):
+        load_prompts(path)
+
+
+def test_csv_and_tsv_files_are_read_with_every_value_as_text(char_tokenizer, tmp_path):
+    """A spreadsheet export was refused ("unsupported file type '.csv'")."""
+    path = tmp_path / "p.csv"
+    path.write_text('prompt,answer,note\n12=,12,\n"3,1=",007,x\n"two\nlines=",13,y\n', encoding="utf-8-sig")
+    problems = load_prompts(path, require_answer=True)
+    assert [(p.prompt, p.answer) for p in problems] == [("12=", "12"), ("3,1=", "007"), ("two\nlines=", "13")]
+    assert problems[0].meta == {"note": None} and problems[1].meta == {"note": "x"}  # an empty cell is missing
+    tsv = tmp_path / "p.tsv"
+    tsv.write_text("prompt\tchosen\trejected\n2+2=\t4\t5\n")
+    (pair,), _ = load_preferences(tsv, char_tokenizer, max_length=64)
+    assert char_tokenizer.decode(pair.chosen_ids) == "4<eos>"
+    sft = tmp_path / "s.csv"
+    sft.write_text("prompt,completion\n2+2=,4\n")
+    assert load_sft(sft, char_tokenizer, max_length=64)[1].shape == "prompt/completion"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("prompt,answer\n12=,12\n21=,12,extra\n")
+    with pytest.raises(DataError, match=r"row 2: 3 values under a header of 2 columns \(file line 3\)"):
+        read_records(bad)
+    no_answer = tmp_path / "na.csv"
+    no_answer.write_text("prompt,answer\n12=,\n")
+    with pytest.raises(DataError, match="row 1: field 'answer'"):
+        load_prompts(no_answer, require_answer=True)
+
+
+@pytest.mark.parametrize("module,suffix", [("gzip", ".gz"), ("bz2", ".bz2"), ("lzma", ".xz")])
+def test_compressed_files_read_as_their_contents(module, suffix, char_tokenizer, tmp_path):
+    """A `train.jsonl.gz` was refused ("unsupported file type '.gz'"); each kind of file reads
+    the same rows compressed, errors keep their row numbers, and a corrupt file says so."""
+    import importlib
+
+    compress = importlib.import_module(module).compress
+    rows = [{"prompt": "12=", "answer": "12"}, {"prompt": "31=", "answer": "13"}]
+    jsonl = tmp_path / f"p.jsonl{suffix}"
+    jsonl.write_bytes(compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    array = tmp_path / f"p.json{suffix}"
+    array.write_bytes(compress(json.dumps(rows).encode()))
+    csv = tmp_path / f"p.csv{suffix}"
+    csv.write_bytes(compress(b"prompt,answer\n12=,12\n31=,13\n"))
+    for path in (jsonl, array, csv):
+        assert [(p.prompt, p.answer) for p in load_prompts(path)] == [("12=", "12"), ("31=", "13")], path
+    pairs = tmp_path / f"pairs.tsv{suffix}"
+    pairs.write_bytes(compress(b"prompt\tchosen\trejected\n2+2=\t4\t5\n"))
+    assert len(load_preferences(pairs, char_tokenizer, max_length=64)[0]) == 1
+    bad_row = tmp_path / f"bad.jsonl{suffix}"
+    bad_row.write_bytes(compress(b'{"prompt": "1="}\n{"prompt": \n'))
+    with pytest.raises(DataError, match=r"row 2: not valid JSON"):
+        read_records(bad_row)
+    corrupt = tmp_path / f"corrupt.jsonl{suffix}"
+    corrupt.write_bytes(b"this is not compressed data at all")
+    with pytest.raises(DataError, match=rf"corrupt.jsonl{suffix}: cannot decompress the {suffix} file"):
+        read_records(corrupt)
+    inner = tmp_path / f"notes.txt{suffix}"
+    inner.write_bytes(compress(b"x"))
+    with pytest.raises(DataError, match=rf"unsupported file type '.txt' inside the {suffix} file"):
+        read_records(inner)
