@@ -58,12 +58,14 @@ def train_rl(cfg: RLConfig) -> StageResult:
     preflight_run(cfg, "rl")
     # the prompts and reward functions before the run directory: a task without a held-out split
     # or a reward module that does not import says so before anything is written or loaded
-    stop = StopRule.from_options(cfg, higher_is_better=True)
-    heldout, selection = heldout_and_selection(cfg, task, loaded, stop.active) if launched_rank() == 0 else ([], [])
+    stopping = StopRule.from_options(cfg, higher_is_better=True).active
+    heldout, selection = heldout_and_selection(cfg, task, loaded, stopping) if launched_rank() == 0 else ([], [])
     pool = training_prompts(task, loaded, cfg.prompts, cfg.prompt_pool, cfg.seed, "rl")
     rewards = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
     run = Run(cfg, "rl")
-    rewards, best = watch_rewards(rewards, run.out, cfg), BestWeights(run.out / "best")
+    rewards = watch_rewards(rewards, run.out, cfg)
+    # the wall-time cap counts from here, as the run's own clock does, not from before the prompts
+    stop, best = StopRule.from_options(cfg, higher_is_better=True), BestWeights(run.out / "best")
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     ptx = ptx_batches(cfg, task, tokenizer)  # PPO-ptx: None when ptx_coef is 0
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)

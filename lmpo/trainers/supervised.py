@@ -160,8 +160,8 @@ def train_cpt(cfg: CPTConfig) -> StageResult:
         stream = [t for ids in docs for t in ids]
         return torch.tensor(stream[: len(stream) // (cfg.seq_len + 1) * (cfg.seq_len + 1)]).view(-1, cfg.seq_len + 1)
 
-    stop = StopRule.from_options(cfg, higher_is_better=False)
-    return _train(cfg, "cpt", prepare, task, (stop, heldout_rows) if stop.active else None)
+    stopping = StopRule.from_options(cfg, higher_is_better=False).active
+    return _train(cfg, "cpt", prepare, task, heldout_rows if stopping else None)
 
 
 def train_sft(cfg: SFTConfig) -> StageResult:
@@ -244,7 +244,7 @@ def heldout_loss(run: Run, model, rows: torch.Tensor, batch_size: int) -> float:
 
 
 def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> StageResult:
-    """`stopping`: (StopRule, held-out rows builder) for a stage that stops on its held-out loss."""
+    """`stopping`: the held-out rows' builder, for a stage that stops on its held-out loss."""
     preflight_run(cfg, name)
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     # the data before the run directory: a bad file says so before anything is written or loaded
@@ -255,7 +255,8 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> St
     run = Run(cfg, name)
     model = run.load_policy(tokenizer)
     model.train()
-    stop, rows = (stopping[0], stopping[1](tokenizer)) if stopping else (None, None)
+    # the rule's wall-time cap counts from here, not from before the data was read
+    stop, rows = (StopRule.from_options(cfg, higher_is_better=False), stopping(tokenizer)) if stopping else (None, None)
     best = BestWeights(run.out / "best")
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, total_steps, cfg.lr_schedule, cfg.min_lr_ratio)
