@@ -101,3 +101,11 @@ def test_lmpo_data_reads_pairs_in_other_columns(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith(f"pairs: {se}: 2 rows, shape 'prompt/chosen/rejected' (field 'question'), kept 2")
     assert "[chosen]" in out and "[rejected]" in out
+
+
+def test_two_column_options_naming_one_column_are_refused(tmp_path, capsys):
+    se = _write(tmp_path / "se.jsonl", STACK_EXCHANGE)
+    assert main(["train", "dpo", "--model", "tiny", "--data", str(se), "--prompt_field", "question", "--chosen_field",
+                 "response_j", "--rejected_field", "response_j", "--out", str(tmp_path / "run")]) == 2
+    assert "chosen_field and rejected_field both name the column 'response_j'" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -204,6 +204,7 @@ def _loss_names(spec: str) -> list[str]:
 
 # read only when the rows come from --data FILE (prompt_field too where no prompt file is read)
 DATA_ONLY = ("max_length", "overlong", "chosen_field", "rejected_field", "completion_field", "label_field")
+COLUMN_OPTIONS = ("prompt_field", "answer_field", "chosen_field", "rejected_field", "completion_field", "label_field")
 TASK_ONLY = ("demonstrations", "corpus_documents", "pairs")  # the task's generated data; unused with --data
 
 
@@ -226,6 +227,11 @@ def data_option_problems(cfg) -> list[str]:
         else:
             problems += [f"{o}={getattr(cfg, o)!r} is not used with --data (the file's rows are used)"
                          for o in TASK_ONLY if changed(o)]
+    columns = [(name, getattr(cfg, name)) for name in COLUMN_OPTIONS if hasattr(cfg, name)]
+    for i, (name, column) in enumerate(columns):
+        other = next((n for n, c in columns[:i] if c == column), None)
+        if other:
+            problems.append(f"{other} and {name} both name the column {column!r}; each reads a column of its own")
     if getattr(cfg, "heldout_data", "") and changed("heldout_pairs"):
         problems.append(f"heldout_pairs={cfg.heldout_pairs} is not used with --heldout_data (the file's pairs are)")
     if getattr(cfg, "prompts", "") and changed("prompt_pool"):
