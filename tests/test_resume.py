@@ -306,6 +306,16 @@ def test_resuming_with_other_options_is_an_error_naming_them():
     check_same_config({"lr": 0.2, "threads": 1, "save_every": 5}, {"lr": 0.2, "threads": 2, "save_every": 3}, "run")
 
 
+def test_resuming_a_finished_run_with_more_steps_says_how_to_train_it_further(tmp_path):
+    """`--resume DIR --steps 80` on a run that finished its 60 steps was told to repeat 'the
+    interrupted run's' options; a resume repeats a run, and a finished one's model starts a new run."""
+    from lmpo.trainers.checkpoint import check_same_config
+
+    (tmp_path / "result.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"steps=80 \(was 60\); that run finished.*--model " + str(tmp_path / "model")):
+        check_same_config({"steps": 60}, {"steps": 80}, tmp_path)
+
+
 def test_resume_alone_reuses_the_interrupted_runs_options(tmp_path, start_model):
     """`lmpo train sft --resume DIR` with no other option continues with the run's own options
     (read from its checkpoint) and reproduces its final weights."""

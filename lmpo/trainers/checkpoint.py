@@ -210,6 +210,9 @@ def check_same_config(saved: dict, current: dict, run_dir: str | Path) -> None:
                      if k not in RESUME_MAY_CHANGE and saved.get(k) != current.get(k))
     if changed:
         parts = ", ".join(f"{k}={current.get(k)!r} (was {saved.get(k)!r})" for k in changed)
+        if (Path(run_dir) / "result.json").is_file():  # a resume repeats a finished run; it does not extend it
+            raise ValueError(f"--resume {run_dir}: options differ from the run's: {parts}; that run finished, so "
+                             f"to train its model further start a new run from it (--model {Path(run_dir) / 'model'})")
         raise ValueError(f"--resume {run_dir}: options differ from the interrupted run: {parts}; "
                          f"repeat the run's own options")
 
