@@ -242,3 +242,17 @@ def test_a_pipeline_checks_every_stages_inputs_before_cpt(tmp_path, capsys, monk
         out = tmp_path / stage
         assert main(["train", stage, "--task", "exact_match", "--model", "tiny", "--out", str(out)]) == 2
         assert f"has no {what} of its own" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_run_on_its_own_prompts_says_when_it_evaluates_on_the_tasks_held_out_problems(capsys):
+    """`lmpo train grpo --prompts mine.jsonl` (no --task, no --eval_prompts) reported the default
+    task's held-out accuracy (sort_digits, on chat arithmetic prompts) without a word."""
+    from lmpo.trainers.prompts import heldout_prompts
+
+    task = make_task("sort_digits")
+    mine = [Problem("What is 2 plus 3?", "5")]
+    assert heldout_prompts(task, {"prompts": mine}, "", 3, "rl") == task.heldout_problems(3)
+    assert "[rl] held-out: 3 problems of the task's own held-out split (sort_digits" in capsys.readouterr().out
+    heldout_prompts(task, {}, "", 3, "rl")  # the task's own prompts: its own held-out split, nothing to say
+    assert heldout_prompts(task, {"prompts": mine, "eval_prompts": mine}, "held.jsonl", 3, "rl") == mine
+    assert capsys.readouterr().out == ""

@@ -78,7 +78,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     # module that does not import, says so before anything is written or loaded
     stream = PromptStream(training_prompts(task, loaded, cfg.prompts, cfg.prompt_pool, cfg.seed, "online_dpo"),
                           cfg.seed)
-    heldout = (heldout_prompts(task, loaded, cfg.eval_prompts, cfg.eval_problems)
+    heldout = (heldout_prompts(task, loaded, cfg.eval_prompts, cfg.eval_problems, "online_dpo")
                if cfg.eval_problems and launched_rank() == 0 else [])
     rank_by = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
     run = Run(cfg, "online_dpo")

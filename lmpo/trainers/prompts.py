@@ -39,10 +39,17 @@ def training_prompts(task, loaded: dict[str, list], prompts: str, pool_size: int
     return loaded["prompts"]
 
 
-def heldout_prompts(task, loaded: dict[str, list], eval_prompts: str, n: int) -> list[Problem]:
+def heldout_prompts(task, loaded: dict[str, list], eval_prompts: str, n: int, tag: str = "") -> list[Problem]:
     """The first `n` rows of the file `eval_prompts` (loaded as for `training_prompts`), else the
-    task's first `n` held-out problems."""
-    return loaded["eval_prompts"][:n] if eval_prompts else task.heldout_problems(n)
+    task's first `n` held-out problems; with a `tag`, the run says which when it trains on a
+    prompt file of its own (whose prompts the task's held-out problems may not resemble)."""
+    if eval_prompts:
+        return loaded["eval_prompts"][:n]
+    problems = task.heldout_problems(n)
+    if tag and "prompts" in loaded:
+        print(f"[{tag}] held-out: {len(problems)} problems of the task's own held-out split ({task.name}), not "
+              f"prompts like those of --prompts; --eval_prompts FILE evaluates on yours")
+    return problems
 
 
 class PromptStream:

@@ -226,7 +226,7 @@ def train_rft(cfg: RFTConfig) -> StageResult:
     # the prompts and reward functions before the run directory: a task without them, or a reward
     # module that does not import, says so before anything is written or loaded
     pool = training_prompts(task, loaded, cfg.prompts, cfg.prompt_pool, cfg.seed, "rft")
-    heldout = heldout_prompts(task, loaded, cfg.eval_prompts, cfg.eval_problems) if cfg.eval_problems else []
+    heldout = heldout_prompts(task, loaded, cfg.eval_prompts, cfg.eval_problems, "rft") if cfg.eval_problems else []
     rewards = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
     run = Run(cfg, "rft")
     rewards = watch_rewards(rewards, run.out, cfg)

@@ -59,7 +59,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     # the prompts and reward functions before the run directory: a task without a held-out split
     # or a reward module that does not import says so before anything is written or loaded
     stopping = StopRule.from_options(cfg, higher_is_better=True).active
-    heldout, selection = heldout_and_selection(cfg, task, loaded, stopping) if launched_rank() == 0 else ([], [])
+    heldout, selection = heldout_and_selection(cfg, task, loaded, stopping, "rl") if launched_rank() == 0 else ([], [])
     pool = training_prompts(task, loaded, cfg.prompts, cfg.prompt_pool, cfg.seed, "rl")
     rewards = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
     run = Run(cfg, "rl")
@@ -247,13 +247,14 @@ def _critic_writer(critic):
     return write
 
 
-def heldout_and_selection(cfg: RLConfig, task, loaded: dict, stopping: bool) -> tuple[list, list]:
-    """The reported held-out problems and, with a stopping rule, the disjoint ones it selects on."""
+def heldout_and_selection(cfg: RLConfig, task, loaded: dict, stopping: bool, tag: str = "") -> tuple[list, list]:
+    """The reported held-out problems and, with a stopping rule, the disjoint ones it selects on
+    (`tag`: see `heldout_prompts`)."""
     if not cfg.eval_problems:
         return [], []
     wanted = cfg.eval_problems + (cfg.select_problems if stopping else 0)
     try:
-        problems = heldout_prompts(task, loaded, cfg.eval_prompts, wanted)
+        problems = heldout_prompts(task, loaded, cfg.eval_prompts, wanted, tag)
     except ValueError as err:
         if cfg.eval_prompts or wanted == cfg.eval_problems:
             raise
