@@ -1,7 +1,9 @@
 """Token-level ops on logits: log-probs of chosen tokens, entropy, masked cross-entropy.
 
-All results are fp32, whatever the dtype of the logits. Logits are assumed already aligned
-with their targets (``logits[..., t, :]`` scores ``targets[..., t]``): the caller shifts.
+All results are fp32 whatever the dtype of the logits, except fp64 logits, which stay fp64 (the
+worked examples of `lmpo explain` compute in fp64, so that their printed digits do not depend on
+a machine's fp32 rounding: k3 of one came out 0.0468237 on one CPU and 0.0468238 on another).
+Logits are assumed already aligned with their targets (``logits[..., t, :]`` scores ``targets[..., t]``): the caller shifts.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ from torch import Tensor
 def _scaled(logits: Tensor, temperature: float) -> Tensor:
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    logits = logits.float()
+    logits = logits if logits.dtype == torch.float64 else logits.float()
     return logits if temperature == 1.0 else logits / temperature
 
 
 def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
-    """``log softmax(logits / temperature)[targets]``, fp32, shape of ``targets``.
+    """``log softmax(logits / temperature)[targets]``, fp32 (or fp64), shape of ``targets``.
 
     Computed as ``z[target] - logsumexp(z)`` so that no full [.., V] log-softmax tensor is
     materialised besides the fp32 (scaled) logits. ``targets`` must be valid token ids.
