@@ -3,7 +3,8 @@
 All results are fp32 whatever the dtype of the logits, except fp64 logits, which stay fp64 (the
 worked examples of `lmpo explain` compute in fp64, so that their printed digits do not depend on
 a machine's fp32 rounding: k3 of one came out 0.0468237 on one CPU and 0.0468238 on another).
-Logits are assumed already aligned with their targets (``logits[..., t, :]`` scores ``targets[..., t]``): the caller shifts.
+Logits are assumed already aligned with their targets (``logits[..., t, :]`` scores
+``targets[..., t]``): the caller shifts.
 """
 
 from __future__ import annotations
