@@ -91,6 +91,19 @@ def test_exact_match_prompts_without_an_answer_are_an_error_naming_the_row(start
     assert load_prompts(prompts)[1].answer == ""  # other tasks may go without answers
 
 
+def test_a_null_prompt_is_called_null_not_missing(tmp_path):
+    """`{"prompt": null, ...}` was refused as having 'no such field', which sends a user looking
+    for a misspelt column name."""
+    from lmpo.envs.data import DataError, load_prompts
+
+    prompts = _jsonl(tmp_path / "p.jsonl", [{"prompt": "1+1=", "answer": "2"}, {"prompt": None, "answer": "4"}])
+    with pytest.raises(DataError, match=r"row 2: field 'prompt': expected .* got null \(the row's other fields: answer\)"):
+        load_prompts(prompts)
+    prompts = _jsonl(tmp_path / "q.jsonl", [{"question": "1+1=", "answer": "2"}])
+    with pytest.raises(DataError, match=r"row 1: field 'prompt': expected .* got no such field \(the row has: question"):
+        load_prompts(prompts)
+
+
 def test_rl_prompts_longer_than_the_context_are_a_located_error(start_model, tmp_path):
     from lmpo.envs.data.records import DataError
     from lmpo.trainers.preflight import load_prompt_files

@@ -87,6 +87,8 @@ class Record:
         return ", ".join(self.named(k) for k, v in self.fields.items() if v is not None) or "none"
 
     def missing(self, field: str, expected: str) -> DataError:
+        if field in self.fields:  # there, but null (a JSON null, or a Parquet row without the column)
+            return self.error(field, expected, f"null (the row's other fields: {self.present()})")
         return self.error(field, expected, f"no such field (the row has: {self.present()})")
 
     def require_str(self, field: str) -> str:
