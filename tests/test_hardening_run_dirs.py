@@ -35,7 +35,8 @@ def test_rl_resume_refuses_changed_options_listing_them(rl_run, extra, names, ca
     config_before = (rl_run / "config.json").read_text()
     assert main(["train", "grpo", "--resume", str(rl_run), *extra]) == 2
     line = _error(capsys)
-    assert "options differ from the interrupted run" in line and all(n in line for n in names), line
+    assert "options differ from the run's" in line and all(n in line for n in names), line
+    assert f"that run finished, so to train its model further start a new run from it (--model {rl_run / 'model'})" in line
     assert (rl_run / "config.json").read_text() == config_before  # nothing rewritten
 
 
