@@ -7,6 +7,7 @@ import pytest
 
 from lmpo.teach.compare import CompareConfig, run_compare
 from lmpo.teach.compare.plan import DEFAULT_METHODS, Method, plan_method
+from lmpo.teach.start import sft_start
 
 
 @pytest.mark.slow
@@ -24,6 +25,9 @@ def test_the_default_methods_on_one_seed(tmp_path):
     assert data["recommendation"]["best"] == max(accuracy, key=accuracy.get)
     assert data["recommendation"]["choice"] == data["recommendation"]["best"]  # one seed: no spread, no tie
     assert max(accuracy.values()) > data["start"]["mean"] + 0.1  # the pipeline's grpo takes 32% to ~66%
-    assert comparison.start.mean == pytest.approx(0.322)  # the SFT start, 32.2% in the README
+    # the start is the SFT checkpoint `sft_start` keeps (cached now): 32.2% on the README's AMD EPYC, 32.4% on
+    # an Intel Xeon, whose matrix multiplies round otherwise (a fixed 0.322 failed there)
+    assert comparison.start.mean == pytest.approx(sft_start(seed=0, threads=2, quiet=True).sft_accuracy)
+    assert 0.25 < comparison.start.mean < 0.40
     table = (tmp_path / "cmp" / "compare.md").read_text()
     assert all(f"| {m} | {100 * accuracy[m]:.1f}% |" in table for m in methods)
