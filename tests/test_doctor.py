@@ -135,3 +135,38 @@ def test_a_directory_of_runs_further_in_is_diagnosed_run_by_run(tmp_path, capsys
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no metrics.jsonl here nor in the run directories under it"):
         diagnose_run(tmp_path / "empty")
+
+
+def _kind_rows(evals: dict[int, tuple[float, dict[str, float]]]) -> list[dict]:
+    rows = [{"step": 0}] + _rows(120)  # step 0: the held-out evaluation of the start model
+    for row in rows:
+        if row["step"] in evals:
+            overall, kinds = evals[row["step"]]
+            row.update(eval_accuracy=overall, **{f"eval_kind_{k}_accuracy": v for k, v in kinds.items()})
+    return rows
+
+
+# Held-out figures of a real run (`lmpo pipeline --task aftersales --seed 1 --threads 1` on an Intel
+# Xeon): GRPO learned to refuse every refund, the in-policy ones too, and kept step 100; by its last
+# step (120) it had also lost most `where` tickets.
+AFTERSALES_SEED1 = {0: (0.56, {"refund": 0.476, "refund_late": 0.0, "where": 1.0}),
+                    50: (0.746, {"refund": 0.0, "refund_late": 1.0, "where": 1.0}),
+                    100: (0.748, {"refund": 0.0, "refund_late": 1.0, "where": 1.0}),
+                    120: (0.582, {"refund": 0.0, "refund_late": 0.984, "where": 0.698})}
+
+
+def test_a_kind_the_policy_gave_up_is_named_against_the_model_the_stage_hands_on():
+    rows = _kind_rows(AFTERSALES_SEED1)
+    final = {"accuracy": 0.748, "breakdown": {"by_kind": {"refund": {"accuracy": 0.0}, "refund_late": {"accuracy": 1.0},
+                                                           "where": {"accuracy": 1.0}}}}
+    lost = [f for f in diagnose(rows, "rl", final=final) if f.code == "kind_lost"]
+    assert [(f.metric, f.value) for f in lost] == [("eval_kind_refund_accuracy", "47.6% → 0.0%")]
+    assert "the stage's model" in lost[0].message and "traded that kind for others (held-out accuracy 56.0% → 74.8%)" in lost[0].message
+    # Without the stage's result, the last evaluation: `where` fell there too, with the average.
+    lost = [f for f in diagnose(rows, "rl") if f.code == "kind_lost"]
+    assert [f.metric for f in lost] == ["eval_kind_refund_accuracy", "eval_kind_where_accuracy"]
+    assert "the model of step 120" in lost[0].message
+    # A kind that rises or falls less than the threshold says nothing; nor does a task without kinds.
+    steady = {0: (0.5, {"refund": 1.0, "addr_late": 0.03}), 120: (0.86, {"refund": 0.81, "addr_late": 0.98})}
+    assert "kind_lost" not in _codes(diagnose(_kind_rows(steady), "rl"))
+    assert "kind_lost" not in _codes(diagnose(_kind_rows({0: (0.5, {}), 120: (0.2, {})}), "rl"))

@@ -59,6 +59,8 @@ class Thresholds:
     """... while held-out accuracy falls by this much: reward hacking."""
     eos_drop: float = 0.1
     """A fall of format accuracy (terminated, well-formed answers), train or held-out."""
+    kind_drop: float = 0.2
+    """A fall of one kind's held-out accuracy (tasks whose problems have kinds: `eval_kind_*`)."""
     clip_frac: float = 0.2
     """Clip fraction above which ..."""
     clip_share: float = 0.5
@@ -206,6 +208,45 @@ def check_hacking(rows: list[Row], th: Thresholds) -> list[Finding]:
     return findings
 
 
+def check_kinds(rows: list[Row], th: Thresholds, final: dict | None = None) -> list[Finding]:
+    """A kind of problem the policy gave up: the held-out average can rise while one kind falls
+    (an after-sales GRPO run went 56.0% → 74.8% by learning to refuse every refund, the in-policy
+    ones too: `refund` 47.6% → 0.0%). The start is the first held-out evaluation; the end is the
+    stage's model (`final`: its result.json, which a stopping rule may have taken from an earlier
+    step) or else the last evaluation."""
+    evals = [r for r in rows if as_float(r.get("eval_accuracy")) is not None]
+    if not evals:
+        return []
+    first = evals[0]
+    by_kind = (final or {}).get("breakdown", {}) or {}
+    if isinstance(by_kind.get("by_kind"), dict) and as_float((final or {}).get("accuracy")) is not None:
+        end = {k: as_float(v.get("accuracy")) for k, v in by_kind["by_kind"].items() if isinstance(v, dict)}
+        end_overall, which = as_float(final["accuracy"]), "the stage's model"
+    else:
+        last = evals[-1]
+        end = {k[len("eval_kind_"):-len("_accuracy")]: as_float(v) for k, v in last.items()
+               if k.startswith("eval_kind_") and k.endswith("_accuracy")}
+        end_overall, which = as_float(last["eval_accuracy"]), f"the model of step {last.get('step')}"
+    start_overall = as_float(first["eval_accuracy"])
+    traded = end_overall is not None and start_overall is not None and end_overall >= start_overall
+    findings = []
+    for kind, after in sorted(end.items()):
+        before = as_float(first.get(f"eval_kind_{kind}_accuracy"))
+        if before is None or after is None or before - after < th.kind_drop:
+            continue
+        overall = f"held-out accuracy {_pct(start_overall)} → {_pct(end_overall)}"
+        why = (f"the policy traded that kind for others ({overall})" if traded else
+               f"and held-out accuracy fell too ({overall})")
+        findings.append(Finding("kind_lost", "warning", f"eval_kind_{kind}_accuracy", f"{_pct(before)} → {_pct(after)}",
+                                f"a fall of >= {_pct(th.kind_drop)} from the start",
+                                f"{which} solves held-out `{kind}` problems less often than the start model: {why}",
+                                "read its failures (`lmpo eval --model RUN_DIR/model --task TASK --out DIR`, then `lmpo "
+                                "trajectories DIR --failed`); raise "
+                                "--beta (holds the policy near the start model, which solved them), lower --lr, "
+                                "or teach the kind before RL (its demonstrations in SFT)"))
+    return findings
+
+
 def check_clip(rows: list[Row], th: Thresholds) -> list[Finding]:
     clip = _values(rows, "clip_frac")
     if len(clip) < 4:
@@ -269,12 +310,14 @@ RL_CHECKS: tuple[Callable[[list[Row], Thresholds], list[Finding]], ...] = (
 
 
 def diagnose(rows: list[Row], stage: str = "", thresholds: Thresholds | None = None,
-             group_size: int | None = None) -> list[Finding]:
+             group_size: int | None = None, final: dict | None = None) -> list[Finding]:
     """Every finding for one stage's metrics rows. RL rows (with `reward_mean`) get the RL checks;
-    supervised stages (`stage` "cpt" or "sft") the loss and format checks."""
+    supervised stages (`stage` "cpt" or "sft") the loss and format checks. `final`: the stage's
+    result.json (the figures of the model it hands on), where there is one."""
     th = thresholds or Thresholds()
     if rl_rows(rows):
-        return check_signal(rows, th, group_size) + [f for check in RL_CHECKS for f in check(rows, th)]
+        return (check_signal(rows, th, group_size) + [f for check in RL_CHECKS for f in check(rows, th)]
+                + check_kinds(rows, th, final))
     return check_supervised(rows, th, stage) + check_faults(rows, th)
 
 
@@ -296,7 +339,7 @@ def diagnose_run(path: str | Path) -> dict[str, list[Finding]]:
 def diagnose_stage(stage_dir: Path) -> list[Finding]:
     kind, config = _run_info(stage_dir)
     group = config.get("group_size") if isinstance(config.get("group_size"), int) else None
-    return diagnose(read_metrics(stage_dir / "metrics.jsonl"), kind, group_size=group)
+    return diagnose(read_metrics(stage_dir / "metrics.jsonl"), kind, group_size=group, final=_result(stage_dir))
 
 
 def _ordered(path: Path, stages: list[Path]) -> list[Path]:
@@ -316,6 +359,15 @@ def _run_info(stage_dir: Path) -> tuple[str, dict]:
         return str(info.get("trainer") or stage_dir.name), dict(info.get("config") or {})
     except (OSError, ValueError, AttributeError, TypeError):
         return stage_dir.name, {}
+
+
+def _result(stage_dir: Path) -> dict | None:
+    """The stage's result.json (written when it ended), or None."""
+    try:
+        result = json.loads((stage_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return result if isinstance(result, dict) else None
 
 
 def format_findings(findings: dict[str, list[Finding]] | list[Finding], label: str = "") -> str:
