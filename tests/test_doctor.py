@@ -170,3 +170,7 @@ def test_a_kind_the_policy_gave_up_is_named_against_the_model_the_stage_hands_on
     steady = {0: (0.5, {"refund": 1.0, "addr_late": 0.03}), 120: (0.86, {"refund": 0.81, "addr_late": 0.98})}
     assert "kind_lost" not in _codes(diagnose(_kind_rows(steady), "rl"))
     assert "kind_lost" not in _codes(diagnose(_kind_rows({0: (0.5, {}), 120: (0.2, {})}), "rl"))
+    # A result.json of another shape falls back to the last evaluation rather than failing.
+    for odd in ({"accuracy": 0.7, "breakdown": []}, {"accuracy": None, "breakdown": {"by_kind": {}}}, {"breakdown": None}):
+        assert [f.metric for f in diagnose(rows, "rl", final=odd) if f.code == "kind_lost"] == [
+            "eval_kind_refund_accuracy", "eval_kind_where_accuracy"]

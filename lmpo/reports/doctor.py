@@ -217,10 +217,11 @@ def check_kinds(rows: list[Row], th: Thresholds, final: dict | None = None) -> l
     evals = [r for r in rows if as_float(r.get("eval_accuracy")) is not None]
     if not evals:
         return []
-    first = evals[0]
-    by_kind = (final or {}).get("breakdown", {}) or {}
-    if isinstance(by_kind.get("by_kind"), dict) and as_float((final or {}).get("accuracy")) is not None:
-        end = {k: as_float(v.get("accuracy")) for k, v in by_kind["by_kind"].items() if isinstance(v, dict)}
+    first, final = evals[0], final or {}
+    breakdown = final.get("breakdown")
+    by_kind = breakdown.get("by_kind") if isinstance(breakdown, dict) else None
+    if isinstance(by_kind, dict) and as_float(final.get("accuracy")) is not None:
+        end = {k: as_float(v.get("accuracy")) for k, v in by_kind.items() if isinstance(v, dict)}
         end_overall, which = as_float(final["accuracy"]), "the stage's model"
     else:
         last = evals[-1]
