@@ -174,3 +174,18 @@ def test_a_kind_the_policy_gave_up_is_named_against_the_model_the_stage_hands_on
     for odd in ({"accuracy": 0.7, "breakdown": []}, {"accuracy": None, "breakdown": {"by_kind": {}}}, {"breakdown": None}):
         assert [f.metric for f in diagnose(rows, "rl", final=odd) if f.code == "kind_lost"] == [
             "eval_kind_refund_accuracy", "eval_kind_where_accuracy"]
+
+
+def test_a_held_out_finding_gives_the_figure_of_the_model_the_stage_hands_on():
+    """The seed-1 run's format fell by its last evaluation (93.4% → 78.4% at step 120) while the
+    model it kept (step 100) ends 100% of its answers well: the finding says both."""
+    rows = _kind_rows(AFTERSALES_SEED1)
+    for row, fmt in zip([r for r in rows if "eval_accuracy" in r], (0.934, 1.0, 1.0, 0.784)):
+        row["eval_format_accuracy"] = fmt
+    eos = next(f for f in diagnose(rows, "rl", final={"accuracy": 0.748, "format_accuracy": 1.0}) if f.code == "eos_loss")
+    assert eos.value == "93.4% → 78.4%"
+    assert eos.message.endswith("(by the last evaluation; the model the stage hands on has held-out format accuracy 100.0%)")
+    plain = next(f for f in diagnose(rows, "rl") if f.code == "eos_loss")
+    assert "hands on" not in plain.message
+    same = next(f for f in diagnose(rows, "rl", final={"format_accuracy": 0.784}) if f.code == "eos_loss")
+    assert "hands on" not in same.message

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -317,8 +317,8 @@ def diagnose(rows: list[Row], stage: str = "", thresholds: Thresholds | None = N
     result.json (the figures of the model it hands on), where there is one."""
     th = thresholds or Thresholds()
     if rl_rows(rows):
-        return (check_signal(rows, th, group_size) + [f for check in RL_CHECKS for f in check(rows, th)]
-                + check_kinds(rows, th, final))
+        found = check_signal(rows, th, group_size) + [f for check in RL_CHECKS for f in check(rows, th)]
+        return [_with_kept_model(f, rows, final) for f in found] + check_kinds(rows, th, final)
     return check_supervised(rows, th, stage) + check_faults(rows, th)
 
 
@@ -360,6 +360,19 @@ def _run_info(stage_dir: Path) -> tuple[str, dict]:
         return str(info.get("trainer") or stage_dir.name), dict(info.get("config") or {})
     except (OSError, ValueError, AttributeError, TypeError):
         return stage_dir.name, {}
+
+
+def _with_kept_model(finding: Finding, rows: list[Row], final: dict | None) -> Finding:
+    """A held-out check reads the run's last evaluation; a stage whose stopping rule kept an
+    earlier step hands on a model with other figures, so the finding says them too."""
+    key = {"eval_format_accuracy": "format_accuracy", "reward_mean vs eval_accuracy": "accuracy"}.get(finding.metric)
+    kept = as_float((final or {}).get(key)) if key else None
+    evals = _values(rows, "eval_format_accuracy" if key == "format_accuracy" else "eval_accuracy")
+    if kept is None or not evals or abs(kept - evals[-1]) < 5e-4:
+        return finding
+    what = "format accuracy" if key == "format_accuracy" else "accuracy"
+    return replace(finding, message=f"{finding.message} (by the last evaluation; the model the stage hands on "
+                                    f"has held-out {what} {_pct(kept)})")
 
 
 def _result(stage_dir: Path) -> dict | None:
