@@ -90,6 +90,8 @@ def test_reward_hacking_with_a_learned_reward_model():
     assert {"reward_hacking", "eos_loss"} <= _codes(found)
     hacking = next(f for f in found if f.code == "reward_hacking")
     assert "40.0% → 15.0%" in hacking.value
+    kept = next(f for f in diagnose(rows, "rl", final={"accuracy": 0.38}) if f.code == "reward_hacking")
+    assert kept.message.endswith("the model the stage hands on has held-out accuracy 38.0%)")
 
 
 @pytest.mark.parametrize("series, extra, code", [

@@ -362,17 +362,21 @@ def _run_info(stage_dir: Path) -> tuple[str, dict]:
         return stage_dir.name, {}
 
 
+# A held-out finding's metric -> (the result.json field of the same figure, its metrics series, its name).
+_KEPT_FIGURES = {"eval_format_accuracy": ("format_accuracy", "eval_format_accuracy", "format accuracy"),
+                 "reward_mean vs eval_accuracy": ("accuracy", "eval_accuracy", "accuracy")}
+
+
 def _with_kept_model(finding: Finding, rows: list[Row], final: dict | None) -> Finding:
     """A held-out check reads the run's last evaluation; a stage whose stopping rule kept an
     earlier step hands on a model with other figures, so the finding says them too."""
-    key = {"eval_format_accuracy": "format_accuracy", "reward_mean vs eval_accuracy": "accuracy"}.get(finding.metric)
-    kept = as_float((final or {}).get(key)) if key else None
-    evals = _values(rows, "eval_format_accuracy" if key == "format_accuracy" else "eval_accuracy")
+    field, series, name = _KEPT_FIGURES.get(finding.metric, (None, None, None))
+    kept = as_float((final or {}).get(field)) if field else None
+    evals = _values(rows, series) if series else []
     if kept is None or not evals or abs(kept - evals[-1]) < 5e-4:
         return finding
-    what = "format accuracy" if key == "format_accuracy" else "accuracy"
     return replace(finding, message=f"{finding.message} (by the last evaluation; the model the stage hands on "
-                                    f"has held-out {what} {_pct(kept)})")
+                                    f"has held-out {name} {_pct(kept)})")
 
 
 def _result(stage_dir: Path) -> dict | None:
