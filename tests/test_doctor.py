@@ -56,6 +56,18 @@ def test_no_signal_from_a_model_that_is_never_right(tmp_path, capsys):
     assert "warning: no_signal" in capsys.readouterr().out
 
 
+def test_partial_credit_that_varies_within_groups_is_not_called_sparse():
+    """A custom reward (digits / 5) gave every group differing rewards while `correct` was never
+    true: the doctor said `reward_sparse: ... almost every reward is 0`."""
+    from lmpo.reports.doctor import Thresholds, check_signal
+
+    varied = [{"step": s, "reward_mean": 0.1, "accuracy": 0.0, "zero_var_frac": 0.0} for s in range(1, 11)]
+    assert check_signal(varied, Thresholds(), group_size=4) == []
+    flat = [{**row, "zero_var_frac": 0.8} for row in varied]
+    (sparse,) = check_signal(flat, Thresholds(), group_size=4)
+    assert sparse.code == "reward_sparse" and "80.0% of the first steps' groups had all-equal rewards" in sparse.message
+
+
 def test_entropy_collapse_from_a_too_high_learning_rate(tmp_path, reward_fns_on_path):
     out = _rl_run(tmp_path, "collapse", "--steps", "20", "--lr", "0.03", "--max_new_tokens", "8",
                   "--rewards", "reward_fns:count_sevens=1.0")

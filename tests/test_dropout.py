@@ -1,6 +1,8 @@
 """Dropout is off in the policy (and reference, and critic) unless asked for: on a GPT-2 that
 ships with dropout 0.1, the first on-policy RL step has KL and clip fraction exactly 0 and a policy
-loss of 0, and the first DPO loss is ln 2. `--keep_dropout` keeps the model's own dropout."""
+loss of 0, and the first DPO loss is ln 2. `--keep_dropout` keeps the model's own dropout: the KL
+of the first step is then not 0, while its ratio stays exactly 1 with one update per batch (π_old is
+the loss forward's own) and moves off 1 with two (π_old is the eval-mode sampler's)."""
 
 from __future__ import annotations
 
@@ -30,11 +32,12 @@ def _rows(out):
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("keep", [False, True])
-def test_first_on_policy_step_has_no_kl_and_no_clipping(gpt2_with_dropout, tmp_path, keep):
+@pytest.mark.parametrize("keep,iterations", [(False, 1), (True, 1), (True, 2)])
+def test_first_on_policy_step_has_no_kl_and_no_clipping(gpt2_with_dropout, tmp_path, keep, iterations):
     out = tmp_path / "rl"
     argv = ["train", "grpo", "--model", gpt2_with_dropout, "--out", str(out), "--steps", "1", "--prompts_per_step", "4",
             "--group_size", "4", "--max_new_tokens", "6", "--eval_problems", "0", "--save_every", "0", "--threads", "1",
+            "--num_iterations", str(iterations),
             "--rewards", "rm=1.0", "--reward_model", gpt2_with_dropout + "-rm", "--reward_timeout", "0"]
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -43,11 +46,14 @@ def test_first_on_policy_step_has_no_kl_and_no_clipping(gpt2_with_dropout, tmp_p
     assert main(argv + (["--keep_dropout", "true"] if keep else [])) == 0
     (step,) = [r for r in _rows(out) if "reward_mean" in r]
     assert step["reward_std"] > 0
-    if keep:  # the failure the default prevents: train-mode dropout moves the ratio off 1 at once
-        assert step["kl"] > 1e-4 and abs(step["policy_loss"]) > 1e-6
-    else:
+    if not keep:
         assert step["kl"] == 0.0 and step["clip_frac"] == 0.0
-        assert abs(step["policy_loss"]) < 1e-6
+        assert abs(step["policy_loss"]) < 1e-6 and abs(step["loss"]) < 1e-6
+    elif iterations == 1:  # train-mode dropout: a KL to the eval-mode reference at once, the ratio still 1
+        assert step["kl"] > 1e-4 and step["loss"] > step["policy_loss"] + 1e-6
+        assert step["clip_frac"] == 0.0 and abs(step["policy_loss"]) < 1e-6
+    else:  # π_old is the eval-mode sampler's: the ratio of the first update is not 1
+        assert step["kl"] > 1e-4 and abs(step["policy_loss"]) > 1e-6
 
 
 @pytest.mark.parametrize("keep", [False, True])

@@ -267,7 +267,7 @@ def test_a_fresh_start_over_an_interrupted_run_is_refused_unless_overwrite(start
     assert f"--resume {run}" in line and "--overwrite true" in line, line
     assert _checkpoints(run) == ["step_000001", "step_000002"] and (run / "metrics.jsonl").read_text() == metrics
     assert main(["train", "grpo", "--out", str(run), *flags, "--lr", "0.001", "--overwrite", "true"]) == 0
-    assert "replacing the interrupted run there (its 2 checkpoint(s) deleted)" in capsys.readouterr().out
+    assert "replacing the interrupted run there (its 2 checkpoint(s) and its files deleted" in capsys.readouterr().out
     assert _checkpoints(run) == ["step_000001"]  # the new run's own: 2 steps, a checkpoint after step 1
     assert json.loads((run / "checkpoints/step_000001/state.json").read_text())["config"]["lr"] == 0.001
     assert main(["train", "grpo", "--resume", str(run)]) == 0  # its options, `overwrite` not among them

@@ -83,3 +83,18 @@ def test_pairs_unpair_into_a_desirable_and_an_undesirable_example():
     (good, bad) = unpair([PreferencePair([1, 2], [3, 0], [4, 0])])
     assert (good.prompt_ids, good.completion_ids, good.desirable) == ([1, 2], [3, 0], True)
     assert (bad.prompt_ids, bad.completion_ids, bad.desirable) == ([1, 2], [4, 0], False)
+
+
+def test_csv_labels_are_text_and_read_as_true_or_false(char_tokenizer, tmp_path):
+    """Every CSV value is text: `true` was refused as a string, so no CSV KTO file could be read."""
+    path = tmp_path / "u.csv"
+    path.write_text("prompt,completion,label\n1+1=,2,true\n2+2=,5,FALSE\n3+3=,6,1\n4+4=,9,0\n")
+    examples, _ = load_unpaired(path, char_tokenizer, max_length=16)
+    assert [e.desirable for e in examples] == [True, False, True, False]
+    path.write_text("prompt,completion,label\n1+1=,2,yes\n2+2=,5,false\n")
+    with pytest.raises(DataError, match=r"u.csv: row 1: field 'label': expected true or false \(or 1 or 0\) for "
+                                        r"desirable or undesirable, got 'yes'"):
+        load_unpaired(path, char_tokenizer, max_length=16)
+    write(tmp_path / "u.jsonl", [{**ROWS[0], "label": "true"}, ROWS[1]])  # JSON has booleans: a string stays refused
+    with pytest.raises(DataError, match="field 'label': expected true \\(desirable\\) or false"):
+        load_unpaired(tmp_path / "u.jsonl", char_tokenizer, max_length=16)

@@ -24,17 +24,42 @@ def cmd_data(args: argparse.Namespace, flags: dict) -> int:
     columns = {args.prompt_field: "prompt", args.chosen_field: "chosen", args.rejected_field: "rejected",
                args.completion_field: "completion", args.label_field: "label"}
     kind = args.kind if args.kind != "auto" else guess_kind(args.file, columns)
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max_new_tokens must be 1 or more, got {args.max_new_tokens}")
     max_length, limit_name = example_limit(args.model, tokenizer, args.max_length)
     shown, summary, over = load_shown(args.file, kind, tokenizer, max_length, limit_name, args.prompt_field,
                                       args.answer_field, columns)
+    limit = limit_name or f"max_length {max_length}"
+    if kind == "prompts":
+        limit, over = prompt_limit(args.model, tokenizer, args.max_new_tokens, shown)
     console = Console(highlight=False)
     console.print(f"{kind}: {summary}", markup=False, soft_wrap=True)
-    if over:
-        console.print(f"warning: {over} rows are over {limit_name or f'max_length {max_length}'}: a trainer stops at the "
+    if kind == "prompts" and over:  # the trainers have no --overlong for prompts: they refuse the row
+        console.print(f"warning: {over} rows are over {limit}: a trainer stops at the first of them (shorten them "
+                      "or lower --max_new_tokens)", style="yellow", markup=False)
+    elif over:
+        console.print(f"warning: {over} rows are over {limit}: a trainer stops at the "
                       "first of them unless given --overlong skip or truncate", style="yellow", markup=False)
-    console.print(counts_line(shown, limit_name or f"max_length {max_length}"), markup=False, soft_wrap=True)
+    console.print(counts_line(shown, limit), markup=False, soft_wrap=True)
     render(shown, tokenizer, console, args.show)
     return 0
+
+
+def prompt_limit(model: str, tokenizer, max_new_tokens: int, shown: list) -> tuple[str, int]:
+    """The limit the prompt trainers hold a prompt to (the model's context less the completion
+    budget, as `lmpo.trainers.preflight.prompts_within_context`), in words, and how many of
+    `shown` are over it."""
+    from lmpo.trainers.preflight import model_context
+
+    context = model_context(model, tokenizer)
+    if context is None:
+        return "none (the model's config gives no context length)", 0
+    room = context - max_new_tokens
+    if room < 1:
+        raise ValueError(f"--max_new_tokens {max_new_tokens} leaves no room for a prompt in the model's context of "
+                         f"{context} tokens")
+    words = f"{room} tokens (the model's context of {context} tokens minus max_new_tokens={max_new_tokens})"
+    return words, sum(example.tokens > room for example in shown)
 
 
 def add_parser(sub) -> None:
@@ -48,6 +73,8 @@ def add_parser(sub) -> None:
                         "(RL, online DPO, RFT, --eval_prompts); auto: from the first row's fields")
     p.add_argument("--show", type=int, default=2, metavar="N", help="examples to print (default 2)")
     p.add_argument("--max_length", type=int, default=1024, help="the trainers' --max_length (default 1024)")
+    p.add_argument("--max_new_tokens", type=int, default=12,
+                   help="with --kind prompts: the trainers' --max_new_tokens, kept free of the context (default 12)")
     p.add_argument("--chat_template", default="", metavar="FILE", help="as the trainers' --chat_template")
     p.add_argument("--chat_template_kwargs", default="", metavar="JSON", help="as the trainers' --chat_template_kwargs")
     p.add_argument("--trust_remote_code", action="store_true", help="as the trainers' --trust_remote_code")

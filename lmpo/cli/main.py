@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -319,9 +320,25 @@ def _plain_lmpo_warnings() -> None:
     warnings.showwarning = show
 
 
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)$")
+"""A negative number in scientific notation (`-1e-4`), which argparse takes for an option."""
+
+
+def _joined_negatives(argv: list[str]) -> list[str]:
+    """`--lr -1e-4` as `--lr=-1e-4`, so the option's own check says what is wrong with the value
+    (argparse reads only `-4` and `-0.5` as numbers: `-1e-4` made `--lr` "expected one argument")."""
+    out: list[str] = []
+    for arg in argv:
+        if NEGATIVE_NUMBER.match(arg) and out and out[-1].startswith("--") and "=" not in out[-1]:
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_joined_negatives(sys.argv[1:] if argv is None else list(argv)))
     flags = {k: v for k, v in vars(args).items() if k not in ("func", "config_cls", "command", "stage", "config", "run_dir")}
     _quiet_transformers()
     _plain_lmpo_warnings()

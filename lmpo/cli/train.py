@@ -33,6 +33,10 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
             if flags.get("overwrite"):
                 raise ConfigError("--overwrite true starts a run afresh and --resume continues one: give one of them")
             check_resumable(resumed_from, trainer_of(command), command)
+            if flags.get("out") and Path(flags["out"]).resolve() != Path(resumed_from).resolve():
+                raise ConfigError(f"--resume {resumed_from} continues the run in that directory, and --out "
+                                  f"{flags['out']} names another: a resumed run writes where it started; give "
+                                  f"--resume alone")
         if resumed_from and not args.config:  # continue with the interrupted run's own options
             preset.update(_saved_options(resumed_from, required=kind not in NOT_RL))
         cfg = build(cls, preset=preset, yaml_file=args.config, flags=flags)
@@ -142,14 +146,14 @@ def _trainer(kind: str, flags: dict) -> tuple[type, Callable, dict]:
 def _saved_options(run_dir: str, required: bool) -> dict:
     """The options an interrupted run was started with: its `config.json` (RL) or the config
     stored in its newest complete checkpoint (the other trainers)."""
-    from lmpo.trainers.checkpoint import MARKER, checkpoint_dir
+    from lmpo.trainers.checkpoint import MARKER, checkpoint_dir, checkpoint_state
 
     saved = Path(run_dir) / "config.json"
     if saved.is_file():
         options = json.loads(saved.read_text())
     else:
         done = sorted(p for p in checkpoint_dir(run_dir).glob("step_*") if (p / MARKER).exists())
-        options = json.loads((done[-1] / "state.json").read_text()).get("config", {}) if done else {}
+        options = checkpoint_state(run_dir, done[-1]).get("config", {}) if done else {}
         options = options or saved_config(run_dir)  # killed before its first checkpoint
         if not options and required:
             raise ConfigError(f"--resume {run_dir}: no config.json there; is it an lmpo RL run directory?")

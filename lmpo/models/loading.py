@@ -12,8 +12,8 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, Gener
                           PreTrainedTokenizerBase)
 
 from lmpo.models.hub import check_hub_id
-from lmpo.models.lora import (LoraOptions, adapter_base_name, apply_lora, attach_adapter, is_adapter_dir,
-                              is_peft_model, qlora_quantization_config, save_lora)
+from lmpo.models.lora import (ADAPTER_CONFIG, LoraOptions, adapter_base_name, apply_lora, attach_adapter,
+                              is_adapter_dir, is_peft_model, qlora_quantization_config, save_lora)
 from lmpo.models.presets import PRESETS, preset_config
 from lmpo.models.tokenizer import build_char_tokenizer
 
@@ -36,6 +36,7 @@ def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, chat_temp
         tok = build_char_tokenizer()
     else:
         _check_local_path(name_or_path, trust_remote_code)
+        _check_tokenizer_files(Path(name_or_path))
         tok = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     if tok.pad_token is None:
         if tok.eos_token is None:
@@ -47,6 +48,20 @@ def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, chat_temp
         _set_template_variables(tok, chat_template_kwargs)
     tok._lmpo_stop_ids = () if is_preset(name_or_path) else _generation_stop_ids(name_or_path, trust_remote_code)
     return tok
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "merges.txt", "spiece.model", "sentencepiece.bpe.model")
+"""Files one of which a saved tokenizer writes (tiktoken-style tokenizers: a `*.tiktoken` file)."""
+
+
+def _check_tokenizer_files(path: Path) -> None:
+    """A local model directory without a tokenizer: transformers then builds an empty tokenizer
+    of the model's type that turns every text into no tokens, and a run would train on nothing."""
+    if not path.is_dir() or any((path / name).is_file() for name in TOKENIZER_FILES) or any(path.glob("*.tiktoken")):
+        return
+    raise FileNotFoundError(f"{path} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): save the "
+                            f"tokenizer the model was trained with beside it (tokenizer.save_pretrained({path}))")
 
 
 def _generation_stop_ids(name_or_path: str, trust_remote_code: bool) -> tuple[int, ...]:
@@ -142,8 +157,8 @@ def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
     it was, so a saved model keeps its own settings.
 
     Why: sampling and reference log-probs run in eval mode, the policy's loss forward in train
-    mode; with dropout on, the first on-policy step would already see a ratio away from 1, a
-    non-zero KL, and a first DPO loss other than ln 2."""
+    mode; with dropout on, the first step would already see a non-zero KL, a first DPO loss other
+    than ln 2, and, with several updates per batch (π_old the sampler's), a ratio away from 1."""
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
@@ -198,11 +213,12 @@ def _load_base(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int,
         return model
     _check_local_path(name_or_path, trust_remote_code)
     if quantize_4bit:
-        return AutoModelForCausalLM.from_pretrained(name_or_path, quantization_config=qlora_quantization_config(),
-                                                    dtype=torch.bfloat16, device_map={"": torch.cuda.current_device()},
-                                                    trust_remote_code=trust_remote_code)
+        return name_by_path(AutoModelForCausalLM.from_pretrained(
+            name_or_path, quantization_config=qlora_quantization_config(), dtype=torch.bfloat16,
+            device_map={"": torch.cuda.current_device()}, trust_remote_code=trust_remote_code), name_or_path)
     model, info = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, trust_remote_code=trust_remote_code,
                                                        output_loading_info=True)
+    name_by_path(model, name_or_path)
     architectures = getattr(model.config, "architectures", None) or []
     if info["missing_keys"]:  # transformers initialises them at random, with a report lmpo keeps quiet
         missing = sorted(info["missing_keys"])
@@ -215,6 +231,14 @@ def _load_base(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int,
         # whose trunk was trained for another head (a reward model's, say)
         raise ValueError(f"{name_or_path}: it was saved as a {architectures[0]}, not a causal LM; give the model "
                          f"it was trained from, or a causal LM's directory")
+    return model
+
+
+def name_by_path(model: PreTrainedModel, name_or_path: str) -> PreTrainedModel:
+    """A model loaded from a local directory names its absolute path, which an adapter trained on
+    it records as its base (`base_model_name_or_path`): found from any working directory later."""
+    if Path(name_or_path).is_dir():
+        model.name_or_path = str(Path(name_or_path).resolve())
     return model
 
 
@@ -240,6 +264,24 @@ def _check_local_path(name_or_path: str, trust_remote_code: bool = False) -> Non
                          f"code, which lmpo does only with --trust_remote_code true")
     if not path.exists():
         check_hub_id(name_or_path)
+    elif is_adapter_dir(path):
+        _check_adapter_base(path, trust_remote_code)
+
+
+def _check_adapter_base(adapter: Path, trust_remote_code: bool) -> None:
+    """The base model an adapter directory names, checked before anything loads (without it a base
+    that is not found from here costs a minute of Hub retries, then an error that does not say
+    where the name came from)."""
+    base = adapter_base_name(adapter)
+    if is_preset(base):
+        return
+    try:
+        _check_local_path(base, trust_remote_code)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"the adapter in {adapter} names its base model {base!r} (base_model_name_or_path "
+                                f"in its {ADAPTER_CONFIG}; a relative path is read from the current directory, "
+                                f"{Path.cwd()}), which is not found: {err}. Set that field to the base's "
+                                f"path") from None
 
 
 def check_model_source(name_or_path: str, trust_remote_code: bool = False) -> None:

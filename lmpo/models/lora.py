@@ -38,8 +38,9 @@ class LoraOptions:
     alpha: float = 32.0
     """Scale numerator: the update is multiplied by alpha / r (so alpha = 2r keeps it at 2)."""
     dropout: float = 0.0
-    """Dropout on the adapter's input in train mode. 0 by default for the reason `disable_dropout`
-    gives: dropout makes the first on-policy ratio differ from 1."""
+    """Dropout on the adapter's input in train mode. 0 by default for the reasons `disable_dropout`
+    gives: dropout makes the first step's KL non-zero and, with several updates per batch, its ratio
+    differ from 1."""
     target_modules: str | list[str] = "all-linear"
     """Which layers get adapters: "all-linear" (every linear layer but the output head) or module
     names such as ["q_proj", "v_proj"]."""
@@ -96,6 +97,8 @@ def apply_lora(model: PreTrainedModel, opts: LoraOptions, resume_from: str | Pat
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     if resume_from is not None:
         return attach_adapter(model, resume_from, trainable=True)
+    if isinstance(opts.target_modules, list):
+        _check_targets(model, opts.target_modules)
     # a reward model is a sequence classifier: PEFT then also trains its score head in full
     task_type = "SEQ_CLS" if type(model).__name__.endswith("ForSequenceClassification") else "CAUSAL_LM"
     config = LoraConfig(r=opts.r, lora_alpha=opts.alpha, lora_dropout=opts.dropout, bias="none",
@@ -103,6 +106,18 @@ def apply_lora(model: PreTrainedModel, opts: LoraOptions, resume_from: str | Pat
                         task_type=task_type)
     with _quiet_peft():
         return get_peft_model(model, config)
+
+
+def _check_targets(model: torch.nn.Module, targets: list[str]) -> None:
+    """Refuses a target name that matches no layer, as PEFT matches names (the module's name, or its
+    last dotted parts), rather than training adapters on the names that did match and ignoring it."""
+    names = [name for name, _ in model.named_modules() if name]
+    missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    if missing:
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+                         if isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D"})  # GPT-2's
+        raise ValueError(f"LoRA target module(s) {', '.join(missing)} match no layer of this "
+                         f"{type(model).__name__}; its linear layers are named {', '.join(linear)} (or use all-linear)")
 
 
 def attach_adapter(base: PreTrainedModel, adapter_dir: str | Path, trainable: bool = True) -> PeftModel:

@@ -43,6 +43,9 @@ class Thresholds:
     """Sampled training accuracy at the start below which the reward is too sparse."""
     easy_accuracy: float = 0.95
     """Sampled training accuracy at the start above which the task is too easy."""
+    flat_start: float = 0.5
+    """...when at least this share of the first steps' groups also had all-equal rewards (below it,
+    partial credit makes the rewards differ within groups whatever the accuracy)."""
     entropy_ratio: float = 0.25
     """Final entropy over starting entropy below which entropy collapsed..."""
     entropy_floor: float = 0.05
@@ -117,16 +120,22 @@ def check_signal(rows: list[Row], th: Thresholds, group_size: int | None = None)
                                 f"{_pct(z)} of groups had all-equal rewards and gave no gradient{pass_text}",
                                 "raise --group_size (more chances of one right answer per group), sample hotter "
                                 "(--temperature), or make the task's difficulty match the model"))
+    flat = _ends(zero_var, 0.1)[0]
+    flat_text = f"; {_pct(flat)} of the first steps' groups had all-equal rewards"
+    if flat < th.flat_start:
+        return findings
     if start_acc <= th.sparse_accuracy:
         findings.append(Finding("reward_sparse", "warning", "accuracy (first steps)", _pct(start_acc),
                                 f"<= {_pct(th.sparse_accuracy)}",
-                                "the model is rarely right at the start, so almost every reward is 0",
-                                "train CPT/SFT longer (--cpt.steps, --sft.epochs), use easier problems, add partial "
-                                "credit (--rewards correct=1.0,format=0.1) or a larger --group_size"))
+                                f"the model is rarely right at the start, so the rewards of a group are mostly all "
+                                f"equal{flat_text}",
+                                "start from a model trained longer (in `lmpo pipeline`: --cpt.steps, --sft.epochs), "
+                                "use easier problems, add partial credit (--rewards correct=1.0,format=0.1) or a "
+                                "larger --group_size"))
     elif start_acc >= th.easy_accuracy:
         findings.append(Finding("reward_easy", "warning", "accuracy (first steps)", _pct(start_acc),
                                 f">= {_pct(th.easy_accuracy)}",
-                                "the model is already right almost always, so groups rarely differ",
+                                f"the model is already right almost always, so groups rarely differ{flat_text}",
                                 "use harder problems (task options) or stop after SFT"))
     return findings
 
@@ -340,7 +349,12 @@ def diagnose_run(path: str | Path) -> dict[str, list[Finding]]:
 def diagnose_stage(stage_dir: Path) -> list[Finding]:
     kind, config = _run_info(stage_dir)
     group = config.get("group_size") if isinstance(config.get("group_size"), int) else None
-    return diagnose(read_metrics(stage_dir / "metrics.jsonl"), kind, group_size=group, final=_result(stage_dir))
+    rows = read_metrics(stage_dir / "metrics.jsonl")
+    if not rows:  # "no problems found" would pass an empty log off as a healthy run
+        return [Finding("no_rows", "note", "metrics.jsonl", "0 rows", ">= 1 row",
+                        f"{stage_dir / 'metrics.jsonl'} holds no rows, so there is nothing to diagnose",
+                        "let the run log a step (--log_every), or point the doctor at the run that did")]
+    return diagnose(rows, kind, group_size=group, final=_result(stage_dir))
 
 
 def _ordered(path: Path, stages: list[Path]) -> list[Path]:

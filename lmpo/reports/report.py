@@ -42,6 +42,9 @@ def write_report(run_dir: str | Path) -> Path:
 
 def _write(run_dir: Path, seen: frozenset[Path]) -> Report:
     metrics, summary = run_dir / METRICS_FILE, run_dir / SUMMARY_FILE
+    if run_dir.exists() and not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir} is a file, not a run directory (the directory holding it is "
+                                f"{run_dir.parent})")
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory does not exist: {run_dir}")
     if not metrics.is_file() and not summary.is_file():

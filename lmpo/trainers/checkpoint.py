@@ -133,11 +133,11 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, generators: dict[st
         load_sharded(model, optimizer, path / SHARDED)
     else:
         load_weights(path, model)
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+        optimizer.load_state_dict(_read(path / "optimizer.pt", _torch_load))
     for name, module in (extra_modules or {}).items():
-        load_model(module, str(path / f"{name}.safetensors"))
-    scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
-    rng = torch.load(path / "rng.pt", weights_only=True)
+        _read(path / f"{name}.safetensors", lambda file: load_model(module, str(file)))
+    scheduler.load_state_dict(_read(path / "scheduler.pt", _torch_load))
+    rng = _read(path / "rng.pt", _torch_load)
     if "ranks" in rng:
         if rank >= len(rng["ranks"]):
             raise ValueError(f"checkpoint {path} was written by {len(rng['ranks'])} processes; resume it with as many")
@@ -147,10 +147,48 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, generators: dict[st
     torch.set_rng_state(rng["torch"])
     for name, gen in generators.items():
         gen.set_state(rng[f"gen_{name}"])
-    state = json.loads((path / "state.json").read_text())
+    state = _read(path / "state.json", _json_load)
     random.setstate(_tupled(state.pop("python_random")))
-    data = torch.load(path / "data.pt", weights_only=True) if (path / "data.pt").exists() else None
+    data = _read(path / "data.pt", _torch_load) if (path / "data.pt").exists() else None
     return Resumed(step=state["step"], state=state, data=data)
+
+
+class DamagedCheckpoint(ValueError):
+    """A file of a complete checkpoint that cannot be read (truncated, emptied, deleted since)."""
+
+
+def _read(file: Path, load):
+    """`load(file)`, a failure to read it named by the file (safetensors, torch and json name none)."""
+    try:
+        return load(file)
+    except FileNotFoundError:
+        raise DamagedCheckpoint(f"{file} is missing") from None
+    except Exception as err:  # each reader raises its own kinds: SafetensorError, UnpicklingError, EOFError...
+        cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DamagedCheckpoint(f"{file} cannot be read ({cause})") from None
+
+
+def checkpoint_state(out: str | Path, path: Path) -> dict:
+    """The `state.json` of run `out`'s checkpoint `path` (its options, step, data position)."""
+    try:
+        return _read(path / "state.json", _json_load)
+    except DamagedCheckpoint as err:
+        raise _damaged(out, path, err) from None
+
+
+def _damaged(out: str | Path, path: Path, err: DamagedCheckpoint) -> DamagedCheckpoint:
+    older = [p for p in complete_checkpoints(out) if p.name < path.name]
+    way = f"to resume from {older[-1].name}" if older else "to start from the beginning"
+    return DamagedCheckpoint(f"--resume {out}: its newest checkpoint is damaged: {err}; move it aside "
+                             f"(mv {path} {path.with_name(f'damaged-{path.name}')}) {way}")
+
+
+def _torch_load(file: Path):
+    return torch.load(file, weights_only=True)
+
+
+def _json_load(file: Path) -> dict:
+    return json.loads(file.read_text())
 
 
 def sharded_checkpoint_dir(run_dir: str | Path, step: int) -> Path:
@@ -168,13 +206,13 @@ def load_weights(path: Path, model) -> None:
     if hasattr(model, "peft_config"):  # a LoRA run's checkpoint holds the adapter (the base is frozen)
         from peft import set_peft_model_state_dict
 
-        result = set_peft_model_state_dict(model, load_file(path / "adapter_model.safetensors"))
+        result = set_peft_model_state_dict(model, _read(path / "adapter_model.safetensors", load_file))
         if getattr(result, "unexpected_keys", None):
             raise ValueError(f"checkpoint {path} does not match the adapter: unexpected {result.unexpected_keys[:5]}")
         return
     weights = {}
     for file in sorted(path.glob("model*.safetensors")):  # the policy; extra modules have their own files
-        weights.update(load_file(file))
+        weights.update(_read(file, load_file))
     missing, unexpected = model.load_state_dict(weights, strict=False)
     # tied weights are stored once; anything else missing means a different model
     missing = [k for k in missing if k not in _tied_keys(model)]
@@ -195,10 +233,13 @@ def resume_training(cfg, out: Path, name: str, model, optimizer, scheduler,
         if rank == 0:
             print(f"[{name}] no complete checkpoint in {out}; starting from the beginning")
         return None
-    saved = json.loads((path / "state.json").read_text())
+    saved = checkpoint_state(out, path)
     check_same_config(saved.get("config", {}), json.loads(json.dumps(asdict(cfg))), out)
     check_same_inputs(saved.get("inputs"), input_fingerprints(cfg), out)
-    resumed = load_checkpoint(path, model, optimizer, scheduler, generators or {}, extra_modules, rank)
+    try:
+        resumed = load_checkpoint(path, model, optimizer, scheduler, generators or {}, extra_modules, rank)
+    except DamagedCheckpoint as err:
+        raise _damaged(out, path, err) from None
     if rank == 0:
         print(f"[{name}] resumed from {path} at step {resumed.step}")
     return resumed

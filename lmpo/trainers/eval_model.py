@@ -79,6 +79,13 @@ def config_problems(cfg: EvalConfig) -> list[str]:
         problems.append(f"temperature={cfg.temperature} must be > 0 with samples={cfg.samples} (greedy is samples=0)")
     if not 0 < cfg.top_p <= 1:
         problems.append(f"top_p={cfg.top_p} must be in (0, 1]")
+    if not cfg.samples:  # greedy episodes read none of these: a value given would be ignored in silence
+        defaults = EvalConfig()
+        given = [f"{name}={getattr(cfg, name)}" for name in ("temperature", "top_p", "top_k")
+                 if getattr(cfg, name) != getattr(defaults, name)]
+        if given:
+            problems.append(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --samples K "
+                            f"(samples=0 evaluates greedily, without sampling)")
     return problems
 
 

@@ -33,7 +33,7 @@ from lmpo.trainers.inputs import input_fingerprints
 from lmpo.trainers.preemption import Preempted, stop_requested
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
-from lmpo.trainers.run_dir import check_resume, open_run_dir
+from lmpo.trainers.run_dir import check_resume, open_run_dir, replace_directory, staging_directory
 from lmpo.trainers.runtime import MetricsLog, grad_norm_and_clip, setup_torch
 from lmpo.trainers.trackers import Trackers
 from lmpo.trainers.validation import raise_if_any, run_option_problems
@@ -58,7 +58,7 @@ class RunOptions:
     lora_target_modules: str = "all-linear"
     """Modules that get adapters: all-linear, or comma-separated names such as q_proj,v_proj."""
     lora_merge: bool = False
-    """Also save the merged full model (model/) beside the adapter (adapter/) at the end."""
+    """Also save the merged full model (model/merged/) beside the adapter (model/) at the end."""
     qlora: bool = False
     """Load the frozen base in 4 bits (bitsandbytes on CUDA) under the LoRA adapter."""
     logprob_chunk_tokens: int = 0
@@ -333,10 +333,14 @@ class Run:
         model = self.plain(unwrap(model))
         model_dir = self.out / "model"  # with LoRA: the adapter (loads as base + adapter), and merged/ on request
         if self.dist.is_main:
+            # written whole, then swapped in: no file of an earlier model (other shards, a full model
+            # under an adapter) outlives it in model/
+            fresh = staging_directory(model_dir)
             if self.lora is not None:
-                save_lora(model, tokenizer, model_dir, merged=self.cfg.lora_merge)
+                save_lora(model, tokenizer, fresh, merged=self.cfg.lora_merge)
             else:
-                save_model(model, tokenizer, model_dir)
+                save_model(model, tokenizer, fresh)
+            replace_directory(fresh, model_dir)
             for write in extra_files or ():
                 write(self.out)
         result = result or StageResult(name=self.name, seconds=0.0, model_dir="", run_dir=str(self.out))

@@ -43,7 +43,7 @@ class KTOConfig(UnpairedColumns, OfflineConfig):
     batch_size: int = 32
     """Examples per optimizer step (at least 2: the reference point scores each prompt with another example's completion)."""
     data: str = ""
-    """Train on the examples of this file instead of the task's: JSONL, Parquet or a `datasets` directory (`DIR::split`) with `prompt`, `completion` (strings, or messages rendered with the chat template) and `label` (true: desirable, false: undesirable); both kinds are needed."""
+    """Train on the examples of this file instead of the task's: JSONL, JSON, CSV/TSV (every value text), Parquet (the text formats also .gz/.bz2/.xz) or a saved `datasets` directory (`DIR::split`) with `prompt`, `completion` (strings, or messages rendered with the chat template) and `label` (true: desirable, false: undesirable; in CSV/TSV also 1/0); both kinds are needed."""
     max_length: int = 1024
     """Longest example from `data` (prompt + completion), in tokens; the model's context where that is shorter."""
     overlong: Literal["error", "skip", "truncate"] = "error"

@@ -73,7 +73,7 @@ class OfflineConfig(RunOptions):
     keep_checkpoints: int = 2
     """Complete checkpoints to keep."""
     data: str = ""
-    """Train on the pairs of this file instead of the task's: JSONL, Parquet or a `datasets` directory (`DIR::split`) with `prompt`, `chosen`, `rejected` (strings, or message lists rendered with the chat template)."""
+    """Train on the pairs of this file instead of the task's: JSONL, JSON, CSV/TSV (every value text), Parquet (the text formats also .gz/.bz2/.xz) or a saved `datasets` directory (`DIR::split`) with `prompt`, `chosen`, `rejected` (strings, or message lists rendered with the chat template)."""
     max_length: int = 1024
     """Longest pair from `data` (prompt + longer reply), in tokens; the model's context where that is shorter."""
     overlong: Literal["error", "skip", "truncate"] = "error"

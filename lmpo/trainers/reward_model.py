@@ -18,6 +18,7 @@ from transformers import AutoModelForSequenceClassification
 from lmpo.algos import bradley_terry_loss
 from lmpo.envs import make_task
 from lmpo.models import is_adapter_dir, is_peft_model, is_preset, load_model, load_tokenizer, preset_config
+from lmpo.models.loading import name_by_path
 from lmpo.models.packing import can_pack_trunk, last_states, trunk_layout
 from lmpo.models.reward_scorer import last_token_scores
 from lmpo.models.padding import left_pad, right_pad
@@ -76,7 +77,7 @@ class RewardModelConfig(PairColumns, RunOptions):
     keep_checkpoints: int = 2
     """Complete checkpoints to keep."""
     data: str = ""
-    """Train on the pairs of this file instead of the task's: JSONL, Parquet or a `datasets` directory (`DIR::split`) with `prompt`, `chosen`, `rejected` (strings, or message lists rendered with the chat template)."""
+    """Train on the pairs of this file instead of the task's: JSONL, JSON, CSV/TSV (every value text), Parquet (the text formats also .gz/.bz2/.xz) or a saved `datasets` directory (`DIR::split`) with `prompt`, `chosen`, `rejected` (strings, or message lists rendered with the chat template)."""
     heldout_data: str = ""
     """Measure pairwise accuracy on this file's pairs; without it, `heldout_pairs` pairs of `data` are held out (seeded)."""
     max_length: int = 1024
@@ -111,8 +112,9 @@ def load_reward_model(name_or_path: str, tokenizer, seed: int, trust_remote_code
         config.num_labels = 1
         torch.manual_seed(seed)
         return AutoModelForSequenceClassification.from_config(config)
-    return AutoModelForSequenceClassification.from_pretrained(name_or_path, num_labels=1,
-                                                              trust_remote_code=trust_remote_code)
+    return name_by_path(AutoModelForSequenceClassification.from_pretrained(name_or_path, num_labels=1,
+                                                                           trust_remote_code=trust_remote_code),
+                        name_or_path)
 
 
 def scores(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

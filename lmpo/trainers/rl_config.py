@@ -170,7 +170,7 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptF
     ptx_coef: float = 0.0
     """PPO-ptx (InstructGPT, arXiv:2203.02155): every update adds ptx_coef x the mean token NLL of a batch of pre-training or SFT data to the loss, so that RL does not forget it (0 = off)."""
     ptx_data: str = ""
-    """The ptx data, read like `lmpo train cpt/sft --data` (JSONL, Parquet or a `datasets` directory): `text` rows carry loss on every token (CPT), `prompt`/`completion` or `messages` rows on the completion (SFT); empty = the task's own CPT corpus."""
+    """The ptx data, read like `lmpo train cpt/sft --data` (JSONL, JSON, CSV/TSV (every value text), Parquet (the text formats also .gz/.bz2/.xz) or a saved `datasets` directory (`DIR::split`)): `text` rows carry loss on every token (CPT), `prompt`/`completion` or `messages` rows on the completion (SFT); empty = the task's own CPT corpus."""
     ptx_batch_size: int = 8
     """Sequences of ptx data per update."""
     ptx_max_length: int = 1024
@@ -204,7 +204,8 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptF
             problems.append("max_sampling_rounds must be >= 1")
         if self.overlong == "penalty" and not 0 < self.overlong_cache <= self.max_new_tokens:
             problems.append(f"overlong_cache={self.overlong_cache} must be in 1..max_new_tokens={self.max_new_tokens}")
-        problems += at_least(self, 0, "missing_eos_penalty")
+        problems += at_least(self, 0, "missing_eos_penalty", "beta", "target_kl")  # beta < 0 rewards leaving π_ref
+        problems += at_least(self, 1, "kl_horizon")
         problems += reward_problems(self) + optimizer_problems(self) + checkpoint_problems(self)
         problems += at_least(self, 1, "prompts_per_step", "eval_every", "max_new_tokens", "max_nonfinite_steps")
         problems += at_least(self, 0, "eval_problems", "select_problems", "max_unscorable_steps", "micro_batch_tokens")

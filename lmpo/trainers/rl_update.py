@@ -114,6 +114,7 @@ def micro_step(policy, part: Batch, cfg: RLConfig, parts: LossParts, counts: dic
                                          **options_for(parts.policy_loss, parts.options))
     if part.tis_weights is not None:  # only the policy-gradient term is the sampler's to correct
         token_loss = token_loss * part.tis_weights
+    policy_term = token_loss.detach()
     kl = None
     if part.ref_logprobs is not None:
         kl = parts.kl(out.logprobs, part.ref_logprobs, **options_for(parts.kl, {"old_logprobs": old}))
@@ -123,7 +124,7 @@ def micro_step(policy, part: Batch, cfg: RLConfig, parts: LossParts, counts: dic
         token_loss = token_loss - cfg.entropy_coef * torch.where(mask.bool(), out.entropy, torch.zeros_like(out.entropy))
     agg = options_for(parts.aggregate, counts)
     loss = parts.aggregate(token_loss, mask, **agg)
-    share = {"policy_loss": loss.item()}
+    share = {"policy_loss": parts.aggregate(policy_term, mask, **agg).item()}  # the KL and entropy terms apart
     if parts.critic is not None:
         values = parts.critic(out.hidden) if head_on_trunk else parts.critic(part.prompt_ids, part.prompt_mask,
                                                                               part.completion_ids)

@@ -12,10 +12,12 @@
 - on `--resume`, compares the run's options with the saved ones (`config.json`, written by
   the RL loop) and the command that started it (`run.json`), and refuses with the list of
   differences: a resumed run must train what the interrupted one did.
-- on a fresh start, clears what an earlier run left there: a finished run's checkpoints and
-  `result.json` are removed (said in one line), so that a later `--resume` can only continue
-  this run; an interrupted run's checkpoints are work that `--resume` would continue, so a
-  fresh start over them is refused unless `overwrite` is set.
+- on a fresh start, clears what an earlier run left there: a finished run's checkpoints,
+  `result.json` and the files it wrote (metrics, trajectories, report, kept best model; see
+  `EARLIER_RUN_FILES`) are removed (said in one line), so that a later `--resume` can only
+  continue this run and no report or doctor reads the earlier run as this one; an interrupted
+  run's checkpoints are work that `--resume` would continue, so a fresh start over them is
+  refused unless `overwrite` is set.
 
 File-system faults met later (a full disk while writing a checkpoint or the metrics) are
 turned into one line by `fs_error`, naming the path and the cause.
@@ -87,6 +89,9 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
         raise RunDirError(f"--out {path}: holds a model ({', '.join(model_files)}), not a run; a run writes its "
                           f"own config.json, metrics and model/ there, which would break that model, so choose "
                           f"another --out")
+    if not resume and getattr(cfg, "lora_r", 0) and Path(str(cfg.model)).resolve() == (path / "model").resolve():
+        raise RunDirError(f"--out {path}: its model/ is this run's --model, the base its LoRA adapter is trained on, "
+                          f"and the adapter would take its place there at the end; choose another --out")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -135,17 +140,49 @@ def _clear_earlier_run(path: Path, name: str, overwrite: bool) -> None:
         raise RunDirError(f"--out {path}: holds an interrupted run (its newest complete checkpoint: {done[-1].name}); "
                           f"continue it with --resume {path} and that run's options, start afresh there with "
                           f"--overwrite true (deletes its checkpoints), or choose another --out")
-    if done:
-        kind = "finished" if finished else "interrupted"
-        print(f"[{name}] {path}: replacing the {kind} run there (its {len(done)} checkpoint(s) deleted)")
+    earlier = [path / f for f in EARLIER_RUN_FILES if (path / f).exists()] if (path / RUN_RECORD).is_file() else []
+    if done or earlier:
+        kind = "finished" if finished else "interrupted" if done else "earlier"
+        what = f"its {len(done)} checkpoint(s) and its files deleted" if done else "its files deleted"
+        print(f"[{name}] {path}: replacing the {kind} run there ({what}; its model/ is replaced at the end)")
     aside = path / f".old-checkpoints-{os.getpid()}"
     try:  # renamed aside first: a crash while deleting leaves nothing that looks like a checkpoint
         if root.is_dir():
             root.rename(aside)
         # even without checkpoints: a stale result.json would later pass this run off as finished
         result.unlink(missing_ok=True)
+        for old in earlier:  # read later as this run's (metrics, trajectories, a kept best model)
+            shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink(missing_ok=True)
     except OSError as err:
-        raise RunDirError(f"--out {path}: cannot remove the earlier run's checkpoints: {_cause(err)}") from None
+        raise RunDirError(f"--out {path}: cannot remove the earlier run's files: {_cause(err)}") from None
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+EARLIER_RUN_FILES = ("metrics.jsonl", "config.json", "trajectories.jsonl", "reward_workers.log",
+                     "reward_failures.jsonl", "summary.json", "eval.json", "critic.safetensors", "report", "best",
+                     "best.tmp", "tensorboard")
+"""What a run writes in its directory beside checkpoints/, result.json and model/, removed when a new run
+starts there (only where `run.json` says an earlier run wrote them). model/ may be the new run's input
+(`--model RUN/model`): it stays until the new run's model replaces it whole (`Run.finish`)."""
+
+
+def staging_directory(target: Path) -> Path:
+    """An empty directory beside `target` to write its replacement in (see `replace_directory`)."""
+    fresh = target.with_name(f".{target.name}-new-{os.getpid()}")
+    shutil.rmtree(fresh, ignore_errors=True)
+    return fresh
+
+
+def replace_directory(fresh: Path, target: Path) -> None:
+    """`fresh` takes `target`'s place whole; what `target` held is deleted after the swap."""
+    aside = target.with_name(f".{target.name}-old-{os.getpid()}")
+    shutil.rmtree(aside, ignore_errors=True)
+    try:
+        if target.exists():
+            target.rename(aside)
+        fresh.rename(target)
+    except OSError as err:
+        raise RunDirError(fs_error(target, err)) from None
     shutil.rmtree(aside, ignore_errors=True)
 
 

@@ -88,6 +88,9 @@ def keep_rows_through(path: Path, key: str, last: int) -> None:
     """Drop the rows of a metrics file whose `key` is past `last` (a resumed run writes them
     again), and any line a crash cut short."""
     if not path.exists():
+        if last > 0:  # the run goes on from its checkpoint; what reads the log must know it starts late
+            print(f"[metrics] {path} is missing: the rows of the first {last} {key}(s) are lost; the log starts again "
+                  f"after {key} {last}, and `lmpo report` and `lmpo doctor` read only those rows")
         return
     kept = []
     for line in path.read_text().splitlines():

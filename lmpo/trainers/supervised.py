@@ -73,7 +73,7 @@ class SupervisedConfig(RunOptions, PromptColumns):
     keep_checkpoints: int = 2
     """Complete checkpoints to keep."""
     data: str = ""
-    """Train on this file instead of the task's data: JSONL, Parquet, or a saved `datasets` directory (`DIR::split`)."""
+    """Train on this file instead of the task's data: JSONL, JSON, CSV/TSV (every value text), Parquet (the text formats also .gz/.bz2/.xz) or a saved `datasets` directory (`DIR::split`)."""
     max_length: int = 1024
     """Longest example from `data`, in tokens; for SFT, the model's context where that is shorter (CPT cuts documents into `seq_len` rows, which must fit the context)."""
     overlong: Literal["error", "skip", "truncate"] = "error"

@@ -206,14 +206,24 @@ def _read_jsonl(path: Path, label: str) -> list[Record]:
                 line = line.removeprefix("\ufeff")
             if not line.strip():
                 continue
+            # a first row opening with `[`: the file is likely one JSON array, which JSON Lines is not
+            hint = _array_hint(path) if not records and line.lstrip().startswith("[") else ""
             try:
                 value = json.loads(line.rstrip("\r\n"))  # so that an error's column is in this row
             except json.JSONDecodeError as e:
-                raise DataError(label, f"not valid JSON ({e.msg} at column {e.colno})", row=line_no) from None
+                raise DataError(label, f"not valid JSON ({e.msg} at column {e.colno}){hint}", row=line_no) from None
             if not isinstance(value, dict):
-                raise DataError(label, f"expected a JSON object, got {type_name(value)}", row=line_no)
+                raise DataError(label, f"expected a JSON object, got {type_name(value)}{hint}", row=line_no)
             records.append(Record(label, line_no, value))
     return records
+
+
+def _array_hint(path: Path) -> str:
+    compressed = path.suffix if path.suffix.lower() in COMPRESSED else ""
+    stem = path.name[: len(path.name) - len(compressed)]
+    name = stem.rsplit(".", 1)[0] + ".json" + compressed
+    return (f"; the file looks like one JSON array, not JSON Lines (one object per line): name it {name!r} to "
+            "read it as one")
 
 
 def _not_utf8(err: UnicodeDecodeError, start: bytes) -> str:

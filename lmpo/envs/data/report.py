@@ -118,7 +118,8 @@ def check_options(max_length: int, overlong: str) -> None:
 
 def overlong_error(rec: Record, field: str, length: int, limit: str) -> DataError:
     return DataError(rec.path, f"{length} tokens, over {limit} "
-                               "(pass overlong='skip' or 'truncate' to load such rows)", row=rec.row, field=rec.named(field))
+                               "(pass --overlong skip or --overlong truncate, overlong='skip' or 'truncate' from "
+                               "Python, to load such rows)", row=rec.row, field=rec.named(field))
 
 
 def finish(report: LoadReport) -> LoadReport:
@@ -171,5 +172,6 @@ def certainly_overlong(rec: Record, fields, max_tokens: int, tokenizer) -> int |
 
 def overlong_before_tokenizing(rec: Record, field: str, least: int, limit: str) -> DataError:
     return DataError(rec.path, f"at least {least} tokens ({text_chars(rec.get(field))} characters), over "
-                               f"{limit}; rejected before tokenizing (pass overlong='skip' to drop such rows)",
+                               f"{limit}; rejected before tokenizing (pass --overlong skip, overlong='skip' from "
+                               "Python, to drop such rows)",
                      row=rec.row, field=rec.named(field))

@@ -86,10 +86,18 @@ def _shape(rec: Record) -> tuple[str, str]:
     return "prompt/completion/label", "prompt"
 
 
+TEXT_LABELS = {"true": True, "false": False, "1": True, "0": False}
+"""A label as a CSV or TSV file writes it (every value there is text), case aside."""
+
+
 def _label(rec: Record, field: str) -> bool:
     value = rec.get(field)
     if value is None:
         raise rec.missing(field, "true (desirable) or false (undesirable)")
+    if isinstance(value, str) and {".csv", ".tsv"} & set(Path(rec.path).suffixes):
+        if value.strip().lower() in TEXT_LABELS:
+            return TEXT_LABELS[value.strip().lower()]
+        raise rec.error(field, "true or false (or 1 or 0) for desirable or undesirable", short_repr(value))
     if not isinstance(value, bool):
         raise rec.error(field, "true (desirable) or false (undesirable)", type_name(value))
     return value
@@ -117,12 +125,12 @@ def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> Un
     elif shape.endswith("(ShareGPT)") or shape.endswith("(Alpaca)"):
         prompt, reply, field = _llama_factory_row(rec, shape)
         prompt_ids, completion = chat.encode_reply(rec, field, tokenizer, prompt, reply)
-        return UnpairedExample(prompt_ids, completion, rec.get("kto_tag"))
+        return UnpairedExample(prompt_ids, completion, _label(rec, "kto_tag"))
     else:
         prompt = prompt_messages(rec, "prompt")
         reply = chat.reply(rec, "completion", rec.get("completion"), prompt)
         prompt_ids, completion = chat.encode_reply(rec, "completion", tokenizer, prompt, reply)
-    return UnpairedExample(prompt_ids, completion, rec.get("label"))
+    return UnpairedExample(prompt_ids, completion, _label(rec, "label"))
 
 
 def _require_both_kinds(examples: list[UnpairedExample], path: str) -> None:

@@ -71,6 +71,13 @@ class CompareConfig:
                 problems.append(str(err))
         if len(set(self.method_names())) != len(self.method_names()):
             problems.append(f"methods={self.methods!r} names a method twice")
+        try:
+            seeds = self.seed_list()
+        except ValueError as err:
+            problems.append(str(err))
+        else:
+            if len(set(seeds)) != len(seeds):  # a repeated seed reruns the same run and counts it twice
+                problems.append(f"seeds={self.seeds!r} names a seed twice")
         if self.samples < 0:
             problems.append(f"samples={self.samples} must be >= 0 (0 = the pipeline's grpo budget)")
         if self.budget == "time" and not self.minutes > 0:

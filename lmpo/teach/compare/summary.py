@@ -124,6 +124,8 @@ def recommend(methods: list[MethodSummary], start: Spread, budget: str = "sample
     elif undecided:
         lines.append(f"Recommendation: {best.method} on these numbers; rerun with more --seeds to tell whether "
                      f"its lead over {', '.join(undecided)} is more than noise.")
+    elif len(scored) == 1:
+        lines.append(f"Recommendation: {best.method} — the only method compared, so none to rank it against.")
     else:
         lines.append(f"Recommendation: {best.method} — ahead of every other method by more than the seeds' spread.")
     return Recommendation(best.method, choice, within, beyond, undecided, fastest.method, leanest, lines)

@@ -1,0 +1,80 @@
+"""Inputs the CLI once took in silence or answered with a misleading message: repeated compare
+seeds, prompts over the RL limit in `lmpo data`, sampling options of a greedy `lmpo eval`, and
+the wording of over-long rows, JSON arrays named .jsonl and a file given to `lmpo report`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lmpo.cli.main import main
+from lmpo.envs.data import DataError, load_sft, read_records
+from lmpo.teach.compare.summary import MethodSummary, Spread, recommend
+from hardening_common import error_line
+
+
+def _jsonl(path: Path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_compare_refuses_a_seed_given_twice(tmp_path, capsys):
+    argv = ["compare", "--methods", "grpo", "--seeds", "0,0", "--samples", "64", "--out", str(tmp_path / "cmp")]
+    assert main(argv) == 2
+    assert "seeds='0,0' names a seed twice" in error_line(capsys)
+    assert not (tmp_path / "cmp").exists()
+
+
+def test_one_method_is_not_said_to_be_ahead_of_others():
+    one = MethodSummary("grpo", Spread.of([0.5, 0.52]), Spread.of([10, 10]), Spread.of([100, 100]),
+                        Spread.of([64, 64]), Spread.of([500, 500]), ["policy"], "none", "", "")
+    last = recommend([one], Spread.of([0.5, 0.51])).lines[-1]
+    assert last == "Recommendation: grpo — the only method compared, so none to rank it against."
+
+
+def test_data_warns_of_prompts_over_the_rl_limit(tmp_path, capsys):
+    """The trainers refuse a prompt over the context less max_new_tokens (the tiny preset: 256)."""
+    path = _jsonl(tmp_path / "long.jsonl", [{"prompt": "1" * 300, "answer": "1"}, {"prompt": "1+1=", "answer": "2"}])
+    assert main(["data", path, "--kind", "prompts", "--show", "0"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("warning: 1 rows are over 244 tokens (the model's context of 256 tokens minus max_new_tokens=12): "
+            "a trainer stops at the first of them") in out
+    assert main(["data", path, "--kind", "prompts", "--show", "0", "--max_new_tokens", "300"]) == 2
+    assert "--max_new_tokens 300 leaves no room for a prompt in the model's context of 256 tokens" in error_line(capsys)
+
+
+def test_eval_refuses_sampling_options_without_samples(capsys):
+    argv = ["eval", "--model", "tiny", "--eval_problems", "2", "--temperature", "0.7", "--top_k", "5"]
+    assert main(argv) == 2
+    assert "temperature=0.7, top_k=5 need --samples K (samples=0 evaluates greedily" in error_line(capsys)
+    assert main(["eval", "--model", "tiny", "--eval_problems", "2", "--top_p", "0.5"]) == 2
+    assert "top_p=0.5 needs --samples K" in error_line(capsys)
+
+
+def test_overlong_rows_name_the_cli_flag(tmp_path, char_tokenizer):
+    short = _jsonl(tmp_path / "short.jsonl", [{"prompt": "1" * 40, "completion": "2"}])
+    with pytest.raises(DataError, match="pass --overlong skip or --overlong truncate"):
+        load_sft(short, char_tokenizer, max_length=16)
+    huge = _jsonl(tmp_path / "huge.jsonl", [{"prompt": "1" * 5000, "completion": "2"}])
+    with pytest.raises(DataError, match="rejected before tokenizing \\(pass --overlong skip"):
+        load_sft(huge, char_tokenizer, max_length=16)
+
+
+@pytest.mark.parametrize("text", ['[{"prompt": "1+1=", "completion": "2"}]\n',
+                                  '[\n{"prompt": "1+1=", "completion": "2"},\n'
+                                  '{"prompt": "1+2=", "completion": "3"}\n]\n'])
+def test_a_json_array_named_jsonl_is_told_to_be_named_json(tmp_path, text):
+    (tmp_path / "arr.jsonl").write_text(text)
+    with pytest.raises(DataError, match="row 1: .*; the file looks like one JSON array, not JSON Lines .*'arr.json'"):
+        read_records(tmp_path / "arr.jsonl")
+    (tmp_path / "arr.json").write_text(text)
+    assert read_records(tmp_path / "arr.json")[0].fields["prompt"] == "1+1="
+
+
+def test_report_of_a_file_says_it_is_not_a_run_directory(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{}")
+    assert main(["report", str(tmp_path / "config.json")]) == 2
+    assert error_line(capsys).endswith(f"config.json is a file, not a run directory (the directory holding it is "
+                                       f"{tmp_path})")

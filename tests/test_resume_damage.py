@@ -1,0 +1,73 @@
+"""A run directory damaged after the run: a checkpoint file truncated, emptied or deleted (said in one
+line naming the file and how to resume from the checkpoint before it, instead of a traceback or
+an error naming no file), the metrics log deleted (said, and the run goes on), and an empty log
+given to the doctor (said, instead of "no problems found"). Also a negative β, which turned the
+KL penalty into a reward for leaving the reference, given in scientific notation too."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lmpo.cli.main import main
+
+from hardening_common import RL_RUN, error_line
+
+
+@pytest.fixture(scope="module")
+def interrupted(start_model, tmp_path_factory) -> Path:
+    """A 3-step GRPO run with checkpoints after steps 1 and 2, then stopped (as if killed)."""
+    run = tmp_path_factory.mktemp("damage") / "run"
+    assert main(["train", "grpo", "--model", start_model, "--out", str(run), *RL_RUN, "--steps", "3"]) == 0
+    shutil.rmtree(run / "model")
+    (run / "result.json").unlink()
+    return run
+
+
+@pytest.mark.parametrize("damage,cause", [
+    (lambda f: f.write_bytes(f.read_bytes()[:1000]), "model.safetensors cannot be read (Error while deserializing"),
+    (lambda f: f.write_text(""), "state.json cannot be read (Expecting value"),
+    (lambda f: f.unlink(), "optimizer.pt is missing"),
+], ids=["truncated-weights", "empty-state", "deleted-optimizer"])
+def test_a_damaged_checkpoint_is_named_with_the_way_to_resume_from_the_one_before(interrupted, tmp_path, capsys, damage,
+                                                                                 cause):
+    run = tmp_path / "run"
+    shutil.copytree(interrupted, run)
+    newest = run / "checkpoints" / "step_000002"
+    damage(newest / cause.split(" ")[0])
+    assert main(["train", "grpo", "--resume", str(run)]) in (1, 2)
+    line = error_line(capsys)
+    assert line.startswith(f"lmpo: error: --resume {run}: its newest checkpoint is damaged: {newest}/{cause}"), line
+    assert line.endswith(f"move it aside (mv {newest} {newest.parent}/damaged-step_000002) to resume from "
+                         f"step_000001"), line
+    newest.rename(newest.parent / "damaged-step_000002")
+    assert main(["train", "grpo", "--resume", str(run)]) == 0
+    assert "resumed from" in capsys.readouterr().out and (run / "result.json").is_file()
+
+
+def test_a_resume_without_its_metrics_log_says_what_is_lost(interrupted, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(interrupted, run)
+    (run / "metrics.jsonl").unlink()
+    assert main(["train", "grpo", "--resume", str(run)]) == 0
+    assert f"{run / 'metrics.jsonl'} is missing: the rows of the first 2 step(s) are lost" in capsys.readouterr().out
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [3]
+
+
+def test_an_empty_metrics_log_is_not_called_healthy(tmp_path, capsys):
+    (tmp_path / "metrics.jsonl").write_text("\n\n")
+    assert main(["doctor", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "note: no_rows:" in out and "holds no rows, so there is nothing to diagnose" in out
+    assert "no problems found" not in out
+
+
+@pytest.mark.parametrize("option,value", [("--beta", "-0.5"), ("--target_kl", "-0.5"), ("--beta", "-5e-1")])
+def test_a_negative_kl_coefficient_is_refused(option, value, tmp_path, capsys):
+    """`-5e-1` too: argparse took it for an option (`--beta: expected one argument`)."""
+    assert main(["train", "grpo", "--out", str(tmp_path / "run"), option, value]) == 2
+    assert error_line(capsys) == f"lmpo: error: invalid RL config: {option[2:]}=-0.5 must be >= 0"
+    assert not (tmp_path / "run").exists()
