@@ -53,7 +53,7 @@ def test_a_learning_rate_spike_is_rolled_back_and_the_run_recovers(start_model, 
     first = next(r["entropy"] for r in rows if "entropy" in r)
     assert after and all(r["entropy"] >= 0.5 * first for r in after)  # recovered: no collapse after
     assert after[-1]["step"] == 14 and after[-1]["lr"] == pytest.approx(0.05 * 0.01 ** len(rollbacks))
-    from lmpo.reports.doctor import diagnose_run
+    from lmpo.reports.doctor_runs import diagnose_run
 
     shown = [f for f in diagnose_run(str(out))["rl"] if f.code == "rollback"]  # the doctor (and the pipeline) say so
     assert shown and f"{len(rollbacks)} time(s)" in shown[0].message

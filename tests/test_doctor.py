@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from lmpo.cli.main import main
-from lmpo.reports.doctor import Thresholds, diagnose, diagnose_run
+from lmpo.reports.doctor import Thresholds, diagnose
+from lmpo.reports.doctor_runs import diagnose_run
 
 HERE = Path(__file__).parent
 

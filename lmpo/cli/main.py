@@ -60,7 +60,8 @@ def pipeline_options(yaml_file: str | None, flags: dict) -> tuple:
 
 def _print_findings(result) -> None:
     """The doctor's reading of a stage that just ended (nothing when it finds nothing)."""
-    from lmpo.reports.doctor import diagnose_run, format_findings
+    from lmpo.reports.doctor import format_findings
+    from lmpo.reports.doctor_runs import diagnose_run
 
     try:
         findings = diagnose_run(result.run_dir)
@@ -119,7 +120,8 @@ def cmd_trajectories(args: argparse.Namespace, flags: dict) -> int:
 
 def cmd_doctor(args: argparse.Namespace, flags: dict) -> int:
     """What limits training in a run: each finding with its metric, value, threshold and remedy."""
-    from lmpo.reports.doctor import diagnose_run, format_findings
+    from lmpo.reports.doctor import format_findings
+    from lmpo.reports.doctor_runs import diagnose_run
 
     findings = diagnose_run(args.run_dir)
     text = format_findings(findings)

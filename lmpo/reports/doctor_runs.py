@@ -1,0 +1,64 @@
+"""The doctor on run directories: which stages a directory holds, each stage's metrics, trainer,
+options and result, handed to `lmpo.reports.doctor.diagnose`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .doctor import Finding, diagnose
+from .metrics import read_metrics
+
+
+def diagnose_run(path: str | Path) -> dict[str, list[Finding]]:
+    """Findings per stage of a pipeline directory, per run of a directory that holds runs further
+    in (`lmpo compare`'s SEED/METHOD/STAGE, `lmpo factcheck`'s runs/NAME), or of one stage directory."""
+    path = Path(path)
+    if (path / "summary.json").is_file() or not (path / "metrics.jsonl").is_file():
+        stages = [d for d in sorted(path.iterdir()) if (d / "metrics.jsonl").is_file()] if path.is_dir() else []
+        if stages:
+            return {d.name: diagnose_stage(d) for d in _ordered(path, stages)}
+        deeper = sorted({m.parent for depth in ("*/*", "*/*/*") for m in path.glob(f"{depth}/metrics.jsonl")})
+        if not deeper:
+            raise ValueError(f"{path}: no metrics.jsonl here nor in the run directories under it")
+        return {str(d.relative_to(path)): diagnose_stage(d) for d in deeper}
+    return {path.name: diagnose_stage(path)}
+
+
+def diagnose_stage(stage_dir: Path) -> list[Finding]:
+    kind, config = _run_info(stage_dir)
+    group = config.get("group_size") if isinstance(config.get("group_size"), int) else None
+    rows = read_metrics(stage_dir / "metrics.jsonl")
+    if not rows:  # "no problems found" would pass an empty log off as a healthy run
+        return [Finding("no_rows", "note", "metrics.jsonl", "0 rows", ">= 1 row",
+                        f"{stage_dir / 'metrics.jsonl'} holds no rows, so there is nothing to diagnose",
+                        "let the run log a step (--log_every), or point the doctor at the run that did")]
+    return diagnose(rows, kind, group_size=group, final=_result(stage_dir))
+
+
+def _ordered(path: Path, stages: list[Path]) -> list[Path]:
+    """Stages in the pipeline's order when summary.json says it."""
+    try:
+        names = [s["run_dir"] for s in json.loads((path / "summary.json").read_text())["stages"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return stages
+    rank = {n: i for i, n in enumerate(names)}
+    return sorted(stages, key=lambda d: rank.get(d.name, len(rank)))
+
+
+def _run_info(stage_dir: Path) -> tuple[str, dict]:
+    """(trainer name, options) from the stage's run.json; the directory's name when absent."""
+    try:
+        info = json.loads((stage_dir / "run.json").read_text())
+        return str(info.get("trainer") or stage_dir.name), dict(info.get("config") or {})
+    except (OSError, ValueError, AttributeError, TypeError):
+        return stage_dir.name, {}
+
+
+def _result(stage_dir: Path) -> dict | None:
+    """The stage's result.json (written when it ended), or None."""
+    try:
+        result = json.loads((stage_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return result if isinstance(result, dict) else None
