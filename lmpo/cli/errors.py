@@ -21,8 +21,9 @@ def runtime_errors() -> tuple[type[BaseException], ...]:
     """Evaluated only when an exception reaches `main` (the reward runner imports torch)."""
     from lmpo.rollout.reward_runner import RewardFailure
     from lmpo.trainers.harness import NonFiniteUpdates
+    from lmpo.trainers.reward_watch import EnvFailure
 
-    return (RewardFailure, NonFiniteUpdates, OSError)
+    return (RewardFailure, EnvFailure, NonFiniteUpdates, OSError)
 
 
 def one_line(err: BaseException) -> str:

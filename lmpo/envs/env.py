@@ -54,6 +54,47 @@ class Step:
         return list(self.observation)
 
 
+STEP_SHAPE = "a Step(observation: str or a list of {role, content} messages, reward: a finite number or None, " \
+             "done: bool, info: dict)"
+
+
+def check_step(env, step) -> Step:
+    """`step` as the loop reads it, or a ValueError in one line naming the environment's class and
+    what it returned: a user's environment that returns None, a tuple, a NaN reward or an unknown
+    termination otherwise failed deep in the loop (`'NoneType' object has no attribute 'reward'`)
+    or trained on NaN in silence."""
+    where = f"{type(env).__name__}.step"
+    if not isinstance(step, Step):
+        raise ValueError(f"{where} returned {type(step).__name__}; expected {STEP_SHAPE}")
+    problems = []
+    if not (isinstance(step.observation, str) or (isinstance(step.observation, list) and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content", ""), str)
+            for m in step.observation))):
+        problems.append(f"observation {type(step.observation).__name__}")
+    reward = step.reward
+    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float)) or reward != reward
+                               or reward in (float("inf"), float("-inf"))):
+        problems.append(f"reward {reward!r}")
+    if not isinstance(step.info, dict):
+        problems.append(f"info {type(step.info).__name__}")
+    elif step.info.get("termination") not in (None, "", *TERMINATIONS):
+        problems.append(f"info['termination'] {step.info['termination']!r} (one of {', '.join(TERMINATIONS)})")
+    if problems:
+        raise ValueError(f"{where} returned a Step with {'; '.join(problems)}; expected {STEP_SHAPE}")
+    return step
+
+
+def check_opening(env, messages) -> list[dict]:
+    """What `reset` returned, as a list of {role, content} messages, or a ValueError naming the class."""
+    if not isinstance(messages, (list, tuple)) or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages):
+        raise ValueError(f"{type(env).__name__}.reset returned {type(messages).__name__}"
+                         f"{' with other items than messages' if isinstance(messages, (list, tuple)) else ''}; "
+                         f"expected a list of {{role, content}} messages (the opening system and user turns)")
+    return list(messages)
+
+
 class Env(Protocol):
     def reset(self, problem: Problem) -> list[dict]:
         """Start an episode; return its opening messages (system and user turns)."""

@@ -23,6 +23,7 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
 import traceback
 import types
@@ -200,7 +201,21 @@ def _load_file(where: str, target: str):
     except Exception as err:
         del sys.modules[name]
         raise ValueError(f"task {target!r}: loading {path} failed: {_failure(err)}") from err
+    loaded = [p for p in os.environ.get(TASK_FILES_ENV, "").split(os.pathsep) if p]
+    if str(path) not in loaded:  # inherited by the reward workers, which unpickle this module's classes
+        os.environ[TASK_FILES_ENV] = os.pathsep.join([*loaded, str(path)])
     return module
+
+
+TASK_FILES_ENV = "LMPO_TASK_FILES"
+"""The task files this process loaded (`--task path/to/file.py:Class`), for its child processes."""
+
+
+def load_task_files() -> None:
+    """In a reward worker: the task files its trainer loaded, under the same module names, so a
+    task from a file unpickles there (it failed with `No module named 'lmpo_task_...'`)."""
+    for path in filter(None, os.environ.get(TASK_FILES_ENV, "").split(os.pathsep)):
+        _load_file(path, path)
 
 
 def _attribute(module, attr: str, target: str) -> Callable:

@@ -132,6 +132,10 @@ def serve(reader: Connection, writer: Connection) -> None:
     capture_output(log_path)
     limit_memory(memory_mb)
     try:
+        if os.environ.get("LMPO_TASK_FILES"):  # the tasks its trainer loaded from files, which pickles name
+            from lmpo.envs.plugins import load_task_files
+
+            load_task_files()
         fn = reader.recv()  # imports the function's module: only what the function needs
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(threads)  # the trainer waits while a reward is computed

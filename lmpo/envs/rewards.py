@@ -116,6 +116,10 @@ def import_reward(path: str) -> RewardFn:
         module = importlib.import_module(module_name)
     except ImportError as err:
         raise ValueError(f"reward function {path!r}: cannot import module {module_name!r}: {err}") from None
+    except Exception as err:  # the module's own code failed: a SyntaxError, an error at import
+        what = f"{err.msg} ({err.filename}:{err.lineno})" if isinstance(err, SyntaxError) else str(err)
+        raise ValueError(f"reward function {path!r}: importing module {module_name!r} failed: "
+                         f"{type(err).__name__}: {what}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ValueError(f"reward function {path!r}: module {module_name!r} has no function {attr!r}")

@@ -18,7 +18,8 @@ from typing import Sequence
 
 from lmpo.envs.base import Problem
 from lmpo.envs.env import (ANSWERED, CONTEXT_OVERFLOW, ENV_DONE, ENV_ERROR, MAX_TURNS, PARSE_ERROR_LIMIT,
-                           TERMINATIONS, TOKEN_BUDGET, TURN_LENGTH, EnvFactory, Step)
+                           TERMINATIONS, TOKEN_BUDGET, TURN_LENGTH, EnvFactory, Step, check_opening,
+                           check_step)
 from lmpo.rollout.engines import Engine
 from lmpo.rollout.render import TemplateError
 from lmpo.rollout.trajectory import MODEL, PROMPT, Trajectory
@@ -53,7 +54,7 @@ class EpisodeLimits:
 class _Episode:
     def __init__(self, problem: Problem, env, renderer, limits: EpisodeLimits):
         self.env, self.renderer, self.limits = env, renderer, limits
-        self.messages = list(env.reset(problem))  # the trajectory's record of the conversation, shared
+        self.messages = check_opening(env, env.reset(problem))  # the record of the conversation, shared
         ids, self.held_text = renderer.prompt(self.messages)
         self.pending_ids: list[int] = []
         if not ids:
@@ -128,7 +129,7 @@ def _take_turn(ep: _Episode, sample, cap_reason: str, eos_ids: set[int], tokeniz
         ep.end(cap_reason)
         return False
     try:
-        step = ep.env.step(text)
+        step = check_step(ep.env, ep.env.step(text))
     except Exception as err:  # an environment bug must not take the batch down; it is excluded from training
         traj.turn_rewards.append(None)
         ep.end(ENV_ERROR, error=f"{type(err).__name__}: {err}")

@@ -122,6 +122,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
             mine = run.dist.shard(stream.take(cfg.prompts_per_round), "prompts per round")
             problems = [p for p in mine for _ in range(cfg.samples_per_prompt)]
             trajectories = runner.run(problems)
+            getattr(rank_by, "note_episodes", lambda _: None)(trajectories)
             rollout = to_rollout(trajectories, tokenizer.pad_token_id)
             texts, terminated = [t.final_text for t in trajectories], [t.terminated for t in trajectories]
             ranked = rank_by.score(task, problems, texts, terminated)

@@ -9,6 +9,10 @@
   reasons: nothing is being learnt, and a run that only looked finished would exit 0.
 - Each reward worker gets the memory limit `reward_memory_mb`, and its output (bounded) goes
   to `RUN_DIR/reward_workers.log` instead of the trainer's stdout.
+- Episodes an environment broke (it raised, returned something that is not a well-formed `Step`
+  or a non-finite reward: `env_error`; a tool overran: `tool_timeout`) are said the same way
+  (`note_episodes`), and a run whose every episode broke for `max_unscorable_steps` rounds stops:
+  they are excluded from training, so such a run would otherwise train on nothing and exit 0.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from lmpo.envs.env import INFRASTRUCTURE_ENDINGS
 from lmpo.rollout.reward_runner import RewardFailure, RewardRunner, RewardScores
 
 FAILURES_FILE = "reward_failures.jsonl"
@@ -36,6 +41,10 @@ def failure_kind(reason: str) -> str:
     return "exception"
 
 
+class EnvFailure(RuntimeError):
+    """Every episode of `max_unscorable_steps` consecutive rounds was broken by its environment."""
+
+
 class WatchedRewards:
     """Wraps a `RewardRunner`: same interface, plus the records and the stop described above."""
 
@@ -46,6 +55,8 @@ class WatchedRewards:
         self.recorded: dict[str, int] = {}
         self.rounds = self.streak = 0
         self.last_reasons: dict[str, str] = {}
+        self.env_rounds = self.env_streak = self.env_said = 0
+        self.env_reason = ""
         for name, worker in getattr(runner, "_workers", {}).items():
             limit = max(memory_mb, _model_memory_mb(worker.fn)) if name == "rm" else memory_mb
             worker.memory_mb, worker.log_path = limit, str(self.out / WORKER_LOG)
@@ -75,6 +86,23 @@ class WatchedRewards:
                                 f"(first failures in {self.path})")
         return scores
 
+    def note_episodes(self, trajectories) -> None:
+        """A round's episodes: those its environment broke said (the first rounds), and the stop."""
+        broken = [t for t in trajectories if t.termination in INFRASTRUCTURE_ENDINGS]
+        self.env_rounds += 1
+        if broken:
+            first = broken[0]
+            self.env_reason = f"{first.termination}: {_first_line(str(first.info.get('error', '')))}"
+            if self.env_said < FIRST_FAILURES:
+                self.env_said += 1
+                print(f"[env] {len(broken)} of {len(trajectories)} episodes ended in {self.env_reason} (excluded from "
+                      f"training; each one's error is in its trajectory)", file=sys.stderr)
+        all_broken = bool(trajectories) and len(broken) == len(trajectories)
+        self.env_streak = self.env_streak + 1 if all_broken else 0
+        if self.max_unscorable_steps and self.env_streak >= self.max_unscorable_steps:
+            raise EnvFailure(f"every episode ended in an environment failure in {self.env_streak} consecutive rounds "
+                             f"(max_unscorable_steps={self.max_unscorable_steps}); the last: {self.env_reason}")
+
     def _record(self, name: str, count: int, total: int, reason: str, kind: str = "") -> None:
         entry = {"round": self.rounds, "function": name, "kind": kind or failure_kind(reason), "unscorable": count,
                  "of": total, "reason": reason}
@@ -90,6 +118,9 @@ class WatchedRewards:
         """Stop the workers; a run shorter than `max_unscorable_steps` whose every completion was
         unscorable ends with the same error rather than a model trained on nothing."""
         self.runner.close()
+        if self.max_unscorable_steps and self.env_rounds and self.env_streak == self.env_rounds:
+            raise EnvFailure(f"every episode of all {self.env_rounds} rounds ended in an environment failure; the "
+                             f"last: {self.env_reason}")
         if self.max_unscorable_steps and self.rounds and self.streak == self.rounds:
             why = "; ".join(f"{name}: {_first_line(r)}" for name, r in self.last_reasons.items())
             raise RewardFailure(f"every completion of all {self.rounds} scoring rounds was unscorable; {why} "

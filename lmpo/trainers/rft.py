@@ -207,6 +207,7 @@ def sample_round(runner: EpisodeRunner, task, problems: list, rewards, cfg: RFTC
     """Sample, score and select one round's completions."""
     group = cfg.samples_per_prompt
     trajectories = runner.run([p for p in problems for _ in range(group)])
+    getattr(rewards, "note_episodes", lambda _: None)(trajectories)
     judged = rewards.score(task, [t.problem for t in trajectories], [t.final_text for t in trajectories],
                            [t.terminated for t in trajectories])
     total = sum(w * judged.components[name].float() for name, w in rewards.weights().items())

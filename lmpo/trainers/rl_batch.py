@@ -177,6 +177,7 @@ def score(trajectories: list[Trajectory], group_ids: torch.Tensor, pad_id: int, 
     problems = [t.problem for t in trajectories]
     texts, terminated = [t.final_text for t in trajectories], [t.terminated for t in trajectories]
     grades = grade_all(task, trajectories)
+    getattr(rewards, "note_episodes", lambda _: None)(trajectories)  # a watched runner says broken episodes
     scores = rewards.score(task, problems, texts, terminated)
     components = scores.components
     total = sum(weight * components[name] for name, weight in rewards.weights().items())

@@ -1,0 +1,101 @@
+"""A user's own environment and reward module when they go wrong, and a task given as a file with a
+reward function of the user's: what the trainer says and does.
+
+Before: an environment whose `step` raised on every turn trained on nothing and exited 0 with a
+saved model, saying only `reward 0`; one that returned None or a tuple failed deep in the agent
+loop (`'NoneType' object has no attribute 'reward'`); a NaN turn reward was trained on as NaN;
+a reward module with a SyntaxError gave a 20-frame traceback; and `--task file.py:Class` with a
+reward function of the user's left every completion unscorable (the reward worker could not
+unpickle the task: `No module named 'lmpo_task_...'`)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lmpo.cli.main import main
+from lmpo.envs.env import Step, check_step
+
+HERE = Path(__file__).resolve().parent
+RUN = ["--model", "tiny", "--steps", "2", "--prompts_per_step", "2", "--group_size", "2", "--eval_problems", "0",
+       "--threads", "1", "--max_turn_tokens", "200", "--max_new_tokens", "220", "--reward_timeout", "0"]
+ENV = '''
+from lmpo.envs.env import Step
+from lmpo.envs.tool_tasks import Calculator
+
+class Env:
+    def __init__(self, mode): self.mode = mode
+    def reset(self, problem): return [{"role": "user", "content": problem.prompt}]
+    def step(self, text):
+        if self.mode == "raise": raise ValueError("my step is broken")
+        if self.mode == "none": return None
+        return Step(done=True, reward=float("nan"), info={"answer": text})
+
+class MyTask(Calculator):
+    def __init__(self, mode: str = "raise"): super().__init__(); self.mode = mode
+    def make_env(self): return Env(self.mode)
+'''
+
+
+class Env:
+    pass
+
+
+@pytest.mark.parametrize("returned,says", [
+    (None, "Env.step returned NoneType; expected a Step(observation: str or a list of {role, content} messages"),
+    (("hi", 0.0, False, {}), "Env.step returned tuple; expected a Step("),
+    (Step(reward=float("nan")), "Env.step returned a Step with reward nan; expected"),
+    (Step(reward="0.5"), "returned a Step with reward '0.5'"),
+    (Step(observation=12345), "returned a Step with observation int"),
+    (Step(observation=[{"role": "tool"}, 3]), "returned a Step with observation list"),
+    (Step(info=None), "returned a Step with info NoneType"),
+    (Step(done=True, info={"termination": "my_reason"}), "info['termination'] 'my_reason' (one of answered, "),
+])
+def test_a_malformed_step_is_named_by_the_environments_class(returned, says):
+    with pytest.raises(ValueError) as info:
+        check_step(Env(), returned)
+    assert says in str(info.value)
+    assert check_step(Env(), Step("ok", 0.5, False, {"tool_calls": 1})).reward == 0.5
+
+
+@pytest.mark.parametrize("mode,cause", [
+    ("raise", "ValueError: my step is broken"),
+    ("none", "Env.step returned NoneType; expected a Step("),
+    ("nan", "Env.step returned a Step with reward nan"),
+])
+def test_a_run_whose_environment_breaks_every_episode_stops_saying_why(tmp_path, monkeypatch, capsys, mode, cause):
+    (tmp_path / "min_env.py").write_text(ENV)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["train", "grpo", *RUN, "--task", f"min_env:MyTask?mode={mode}", "--out", "run"]) == 1
+    err = capsys.readouterr().err
+    assert f"[env] 4 of 4 episodes ended in env_error: ValueError: {cause}" in err or \
+           f"[env] 4 of 4 episodes ended in env_error: {cause}" in err, err
+    assert err.strip().splitlines()[-1].startswith("lmpo: error: every episode of all 2 rounds ended in an "
+                                                   "environment failure; the last: env_error: ")
+    assert not (tmp_path / "run" / "model").exists()  # no model trained on nothing
+
+
+def test_a_reward_module_with_a_syntax_error_is_one_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "syn_rew.py").write_text("def f(:\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["train", "grpo", *RUN, "--rewards", "syn_rew:f=1.0", "--out", "run"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"lmpo: error: reward function 'syn_rew:f': importing module 'syn_rew' failed: SyntaxError: invalid "
+        f"syntax ({tmp_path / 'syn_rew.py'}:1)")
+
+
+def test_a_task_from_a_file_scores_with_the_users_reward_function(tmp_path, monkeypatch, capsys):
+    shutil.copy(HERE / "data" / "user_task.py", tmp_path / "my_task.py")
+    (tmp_path / "my_rewards.py").write_text(
+        "def length_bonus(task, problems, completions, terminated):\n"
+        "    return [-len(c) / 100 for c in completions]\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("LMPO_TASK_FILES", raising=False)
+    assert main(["train", "grpo", *RUN, "--task", "my_task.py:Reverse",
+                 "--rewards", "correct=1.0,my_rewards:length_bonus=0.2", "--out", "run"]) == 0
+    assert "could not score" not in capsys.readouterr().err
