@@ -37,3 +37,22 @@ def test_a_config_key_gets_the_same_hint(capsys, tmp_path):
     config.write_text("stepz: 3\n")
     assert main(["train", "grpo", "--config", str(config)]) == 2
     assert "line 1: stepz: unknown option (did you mean steps?);" in capsys.readouterr().err
+
+
+def test_a_flag_is_taken_only_whole_and_a_wrong_stage_section_is_hinted(capsys):
+    """`--sft.epoch` passed for `--sft.epochs` (a YAML config refuses it); `--grpo.steps` (the stage
+    is named after the preset) got 344 lines of usage and no hint."""
+    err = _error(capsys, ["pipeline", "--sft.epoch", "1"])
+    assert err.strip().endswith("unrecognized arguments: --sft.epoch 1 (--sft.epoch: did you mean --sft.epochs?)")
+    err = _error(capsys, ["pipeline", "--grpo.steps", "2"])
+    assert err.splitlines()[0] == "usage: lmpo pipeline [options]  (`lmpo pipeline --help` lists them)"
+    assert "(--grpo.steps: did you mean --cpt.steps or --rl_stage.steps?)" in err and len(err.splitlines()) == 2
+
+
+def test_options_of_a_pipeline_stage_that_does_not_run_are_refused(capsys):
+    """`--dpo.beta 0.3` under `--rl grpo` (or `--rl_stage.*` under `--rl dpo`) was recorded and ignored."""
+    assert main(["pipeline", "--dpo.beta", "0.3", "--rm.pairs", "50"]) == 2
+    assert capsys.readouterr().err.strip() == ("lmpo: error: dpo.beta, rm.pairs: no dpo or rm stage runs with --rl "
+                                               "grpo (its stages' options: --cpt.*, --sft.*, --rl_stage.*)")
+    assert main(["pipeline", "--rl", "dpo", "--rl_stage.steps", "3"]) == 2
+    assert "rl_stage.steps: no rl_stage stage runs with --rl dpo" in capsys.readouterr().err

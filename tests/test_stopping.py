@@ -121,3 +121,13 @@ def test_a_held_out_split_too_small_for_the_selection_problems_says_which_option
     reported, selection = heldout_and_selection(replace(cfg, select_problems=20), make_task(cfg.task), None,
                                                 stopping=True)
     assert len(reported) == 60 and len(selection) == 20
+
+
+def test_cpt_held_out_documents_too_few_for_one_row_are_refused_before_the_run(tmp_path):
+    """They made no row, and the held-out loss read 0.0: a perfect loss for the stopping rule."""
+    cfg = CPTConfig(out=str(tmp_path / "cpt"), steps=2, eval_problems=10, heldout_documents=10, stop_patience=3,
+                    threads=1)
+    with pytest.raises(ValueError, match=r"heldout_documents=10: the held-out documents hold \d+ tokens, less than "
+                                         r"one row of seq_len \+ 1 = 129; give more of them"):
+        train_cpt(cfg)
+    assert not (tmp_path / "cpt").exists()

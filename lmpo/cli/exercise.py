@@ -121,11 +121,21 @@ def cmd_train(args: argparse.Namespace, flags: dict) -> int:
     try:
         runs = train_exercise(exercise, fn, opts)
     except Exception as err:
-        if not any(frame.filename == str(path) for frame in traceback.extract_tb(err.__traceback__)):
+        in_yours = any(frame.filename == str(path) for frame in traceback.extract_tb(err.__traceback__))
+        if in_yours:
+            error = user_error(err, str(path))
+            print(f"your code raised {error.exception} during training\n    at {error.location}")
+            return 1
+        if report.ok:
             raise  # lmpo's own error, reported by main()
-        error = user_error(err, str(path))
-        print(f"your code raised {error.exception} during training\n    at {error.location}")
+        # what the failed check found (a wrong shape, say) broke the trainer that called your function
+        cause = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        print(f"training with your function stopped: {type(err).__name__}: {cause}\n"
+              f"    (the check above says why: {report.mismatch.symptom})")
         return 1
     print(figures_table(runs))
     print(verdict(*runs))
+    if not report.ok:
+        print(f"(your function failed the check above, so it is not lmpo's function whatever these figures show: "
+              f"{opts.steps} steps may be too few for the difference to show)")
     return 0

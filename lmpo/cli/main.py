@@ -55,6 +55,15 @@ def pipeline_options(yaml_file: str | None, flags: dict) -> tuple:
     cfg = build(PipelineConfig, yaml_file=yaml_file, flags=flags)
     leaves = _flatten_fields(PipelineConfig)
     explicit = set(flags) | (set(_flatten_dict(read_yaml(yaml_file)[0], leaves)) if yaml_file else set())
+    from lmpo.trainers.pipeline import sections_run
+
+    ran = sections_run(cfg.rl)
+    # a flag for a stage that does not run would be taken in silence (a YAML file may configure
+    # several methods' stages, chosen among by --rl)
+    idle = sorted(k for k in flags if "." in k and k.partition(".")[0] not in ran)
+    if idle:
+        raise ConfigError(f"{', '.join(idle)}: no {' or '.join(sorted({k.partition('.')[0] for k in idle}))} stage "
+                          f"runs with --rl {cfg.rl} (its stages' options: {', '.join(f'--{s}.*' for s in ran)})")
     return cfg, explicit
 
 

@@ -13,7 +13,19 @@ _INNERMOST = "_lmpo_innermost_parser"
 
 
 class Parser(argparse.ArgumentParser):
-    """`argparse.ArgumentParser` whose sub-commands' parsers are of this class too."""
+    """`argparse.ArgumentParser` whose sub-commands' parsers are of this class too. A flag is taken
+    only whole (`--sft.epoch` is not `--sft.epochs`, as in a YAML config), and an error after a
+    usage of more than a screen gives a one-line usage instead (the pipeline's is 340 lines)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        usage = self.format_usage()
+        if usage.count("\n") > 12:
+            usage = f"usage: {self.prog} [options]  (`{self.prog} --help` lists them)\n"
+        self.exit(2, f"{usage}{self.prog}: error: {message}\n")
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
@@ -67,4 +79,7 @@ def suggestion(name: str, known: list[str], prefix: str = "") -> str:
     if ours in known:
         return f"lmpo calls it {ours}"
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
-    return f"did you mean {close[0]}?" if close else ""
+    if close:
+        return f"did you mean {close[0]}?"
+    same_leaf = [k for k in known if section and k.endswith(f".{leaf}")]  # `--grpo.steps`: the section is wrong
+    return f"did you mean {' or '.join(same_leaf[:4])}?" if same_leaf else ""

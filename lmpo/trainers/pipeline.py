@@ -170,6 +170,14 @@ OFFLINE_STAGES = {"dpo": train_preference, "kto": train_kto, "orpo": train_orpo}
 LAST_STAGES = (*RL_PRESETS, *OFFLINE_STAGES, "online_dpo", "ppo_rm", "rft")
 
 
+def sections_run(rl: str) -> tuple[str, ...]:
+    """The option sections of the stages a pipeline with `--rl rl` runs (the others' options would
+    be ignored)."""
+    last = {"rft": ("rft",), "online_dpo": ("online_dpo",), "ppo_rm": ("rm", "rl_stage")}.get(
+        rl, (rl,) if rl in OFFLINE_STAGES else ("rl_stage",))
+    return ("cpt", "sft", *last)
+
+
 def validate_stages(cfg: PipelineConfig) -> None:
     cfg.cpt.validate()
     cfg.sft.validate()

@@ -158,6 +158,9 @@ def train_cpt(cfg: CPTConfig) -> StageResult:
     def heldout_rows(tok) -> torch.Tensor:
         docs = task_document_ids(task, tok, cfg.heldout_documents, cfg.seed + HELDOUT_SEED_OFFSET)
         stream = [t for ids in docs for t in ids]
+        if len(stream) < cfg.seq_len + 1:  # no row: the held-out loss would read 0 and the stopping rule stop
+            raise ValueError(f"heldout_documents={cfg.heldout_documents}: the held-out documents hold {len(stream)} "
+                             f"tokens, less than one row of seq_len + 1 = {cfg.seq_len + 1}; give more of them")
         return torch.tensor(stream[: len(stream) // (cfg.seq_len + 1) * (cfg.seq_len + 1)]).view(-1, cfg.seq_len + 1)
 
     stopping = StopRule.from_options(cfg, higher_is_better=False).active
@@ -252,11 +255,12 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> St
     heldout = heldout_problems(cfg, task, tokenizer)
     if name == "sft" and cfg.data and cfg.eval_prompts:
         _warn_shared_prompts(batches.examples, heldout, tokenizer, cfg)
+    rows = stopping(tokenizer) if stopping else None
     run = Run(cfg, name)
     model = run.load_policy(tokenizer)
     model.train()
     # the rule's wall-time cap counts from here, not from before the data was read
-    stop, rows = (StopRule.from_options(cfg, higher_is_better=False), stopping(tokenizer)) if stopping else (None, None)
+    stop = StopRule.from_options(cfg, higher_is_better=False) if stopping else None
     best = BestWeights(run.out / "best")
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(optimizer, cfg.warmup_steps, total_steps, cfg.lr_schedule, cfg.min_lr_ratio)

@@ -81,3 +81,40 @@ def test_train_end_to_end_from_the_sft_checkpoint(tmp_path, capsys):
 
     assert accuracy("yours", 40) > accuracy("yours", 0) + 0.05
     assert accuracy("lmpo", 40) > accuracy("lmpo", 0) + 0.05
+
+
+def _fails_check(tmp_path, suffix: str) -> Path:
+    """A grpo_advantages that the check refuses: the correct solution with `suffix` on its result."""
+    text = (SOLUTIONS / "grpo_advantages_correct.py").read_text()
+    *body, last = text.rstrip().splitlines()
+    assert last.strip().startswith("return ")
+    path = tmp_path / "mine.py"
+    path.write_text("\n".join(body + [last + suffix]) + "\n")
+    return path
+
+
+def test_train_after_a_failed_check_says_why_training_broke_and_never_that_it_is_right(tmp_path, monkeypatch,
+                                                                                     capsys):
+    """A wrong shape passed the check's FAIL, then broke the trainer (a traceback from lmpo's
+    advantages code); a wrong sign that happened to train alike in 2 steps was told "yours trains
+    exactly like lmpo's"."""
+    import lmpo.teach.exercise.train as train
+    from lmpo.cli.main import main
+    from lmpo.teach.exercise.train import RunFigures
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("shape mismatch: value tensor of shape [64, 1] cannot be broadcast")
+
+    monkeypatch.setattr(train, "train_exercise", broken)
+    shape = _fails_check(tmp_path, ".unsqueeze(1)")
+    assert main(["exercise", "train", str(shape), "--steps", "2", "--out", str(tmp_path / "runs")]) == 1
+    out = capsys.readouterr().out
+    assert "training with your function stopped: RuntimeError: shape mismatch" in out
+    assert "(the check above says why: your result has the wrong shape" in out
+
+    same = [RunFigures("yours", 0.3, 0.3, 1.0, "y"), RunFigures("lmpo grpo", 0.3, 0.3, 1.0, "l")]
+    monkeypatch.setattr(train, "train_exercise", lambda *a, **k: same)
+    assert main(["exercise", "train", str(_fails_check(tmp_path, " * -1")), "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "check: FAIL" in out and "yours trains exactly like lmpo's here" in out
+    assert "your function failed the check above, so it is not lmpo's function whatever these figures show" in out
