@@ -9,6 +9,8 @@ turn: `SingleTurnEnv` ends the episode at the first answer.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -71,9 +73,9 @@ def check_step(env, step) -> Step:
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content", ""), str)
             for m in step.observation))):
         problems.append(f"observation {type(step.observation).__name__}")
-    reward = step.reward
-    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float)) or reward != reward
-                               or reward in (float("inf"), float("-inf"))):
+    reward = step.reward  # numpy's scalars are Reals too
+    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, numbers.Real)
+                               or not math.isfinite(reward)):
         problems.append(f"reward {reward!r}")
     if not isinstance(step.info, dict):
         problems.append(f"info {type(step.info).__name__}")
