@@ -33,8 +33,12 @@ def cmd_factcheck(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.teach.factcheck import CLAIMS, FactcheckOptions, progress_line, run_factcheck
 
     if args.list:
-        for claim in CLAIMS:
-            print(f"{claim.name:26s} {'fast' if claim.fast else 'slow'}  {claim.text}")
+        from lmpo.teach.factcheck.texts import claim_texts, ui
+
+        words = ui(args.lang)
+        for claim in CLAIMS:  # in --lang, as the report; the kind as the report's table words it
+            kind = words["fast" if claim.fast else "slow"]
+            print(f"{claim.name:26s} {kind}  {claim_texts(claim, args.lang)['text']}")
         return 0
     options = FactcheckOptions(only=args.only, fast=args.fast, out=args.out, threads=args.threads, lang=args.lang,
                                seed=args.seed)

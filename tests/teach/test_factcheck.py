@@ -141,5 +141,10 @@ def test_cli_command_is_registered(capsys):
     assert main(["factcheck", "--list"]) == 0
     listed = capsys.readouterr().out
     assert all(c.name in listed for c in CLAIMS)
+    from lmpo.teach.factcheck.texts import claim_texts
+
+    assert main(["factcheck", "--list", "--lang", "zh"]) == 0  # it listed in English whatever --lang said
+    listed = capsys.readouterr().out
+    assert all(claim_texts(c, "zh")["text"] in listed for c in CLAIMS) and "训练实验" in listed
     with pytest.raises(SystemExit):
         main(["factcheck", "--lang", "fr"])
