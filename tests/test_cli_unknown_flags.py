@@ -56,3 +56,14 @@ def test_options_of_a_pipeline_stage_that_does_not_run_are_refused(capsys):
                                                "grpo (its stages' options: --cpt.*, --sft.*, --rl_stage.*)")
     assert main(["pipeline", "--rl", "dpo", "--rl_stage.steps", "3"]) == 2
     assert "rl_stage.steps: no rl_stage stage runs with --rl dpo" in capsys.readouterr().err
+
+
+def test_pipeline_help_offers_no_stage_option_it_refuses(capsys):
+    """`--sft.out`, `--cpt.resume`, `--rl_stage.seed` were listed, then refused when given."""
+    with pytest.raises(SystemExit):
+        main(["pipeline", "--help"])
+    text = capsys.readouterr().out
+    assert "--sft.epochs" in text and "--out" in text
+    assert not any(f"--{s}.{o} " in text for s in ("cpt", "sft", "rl_stage") for o in ("out", "model", "resume", "seed"))
+    assert main(["pipeline", "--sft.out", "x"]) == 2
+    assert "sft.out: the pipeline sets each stage's out" in capsys.readouterr().err

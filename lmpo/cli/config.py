@@ -17,7 +17,7 @@ import textwrap
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import yaml
 
@@ -110,15 +110,17 @@ def _flatten_fields(cls: type, prefix: str = "") -> dict[str, tuple[Any, str]]:
     return out
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type, defaults: dict[str, Any] | None = None) -> None:
-    """One `--flag` per field (nested as `--section.field`), help from the field docstring."""
+def add_arguments(parser: argparse.ArgumentParser, cls: type, defaults: dict[str, Any] | None = None,
+                  unlisted: Callable[[str], bool] = lambda name: False) -> None:
+    """One `--flag` per field (nested as `--section.field`), help from the field docstring.
+    `unlisted(name)`: a flag kept out of `--help` (still parsed, so that its refusal can say why)."""
     parser.add_argument("--config", metavar="FILE", help="YAML file of option values (flags win over it)")
     current = defaults or {}
     for name, (hint, doc) in _flatten_fields(cls).items():
         kind = _type_name(hint)
         default = current.get(name, _default_of(cls, name))
-        parser.add_argument(f"--{name}", dest=name, metavar=kind, default=argparse.SUPPRESS,
-                            help=f"{doc} (default: {default!r})".replace("%", "%%"))
+        text = argparse.SUPPRESS if unlisted(name) else f"{doc} (default: {default!r})".replace("%", "%%")
+        parser.add_argument(f"--{name}", dest=name, metavar=kind, default=argparse.SUPPRESS, help=text)
 
 
 def _type_name(hint: Any) -> str:

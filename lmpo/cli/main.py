@@ -225,7 +225,8 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     p = sub.add_parser("pipeline", help="CPT → SFT → RL on the embedded task; prints held-out accuracy per stage",
                        description="Run continued pre-training, SFT and an RL preset; write summary.json and a report.")
-    add_arguments(p, PipelineConfig)
+    # the options the pipeline sets for every stage are refused inside a section: not offered either
+    add_arguments(p, PipelineConfig, unlisted=lambda name: name.partition(".")[2] in PIPELINE_OWNED)
     p.set_defaults(func=cmd_pipeline, config_cls=PipelineConfig)
 
     train = sub.add_parser("train", help="run one training stage", description="Run one training stage.")
