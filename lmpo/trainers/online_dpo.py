@@ -27,7 +27,7 @@ from lmpo.trainers.preference import (EncodedPairs, PreferenceLoss, encode_pair_
 from lmpo.trainers.prompts import PromptFileOptions, PromptStream, heldout_prompts, training_prompts
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_options import RewardOptions
-from lmpo.trainers.reward_watch import watch_rewards
+from lmpo.trainers.reward_watch import note_episodes, watch_rewards
 from lmpo.trainers.validation import at_least, raise_if_any, reward_problems, sampling_problems
 from lmpo.trainers.runtime import keep_rows_through, make_optimizer, make_scheduler, options_for
 from lmpo.trainers.preflight import load_prompt_files
@@ -122,7 +122,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
             mine = run.dist.shard(stream.take(cfg.prompts_per_round), "prompts per round")
             problems = [p for p in mine for _ in range(cfg.samples_per_prompt)]
             trajectories = runner.run(problems)
-            getattr(rank_by, "note_episodes", lambda _: None)(trajectories)
+            note_episodes(rank_by, trajectories)
             rollout = to_rollout(trajectories, tokenizer.pad_token_id)
             texts, terminated = [t.final_text for t in trajectories], [t.terminated for t in trajectories]
             ranked = rank_by.score(task, problems, texts, terminated)

@@ -133,6 +133,13 @@ class WatchedRewards:
         self.close()
 
 
+def note_episodes(rewards, trajectories) -> None:
+    """`WatchedRewards.note_episodes` where the trainer's runner is watched (a bare runner, as
+    tests and library callers pass, says nothing)."""
+    if isinstance(rewards, WatchedRewards):
+        rewards.note_episodes(trajectories)
+
+
 def _model_memory_mb(fn) -> int:
     """What a reward model's worker needs at least: its weights three times over (loading,
     converting, running) and 2 GiB for the interpreter and torch."""

@@ -41,7 +41,7 @@ from lmpo.trainers.harness import Run, RunOptions, Updater, preflight_run
 from lmpo.trainers.prompts import PromptFileOptions, PromptStream, heldout_prompts, training_prompts
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_options import RewardOptions
-from lmpo.trainers.reward_watch import watch_rewards
+from lmpo.trainers.reward_watch import note_episodes, watch_rewards
 from lmpo.trainers.rl_config import ENGINES, RLConfig
 from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
 from lmpo.trainers.sampler_mismatch import samples_with_trainer_forward, sync_and_probe
@@ -207,7 +207,7 @@ def sample_round(runner: EpisodeRunner, task, problems: list, rewards, cfg: RFTC
     """Sample, score and select one round's completions."""
     group = cfg.samples_per_prompt
     trajectories = runner.run([p for p in problems for _ in range(group)])
-    getattr(rewards, "note_episodes", lambda _: None)(trajectories)
+    note_episodes(rewards, trajectories)
     judged = rewards.score(task, [t.problem for t in trajectories], [t.final_text for t in trajectories],
                            [t.terminated for t in trajectories])
     total = sum(w * judged.components[name].float() for name, w in rewards.weights().items())

@@ -19,6 +19,7 @@ from lmpo.rollout.trajectory import Trajectory, to_rollout
 from lmpo.trainers.distributed import Distributed
 from lmpo.trainers.termination import TerminationPolicy
 from lmpo.trainers.rl_config import RLConfig
+from lmpo.trainers.reward_watch import note_episodes
 from lmpo.trainers.runtime import options_for
 
 
@@ -177,7 +178,7 @@ def score(trajectories: list[Trajectory], group_ids: torch.Tensor, pad_id: int, 
     problems = [t.problem for t in trajectories]
     texts, terminated = [t.final_text for t in trajectories], [t.terminated for t in trajectories]
     grades = grade_all(task, trajectories)
-    getattr(rewards, "note_episodes", lambda _: None)(trajectories)  # a watched runner says broken episodes
+    note_episodes(rewards, trajectories)  # broken episodes said, and the stop when all broke
     scores = rewards.score(task, problems, texts, terminated)
     components = scores.components
     total = sum(weight * components[name] for name, weight in rewards.weights().items())
