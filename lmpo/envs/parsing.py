@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from lmpo.envs.tools.schema import Tool, ToolError, clip
+from lmpo.envs.tools.schema import Tool, ToolCrash, ToolError, clip
 
 
 @dataclass(frozen=True)
@@ -134,9 +134,10 @@ def make_format(name: str) -> ToolCallFormat:
     return FORMATS[name]()
 
 
-def execute_call(call: ToolCall, tools: dict[str, Tool]) -> tuple[str, bool]:
+def execute_call(call: ToolCall, tools: dict[str, Tool], crashes: list[str] | None = None) -> tuple[str, bool]:
     """Run `call` on `tools`: (observation, ok). An unknown tool, bad arguments or a refusal
-    (ToolError) is an observation starting ``error:`` with ok False, never an exception."""
+    (ToolError) is an observation starting ``error:`` with ok False, never an exception. A tool
+    that raised something else (ToolCrash) is also appended to `crashes`, for its owner to see."""
     chosen = tools.get(call.name)
     if chosen is None:
         return f"error: unknown tool {call.name!r}; available: {', '.join(sorted(tools))}", False
@@ -144,5 +145,9 @@ def execute_call(call: ToolCall, tools: dict[str, Tool]) -> tuple[str, bool]:
         if call.arguments is not None:
             return chosen.call(call.arguments), True
         return chosen.call_text(call.raw_arguments or ""), True
+    except ToolCrash as error:
+        if crashes is not None:
+            crashes.append(error.description)
+        return f"error: {error}", False
     except ToolError as error:
         return f"error: {error}", False

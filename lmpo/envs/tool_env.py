@@ -2,8 +2,10 @@
 final answer, or a parse error; calls are carried out and their results come back as `tool`
 messages. Every failure (malformed call, unknown tool, bad arguments, a tool's own refusal) goes
 back to the model as an error observation and is counted; the loop ends the episode only after
-`max_parse_errors` of them. A tool that overruns its time limit ends the episode as
-`tool_timeout` (an infrastructure failure, excluded from training by default)."""
+`max_parse_errors` of them. A tool that raised something other than ToolError is also listed
+in the step's `info["tool_crashes"]`: it may be the tool's bug, which the trainer reports. A
+tool that overruns its time limit ends the episode as `tool_timeout` (an infrastructure
+failure, excluded from training by default)."""
 
 from __future__ import annotations
 
@@ -36,13 +38,14 @@ class ToolEnv:
             return Step(f"error: {parsed.error}", info={"parse_error": True})
         if not parsed.calls:
             return Step(done=True, info={"answer": parsed.answer if parsed.answer is not None else action_text})
-        observations, all_ok = [], True
+        observations, all_ok, crashes = [], True, []
         for call in parsed.calls:
-            text, ok = execute_call(call, self.tools)
+            text, ok = execute_call(call, self.tools, crashes)
             if text.startswith(TIMEOUT_PREFIX):
                 return Step(done=True, info={"termination": TOOL_TIMEOUT, "tool_calls": len(parsed.calls),
                                              "error": text})
             observations.append({"role": "tool", "content": text})
             all_ok = all_ok and ok
         reward = self.call_reward if (self.call_reward is not None and all_ok) else None
-        return Step(observations, reward=reward, info={"tool_calls": len(parsed.calls), "parse_error": not all_ok})
+        info = {"tool_calls": len(parsed.calls), "parse_error": not all_ok}
+        return Step(observations, reward=reward, info={**info, "tool_crashes": crashes} if crashes else info)

@@ -43,7 +43,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "turns": (_INT,), "tool_calls": (_INT,), "parse_errors": (_INT,),
     "num_tokens": (_INT,), "num_model_tokens": (_INT,),
 }
-OPTIONAL: dict[str, tuple[str, ...]] = {"prompt": (_STR,), "answer": (_STR, _NONE)}
+OPTIONAL: dict[str, tuple[str, ...]] = {"prompt": (_STR,), "answer": (_STR, _NONE), "error": (_STR,)}
 
 Row = dict[str, Any]
 
@@ -230,6 +230,11 @@ def header_fields(row: Row) -> list[tuple[str, str]]:
     ]
     if row.get("answer") is not None:
         fields.append((f"expected {row['answer']!r}", ""))
+    if row.get("error"):
+        fields.append((f"error: {row['error']}", "bad"))
+    crashes = row.get("tool_crashes")
+    if isinstance(crashes, list) and crashes:  # a tool raised: perhaps the tool's own bug, not the model's call
+        fields.append((f"tool crashed: {crashes[0]}", "bad"))
     return fields
 
 

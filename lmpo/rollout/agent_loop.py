@@ -26,6 +26,7 @@ from lmpo.rollout.trajectory import MODEL, PROMPT, Trajectory
 from lmpo.rollout.types import FINISH_EOS, SamplingParams
 
 CLIP_MARKER = "...[clipped {n} chars]"
+MAX_CRASHES_KEPT = 3  # tool crashes kept in a trajectory's info: enough to show, not one per turn
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,9 @@ def _take_turn(ep: _Episode, sample, cap_reason: str, eos_ids: set[int], tokeniz
     traj.tool_calls += int(step.info.get("tool_calls", 0))
     if step.info.get("parse_error"):
         traj.parse_errors += 1
+    if step.info.get("tool_crashes"):  # the first few, for the trainer to report (the tool may be broken)
+        crashes = traj.info.setdefault("tool_crashes", [])
+        crashes.extend(step.info["tool_crashes"][:MAX_CRASHES_KEPT - len(crashes)])
     for name, n in step.info.get("counts", {}).items():  # an environment's own tallies, e.g. guardrail blocks
         traj.info.setdefault("counts", {})[name] = traj.info.get("counts", {}).get(name, 0) + n
     if step.done:

@@ -65,4 +65,4 @@ def trajectory_row(t: Trajectory, grade: Grade, reward: float | None, tokenizer,
             "reward": reward, "correct": grade.correct, "termination": t.termination, "turns": t.turns,
             "tool_calls": t.tool_calls, "parse_errors": t.parse_errors, "num_tokens": t.num_tokens,
             "num_model_tokens": t.num_model_tokens, "segments": t.segments(tokenizer),
-            **({"error": t.info["error"]} if "error" in t.info else {})}
+            **{key: t.info[key] for key in ("error", "tool_crashes") if key in t.info}}

@@ -13,6 +13,8 @@
   or a non-finite reward: `env_error`; a tool overran: `tool_timeout`) are said the same way
   (`note_episodes`), and a run whose every episode broke for `max_unscorable_steps` rounds stops:
   they are excluded from training, so such a run would otherwise train on nothing and exit 0.
+- A tool that raised something other than ToolError (the model saw the error; it may be the
+  tool's bug) is said on the terminal for the first rounds it happens in, naming file and line.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class WatchedRewards:
         self.recorded: dict[str, int] = {}
         self.rounds = self.streak = 0
         self.last_reasons: dict[str, str] = {}
-        self.env_rounds = self.env_streak = self.env_said = 0
+        self.env_rounds = self.env_streak = self.env_said = self.crashes_said = 0
         self.env_reason = ""
         for name, worker in getattr(runner, "_workers", {}).items():
             limit = max(memory_mb, _model_memory_mb(worker.fn)) if name == "rm" else memory_mb
@@ -97,6 +99,13 @@ class WatchedRewards:
                 self.env_said += 1
                 print(f"[env] {len(broken)} of {len(trajectories)} episodes ended in {self.env_reason} (excluded from "
                       f"training; each one's error is in its trajectory)", file=sys.stderr)
+        crashed = [t for t in trajectories if t.info.get("tool_crashes")]
+        if crashed and self.crashes_said < FIRST_FAILURES:
+            self.crashes_said += 1
+            print(f"[tools] in {len(crashed)} of {len(trajectories)} episodes a tool raised: "
+                  f"{_first_line(crashed[0].info['tool_crashes'][0])}. The model saw the error and the turn counted "
+                  f"as its malformed call; if the tool is at fault, fix it, and raise ToolError for the refusals "
+                  f"meant for the model", file=sys.stderr)
         all_broken = bool(trajectories) and len(broken) == len(trajectories)
         self.env_streak = self.env_streak + 1 if all_broken else 0
         if self.max_unscorable_steps and self.env_streak >= self.max_unscorable_steps:

@@ -22,7 +22,7 @@ from lmpo.envs.aftersales.verifier import Verdict, changes, verify
 from lmpo.envs.base import Problem
 from lmpo.envs.env import Step
 from lmpo.envs.parsing import CompactFormat, ToolCallFormat
-from lmpo.envs.tools import ToolError
+from lmpo.envs.tools import ToolCrash, ToolError
 from lmpo.envs.tools.schema import clip
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class AftersalesEnv:
                                                 "counts": {"guardrail_blocks": 0}}
         for call in parsed.calls:
             known = len(self.tools.evidence.orders) + len(self.tools.evidence.policies)
-            text, ok, blocked = self._run(call)
+            text, ok, blocked = self._run(call, info)
             # only new evidence or a write earns the process reward: repeating a lookup farms nothing
             fresh = len(self.tools.evidence.orders) + len(self.tools.evidence.policies) > known
             ok_paid = ok and (fresh or call.name in WRITE_TOOLS)
@@ -84,8 +84,8 @@ class AftersalesEnv:
             observations.append({"role": "tool", "content": clip(text, self.max_observation_chars)})
         return Step(observations, reward=reward or None, info=info)
 
-    def _run(self, call) -> tuple[str, bool, bool]:
-        """(observation, succeeded, blocked by the guardrail)."""
+    def _run(self, call, info: dict) -> tuple[str, bool, bool]:
+        """(observation, succeeded, blocked by the guardrail); a tool's crash is listed in `info`."""
         chosen = self._by_name.get(call.name)
         if chosen is None:
             return f"error: unknown tool {call.name!r}", False, False
@@ -94,6 +94,9 @@ class AftersalesEnv:
             return chosen.call(arguments), True, False
         except Blocked as err:
             return str(err), False, True
+        except ToolCrash as err:
+            info.setdefault("tool_crashes", []).append(err.description)
+            return f"error: {err}", False, False
         except ToolError as err:
             return f"error: {err}", False, False
 

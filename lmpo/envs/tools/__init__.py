@@ -4,9 +4,9 @@ A refused call raises ToolError, whose message becomes the model's observation."
 
 from lmpo.envs.tools.calculator import CALCULATOR, calculate
 from lmpo.envs.tools.python_tool import make_python_tool
-from lmpo.envs.tools.schema import Tool, ToolError, tool
+from lmpo.envs.tools.schema import Tool, ToolCrash, ToolError, tool
 from lmpo.envs.tools.search import SearchIndex, make_search_tools
 from lmpo.envs.tools.sql import ReadOnlySQL, make_sql_tool
 
-__all__ = ["CALCULATOR", "ReadOnlySQL", "SearchIndex", "Tool", "ToolError", "calculate", "make_python_tool",
-           "make_search_tools", "make_sql_tool", "tool"]
+__all__ = ["CALCULATOR", "ReadOnlySQL", "SearchIndex", "Tool", "ToolCrash", "ToolError", "calculate",
+           "make_python_tool", "make_search_tools", "make_sql_tool", "tool"]

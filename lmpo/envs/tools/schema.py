@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import re
 import types
 import typing
@@ -25,6 +26,26 @@ def quiet_parse(source: str) -> ast.Expression:
 class ToolError(Exception):
     """A tool call the tool refuses (bad arguments, unknown key, timeout...). Its message goes
     back to the model as an observation; it never crashes the episode."""
+
+
+class ToolCrash(ToolError):
+    """A tool's function raised something other than ToolError. The model sees the error as it
+    would a refusal, but it may be a bug in the tool rather than the model's bad input, so the
+    environment also reports it to the person running training (`description`)."""
+
+    def __init__(self, tool_name: str, error: BaseException):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.description = f"{tool_name} raised {type(error).__name__}: {error} ({_raised_at(error)})"
+
+
+def _raised_at(error: BaseException) -> str:
+    """`file:line` where the exception was raised: the innermost frame of its traceback."""
+    frame = error.__traceback__
+    if frame is None:
+        return "no traceback"
+    while frame.tb_next is not None:
+        frame = frame.tb_next
+    return f"{frame.tb_frame.f_code.co_filename}:{frame.tb_lineno}"
 
 
 def clip(text: str, max_chars: int) -> str:
@@ -49,11 +70,12 @@ class Tool:
                 "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
 
     def call(self, arguments: dict) -> str:
-        """Check `arguments` against the parameters, call the function, return ``str(result)``.
+        """Check `arguments` against the parameters, call the function, return its result as text
+        (a dict or list as JSON, anything else as ``str``).
 
         Unknown or missing arguments and wrong JSON types raise ToolError naming the argument
         and what was expected (an int is accepted for a float; a numeric string is not
-        converted). Any other exception from the function becomes ``ToolError("Type: message")``.
+        converted). Any other exception from the function becomes ``ToolCrash("Type: message")``.
         """
         if not isinstance(arguments, dict):
             raise ToolError(f"{self.name}: arguments must be a JSON object, got {_describe_value(arguments)}")
@@ -71,9 +93,9 @@ class Tool:
             result = self.fn(**checked)
         except ToolError:
             raise
-        except Exception as error:  # the model's input broke the tool: tell it, never crash the episode
-            raise ToolError(f"{type(error).__name__}: {error}") from error
-        return str(result)
+        except Exception as error:  # the model's input broke the tool, or the tool is broken: tell both
+            raise ToolCrash(self.name, error) from error
+        return as_text(result)
 
     def call_text(self, text: str) -> str:
         """Call from the compact format's raw text between the parentheses.
@@ -87,6 +109,20 @@ class Tool:
         if len(required) == 1 and properties[required[0]].get("type") == "string":
             return self.call({required[0]: text})
         return self.call(_literal_arguments(self.name, text, list(properties)))
+
+
+def as_text(result: Any) -> str:
+    """A tool's return value as the model reads it: a string unchanged, a dict, list or tuple as
+    JSON (what chat templates' tool results look like; Python's repr would show `'` quotes and
+    `True`), anything else as ``str``."""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, (dict, list, tuple)):
+        try:
+            return json.dumps(result, ensure_ascii=False)
+        except (TypeError, ValueError):
+            return str(result)  # e.g. a dict with a datetime value: its repr is still readable
+    return str(result)
 
 
 def _literal_arguments(tool_name: str, text: str, names: list[str]) -> dict:
