@@ -47,6 +47,20 @@ def test_healthy_run_has_no_warnings(capsys):
     assert "no problems found in: cpt, sft, grpo" in capsys.readouterr().out
 
 
+def test_all_equal_groups_under_a_critic_or_batch_baseline_are_a_note_not_no_gradient():
+    from lmpo.algos import ADVANTAGES
+    from lmpo.reports.doctor import GROUP_ADVANTAGES
+    assert set(GROUP_ADVANTAGES) == set(ADVANTAGES.names())  # the doctor's torch-free copy of the names
+    rows = [{"step": s, "reward_mean": 0.0, "accuracy": 0.0, "zero_var_frac": 1.0} for s in range(1, 11)]
+    for advantage in ("gae", "reinforce_pp"):
+        found = next(f for f in diagnose(rows, "rl", group_size=4, advantage=advantage) if f.code == "no_signal")
+        assert found.severity == "note" and f"under {advantage} advantages they still get a gradient" in found.message
+        assert "gave no gradient" not in found.message and "--group_size" not in found.remedy
+    for advantage in (None, *GROUP_ADVANTAGES):  # None: a run without config.json
+        found = next(f for f in diagnose(rows, "rl", group_size=4, advantage=advantage) if f.code == "no_signal")
+        assert found.severity == "warning" and "gave no gradient" in found.message
+
+
 def test_no_signal_from_a_model_that_is_never_right(tmp_path, capsys):
     out = _rl_run(tmp_path, "no_signal", "--steps", "3")
     found = diagnose_run(out)["no_signal"]

@@ -100,9 +100,17 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def check_signal(rows: list[Row], th: Thresholds, group_size: int | None = None) -> list[Finding]:
+# lmpo.algos' ADVANTAGES (named here so that the doctor runs without torch; a test keeps them equal)
+GROUP_ADVANTAGES = ("grpo", "dr_grpo", "rloo")
+
+
+def check_signal(rows: list[Row], th: Thresholds, group_size: int | None = None,
+                 advantage: str | None = None) -> list[Finding]:
     """No signal, and why: too sparse (rarely right), too easy (always right), or neither.
-    `group_size` (from the run's config) turns the starting accuracy into an estimated pass@k."""
+    `group_size` (from the run's config) turns the starting accuracy into an estimated pass@k.
+    `advantage` (the run's estimator): an all-equal group gives no gradient only where the
+    advantage compares completions within their group (grpo, dr_grpo, rloo); under gae or
+    reinforce_pp the critic's values or the batch's baseline still give one."""
     zero_var = _values(rows, "zero_var_frac")
     acc = _values(rows, "accuracy") or _values(rows, "reward_mean")
     if not zero_var or not acc:
@@ -114,7 +122,13 @@ def check_signal(rows: list[Row], th: Thresholds, group_size: int | None = None)
     pass_text = (f"; the starting model's sampled accuracy is {_pct(start_acc)}, an estimated pass@{group} of "
                  f"{_pct(pass_k)} (independent samples assumed)") if pass_k is not None else ""
     z = _mean(zero_var)
-    if z >= th.zero_var_frac:
+    if z >= th.zero_var_frac and advantage is not None and advantage not in GROUP_ADVANTAGES:
+        findings.append(Finding("no_signal", "note", "zero_var_frac", _pct(z), f">= {_pct(th.zero_var_frac)}",
+                                f"{_pct(z)} of groups had all-equal rewards; under {advantage} advantages they still "
+                                f"get a gradient (from the critic's values or the batch's baseline, not from a "
+                                f"comparison within the group), but their rewards say little{pass_text}",
+                                "sample hotter (--temperature), or make the task's difficulty match the model"))
+    elif z >= th.zero_var_frac:
         findings.append(Finding("no_signal", "warning", "zero_var_frac", _pct(z), f">= {_pct(th.zero_var_frac)}",
                                 f"{_pct(z)} of groups had all-equal rewards and gave no gradient{pass_text}",
                                 "raise --group_size (more chances of one right answer per group), sample hotter "
@@ -319,13 +333,14 @@ RL_CHECKS: tuple[Callable[[list[Row], Thresholds], list[Finding]], ...] = (
 
 
 def diagnose(rows: list[Row], stage: str = "", thresholds: Thresholds | None = None,
-             group_size: int | None = None, final: dict | None = None) -> list[Finding]:
+             group_size: int | None = None, final: dict | None = None, advantage: str | None = None) -> list[Finding]:
     """Every finding for one stage's metrics rows. RL rows (with `reward_mean`) get the RL checks;
     supervised stages (`stage` "cpt" or "sft") the loss and format checks. `final`: the stage's
-    result.json (the figures of the model it hands on), where there is one."""
+    result.json (the figures of the model it hands on), where there is one; `advantage`: the
+    run's advantage estimator (config.json), which decides what an all-equal group means."""
     th = thresholds or Thresholds()
     if rl_rows(rows):
-        found = check_signal(rows, th, group_size) + [f for check in RL_CHECKS for f in check(rows, th)]
+        found = check_signal(rows, th, group_size, advantage) + [f for check in RL_CHECKS for f in check(rows, th)]
         return [_with_kept_model(f, rows, final) for f in found] + check_kinds(rows, th, final)
     return check_supervised(rows, th, stage) + check_faults(rows, th)
 

@@ -33,7 +33,8 @@ def diagnose_stage(stage_dir: Path) -> list[Finding]:
         return [Finding("no_rows", "note", "metrics.jsonl", "0 rows", ">= 1 row",
                         f"{stage_dir / 'metrics.jsonl'} holds no rows, so there is nothing to diagnose",
                         "let the run log a step (--log_every), or point the doctor at the run that did")]
-    return diagnose(rows, kind, group_size=group, final=_result(stage_dir))
+    advantage = config.get("advantage") if isinstance(config.get("advantage"), str) else None
+    return diagnose(rows, kind, group_size=group, final=_result(stage_dir), advantage=advantage)
 
 
 def _ordered(path: Path, stages: list[Path]) -> list[Path]:
