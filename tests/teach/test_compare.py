@@ -27,6 +27,9 @@ def test_a_sample_budget_becomes_each_methods_steps(method, unit, units, per_uni
     plan = plan_method(CompareConfig(samples=16000), Method.parse(method), seed=1)
     assert (plan.unit, plan.units, plan.samples_per_unit) == (unit, units, per_unit)
     assert 16000 - per_unit < plan.planned_samples <= 16000
+    assert plan.amount == f"{units} {unit} x {per_unit}"
+    one = plan_method(CompareConfig(samples=per_unit), Method.parse(method), seed=1)
+    assert one.amount == f"1 {unit[:-1]} x {per_unit}"  # "1 step x 64", not "1 steps"
 
 
 def test_a_compare_run_is_the_pipelines_last_stage_at_that_budget():

@@ -62,7 +62,7 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
             if spec.finished:
                 say(f"seed {seed} {method.name}: finished earlier, kept ({spec.stage_dir})")
                 continue
-            say(f"seed {seed} {method.name}: {plan.units} {plan.unit} x {plan.samples_per_unit} samples"
+            say(f"seed {seed} {method.name}: {plan.amount} samples"
                 f"{f', at most {cfg.minutes:g} min' if cfg.budget == 'time' else ''}; log {spec.run_dir / 'log.txt'}")
             launch(spec, lambda line, m=method.name, s=seed: say(f"seed {s} {m}: {line}"))
             record = read_run(spec.stage_dir, method.name, seed, method.stage)
@@ -111,8 +111,8 @@ def collect(cfg: CompareConfig, command: str = "", start_accuracy: dict[int, flo
         mine = [read_run(RunSpec(cfg, method, seed, "").stage_dir, method.name, seed, method.stage) for seed in seeds]
         records += mine
         plan = plan_method(cfg, method, seeds[0])
-        unit = f"{plan.units} {plan.unit} x {plan.samples_per_unit}"
-        summaries.append(summarise(method.name, mine, models_held(plan), reference_note(plan), unit, plan.what_counts))
+        summaries.append(summarise(method.name, mine, models_held(plan), reference_note(plan), plan.amount,
+                                   plan.what_counts))
     known = start_accuracy or {}
     # the start's accuracy per seed: as the runs measured it before training (the evaluation their
     # final figures come from), else as the SFT stage measured it

@@ -139,6 +139,11 @@ class Plan:
     what_counts: str
 
     @property
+    def amount(self) -> str:
+        """`1 step x 16`, `30 steps x 16`: the budget in units and the samples in each."""
+        return f"{self.units} {self.unit if self.units != 1 else self.unit[:-1]} x {self.samples_per_unit}"
+
+    @property
     def stage(self):
         """The configuration of the stage that runs."""
         section = {"dpo": "dpo", "online_dpo": "online_dpo"}.get(self.method.stage, "rl_stage")
