@@ -350,3 +350,21 @@ def test_out_that_holds_a_saved_model_is_refused_before_anything_is_written(star
     (adapter / "adapter_config.json").write_text("{}")
     assert main(["train", "sft", "--model", start_model, "--out", str(adapter), *SFT_RUN]) == 2
     assert "holds a model (adapter_config.json)" in _error(capsys)
+
+def test_a_pipeline_over_a_stage_run_or_a_stage_over_a_pipeline_is_refused(start_model, tmp_path, capsys):
+    """`lmpo pipeline --out OTHER_PIPELINE/sft` deleted that SFT stage's metrics and config and buried
+    a new pipeline inside it; `lmpo train sft --out PIPELINE` mixed a model/ into the pipeline's
+    files. Re-running the same kind in a directory still replaces the earlier run."""
+    stage = tmp_path / "pipe" / "sft"
+    assert main(["train", "sft", "--model", start_model, "--out", str(stage), *SFT_RUN]) == 0
+    before = sorted(p.name for p in stage.iterdir())
+    assert main(["pipeline", "--out", str(stage), "--threads", "1"]) == 2
+    assert _error(capsys) == (f"lmpo: error: --out {stage}: holds a finished or interrupted sft run; this pipeline "
+                              f"there would mix its files with that one's and delete some of them, so choose another "
+                              f"--out (or delete {stage} first)")
+    assert sorted(p.name for p in stage.iterdir()) == before
+    pipe = tmp_path / "pipe"
+    (pipe / "run.json").write_text('{"trainer": "pipeline", "command": null, "config": {}}')
+    assert main(["train", "sft", "--model", start_model, "--out", str(pipe), *SFT_RUN]) == 2
+    assert "holds a pipeline, whose stages are in its sub-directories; this sft run there" in _error(capsys)
+    assert main(["train", "sft", "--model", start_model, "--out", str(stage), *SFT_RUN]) == 0  # the same kind: replaced

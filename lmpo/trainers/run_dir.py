@@ -4,7 +4,8 @@
 - checks the path: `--out` that is a file, a directory that cannot be created or written
   (read-only, permissions), and `--resume` of a directory that does not exist are one-line
   `RunDirError`s naming the path and the cause; so is `--out` that holds a saved model (its
-  `config.json` would be overwritten by the run's), before anything is written there;
+  `config.json` would be overwritten by the run's), before anything is written there, and so is
+  a pipeline's `--out` that holds a single stage's run, or a stage's that holds a pipeline;
 - takes an exclusive lock (`RUN_DIR/.lock`, `fcntl.flock`) for the whole run: a second run on
   the same directory is refused, naming the process that holds it. The kernel releases the
   lock when its process dies, however it dies, so a lock left by a killed run never blocks
@@ -89,6 +90,12 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
         raise RunDirError(f"--out {path}: holds a model ({', '.join(model_files)}), not a run; a run writes its "
                           f"own config.json, metrics and model/ there, which would break that model, so choose "
                           f"another --out")
+    if not resume and (earlier := _earlier_trainer(path)) and (earlier == "pipeline") != (name == "pipeline"):
+        what = "a pipeline, whose stages are in its sub-directories" if earlier == "pipeline" else \
+            f"a finished or interrupted {earlier} run"
+        raise RunDirError(f"--out {path}: holds {what}; this {name}{'' if name == 'pipeline' else ' run'} "
+                          f"there would mix its files with that one's and delete some of them, so choose "
+                          f"another --out (or delete {path} first)")
     if not resume and getattr(cfg, "lora_r", 0) and Path(str(cfg.model)).resolve() == (path / "model").resolve():
         raise RunDirError(f"--out {path}: its model/ is this run's --model, the base its LoRA adapter is trained on, "
                           f"and the adapter would take its place there at the end; choose another --out")
@@ -110,6 +117,15 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
         run.close()
         raise
     return run
+
+
+def _earlier_trainer(path: Path) -> str | None:
+    """What ran in `path` before, as its `run.json` says (None: nothing, or unreadable)."""
+    try:
+        trainer = json.loads((path / RUN_RECORD).read_text()).get("trainer")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return trainer if isinstance(trainer, str) else None
 
 
 def _saved_model_files(path: Path) -> list[str]:
