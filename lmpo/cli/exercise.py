@@ -12,10 +12,15 @@ loss aggregation, GAE, the k3 KL estimator, the DPO or Bradley–Terry loss), ch
 lmpo's own implementation — the first difference is explained in words, with the input where it
 appears — and train with it to see whether it learns.
 
-  lmpo exercise list
+  lmpo exercise list [--lang zh]
   lmpo exercise start grpo_advantages --out grpo.py [--lang zh]
   lmpo exercise check grpo.py
-  lmpo exercise train grpo.py --steps 60"""
+  lmpo exercise train grpo.py --steps 60
+
+check and train answer in the starter's language (a `# lang: zh` line in the file means Chinese,
+none means English); --lang en|zh overrides it."""
+
+LANG_HELP = "language of the report (default: the file's `# lang:` line, else en)"
 
 
 def add_parser(sub) -> None:
@@ -23,6 +28,7 @@ def add_parser(sub) -> None:
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     a = actions.add_parser("list", help="the exercises, one line each")
+    a.add_argument("--lang", default="en", choices=["en", "zh"], help="language of the summaries")
     a.set_defaults(func=cmd_list)
     a = actions.add_parser("start", help="write the starter file of an exercise",
                            description="Write a Python file with the function's signature, a docstring with the "
@@ -39,6 +45,7 @@ def add_parser(sub) -> None:
                                        "agrees everywhere, 1 otherwise.")
     a.add_argument("file", help="your Python file")
     a.add_argument("--name", default=None, help="the exercise (default: from the file's `# lmpo exercise:` line)")
+    a.add_argument("--lang", default=None, choices=["en", "zh"], help=LANG_HELP)
     a.set_defaults(func=cmd_check)
     a = actions.add_parser("train", help="a short run with your function, and the same with lmpo's",
                            description="Plug your function into its training stage (GRPO-family RL, PPO for gae, "
@@ -52,20 +59,23 @@ def add_parser(sub) -> None:
     a.add_argument("--out", default=None, metavar="DIR", help="run directory (default runs/exercise/NAME)")
     a.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     a.add_argument("--eval-problems", type=int, default=500, help="held-out problems evaluated (default 500)")
+    a.add_argument("--lang", default=None, choices=["en", "zh"], help=LANG_HELP)
     a.set_defaults(func=cmd_train)
 
 
 def cmd_list(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.teach.exercise import EXERCISES
+    from lmpo.teach.exercise.lang import tr
 
     width = max(len(name) for name in EXERCISES)
     for name, ex in EXERCISES.items():
-        print(f"{name:<{width}}  {ex.summary}  [{ex.plug.stage}]")
+        print(f"{name:<{width}}  {tr(ex.summary, args.lang)}  [{ex.plug.stage}]")
     return 0
 
 
 def cmd_start(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.teach.exercise import get_exercise, write_starter
+    from lmpo.teach.exercise.lang import msg
 
     exercise = get_exercise(args.name)
     out = args.out or f"{exercise.name}.py"
@@ -73,7 +83,7 @@ def cmd_start(args: argparse.Namespace, flags: dict) -> int:
         path = write_starter(exercise, out, lang=args.lang, force=args.force)
     except FileExistsError as err:
         raise ValueError(str(err)) from None
-    print(f"wrote {path}: write `{exercise.function}`, then `lmpo exercise check {path}`")
+    print(msg("start.wrote", args.lang, path=path, function=exercise.function))
     return 0
 
 
@@ -86,10 +96,18 @@ def _exercise_for(file: str, name: str | None):
     return get_exercise(name or exercise_of_file(path, EXERCISES))
 
 
+def _lang_for(args: argparse.Namespace) -> str:
+    """--lang, else the language the file's starter was written in."""
+    from lmpo.teach.exercise.lang import language_of_file
+
+    return args.lang or language_of_file(args.file)
+
+
 def cmd_check(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.teach.exercise import check_file
 
-    report = check_file(args.file, _exercise_for(args.file, args.name))
+    exercise = _exercise_for(args.file, args.name)
+    report = check_file(args.file, exercise, lang=_lang_for(args))
     print(report.text())
     return 0 if report.ok else 1
 
@@ -98,44 +116,43 @@ def cmd_train(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.teach.exercise import check_file
     from lmpo.teach.exercise.check import user_function
     from lmpo.teach.exercise.core import UserCodeError, user_error
+    from lmpo.teach.exercise.lang import msg
     from lmpo.teach.exercise.train import TrainOptions, figures_table, train_exercise, verdict
 
     exercise = _exercise_for(args.file, args.name)
+    lang = _lang_for(args)
     opts = TrainOptions(steps=args.steps, seed=args.seed, out=args.out or f"runs/exercise/{exercise.name}",
                         threads=args.threads, eval_problems=args.eval_problems)
     opts.validate()
-    report = check_file(args.file, exercise)
+    report = check_file(args.file, exercise, lang=lang)
     if report.error is not None:
         print(report.text())
         return 1
     if report.ok:
-        print(f"check: pass ({len(report.passed)} probes)")
+        print(msg("train.check_pass", lang, n=len(report.passed)))
     else:
-        print(f"check: FAIL at {report.mismatch.probe}: {report.mismatch.symptom}\n"
-              f"training anyway, to show what the difference does")
+        print(msg("train.check_fail", lang, probe=report.mismatch.probe, symptom=report.mismatch.symptom))
     path = Path(args.file).resolve()
-    fn = user_function(path, exercise)
+    fn = user_function(path, exercise, lang)
     if isinstance(fn, UserCodeError):
         print(report.text())
         return 1
     try:
-        runs = train_exercise(exercise, fn, opts)
+        runs = train_exercise(exercise, fn, opts, lang=lang)
     except Exception as err:
         in_yours = any(frame.filename == str(path) for frame in traceback.extract_tb(err.__traceback__))
         if in_yours:
             error = user_error(err, str(path))
-            print(f"your code raised {error.exception} during training\n    at {error.location}")
+            print(msg("train.user_error", lang, exception=error.exception, location=error.location))
             return 1
         if report.ok:
             raise  # lmpo's own error, reported by main()
         # what the failed check found (a wrong shape, say) broke the trainer that called your function
         cause = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        print(f"training with your function stopped: {type(err).__name__}: {cause}\n"
-              f"    (the check above says why: {report.mismatch.symptom})")
+        print(msg("train.stopped", lang, error=f"{type(err).__name__}: {cause}", symptom=report.mismatch.symptom))
         return 1
-    print(figures_table(runs))
-    print(verdict(*runs))
+    print(figures_table(runs, lang))
+    print(verdict(*runs, lang=lang))
     if not report.ok:
-        print(f"(your function failed the check above, so it is not lmpo's function whatever these figures show: "
-              f"{opts.steps} steps may be too few for the difference to show)")
+        print(msg("train.failed_note", lang, steps=opts.steps))
     return 0

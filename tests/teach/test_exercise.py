@@ -138,6 +138,8 @@ def test_start_then_check_says_not_implemented_and_refuses_to_overwrite(tmp_path
     out = tmp_path / "mine.py"
     assert main(["exercise", "start", "ppo_clip_loss", "--out", str(out), "--lang", "zh"]) == 0
     assert main(["exercise", "check", str(out)]) == 1
+    assert "尚未实现" in capsys.readouterr().out  # a starter written in Chinese is checked in Chinese
+    assert main(["exercise", "check", str(out), "--lang", "en"]) == 1
     assert "not implemented yet" in capsys.readouterr().out
     out.write_text("# my work\n")
     assert main(["exercise", "start", "ppo_clip_loss", "--out", str(out)]) == 2

@@ -3,7 +3,7 @@ own (with a diagnosis of the first difference, in words), and train with it.
 
 Each exercise is an `Exercise` record (core.py): the reference function from `lmpo.algos` (via its
 registry where there is one), the starter text, random inputs, and probes that each detect one
-known mistake by its symptom.
+known mistake by its symptom. Every text shown to the user exists in English and Chinese (lang.py).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from lmpo.teach.exercise.check import CheckReport, ExerciseFileError, check_file
 from lmpo.teach.exercise.core import Case, Exercise, Mismatch, Probe, UserCodeError
 from lmpo.teach.exercise.gae import GAE
 from lmpo.teach.exercise.kl import K3
+from lmpo.teach.exercise.lang import LANGUAGES, language_of_file
 from lmpo.teach.exercise.plug import Plug, plugged
 from lmpo.teach.exercise.ppo import PPO_CLIP
 from lmpo.teach.exercise.preference import BRADLEY_TERRY, DPO
@@ -29,6 +30,6 @@ def get_exercise(name: str) -> Exercise:
     return EXERCISES[name]
 
 
-__all__ = ["EXERCISES", "Case", "CheckReport", "Exercise", "ExerciseFileError", "Mismatch", "Plug", "Probe",
-           "UserCodeError", "check_file", "check_function", "exercise_of_file", "get_exercise", "plugged",
+__all__ = ["EXERCISES", "LANGUAGES", "Case", "CheckReport", "Exercise", "ExerciseFileError", "Mismatch", "Plug", "Probe",
+           "UserCodeError", "check_file", "check_function", "exercise_of_file", "get_exercise", "language_of_file", "plugged",
            "starter_text", "write_starter"]

@@ -10,10 +10,11 @@ from torch import Tensor
 from lmpo.algos import AGGREGATIONS
 from lmpo.teach.exercise.core import Case, Exercise, Probe
 from lmpo.teach.exercise.explain import always, by_variants, fixed
+from lmpo.teach.exercise.lang import Text, both
 from lmpo.teach.exercise.plug import Plug, keywords_taken
 
 
-def agg_case(label: str, loss: list[list[float]], mask: list[list[float]], dtype=torch.float32) -> Case:
+def agg_case(label: Text, loss: list[list[float]], mask: list[list[float]], dtype=torch.float32) -> Case:
     return Case(label, {"loss": torch.tensor(loss, dtype=dtype), "mask": torch.tensor(mask, dtype=dtype)})
 
 
@@ -22,7 +23,8 @@ def random_case(gen: torch.Generator) -> Case:
     lengths = torch.randint(0, length + 1, (rows,), generator=gen)
     mask = (torch.arange(length) < lengths[:, None]).float()
     loss = torch.randn(rows, length, generator=gen)
-    return Case(f"random losses, {rows} row(s) × {length} tokens, right-padded (some rows may be empty)",
+    return Case(both(f"random losses, {rows} row(s) × {length} tokens, right-padded (some rows may be empty)",
+                     f"随机损失，{rows} 行 × {length} 个 token，右侧填充（有的行可能没有损失 token）"),
                 {"loss": loss, "mask": mask})
 
 
@@ -49,29 +51,40 @@ def _row_sums(c: Case) -> Tensor:
     return torch.where(mask != 0, loss, 0.0).sum(-1).mean()
 
 
-TOKEN_MEAN = ("token-mean vs sequence-mean aggregation: you divide the sum over all loss tokens by the batch's token "
-              "count (DAPO's token_mean), so a long sequence weighs more and the loss changes when one sequence "
-              "gets longer; GRPO's seq_mean_token_mean averages each sequence over its own tokens first, then "
-              "averages the sequences")
-PADDING = ("padding tokens change the loss: the mask is not applied (mask-0 positions must count neither in the sums "
-           "nor in the lengths)")
-EMPTY_ROW = ("an all-padding row counts as a sequence: only rows with at least one loss token are sequences (a row "
-             "may be fully masked, e.g. an overlong completion masked out), so your mean divides by too many")
+TOKEN_MEAN = both("token-mean vs sequence-mean aggregation: you divide the sum over all loss tokens by the batch's "
+                  "token count (DAPO's token_mean), so a long sequence weighs more and the loss changes when one "
+                  "sequence gets longer; GRPO's seq_mean_token_mean averages each sequence over its own tokens first, "
+                  "then averages the sequences",
+                  "聚合用成了 token 均值而不是序列均值：你用所有损失 token 的总和除以整个批次的 token 数（DAPO 的 "
+                  "token_mean），于是长序列权重更大，某个序列一变长损失就跟着变；GRPO 的 seq_mean_token_mean "
+                  "先在每个序列自己的 token 上取平均，再对各序列取平均")
+PADDING = both("padding tokens change the loss: the mask is not applied (mask-0 positions must count neither in the "
+               "sums nor in the lengths)",
+               "padding token 改变了损失：没有应用掩码（mask 为 0 的位置既不能计入求和，也不能计入长度）")
+EMPTY_ROW = both("an all-padding row counts as a sequence: only rows with at least one loss token are sequences (a "
+                 "row may be fully masked, e.g. an overlong completion masked out), so your mean divides by too many",
+                 "全是 padding 的行被算成了一个序列：只有至少含一个损失 token 的行才是序列（一行可能被整行 mask 掉，"
+                 "例如被屏蔽的超长补全），所以你的均值除以的序列数偏多")
 VARIANTS = (
     (_token_mean, fixed(TOKEN_MEAN)),
     (_unmasked_mean, fixed(PADDING)),
     (_unmasked_row_means, fixed(PADDING)),
     (_rows_counting_empty, fixed(EMPTY_ROW)),
-    (_row_sums, fixed("you sum each sequence's token losses instead of averaging them over the sequence's length")),
+    (_row_sums, fixed(both("you sum each sequence's token losses instead of averaging them over the sequence's length",
+                           "你把每个序列的 token 损失相加，而没有按序列长度取平均"))),
 )
 EXPLAIN = by_variants(*VARIANTS)
 
 
-def _longer_sequence(c: Case, expected: Tensor, got: Tensor) -> str:
-    return (f"token-mean vs sequence-mean aggregation: the loss changes when one sequence gets longer: row 0 has "
-            f"loss 1.0 on each of its 6 tokens, row 1 loss 0.0 on its 2 tokens; each sequence's mean is unchanged by "
-            f"its length, so the sequence mean is {expected.item():g}; you give {got.item():.4g} (a token mean gives "
-            f"6/8 = 0.75: long sequences weigh more)")
+def _longer_sequence(c: Case, expected: Tensor, got: Tensor) -> Text:
+    want, have = f"{expected.item():g}", f"{got.item():.4g}"
+    return both(f"token-mean vs sequence-mean aggregation: the loss changes when one sequence gets longer: row 0 has "
+                f"loss 1.0 on each of its 6 tokens, row 1 loss 0.0 on its 2 tokens; each sequence's mean is unchanged "
+                f"by its length, so the sequence mean is {want}; you give {have} (a token mean gives "
+                f"6/8 = 0.75: long sequences weigh more)",
+                f"聚合用成了 token 均值而不是序列均值：某个序列一变长，损失就跟着变。第 0 行 6 个 token 的损失都是 1.0，"
+                f"第 1 行 2 个 token 的损失都是 0.0；每个序列的均值与其长度无关，所以序列均值是 {want}；你给出的是 "
+                f"{have}（token 均值会得到 6/8 = 0.75：长序列权重更大）")
 
 
 AGG_DOC = {
@@ -117,7 +130,8 @@ def wrap_aggregation(fn: Callable) -> Callable:
 
 AGGREGATION = Exercise(
     name="aggregation",
-    summary="token losses → one number: GRPO's sequence mean of token means (vs DAPO's token mean)",
+    summary=both("token losses → one number: GRPO's sequence mean of token means (vs DAPO's token mean)",
+                 "把 token 损失聚合成一个数：GRPO 先在每个序列内对 token 取均值、再对序列取均值（对比 DAPO 的 token 均值）"),
     function="seq_mean_token_mean",
     signature="def seq_mean_token_mean(loss: Tensor, mask: Tensor) -> Tensor:",
     reference=AGGREGATIONS.get("seq_mean_token_mean"),
@@ -125,32 +139,39 @@ AGGREGATION = Exercise(
     doc=AGG_DOC,
     random_case=random_case,
     probes=(
-        Probe("ragged", "three sequences of 4, 2 and 1 loss tokens",
-              lambda: [agg_case("rows of length 4, 2, 1 (right-padded)",
+        Probe("ragged", both("three sequences of 4, 2 and 1 loss tokens", "三个序列，分别有 4、2、1 个损失 token"),
+              lambda: [agg_case(both("rows of length 4, 2, 1 (right-padded)", "长度为 4、2、1 的行（右侧填充）"),
                                 [[1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 5.0, 7.0], [-3.0, 9.0, 9.0, 9.0]],
                                 [[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])], EXPLAIN),
-        Probe("longer_sequence", "a longer sequence does not weigh more",
-              lambda: [agg_case("row 0: 6 tokens of loss 1.0; row 1: 2 tokens of loss 0.0",
+        Probe("longer_sequence", both("a longer sequence does not weigh more", "更长的序列不会占更大的权重"),
+              lambda: [agg_case(both("row 0: 6 tokens of loss 1.0; row 1: 2 tokens of loss 0.0",
+                                     "第 0 行：6 个损失为 1.0 的 token；第 1 行：2 个损失为 0.0 的 token"),
                                 [[1.0] * 6, [0.0] * 6], [[1] * 6, [1, 1, 0, 0, 0, 0]])],
               by_variants(fallback=_longer_sequence)),
-        Probe("padding", "values at padding do not count",
-              lambda: [agg_case("padding holds large losses", [[1.0, 1.0, 50.0], [3.0, 80.0, 90.0]],
+        Probe("padding", both("values at padding do not count", "padding 处的值不计入"),
+              lambda: [agg_case(both("padding holds large losses", "padding 处是很大的损失值"), [[1.0, 1.0, 50.0], [3.0, 80.0, 90.0]],
                                 [[1, 1, 0], [1, 0, 0]])], by_variants(*VARIANTS, fallback=always(PADDING))),
-        Probe("nan_padding", "NaN/inf at padding do not leak in",
-              lambda: [agg_case("padding holds NaN and inf", [[1.0, float("nan")], [2.0, float("inf")]],
-                                [[1, 0], [1, 0]])],
-              always("NaN/inf at padding leak into your result: multiplying by the mask keeps them (0 × NaN = NaN); "
-                     "select with torch.where(mask != 0, loss, 0)")),
-        Probe("empty_row", "a fully masked row is not a sequence",
-              lambda: [agg_case("row 1 has no loss token", [[1.0, 3.0], [5.0, 5.0], [2.0, 2.0]],
+        Probe("nan_padding", both("NaN/inf at padding do not leak in", "padding 处的 NaN/inf 不会混进结果"),
+              lambda: [agg_case(both("padding holds NaN and inf", "padding 处是 NaN 和 inf"),
+                                [[1.0, float("nan")], [2.0, float("inf")]], [[1, 0], [1, 0]])],
+              always(both("NaN/inf at padding leak into your result: multiplying by the mask keeps them "
+                          "(0 × NaN = NaN); select with torch.where(mask != 0, loss, 0)",
+                          "padding 处的 NaN/inf 混进了你的结果：乘以掩码去不掉它们（0 × NaN = NaN）；"
+                          "请用 torch.where(mask != 0, loss, 0) 来选取"))),
+        Probe("empty_row", both("a fully masked row is not a sequence", "整行被 mask 掉的行不算序列"),
+              lambda: [agg_case(both("row 1 has no loss token", "第 1 行没有损失 token"), [[1.0, 3.0], [5.0, 5.0], [2.0, 2.0]],
                                 [[1, 1], [0, 0], [1, 0]])], by_variants(*VARIANTS, fallback=always(EMPTY_ROW))),
-        Probe("all_masked", "a batch with no loss token gives 0",
-              lambda: [agg_case("every position masked", [[1.0, 2.0], [3.0, 4.0]], [[0, 0], [0, 0]])],
-              always("a batch without any loss token must give 0, not NaN (0/0): clamp the counts to at least 1")),
-        Probe("gradient", "the gradient with respect to each token's loss is mask_{i,t} / (G·L_i)",
-              lambda: [agg_case("rows of length 3 and 1", [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]],
+        Probe("all_masked", both("a batch with no loss token gives 0", "没有损失 token 的批次返回 0"),
+              lambda: [agg_case(both("every position masked", "所有位置都被 mask 掉"), [[1.0, 2.0], [3.0, 4.0]],
+                                [[0, 0], [0, 0]])],
+              always(both("a batch without any loss token must give 0, not NaN (0/0): clamp the counts to at least 1",
+                          "一个损失 token 都没有的批次必须返回 0，而不是 NaN（0/0）：把计数 clamp 到至少为 1"))),
+        Probe("gradient", both("the gradient with respect to each token's loss is mask_{i,t} / (G·L_i)",
+                               "对每个 token 损失的梯度为 mask_{i,t} / (G·L_i)"),
+              lambda: [agg_case(both("rows of length 3 and 1", "长度为 3 和 1 的行"), [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]],
                                 [[1, 1, 1], [1, 0, 0]])], EXPLAIN, grad=("loss",)),
     ),
     plug=Plug("rl", AGGREGATIONS, "aggregation", "seq_mean_token_mean", {},
-              "the GRPO stage's loss aggregation (also of its KL term)", wrap=wrap_aggregation),
+              both("the GRPO stage's loss aggregation (also of its KL term)", "GRPO 阶段的损失聚合（其 KL 项也用它聚合）"),
+              wrap=wrap_aggregation),
 )

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from lmpo.teach.exercise.core import (Case, Exercise, Mismatch, Probe, UserCodeError, as_tuple, difference, fmt,
                                       fmt_case, generic_symptom, user_error)
+from lmpo.teach.exercise.lang import check_lang, msg, tr
 
 RANDOM_DRAWS = 20
 HEADER = re.compile(r"^#\s*lmpo exercise:\s*(\w+)", re.MULTILINE)
@@ -30,33 +31,36 @@ class CheckReport:
     passed: list[str] = field(default_factory=list)
     mismatch: Mismatch | None = None
     error: UserCodeError | None = None
+    lang: str = "en"
+    """The language of the report's words ("en" or "zh"); also that of `mismatch`'s and `error`'s."""
 
     @property
     def ok(self) -> bool:
         return self.mismatch is None and self.error is None
 
     def text(self) -> str:
-        lines = [f"exercise {self.exercise}: checking {self.function} against {self.reference}"]
-        lines += [f"  ok    {name}" for name in self.passed]
+        say = lambda key, **fields: msg(key, self.lang, **fields)  # noqa: E731
+        lines = [say("report.header", exercise=self.exercise, function=self.function, reference=self.reference)]
+        lines += [say("report.ok", line=name) for name in self.passed]
         if self.error is not None:
             e = self.error
-            where = f" (probe {e.probe}, input: {e.case})" if e.probe else ""
+            where = say("report.where", probe=e.probe, case=e.case) if e.probe else ""
             if e.not_implemented:
-                lines.append(f"  TODO  {e.probe or 'import'}: not implemented yet — replace `raise "
-                             f"NotImplementedError` with your code{where}")
+                lines.append(say("report.todo", probe=e.probe or "import", where=where))
             else:
-                lines.append(f"  ERROR your code raised {e.exception}{where}")
+                lines.append(say("report.error", exception=e.exception, where=where))
                 if e.location:
-                    lines.append(f"        at {e.location}")
+                    lines.append(say("report.at", location=e.location))
             return "\n".join(lines)
         if self.mismatch is not None:
             m = self.mismatch
-            lines += [f"  FAIL  {m.probe}", "", f"symptom:  {m.symptom}", f"input:    {m.case}",
-                      f"          {m.inputs}", f"expected: {m.expected}", f"got:      {m.got}"]
+            lines += [say("report.fail", probe=m.probe), "", say("report.symptom", text=m.symptom),
+                      say("report.input", text=m.case), say("report.inputs", text=m.inputs),
+                      say("report.expected", text=m.expected), say("report.got", text=m.got)]
             if m.where:
-                lines.append(f"first difference: {m.where}")
+                lines.append(say("report.first_difference", text=m.where))
             return "\n".join(lines)
-        lines.append(f"pass: {self.function} agrees with {self.reference} on every probe")
+        lines.append(say("report.pass", function=self.function, reference=self.reference))
         return "\n".join(lines)
 
 
@@ -95,42 +99,47 @@ def exercise_of_file(path: Path, exercises: dict[str, Exercise]) -> str:
                             f"functions found); pass --name, one of: {', '.join(exercises)}")
 
 
-def user_function(path: Path, exercise: Exercise) -> Callable | UserCodeError:
+def user_function(path: Path, exercise: Exercise, lang: str = "en") -> Callable | UserCodeError:
     """The user's function from `path`, or the error its import raised."""
     if not path.is_file():
         raise ExerciseFileError(f"{path}: no such file (write one with `lmpo exercise start {exercise.name}`)")
     try:
         module = load_module(path)
     except Exception as err:  # the user's code: reported, not a crash of lmpo
-        return user_error(err, str(path), "import", "importing the file")
+        return user_error(err, str(path), "import", msg("case.import", lang))
     fn = getattr(module, exercise.function, None)
     if not callable(fn):
         raise ExerciseFileError(f"{path}: defines no function `{exercise.function}` (exercise {exercise.name})")
     return fn
 
 
-def check_file(path: str | Path, exercise: Exercise) -> CheckReport:
+def check_file(path: str | Path, exercise: Exercise, lang: str = "en") -> CheckReport:
+    """Check the function of the file at `path`; the report's words in `lang` ("en" or "zh")."""
     path = Path(path).resolve()
-    report = CheckReport(exercise.name, f"{path.name}:{exercise.function}", exercise.reference_label)
-    fn = user_function(path, exercise)
+    report = CheckReport(exercise.name, f"{path.name}:{exercise.function}", tr(exercise.reference_label, lang),
+                         lang=check_lang(lang))
+    fn = user_function(path, exercise, lang)
     if isinstance(fn, UserCodeError):
         report.error = fn
         return report
-    return check_function(fn, exercise, str(path), report)
+    return check_function(fn, exercise, str(path), report, lang)
 
 
-def check_function(fn: Callable, exercise: Exercise, filename: str, report: CheckReport | None = None) -> CheckReport:
+def check_function(fn: Callable, exercise: Exercise, filename: str, report: CheckReport | None = None,
+                   lang: str = "en") -> CheckReport:
     """Run every probe of `exercise` (then random inputs) on `fn`; stop at the first finding."""
-    report = report or CheckReport(exercise.name, exercise.function, exercise.reference_label)
+    report = report or CheckReport(exercise.name, exercise.function, tr(exercise.reference_label, lang),
+                                   lang=check_lang(lang))
+    lang = report.lang
     for probe in (*exercise.probes, random_probe(exercise)):
-        finding = run_probe(exercise, probe, fn, filename)
+        finding = run_probe(exercise, probe, fn, filename, lang)
         if isinstance(finding, UserCodeError):
             report.error = finding
             return report
         if finding is not None:
             report.mismatch = finding
             return report
-        report.passed.append(f"{probe.name:<22} {probe.checks}")
+        report.passed.append(f"{probe.name:<22} {tr(probe.checks, lang)}")
     return report
 
 
@@ -139,17 +148,18 @@ def random_probe(exercise: Exercise) -> Probe:
         gen = torch.Generator().manual_seed(1234)
         return [exercise.random_case(gen) for _ in range(RANDOM_DRAWS)]
 
-    return Probe("random", f"{RANDOM_DRAWS} random inputs of varied sizes", cases)
+    return Probe("random", {lang: msg("probe.random", lang, n=RANDOM_DRAWS) for lang in ("en", "zh")}, cases)
 
 
-def run_probe(exercise: Exercise, probe: Probe, fn: Callable, filename: str) -> Mismatch | UserCodeError | None:
+def run_probe(exercise: Exercise, probe: Probe, fn: Callable, filename: str,
+              lang: str = "en") -> Mismatch | UserCodeError | None:
     for case in probe.cases():
         raw_expected, ref_leaves = case.call(exercise.reference, probe.grad)
         expected = exercise.project(raw_expected)
         try:
             raw_got, leaves = case.call(fn, probe.grad)
         except Exception as err:  # the user's code: reported, not a crash of lmpo
-            return user_error(err, filename, probe.name, case.label)
+            return user_error(err, filename, probe.name, tr(case.label, lang))
         got = exercise.project(raw_got)
         diff = difference(expected, got, exercise.outputs, exercise.rtol, exercise.atol)
         if diff is not None:
@@ -157,12 +167,13 @@ def run_probe(exercise: Exercise, probe: Probe, fn: Callable, filename: str) -> 
             if diff.kind not in ("type", "shape", "dtype") and probe.explain is not None:
                 symptom = probe.explain(case, expected, got)
             symptom = symptom or generic_symptom(diff, expected, got, exercise)
-            return Mismatch(probe.name, symptom, case.label, fmt_case(case), fmt(expected), fmt(got), diff.where)
+            return Mismatch(probe.name, tr(symptom, lang), tr(case.label, lang), fmt_case(case), fmt(expected),
+                            fmt(got), tr(diff.where, lang))
         if probe.grad:
             try:
-                finding = _gradient_finding(exercise, probe, case, expected, ref_leaves, got, leaves)
+                finding = _gradient_finding(exercise, probe, case, expected, ref_leaves, got, leaves, lang)
             except Exception as err:  # a backward through the user's code can raise too
-                return user_error(err, filename, probe.name, case.label)
+                return user_error(err, filename, probe.name, tr(case.label, lang))
             if finding is not None:
                 return finding
     return None
@@ -187,30 +198,25 @@ def _zero(g: Tensor | None) -> bool:
 
 
 def _gradient_finding(exercise: Exercise, probe: Probe, case: Case, expected: Any, ref_leaves: dict,
-                      got: Any, leaves: dict) -> Mismatch | None:
+                      got: Any, leaves: dict, lang: str = "en") -> Mismatch | None:
     ref_grads, user_grads = _grads(expected, ref_leaves), _grads(got, leaves)
     for name in probe.grad:
         r, u = ref_grads[name], user_grads[name]
         shown_r = torch.zeros_like(case.value(name)) if r is None else r
         shown_u = torch.zeros_like(case.value(name)) if u is None else u
         if _zero(r) and not _zero(u):
-            symptom = probe.grad_messages.get(name) or (
-                f"gradient flows through `{name}`, which the reference treats as a constant (missing "
-                f"stop-gradient / detach)")
+            given = probe.grad_messages.get(name)
+            symptom = tr(given, lang) if given else msg("grad.flows", lang, name=name)
         elif not _zero(r) and _zero(u):
-            symptom = (f"no gradient reaches `{name}`: your result does not depend on it through autograd "
-                       f"(a `.detach()`, `.item()` or `torch.no_grad()` too many?)")
+            symptom = msg("grad.none", lang, name=name)
         elif _zero(r):
             continue
         elif not bool(torch.isfinite(u).all()) and bool(torch.isfinite(r).all()):
-            symptom = (f"your gradient with respect to `{name}` has NaN/inf where the reference's is finite: "
-                       f"masked-out positions must be removed with torch.where, not multiplied by 0 "
-                       f"(0 × inf = NaN)")
+            symptom = msg("grad.nan", lang, name=name)
         elif not bool(torch.isclose(u.double(), r.double(), rtol=1e-3, atol=1e-6).all()):
-            symptom = (f"the values agree but the gradient with respect to `{name}` differs from the "
-                       f"reference's (a term computed from a detached copy, or a mask applied after the loss?)")
+            symptom = msg("grad.differs", lang, name=name)
         else:
             continue
-        return Mismatch(probe.name, symptom, case.label, fmt_case(case), f"d/d{name} = {fmt(shown_r)}",
-                        f"d/d{name} = {fmt(shown_u)}", "gradient of sum(weights × output), weights 0.5 … 1.5")
+        return Mismatch(probe.name, symptom, tr(case.label, lang), fmt_case(case), f"d/d{name} = {fmt(shown_r)}",
+                        f"d/d{name} = {fmt(shown_u)}", msg("diff.gradient", lang))
     return None

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from lmpo.teach.exercise.lang import Text, both, msg, tr
 from lmpo.teach.exercise.plug import Plug
 
 
@@ -22,8 +23,8 @@ from lmpo.teach.exercise.plug import Plug
 class Case:
     """One input to both functions: positional arguments by name, then keyword options."""
 
-    label: str
-    """What this input is, in words (shown when the user's function differs on it)."""
+    label: Text
+    """What this input is, in words (shown when the user's function differs on it), per language."""
     args: dict[str, Any]
     """Positional arguments, by the parameter names of the starter's signature."""
     options: dict[str, Any] = field(default_factory=dict)
@@ -44,8 +45,8 @@ def _copy(value: Any) -> Any:
     return value.detach().clone() if isinstance(value, Tensor) else value
 
 
-Explainer = Callable[[Case, Any, Any], "str | None"]
-"""(the case, the reference's output, the user's output) -> the symptom in words, or None."""
+Explainer = Callable[[Case, Any, Any], "Text | None"]
+"""(the case, the reference's output, the user's output) -> the symptom in words (per language), or None."""
 
 
 @dataclass(frozen=True)
@@ -53,14 +54,14 @@ class Probe:
     """A named check that detects one kind of mistake."""
 
     name: str
-    checks: str
-    """What the probe checks, one line."""
+    checks: Text
+    """What the probe checks, one line (per language)."""
     cases: Callable[[], list[Case]]
     explain: Explainer | None = None
     """Names the symptom of a difference; None, or returning None, falls back to generic wording."""
     grad: tuple[str, ...] = ()
     """If set, the probe compares gradients of the output with respect to these arguments."""
-    grad_messages: dict[str, str] = field(default_factory=dict)
+    grad_messages: dict[str, Text] = field(default_factory=dict)
     """Per argument, the symptom when gradient reaches it although the reference's does not."""
 
 
@@ -69,15 +70,15 @@ class Exercise:
     """One function to write, checked against the library's."""
 
     name: str
-    summary: str
-    """One line, for `lmpo exercise list`."""
+    summary: Text
+    """One line, for `lmpo exercise list` and the starter's header (per language)."""
     function: str
     """The name of the function the user writes."""
     signature: str
     """Its `def` line, as in the starter file."""
     reference: Callable
     """The library's function (the registry's entry where there is a registry)."""
-    reference_label: str
+    reference_label: Text
     """How the reference is named in reports, e.g. ``lmpo.algos.ADVANTAGES.get("grpo")``."""
     doc: dict[str, str]
     """The starter's docstring body per language ("en", "zh"): formula, shapes, masks."""
@@ -97,7 +98,8 @@ class Exercise:
 
 @dataclass(frozen=True)
 class Mismatch:
-    """The first input on which the user's function differs from the reference."""
+    """The first input on which the user's function differs from the reference (its texts in the
+    language of the check)."""
 
     probe: str
     symptom: str
@@ -168,7 +170,7 @@ class Difference:
     kind: str
     """"type", "shape", "dtype", "nan" or "value"."""
     output: str
-    where: str
+    where: Text
 
 
 def as_tuple(out: Any) -> tuple:
@@ -179,25 +181,32 @@ def difference(expected: Any, got: Any, names: tuple[str, ...], rtol: float, ato
     """The first way `got` differs from `expected` (outputs compared in order), or None."""
     exp_parts, got_parts = as_tuple(expected), as_tuple(got)
     if len(got_parts) != len(exp_parts):
-        return Difference("type", names[0], f"expected {len(exp_parts)} output(s) ({', '.join(names)}), "
-                                            f"got {len(got_parts)}")
+        return Difference("type", names[0], _both("diff.count", n=len(exp_parts), names=", ".join(names),
+                                                  got=len(got_parts)))
     for name, e, g in zip(names, exp_parts, got_parts):
         if not isinstance(g, Tensor):
-            return Difference("type", name, f"{name}: expected a tensor, got {type(g).__name__}")
+            return Difference("type", name, _both("diff.type", name=name, got=type(g).__name__))
         if g.shape != e.shape:
-            return Difference("shape", name, f"{name}: expected shape {tuple(e.shape)}, got {tuple(g.shape)}")
+            return Difference("shape", name, _both("diff.shape", name=name, expected=tuple(e.shape),
+                                                   got=tuple(g.shape)))
         if g.dtype != e.dtype:
-            return Difference("dtype", name, f"{name}: expected dtype {e.dtype}, got {g.dtype}")
+            return Difference("dtype", name, _both("diff.dtype", name=name, expected=e.dtype, got=g.dtype))
         ed, gd = e.detach().double(), g.detach().double()
         bad_nan = ~torch.isfinite(gd) & torch.isfinite(ed)
         if bad_nan.any():
-            return Difference("nan", name, f"{name}{_index(bad_nan)}: expected {fmt(ed[bad_nan][0].item())}, "
-                                           f"got {gd[bad_nan][0].item()}")
+            return Difference("nan", name, _both("diff.value", name=name, index=_index(bad_nan),
+                                                 expected=fmt(ed[bad_nan][0].item()), got=gd[bad_nan][0].item()))
         close = torch.isclose(gd, ed, rtol=rtol, atol=atol, equal_nan=True)
         if not close.all():
-            return Difference("value", name, f"{name}{_index(~close)}: expected {fmt(ed[~close][0].item())}, "
-                                             f"got {fmt(gd[~close][0].item())}")
+            return Difference("value", name, _both("diff.value", name=name, index=_index(~close),
+                                                   expected=fmt(ed[~close][0].item()),
+                                                   got=fmt(gd[~close][0].item())))
     return None
+
+
+def _both(key: str, **fields) -> dict[str, str]:
+    """The message `key` in every language."""
+    return both(msg(key, "en", **fields), msg(key, "zh", **fields))
 
 
 def _index(flags: Tensor) -> str:
@@ -215,24 +224,18 @@ def is_close(a: Any, b: Any, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
         for x, y in zip(pa, pb))
 
 
-def generic_symptom(diff: Difference, expected: Any, got: Any, exercise: Exercise) -> str:
+def generic_symptom(diff: Difference, expected: Any, got: Any, exercise: Exercise) -> Text:
     """Wording for a difference no probe-specific explainer recognised."""
-    if diff.kind == "type":
-        return f"your function returns the wrong kind of result ({diff.where})"
-    if diff.kind == "shape":
-        return f"your result has the wrong shape ({diff.where})"
-    if diff.kind == "dtype":
-        return (f"your result's dtype differs from the reference's ({diff.where}): keep the input's dtype "
-                f"(compute in float64 if you like, then cast back with `.to(input.dtype)`)")
-    if diff.kind == "nan":
-        return f"your result is NaN or infinite where the reference is finite ({diff.where})"
+    where = {lang: tr(diff.where, lang) for lang in ("en", "zh")}
+    if diff.kind in ("type", "shape", "dtype", "nan"):
+        return {lang: msg(f"generic.{diff.kind}", lang, where=where[lang]) for lang in where}
     e, g = as_tuple(expected), as_tuple(got)
     if is_close(tuple(-x for x in g), e, exercise.rtol, exercise.atol):
-        return "your result has the wrong sign: it is exactly minus the reference"
+        return _both("generic.sign")
     ratio = _constant_ratio(e, g)
     if ratio is not None:
-        return f"your result is the reference times a constant: {ratio:.4g}× the reference"
-    return f"your result differs from the reference ({diff.where})"
+        return _both("generic.ratio", ratio=f"{ratio:.4g}")
+    return {lang: msg("generic.value", lang, where=where[lang]) for lang in where}
 
 
 def _constant_ratio(expected: tuple, got: tuple) -> float | None:

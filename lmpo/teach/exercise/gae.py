@@ -8,10 +8,11 @@ from torch import Tensor
 from lmpo.algos import TOKEN_ADVANTAGES
 from lmpo.teach.exercise.core import Case, Exercise, Probe
 from lmpo.teach.exercise.explain import always, by_variants, fixed
+from lmpo.teach.exercise.lang import Text, both, cat
 from lmpo.teach.exercise.plug import Plug
 
 
-def gae_case(label: str, rewards: list[list[float]], values: list[list[float]], mask: list[list[float]],
+def gae_case(label: Text, rewards: list[list[float]], values: list[list[float]], mask: list[list[float]],
              gamma: float = 1.0, lam: float = 0.95, dtype=torch.float32) -> Case:
     t = lambda x: torch.tensor(x, dtype=dtype)  # noqa: E731
     return Case(label, {"token_rewards": t(rewards), "mask": t(mask)},
@@ -26,7 +27,8 @@ def random_case(gen: torch.Generator) -> Case:
     values = torch.randn(rows, length, generator=gen) * 0.5
     gamma = float(torch.rand((), generator=gen)) * 0.3 + 0.7
     lam = float(torch.rand((), generator=gen))
-    return Case(f"random rows ({rows} × {length}, right-padded), gamma={gamma:.3f}, lam={lam:.3f}",
+    return Case(both(f"random rows ({rows} × {length}, right-padded), gamma={gamma:.3f}, lam={lam:.3f}",
+                     f"随机行（{rows} × {length}，右侧填充），gamma={gamma:.3f}，lam={lam:.3f}"),
                 {"token_rewards": rewards, "mask": mask}, {"values": values, "gamma": gamma, "lam": lam})
 
 
@@ -63,28 +65,41 @@ def _negated(c: Case) -> tuple[Tensor, Tensor]:
     return -a, torch.where(c.args["mask"] != 0, -a + c.options["values"], 0.0)
 
 
-RETURNS = ("your returns are the discounted sum of rewards; lmpo's returns are A + V (the λ-return), the critic's "
-           "target, so that the value loss and the advantages agree")
-TERMINAL = ("you bootstrap from the value at the padding position after the last token: the value after a "
-            "completion's last loss token is 0 (the episode ended), whatever the critic says at padding")
-PADDING_OUT = ("padding positions get nonzero advantages/returns: both outputs must be exactly 0 where mask is 0")
-GAPS = ("tokens with mask 0 in the middle of a row (tool output, observations) are treated as time steps: lmpo's "
-        "GAE (as verl's) links each loss token to the NEXT loss token, skipping mask-0 positions, so their rewards "
-        "and values are never read and discounting counts model tokens only")
+RETURNS = both("your returns are the discounted sum of rewards; lmpo's returns are A + V (the λ-return), the critic's "
+               "target, so that the value loss and the advantages agree",
+               "你的 returns 是奖励的折扣和；lmpo 的 returns 是 A + V（λ-回报），即价值网络的训练目标，"
+               "这样价值损失才与优势一致")
+TERMINAL = both("you bootstrap from the value at the padding position after the last token: the value after a "
+                "completion's last loss token is 0 (the episode ended), whatever the critic says at padding",
+                "你用最后一个 token 之后 padding 位置的价值做了自举（bootstrap）：补全的最后一个损失 token 之后"
+                "价值为 0（回合已结束），不管价值网络在 padding 处输出什么")
+PADDING_OUT = both("padding positions get nonzero advantages/returns: both outputs must be exactly 0 where mask is 0",
+                   "padding 位置的优势/returns 不为零：mask 为 0 处两个输出都必须恰好为 0")
+GAPS = both("tokens with mask 0 in the middle of a row (tool output, observations) are treated as time steps: lmpo's "
+            "GAE (as verl's) links each loss token to the NEXT loss token, skipping mask-0 positions, so their "
+            "rewards and values are never read and discounting counts model tokens only",
+            "一行中间 mask 为 0 的 token（工具输出、观测）被当成了时间步：lmpo 的 GAE（与 verl 相同）把每个损失 "
+            "token 接到下一个损失 token 上，跳过 mask 为 0 的位置，所以不会读取它们的奖励和价值，折扣也只按模型"
+            "生成的 token 计")
 VARIANTS = (
     (lambda c: _loop(c, returns="discounted"), fixed(RETURNS)),
     (lambda c: _loop(c, over_all=True), fixed(TERMINAL)),
-    (lambda c: _loop(c, over_all=True, zero_masked=False), fixed(TERMINAL + "; " + PADDING_OUT)),
+    (lambda c: _loop(c, over_all=True, zero_masked=False), fixed(cat(TERMINAL, both("; ", "；"), PADDING_OUT))),
     (lambda c: _loop(c, gaps_as_steps=True), fixed(GAPS)),
     (lambda c: _loop(c, decay="gamma"),
-     fixed("your advantage ignores λ: A_t = Σ_l (γλ)^l δ_{t+l}, you use γ^l (λ = 1)")),
+     fixed(both("your advantage ignores λ: A_t = Σ_l (γλ)^l δ_{t+l}, you use γ^l (λ = 1)",
+                "你的优势忽略了 λ：A_t = Σ_l (γλ)^l δ_{t+l}，你用的是 γ^l（相当于 λ = 1）"))),
     (lambda c: _loop(c, decay="lam"),
-     fixed("your advantage decays by λ alone: A_t = Σ_l (γλ)^l δ_{t+l}, you use λ^l (γ missing in the recursion)")),
-    (_negated, fixed("your advantages have the wrong sign: δ_t = r_t + γ·V_{t+1} − V_t")),
+     fixed(both("your advantage decays by λ alone: A_t = Σ_l (γλ)^l δ_{t+l}, you use λ^l (γ missing in the recursion)",
+                "你的优势只按 λ 衰减：A_t = Σ_l (γλ)^l δ_{t+l}，你用的是 λ^l（递推中漏了 γ）"))),
+    (_negated, fixed(both("your advantages have the wrong sign: δ_t = r_t + γ·V_{t+1} − V_t",
+                          "你的优势符号反了：δ_t = r_t + γ·V_{t+1} − V_t"))),
 )
 EXPLAIN = by_variants(*VARIANTS)
-CONSTANTS = ("gradient flows through the values into the advantages and returns: they are targets of the policy "
-             "and value losses, constants (detach the inputs, as lmpo does)")
+CONSTANTS = both("gradient flows through the values into the advantages and returns: they are targets of the policy "
+                 "and value losses, constants (detach the inputs, as lmpo does)",
+                 "梯度经由 values 流进了优势和 returns：它们是策略损失和价值损失的目标，是常数（像 lmpo 一样对输入"
+                 "做 detach）")
 
 GAE_DOC = {
     "en": """GAE (Schulman et al. 2015, arXiv:1506.02438) as in PPO-RLHF (Ouyang et al. 2022, arXiv:2203.02155).
@@ -127,7 +142,8 @@ GAE_DOC = {
 
 GAE = Exercise(
     name="gae",
-    summary="GAE: δ_t = r_t + γV_{t+1} − V_t, A_t = Σ (γλ)^l δ_{t+l}, returns = A + V, over masked tokens",
+    summary=both("GAE: δ_t = r_t + γV_{t+1} − V_t, A_t = Σ (γλ)^l δ_{t+l}, returns = A + V, over masked tokens",
+                 "GAE：δ_t = r_t + γV_{t+1} − V_t，A_t = Σ (γλ)^l δ_{t+l}，returns = A + V，只在掩码内的 token 上计算"),
     function="gae",
     signature=("def gae(token_rewards: Tensor, mask: Tensor, *, values: Tensor, gamma: float = 1.0,\n"
                "        lam: float = 1.0) -> tuple[Tensor, Tensor]:"),
@@ -137,33 +153,41 @@ GAE = Exercise(
     random_case=random_case,
     outputs=("advantages", "returns"),
     probes=(
-        Probe("one_row", "one completion of 4 tokens, reward 1 on the last, gamma=1, lam=0.95",
+        Probe("one_row", both("one completion of 4 tokens, reward 1 on the last, gamma=1, lam=0.95",
+                              "一个 4 token 的补全，最后一个 token 奖励为 1，gamma=1，lam=0.95"),
               lambda: [gae_case("rewards [0, 0, 0, 1], values [0.5, 0.6, 0.7, 0.8], gamma=1, lam=0.95",
                                 [[0, 0, 0, 1.0]], [[0.5, 0.6, 0.7, 0.8]], [[1, 1, 1, 1]])], EXPLAIN),
-        Probe("gamma_lambda", "gamma and lambda both discount (gamma=0.9, lam=0.8)",
+        Probe("gamma_lambda", both("gamma and lambda both discount (gamma=0.9, lam=0.8)",
+                                   "gamma 和 lambda 都参与折扣（gamma=0.9，lam=0.8）"),
               lambda: [gae_case("rewards [0.1, 0, -0.2, 1], values [0.5, 0.6, 0.7, 0.8], gamma=0.9, lam=0.8",
                                 [[0.1, 0, -0.2, 1.0]], [[0.5, 0.6, 0.7, 0.8]], [[1, 1, 1, 1]], 0.9, 0.8)],
               EXPLAIN),
-        Probe("padding", "the value after the last token is 0; padding gets 0",
-              lambda: [gae_case("row 0 has 2 tokens then padding whose values are 5.0",
+        Probe("padding", both("the value after the last token is 0; padding gets 0",
+                              "最后一个 token 之后的价值为 0；padding 处输出 0"),
+              lambda: [gae_case(both("row 0 has 2 tokens then padding whose values are 5.0",
+                                     "第 0 行有 2 个 token，后面是价值为 5.0 的 padding"),
                                 [[0.0, 1.0, 0.3, 0.3], [0.0, 0.0, 0.0, 1.0]],
                                 [[0.4, 0.6, 5.0, 5.0], [0.1, 0.2, 0.3, 0.4]],
                                 [[1, 1, 0, 0], [1, 1, 1, 1]], 0.9, 0.8)], by_variants(*VARIANTS,
                                                                                      fallback=always(PADDING_OUT))),
-        Probe("tool_tokens", "mask-0 tokens inside a row (tool output) are skipped",
-              lambda: [gae_case("mask [1, 1, 0, 0, 1, 1]: two tool-output tokens in the middle",
+        Probe("tool_tokens", both("mask-0 tokens inside a row (tool output) are skipped",
+                                  "跳过行内 mask 为 0 的 token（工具输出）"),
+              lambda: [gae_case(both("mask [1, 1, 0, 0, 1, 1]: two tool-output tokens in the middle",
+                                     "mask [1, 1, 0, 0, 1, 1]：中间有两个工具输出 token"),
                                 [[0.0, 0.0, 0.7, 0.7, 0.0, 1.0]], [[0.2, 0.3, 9.0, 9.0, 0.5, 0.6]],
                                 [[1, 1, 0, 0, 1, 1]], 0.9, 0.8)], by_variants(*VARIANTS, fallback=always(GAPS))),
-        Probe("lambda_ends", "lam=0 gives A = δ; lam=1 gives A = return − V",
+        Probe("lambda_ends", both("lam=0 gives A = δ; lam=1 gives A = return − V",
+                                  "lam=0 时 A = δ；lam=1 时 A = return − V"),
               lambda: [gae_case(f"rewards [0.2, -0.1, 1], values [0.3, 0.1, 0.9], gamma=0.95, lam={lam}",
                                 [[0.2, -0.1, 1.0]], [[0.3, 0.1, 0.9]], [[1, 1, 1]], 0.95, lam)
                        for lam in (0.0, 1.0)], EXPLAIN),
-        Probe("float64", "float64 inputs give float64 outputs",
-              lambda: [gae_case("float64 inputs", [[0.0, 1.0]], [[0.25, 0.5]], [[1, 1]], dtype=torch.float64)]),
-        Probe("constants", "no gradient flows through the outputs",
-              lambda: [gae_case("values that require grad", [[0.0, 1.0]], [[0.25, 0.5]], [[1, 1]])],
+        Probe("float64", both("float64 inputs give float64 outputs", "float64 输入得到 float64 输出"),
+              lambda: [gae_case(both("float64 inputs", "float64 输入"), [[0.0, 1.0]], [[0.25, 0.5]], [[1, 1]], dtype=torch.float64)]),
+        Probe("constants", both("no gradient flows through the outputs", "输出不带梯度"),
+              lambda: [gae_case(both("values that require grad", "requires_grad 的 values"), [[0.0, 1.0]], [[0.25, 0.5]], [[1, 1]])],
               grad=("values", "token_rewards"), grad_messages={"values": CONSTANTS, "token_rewards": CONSTANTS}),
     ),
     plug=Plug("rl", TOKEN_ADVANTAGES, "advantage", "gae", {"preset": "ppo", "critic": "head"},
-              "the PPO stage's advantage estimator (critic: a value head on the policy)", own_name=True),
+              both("the PPO stage's advantage estimator (critic: a value head on the policy)",
+                   "PPO 阶段的优势估计器（价值网络：策略模型上的价值头）"), own_name=True),
 )

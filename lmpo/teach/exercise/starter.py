@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmpo.teach.exercise.core import Exercise
-
-LANGUAGES = ("en", "zh")
+from lmpo.teach.exercise.lang import LANGUAGES, check_lang, tr
 
 HEADER = {
     "en": """# lmpo exercise: {name}
@@ -20,6 +19,7 @@ HEADER = {
 # Keep the function's name and argument order; use torch only.
 """,
     "zh": """# lmpo exercise: {name}
+# lang: zh
 # {summary}
 #
 # 完成下面的函数（替换 `raise NotImplementedError`），然后与 lmpo 自己的实现
@@ -36,11 +36,12 @@ STAGE_NAMES = {"rl": "RL", "dpo": "DPO"}
 
 def starter_text(exercise: Exercise, lang: str = "en", file: str = "") -> str:
     """The starter file: a header saying what to do, imports, the signature, the docstring
-    (formula, shapes, masks, lmpo's conventions) and ``raise NotImplementedError``."""
-    if lang not in LANGUAGES:
-        raise ValueError(f"--lang must be one of {', '.join(LANGUAGES)}, got {lang!r}")
+    (formula, shapes, masks, lmpo's conventions) and ``raise NotImplementedError``. A Chinese starter
+    has the line ``# lang: zh`` after the first, so that `check` and `train` answer in Chinese."""
+    check_lang(lang)
     stage = STAGE_NAMES.get(getattr(exercise.plug, "stage", ""), "training")
-    header = HEADER[lang].format(name=exercise.name, summary=exercise.summary, reference=exercise.reference_label,
+    header = HEADER[lang].format(name=exercise.name, summary=tr(exercise.summary, lang),
+                                 reference=tr(exercise.reference_label, lang),
                                  file=file or f"{exercise.name}.py", stage=stage)
     imports = "from __future__ import annotations\n\nimport torch\nimport torch.nn.functional as F\nfrom torch import Tensor\n"
     if exercise.preamble:

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Callable
 
 from lmpo.teach.exercise.core import Exercise
+from lmpo.teach.exercise.lang import ljust, msg, rjust, tr
+from lmpo.teach.exercise.lang import width as text_width
 from lmpo.teach.exercise.plug import Plug, plugged
 
 PAIRS_PER_STEP = 32  # the DPO stage's batch size: --steps N trains on N × 32 pairs
@@ -95,9 +97,10 @@ def step0_accuracy(run_dir: Path) -> float:
 
 
 def train_exercise(exercise: Exercise, fn: Callable, opts: TrainOptions, model_dir: str | None = None,
-                   say: Callable[[str], None] = print) -> list[RunFigures]:
+                   say: Callable[[str], None] = print, lang: str = "en") -> list[RunFigures]:
     """Run the exercise's stage with `fn` plugged in, then with the library's function; the registry
-    is left as it was. `model_dir` defaults to the task's SFT checkpoint for `opts.seed`."""
+    is left as it was. `model_dir` defaults to the task's SFT checkpoint for `opts.seed`; what it says
+    is in `lang`."""
     opts.validate()
     plug: Plug = exercise.plug
     if model_dir is None:
@@ -106,34 +109,35 @@ def train_exercise(exercise: Exercise, fn: Callable, opts: TrainOptions, model_d
         model_dir = sft_start(opts.task, seed=opts.seed, threads=opts.threads or 2).model_dir
     out = Path(opts.out)
     wrapped = plug.wrap(fn) if plug.wrap else fn
-    say(f"[exercise] {exercise.name}: your {exercise.function} as {plug.role}; {opts.steps} steps from the SFT "
-        f"checkpoint {model_dir}")
+    say(msg("train.start", lang, name=exercise.name, function=exercise.function, role=tr(plug.role, lang),
+            steps=opts.steps, model_dir=model_dir))
     with plugged(plug.registry, wrapped, plug.reference if plug.own_name else None) as name:
         kind, values = stage_settings(plug, name, model_dir, out / "yours", opts)
-        yours = run_stage(kind, values, "yours")
-    say(f"[exercise] the same run with lmpo's {plug.reference}")
+        yours = run_stage(kind, values, msg("train.yours", lang))
+    say(msg("train.reference", lang, reference=plug.reference))
     kind, values = stage_settings(plug, plug.reference, model_dir, out / "lmpo", opts)
     reference = run_stage(kind, values, f"lmpo {plug.reference}")
     return [yours, reference]
 
 
-def figures_table(runs: list[RunFigures]) -> str:
-    width = max(len("run"), *(len(r.label) for r in runs))
-    lines = [f"{'run':<{width}} {'held-out accuracy':>20} {'time (s)':>9}  run directory"]
+def figures_table(runs: list[RunFigures], lang: str = "en") -> str:
+    say = lambda key: msg(key, lang)  # noqa: E731
+    width = max(text_width(say("table.run")), *(text_width(r.label) for r in runs))
+    lines = [f"{ljust(say('table.run'), width)} {rjust(say('table.accuracy'), 20)} {rjust(say('table.time'), 9)}  "
+             f"{say('table.dir')}"]
     for r in runs:
         change = f"{100 * r.before:.1f}% → {100 * r.after:.1f}%"
-        lines.append(f"{r.label:<{width}} {change:>20} {r.seconds:>9.1f}  {r.run_dir}")
+        lines.append(f"{ljust(r.label, width)} {change:>20} {r.seconds:>9.1f}  {r.run_dir}")
     return "\n".join(lines)
 
 
-def verdict(yours: RunFigures, reference: RunFigures) -> str:
+def verdict(yours: RunFigures, reference: RunFigures, lang: str = "en") -> str:
     """A plain reading of the two runs (accuracies are deterministic for a seed)."""
     gain, ref_gain = yours.after - yours.before, reference.after - reference.before
     if abs(yours.after - reference.after) < 1e-9:
-        return "yours trains exactly like lmpo's here (same held-out accuracy)."
+        return msg("verdict.same", lang)
+    points = {"gain": f"{100 * gain:+.1f}", "ref_gain": f"{100 * ref_gain:+.1f}"}
     if gain <= 0 < ref_gain:
-        return (f"yours does not learn: {100 * gain:+.1f} points, where lmpo's gains {100 * ref_gain:+.1f}. "
-                f"Run `lmpo exercise check` on your file.")
-    return (f"yours: {100 * gain:+.1f} points, lmpo's: {100 * ref_gain:+.1f} points "
-            f"({'close' if abs(gain - ref_gain) <= 0.05 else 'different'}; a correct function gives the same run, "
-            f"up to floating-point rounding).")
+        return msg("verdict.no_learning", lang, **points)
+    closeness = msg("verdict.close" if abs(gain - ref_gain) <= 0.05 else "verdict.different", lang)
+    return msg("verdict.compare", lang, closeness=closeness, **points)
