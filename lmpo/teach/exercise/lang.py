@@ -158,7 +158,7 @@ MESSAGES: dict[str, dict[str, str]] = {
                               "{steps} 步可能还太少，差异尚未显现）"),
     "train.start": both("[exercise] {name}: your {function} as {role}; {steps} steps from the SFT checkpoint "
                         "{model_dir}",
-                        "[exercise] {name}：把你的 {function} 用作{role}；从 SFT 检查点 {model_dir} 出发训练 "
+                        "[exercise] {name}：把你的 {function} 用作 {role}；从 SFT 检查点 {model_dir} 出发训练 "
                         "{steps} 步"),
     "train.reference": both("[exercise] the same run with lmpo's {reference}",
                             "[exercise] 用 lmpo 的 {reference} 跑同样的训练"),
