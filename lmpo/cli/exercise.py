@@ -58,7 +58,8 @@ def add_parser(sub) -> None:
     a.add_argument("--seed", type=int, default=0, help="seed of the runs and of the SFT checkpoint (default 0)")
     a.add_argument("--out", default=None, metavar="DIR", help="run directory (default runs/exercise/NAME)")
     a.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    a.add_argument("--eval-problems", type=int, default=500, help="held-out problems evaluated (default 500)")
+    a.add_argument("--eval_problems", "--eval-problems", type=int, default=500,
+                   help="held-out problems evaluated (default 500)")
     a.add_argument("--lang", default=None, choices=["en", "zh"], help=LANG_HELP)
     a.set_defaults(func=cmd_train)
 

@@ -188,3 +188,10 @@ def test_ppo_wrapper_gives_the_registry_convention():
     assert loss.shape == (1, 2) and indicators["clipped"].tolist() == [[0.0, 0.0]]
     _, ind = wrap_policy_loss(fn)(torch.tensor([[1.0, 0.0]]), torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2))
     assert ind["clipped"].tolist() == [[1.0, 0.0]]  # ratio e > 1.2 with A > 0: the clipped term wins
+
+
+def test_train_takes_eval_problems_with_an_underscore_as_every_other_flag_and_the_old_hyphen():
+    from lmpo.cli.main import make_parser
+    for flag in ("--eval_problems", "--eval-problems"):
+        args = make_parser().parse_args(["exercise", "train", "f.py", flag, "7"])
+        assert args.eval_problems == 7
