@@ -150,7 +150,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
             batch = make_batch(scored, cfg, tokenizer.pad_token_id)
             mismatch: dict[str, float] = {}
             with run.autocast():
-                old_log_probs_and_values(batch, reference, critic, policy, cfg)  # π_old is the sampler's own
+                old_log_probs_and_values(batch, reference, critic, policy, cfg, policy_logprobs=not external)
                 if external:  # π_old from the trainer's forward; the sampler's gap by truncated importance weights
                     trainer_lp = recompute_logprobs(run.plain(policy), batch.prompt_ids.to(run.device),
                                                     batch.prompt_mask.to(run.device),
@@ -283,20 +283,32 @@ def make_critic(cfg: RLConfig, policy, tokenizer):
 
 
 @torch.no_grad()
-def old_log_probs_and_values(batch: Batch, reference, critic, policy, cfg: RLConfig) -> None:
-    """The log-probs phase: reference log-probs (β > 0) and the rollout's values V_old (critic).
-    Computed on the models' device; the batch stays on the CPU until the update."""
+def old_log_probs_and_values(batch: Batch, reference, critic, policy, cfg: RLConfig,
+                             policy_logprobs: bool = True) -> None:
+    """The log-probs phase: reference log-probs (β > 0), the rollout's values V_old (critic) and,
+    for a KL reward penalty, the policy's own log-probs from the same kind of forward as the
+    reference's (`policy_logprobs` False: the caller recomputes them anyway). Computed on the
+    models' device; the batch stays on the CPU until the update."""
     on_device = batch.to(next(policy.parameters()).device)
     inputs = (on_device.prompt_ids, on_device.prompt_mask, on_device.completion_ids)
+    head = isinstance(critic, ValueHead)
+    own = policy_logprobs and reference is not None and cfg.kl_placement == "reward"
+    # packed when it pays; padded when the policy's log-probs come with the value head's hidden
+    # states (always padded), so that both sides of the penalty are the same computation
+    lengths = on_device.real_completion_lengths() if cfg.mask_observations and not (own and head) else None
     if reference is not None:
-        lengths = on_device.real_completion_lengths() if cfg.mask_observations else None  # packed when it pays
         batch.ref_logprobs = completion_outputs(reference, *inputs, cfg.temperature, lengths=lengths,
                                                 chunk_tokens=cfg.logprob_chunk_tokens).logprobs.float().cpu()
-    if isinstance(critic, ValueHead):
-        hidden = completion_outputs(policy, *inputs, cfg.temperature, hidden=True,
-                                    chunk_tokens=cfg.logprob_chunk_tokens).hidden
-        batch.old_values = critic(hidden).float().cpu()
-    elif isinstance(critic, ValueModel):
+    if head:
+        outputs = completion_outputs(policy, *inputs, cfg.temperature, hidden=True,
+                                     chunk_tokens=cfg.logprob_chunk_tokens)
+        batch.old_values = critic(outputs.hidden).float().cpu()
+        if own:
+            batch.policy_logprobs = outputs.logprobs.float().cpu()
+    elif own:
+        batch.policy_logprobs = completion_outputs(policy, *inputs, cfg.temperature, lengths=lengths,
+                                                   chunk_tokens=cfg.logprob_chunk_tokens).logprobs.float().cpu()
+    if isinstance(critic, ValueModel):
         batch.old_values = critic(*inputs).float().cpu()
 
 

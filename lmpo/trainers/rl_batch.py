@@ -69,6 +69,11 @@ class Batch:
     returns: torch.Tensor | None = None
     turn_rewards: torch.Tensor | None = None
     """The environment's per-turn rewards on the last model token of each turn [B, T] (token estimators)."""
+    policy_logprobs: torch.Tensor | None = None
+    """The trainer's own log-probs of the sampled tokens before the update, from the same forward as
+    the reference's, for the KL reward penalty [B, T]; None: `old_logprobs` serve (they are the
+    trainer's already when another engine sampled). The sampler's own differ from the trainer's by
+    float error (much more in bf16), which the penalty would otherwise take for KL."""
     tis_weights: torch.Tensor | None = None
     """Truncated importance weights min(π_trainer / π_sampler, C) per token, when another engine sampled [B, T]."""
     on_policy: bool = False
@@ -231,8 +236,9 @@ def _merge(parts: list[Scored]) -> Scored:
 def compute_advantages(batch: Batch, scored: Scored, cfg: RLConfig, beta: float) -> dict[str, float]:
     """Fill `batch.advantages` (and `returns` for token estimators); return figures to log.
 
-    With the KL as a reward penalty, each token's reward carries −β·k1 (π_old vs π_ref); a
-    per-sequence estimator receives the sequence's sum of it.
+    With the KL as a reward penalty, each token's reward carries −β·k1 (π_old vs π_ref, both from
+    the trainer's forward: exactly 0 while the policy is the reference); a per-sequence estimator
+    receives the sequence's sum of it.
 
     An unscorable completion is left out of its group's baseline and gets advantage 0 (per
     sequence estimators); token estimators drop it from the loss mask, since its returns are
@@ -243,7 +249,8 @@ def compute_advantages(batch: Batch, scored: Scored, cfg: RLConfig, beta: float)
     mask = batch.loss_mask
     kl_penalty = None
     if cfg.kl_placement == "reward" and batch.ref_logprobs is not None:
-        kl_penalty = (batch.old_logprobs - batch.ref_logprobs) * mask  # k1 on the sampled tokens
+        own = batch.policy_logprobs if batch.policy_logprobs is not None else batch.old_logprobs
+        kl_penalty = (own - batch.ref_logprobs) * mask  # k1 on the sampled tokens
     rewards = scored.rewards
     if cfg.advantage in ADVANTAGES:
         if kl_penalty is not None:
