@@ -3,8 +3,10 @@ model directory or hub id through the ordinary `from_pretrained` path."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -151,10 +153,15 @@ def _jinja_literal(value) -> str:
     return json.dumps(value)  # a number or a string: JSON's escapes are Jinja's too
 
 
+_DROPOUT_RATE = re.compile(r"(dropout|pdrop|layerdrop)$")
+
+
 def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
-    """Set every dropout probability in `model` to 0: `nn.Dropout` modules and the float
-    attention-dropout rates attention modules keep (`attention_dropout`). The config is left as
-    it was, so a saved model keeps its own settings.
+    """Set every dropout probability in `model` to 0: `nn.Dropout` modules and the float rates
+    modules keep for functional dropout (`attention_dropout`, `dropout`, Bloom's and Falcon's
+    `hidden_dropout`, any `*_dropout` or `*_pdrop`) or to skip whole layers (OPT's `layerdrop`).
+    Falcon reads its rates from the config at every forward, so the config's rates are set to 0
+    too; `save_model` writes the original ones, so a saved model keeps its own settings.
 
     Why: sampling and reference log-probs run in eval mode, the policy's loss forward in train
     mode; with dropout on, the first step would already see a non-zero KL, a first DPO loss other
@@ -162,10 +169,30 @@ def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
-        for name in ("attention_dropout", "dropout"):
-            if isinstance(getattr(module, name, None), float):
+        for name, value in vars(module).items():
+            if isinstance(value, float) and _DROPOUT_RATE.search(name):
                 setattr(module, name, 0.0)
+    config = getattr(model, "config", None)
+    if config is not None:
+        rates = {name: value for name, value in vars(config).items()
+                 if isinstance(value, float) and value and _DROPOUT_RATE.search(name)}
+        for name in rates:
+            setattr(config, name, 0.0)
+        model._lmpo_config_dropout = {**getattr(model, "_lmpo_config_dropout", {}), **rates}
     return model
+
+
+@contextlib.contextmanager
+def original_dropout(model: torch.nn.Module):
+    """While saving: the config holds the dropout rates it was loaded with (see `disable_dropout`)."""
+    config, rates = getattr(model, "config", None), getattr(model, "_lmpo_config_dropout", {})
+    for name, value in rates.items():
+        setattr(config, name, value)
+    try:
+        yield
+    finally:
+        for name in rates:
+            setattr(config, name, 0.0)
 
 
 def load_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int = 0,
@@ -327,11 +354,12 @@ def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_d
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        if is_peft_model(model):
-            save_lora(model, tokenizer, out)
-        else:
-            model.save_pretrained(out, safe_serialization=True)
-            tokenizer.save_pretrained(out)
+        with original_dropout(model.get_base_model() if is_peft_model(model) else model):
+            if is_peft_model(model):
+                save_lora(model, tokenizer, out)
+            else:
+                model.save_pretrained(out, safe_serialization=True)
+                tokenizer.save_pretrained(out)
     except Exception as err:  # safetensors reports a full disk as its own error type, not OSError
         if isinstance(err, OSError) or not any(s in str(err) for s in ("No space left", "os error 28")):
             raise
