@@ -61,10 +61,24 @@ def test_preference_options_reach_the_loss():
     ({"whiten_advantages": True, "whiten_over": "sequences", "advantage": "reinforce_pp"},
      "whiten_over=sequences needs a per-sequence advantage"),
     ({"advantage_eps": -1.0}, "advantage_eps=-1.0 and whiten_eps=1e-08 must be >= 0"),
+    # options that did nothing and were accepted in silence
+    ({"scale": "none", "std": "population"}, "std=population: scale=none divides by nothing"),
+    ({"scale": "none", "advantage_eps": 1e-3}, "advantage_eps=0.001: scale=none divides by nothing"),
+    ({"beta": 0.05, "kl_placement": "reward"}, "kl_estimator=k3 with kl_placement=reward: the reward penalty is "
+                                               "always k1"),
+    ({"beta": 0.0, "kl_estimator": "k2"}, "kl_estimator=k2 estimates the KL term, but beta=0: there is none"),
 ])
 def test_rl_option_conflicts(settings, match):
     with pytest.raises(ConfigError, match=match):
         RLConfig(**settings).validate()
+
+
+def test_every_preset_passes_and_so_does_a_kl_preset_with_beta_0():
+    from lmpo.trainers.presets import RL_PRESETS
+    for preset in RL_PRESETS.values():
+        RLConfig(**preset.settings).validate()
+        RLConfig(**{**preset.settings, "beta": 0.0}).validate()  # `lmpo train ppo --beta 0`
+    RLConfig(beta=0.05, kl_placement="reward", kl_estimator="k1").validate()
 
 
 def test_rl_options_reach_the_loss_parts():

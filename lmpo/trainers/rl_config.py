@@ -88,7 +88,7 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptF
     beta: float = 0.0
     """KL coefficient toward the reference (0 = no reference model is held)."""
     kl_estimator: str = "k3"
-    """KL estimator added to the loss: k1, k2, k3, or k3_ratio (k3 times the token ratio pi/pi_old, differentiable: TRL's `use_bias_correction_kl`); a reward penalty always uses k1."""
+    """KL estimator added to the loss: k1, k2, k3, or k3_ratio (k3 times the token ratio pi/pi_old, differentiable: TRL's `use_bias_correction_kl`); a reward penalty is always k1, so kl_placement=reward takes only k1."""
     kl_placement: Literal["loss", "reward"] = "loss"
     """Where beta*KL goes: a term of the loss (GRPO) or a per-token reward penalty (PPO-RLHF)."""
     target_kl: float = 0.0

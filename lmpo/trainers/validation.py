@@ -168,6 +168,18 @@ def algorithm_option_problems(cfg, defaults) -> list[str]:
         problems.append(f"ratio_level={cfg.ratio_level!r} must be token or sequence")
     if cfg.advantage_eps < 0 or cfg.whiten_eps < 0:
         problems.append(f"advantage_eps={cfg.advantage_eps} and whiten_eps={cfg.whiten_eps} must be >= 0")
+    if cfg.advantage == "grpo" and cfg.scale == "none":
+        unread = [f"{o}={getattr(cfg, o)}" for o in ("std", "advantage_eps") if getattr(cfg, o) != getattr(defaults, o)]
+        if unread:
+            problems.append(f"{', '.join(unread)}: scale=none divides by nothing, so neither std nor "
+                            f"advantage_eps is used (scale=group or batch uses them)")
+    if cfg.kl_placement == "reward" and cfg.kl_estimator != "k1":
+        problems.append(f"kl_estimator={cfg.kl_estimator} with kl_placement=reward: the reward penalty is always "
+                        f"k1 (log π_old − log π_ref per token), so the estimator would change only the logged kl; "
+                        f"pass --kl_estimator k1, or put the KL in the loss (--kl_placement loss)")
+    elif cfg.beta == 0 and cfg.kl_placement == "loss" and cfg.kl_estimator != defaults.kl_estimator:
+        problems.append(f"kl_estimator={cfg.kl_estimator} estimates the KL term, but beta=0: there is none "
+                        f"(set --beta > 0 to add it)")
     if cfg.whiten_advantages and cfg.whiten_over == "sequences":
         from lmpo.algos import ADVANTAGES
 
