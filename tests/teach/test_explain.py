@@ -340,3 +340,11 @@ def test_examples_use_the_presets(pages):
         assert f"clip_eps_high={RL_PRESETS[method].settings['clip_eps_high']!r}" in sources
     assert any(v.name == "kl" for v in pages["grpo", "en"].values())  # beta 0.04, k3 in the loss
     assert not any(v.name == "kl" for v in pages["dapo", "en"].values())  # beta 0
+
+
+@pytest.mark.parametrize("method,shown", [("dpo", "beta=0.1, loss=dpo"), ("ipo", "beta=0.1, loss=ipo"),
+                                          ("simpo", "beta=0.1, gamma=0.5, loss=simpo")])
+def test_a_preference_page_shows_only_the_options_its_loss_reads(method, shown):
+    """ipo's and simpo's pages listed gamma and label_smoothing, which ipo does not read."""
+    page = render_markdown(explain(method, "en"))
+    assert f"**Preset settings**: `{shown}`" in page, [line for line in page.splitlines() if "Preset" in line]

@@ -3,6 +3,8 @@ model and the k1/k2/k3 KL estimators, computed by `lmpo.algos`."""
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from lmpo.algos import KL_ESTIMATORS, PREFERENCE_LOSSES, bradley_terry_loss, token_logprobs
@@ -26,7 +28,8 @@ REWARD_FORMULAS = {
 
 
 def preference(method: str, lang: str) -> Explanation:
-    s = {**preference_settings(), "loss": method}
+    reads = inspect.signature(PREFERENCE_LOSSES.get(method)).parameters  # only the options this loss takes
+    s = {**{k: v for k, v in preference_settings().items() if k in reads}, "loss": method}
     page = Page(method, lang)
     chosen = x.tensor(x.CHOSEN_LOGPS).requires_grad_(True)
     rejected = x.tensor(x.REJECTED_LOGPS).requires_grad_(True)
@@ -42,7 +45,7 @@ def preference(method: str, lang: str) -> Explanation:
                   page.value("rejected_lengths", "|y_l|", lengths["rejected_lengths"], given=True, per="pair")]
     page.step(f"pairs.{method}", "(x, y_w, y_l)", given)
     fn = PREFERENCE_LOSSES.get(method)
-    options = {"beta": s["beta"], **({"gamma": s["gamma"]} if method == "simpo" else {})}
+    options = {k: s[k] for k in ("beta", "gamma") if k in s}
     loss, figures = fn(chosen, rejected, ref_chosen, ref_rejected, **lengths, **options)
     source = f"PREFERENCE_LOSSES.get({method!r})({', '.join(f'{k}={v!r}' for k, v in options.items())})"
     page.step(f"implicit_rewards.{method}", REWARD_FORMULAS[method], [
