@@ -91,7 +91,13 @@ def run_episodes(engine: Engine, make_env: EnvFactory, problems: Sequence[Proble
     live = []
     for ep in episodes:
         cap, reason = ep.turn_cap()
-        live.append(ep) if cap > 0 else ep.end(reason)
+        if cap > 0:
+            live.append(ep)
+        elif reason == CONTEXT_OVERFLOW:  # nothing can be sampled at all: said, and a run of only these stops
+            ep.end(reason, error=f"the prompt alone takes {ep.traj.prompt_length} tokens, and the model's context "
+                                 f"is {limits.max_context}")
+        else:
+            ep.end(reason)
     for turn in range(limits.max_turns):
         if not live:
             break
@@ -100,18 +106,17 @@ def run_episodes(engine: Engine, make_env: EnvFactory, problems: Sequence[Proble
                                   max_new_tokens=[c for c, _ in caps])
         still = []
         for ep, sample, (cap, cap_reason) in zip(live, samples, caps):
-            if _take_turn(ep, sample, cap_reason, eos_ids, tokenizer):
-                if turn + 1 == limits.max_turns:
-                    ep.end(MAX_TURNS)
-                    continue
+            if _take_turn(ep, sample, cap_reason, eos_ids, tokenizer, last=turn + 1 == limits.max_turns):
                 cap, reason = ep.turn_cap()
                 still.append(ep) if cap > 0 else ep.end(reason)
         live = still
     return [ep.traj for ep in episodes]
 
 
-def _take_turn(ep: _Episode, sample, cap_reason: str, eos_ids: set[int], tokenizer) -> bool:
-    """Append the model's turn, let the environment answer; True when the episode goes on."""
+def _take_turn(ep: _Episode, sample, cap_reason: str, eos_ids: set[int], tokenizer, last: bool = False) -> bool:
+    """Append the model's turn, let the environment answer; True when the episode goes on. On the
+    `last` turn the environment still carries the turn out (a write it makes counts), but its
+    answer is not appended: no turn would read it."""
     traj = ep.traj
     start = len(traj.token_ids)
     traj.token_ids += sample.token_ids
@@ -150,6 +155,9 @@ def _take_turn(ep: _Episode, sample, cap_reason: str, eos_ids: set[int], tokeniz
         return False
     if traj.parse_errors >= ep.limits.max_parse_errors:
         ep.end(PARSE_ERROR_LIMIT)
+        return False
+    if last:
+        ep.end(MAX_TURNS)
         return False
     ep.held_text += tokenizer.decode(ep.pending_ids, skip_special_tokens=False)
     return _append_observation(ep, step)

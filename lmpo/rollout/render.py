@@ -73,6 +73,31 @@ class ChatRenderer:
                                 "it is not prefix-preserving")
         suffix = text[len(held_text):]
         encoded = self.tokenizer(suffix, add_special_tokens=False, return_offsets_mapping=True)
+        spans = self._content_spans(held_text, messages, new, suffix)
+        sources = [ENV if any(a < end and b > start for a, b in spans) else TEMPLATE
+                   for start, end in encoded["offset_mapping"]]
+        return encoded["input_ids"], sources, suffix
+
+    def _content_spans(self, held_text: str, messages: list[dict], new: list[dict], suffix: str) -> list[tuple]:
+        """Where each new message's content lies in `suffix`. Found by rendering once more with a
+        marker in place of each content: a search for the content itself would also match a role
+        marker (a tool whose output is `user` or `tool_response`). A template that changes the
+        content as it renders it (trims it, say) falls back to that search."""
+        marks = [f"\ue000{k}\ue001" for k in range(len(new))]
+        marked = self.render([*messages, *({**m, "content": mark} for m, mark in zip(new, marks))], True)
+        spans, shift, found = [], 0, marked.startswith(held_text)
+        for message, mark in zip(new, marks):
+            content = message.get("content") or ""
+            at = marked.find(mark, len(held_text)) if found else -1
+            start = at - len(held_text) + shift
+            if at < 0 or suffix[start:start + len(content)] != content:
+                found = False
+                break
+            if content:
+                spans.append((start, start + len(content)))
+            shift += len(content) - len(mark)
+        if found:
+            return spans
         spans, cursor = [], 0
         for message in new:
             content = message.get("content") or ""
@@ -80,9 +105,7 @@ class ChatRenderer:
             if at >= 0:
                 spans.append((at, at + len(content)))
                 cursor = at + len(content)
-        sources = [ENV if any(a < end and b > start for a, b in spans) else TEMPLATE
-                   for start, end in encoded["offset_mapping"]]
-        return encoded["input_ids"], sources, suffix
+        return spans
 
 
 def _first_difference(a: str, b: str) -> int:
@@ -125,6 +148,12 @@ def check_prefix_preserving(renderer: ChatRenderer, eos_text: str) -> None:
                     f"{_first_difference(held, text)}), so multi-turn rollouts cannot append the model's own "
                     "tokens. Templates that drop or rewrite earlier turns (e.g. removing reasoning blocks) cause "
                     "this; use a template that renders earlier turns unchanged")
+        following = CANNED[i + 1] if i + 1 < len(CANNED) else None
+        if following is not None and following["content"] not in nxt[len(held):]:
+            raise TemplateError(f"the chat template drops {following['role']} messages: rendered after an assistant "
+                                f"turn, a {following['role']} message's text ({following['content']!r}) does not "
+                                "appear, so a tool's output would never reach the model; use a template that "
+                                f"renders the {following['role']} role")
 
 
 def renderer_for(task, tokenizer) -> TextRenderer | ChatRenderer:

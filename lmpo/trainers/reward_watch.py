@@ -11,7 +11,8 @@
   to `RUN_DIR/reward_workers.log` instead of the trainer's stdout.
 - Episodes an environment broke (it raised, returned something that is not a well-formed `Step`
   or a non-finite reward: `env_error`; a tool overran: `tool_timeout`) are said the same way
-  (`note_episodes`), and a run whose every episode broke for `max_unscorable_steps` rounds stops:
+  (`note_episodes`), as are episodes whose prompt alone fills the model's context, and a run whose
+  every episode broke for `max_unscorable_steps` rounds stops:
   they are excluded from training, so such a run would otherwise train on nothing and exit 0.
 - A tool that raised something other than ToolError (the model saw the error; it may be the
   tool's bug) is said on the terminal for the first rounds it happens in, naming file and line.
@@ -23,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-from lmpo.envs.env import INFRASTRUCTURE_ENDINGS
+from lmpo.envs.env import CONTEXT_OVERFLOW, INFRASTRUCTURE_ENDINGS
 from lmpo.rollout.reward_runner import RewardFailure, RewardRunner, RewardScores
 
 FAILURES_FILE = "reward_failures.jsonl"
@@ -90,15 +91,15 @@ class WatchedRewards:
 
     def note_episodes(self, trajectories) -> None:
         """A round's episodes: those its environment broke said (the first rounds), and the stop."""
-        broken = [t for t in trajectories if t.termination in INFRASTRUCTURE_ENDINGS]
+        broken = [t for t in trajectories if t.termination in INFRASTRUCTURE_ENDINGS or _no_room(t)]
         self.env_rounds += 1
         if broken:
             first = broken[0]
             self.env_reason = f"{first.termination}: {_first_line(str(first.info.get('error', '')))}"
             if self.env_said < FIRST_FAILURES:
                 self.env_said += 1
-                print(f"[env] {len(broken)} of {len(trajectories)} episodes ended in {self.env_reason} (excluded from "
-                      f"training; each one's error is in its trajectory)", file=sys.stderr)
+                print(f"[env] {len(broken)} of {len(trajectories)} episodes ended in {self.env_reason} (nothing of "
+                      f"them is trained; each one's error is in its trajectory)", file=sys.stderr)
         crashed = [t for t in trajectories if t.info.get("tool_crashes")]
         if crashed and self.crashes_said < FIRST_FAILURES:
             self.crashes_said += 1
@@ -140,6 +141,11 @@ class WatchedRewards:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _no_room(trajectory) -> bool:
+    """An episode whose prompt alone filled the model's context: nothing could be sampled."""
+    return trajectory.termination == CONTEXT_OVERFLOW and trajectory.num_model_tokens == 0
 
 
 def note_episodes(rewards, trajectories) -> None:

@@ -1,0 +1,101 @@
+"""Chat templates and limits an agent run meets with a user's own model, checked at the token level.
+
+Before:
+- a template that silently drops `tool` messages passed the start-up check, so a tool's output
+  never reached the model and nothing was said;
+- a tool whose output is `user` or `tool_response` had the template's role marker labelled as
+  the observation (`env`) and the observation as template (wrong `obs_token_frac` and colours);
+- on the last allowed turn the tool's answer was still appended (28 tokens no turn reads),
+  and an episode that ran out of budget there was recorded as `token_budget`, not `max_turns`;
+- a prompt longer than the model's context made every episode empty, and the run exited 0."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmpo.envs import Problem
+from lmpo.envs.parsing import CompactFormat
+from lmpo.envs.tool_env import ToolEnv
+from lmpo.envs.tools import tool
+from lmpo.rollout import ENV, EpisodeLimits, SamplingParams, run_episodes
+from lmpo.rollout.render import ChatRenderer, TemplateError, check_prefix_preserving
+from lmpo.trainers.reward_watch import EnvFailure, WatchedRewards
+
+from test_agent_hf import CHATML, bpe_tokenizer  # noqa: F401 (a fixture)
+from test_agent_loop import ScriptedEngine
+
+
+def test_a_template_that_drops_tool_messages_is_refused(bpe_tokenizer):
+    tok = bpe_tokenizer
+    check_prefix_preserving(ChatRenderer(tok), "<|im_end|>")
+    dropping = CHATML.replace("{% if message['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n"
+                              "{{ message['content'] }}\n</tool_response><|im_end|>\n",
+                              "{% if message['role'] == 'tool' %}")
+    assert dropping != CHATML
+    tok.chat_template = dropping
+    try:
+        with pytest.raises(TemplateError, match=r"the chat template drops tool messages: .*\('408'\) does not appear"):
+            check_prefix_preserving(ChatRenderer(tok), "<|im_end|>")
+    finally:
+        tok.chat_template = CHATML
+
+
+@pytest.mark.parametrize("output", ["user", "tool_response", "1776"])
+def test_an_observation_is_labelled_where_the_template_puts_it(bpe_tokenizer, output):
+    tok = bpe_tokenizer
+    renderer = ChatRenderer(tok)
+    messages = [{"role": "user", "content": "who am I?"}]
+    _, held = renderer.prompt(messages)
+    messages.append({"role": "assistant", "content": "lookup(a)"})
+    ids, sources, text = renderer.suffix(held + "lookup(a)<|im_end|>", messages, [{"role": "tool", "content": output}])
+    env_text = "".join(tok.decode([i]) for i, s in zip(ids, sources) if s == ENV)
+    assert env_text == output
+    first = sources.index(ENV)
+    assert tok.decode(ids[:first]).endswith("<tool_response>\n")  # the content, not the marker, is the env's
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up.
+
+    Args:
+        key: the key.
+    """
+    return "31415" * 3
+
+
+def _run(tok, scripts, limits):
+    env = lambda: ToolEnv(lambda p: [{"role": "user", "content": p.prompt}], lambda p: [lookup], CompactFormat())
+    return run_episodes(ScriptedEngine(tok, scripts), env, [Problem(prompt=k, answer="1") for k in scripts],
+                        SamplingParams(max_new_tokens=64), limits, ChatRenderer(tok), tok)
+
+
+def test_the_last_allowed_turn_gets_no_observation_and_ends_as_max_turns(bpe_tokenizer):
+    tok = bpe_tokenizer
+    (traj,) = _run(tok, {"key a": ["lookup(a)", "lookup(a)"]}, EpisodeLimits(max_turns=2, max_tokens=400))
+    assert traj.termination == "max_turns" and traj.tool_calls == 2
+    assert traj.sources[-1] == 1  # the episode ends on the model's own last token (its EOS), not an observation
+    assert sum(s == ENV for s in traj.sources) == len(tok("31415" * 3, add_special_tokens=False).input_ids)
+    # a budget that holds both turns but not the second observation: still max_turns
+    used = len(traj.token_ids) - traj.prompt_length
+    (tight,) = _run(tok, {"key a": ["lookup(a)", "lookup(a)"]}, EpisodeLimits(max_turns=2, max_tokens=used + 1))
+    assert tight.termination == "max_turns"
+
+
+def test_a_prompt_that_fills_the_context_is_said_and_a_run_of_only_such_stops(bpe_tokenizer, tmp_path, capsys):
+    tok = bpe_tokenizer
+    trajectories = _run(tok, {"key a": ["x"], "key b": ["x"]}, EpisodeLimits(max_turns=2, max_tokens=99, max_context=5))
+    assert [t.termination for t in trajectories] == ["context_overflow"] * 2
+    assert trajectories[0].num_model_tokens == 0
+    assert trajectories[0].info["error"].startswith("the prompt alone takes ")
+    assert trajectories[0].info["error"].endswith("tokens, and the model's context is 5")
+
+    class Runner:
+        def close(self):
+            pass
+
+    watched = WatchedRewards(Runner(), tmp_path, max_unscorable_steps=2, memory_mb=0)
+    watched.note_episodes(trajectories)
+    assert "[env] 2 of 2 episodes ended in context_overflow: the prompt alone takes" in capsys.readouterr().err
+    with pytest.raises(EnvFailure, match="the model's context is 5"):
+        watched.note_episodes(trajectories)
