@@ -18,6 +18,12 @@ from lmpo.cli.main import main
 from hardening_common import RL_RUN, SFT_RUN, error_line as _error
 
 
+def _as_interrupted(run) -> None:
+    """A finished run is not resumed ("nothing to resume"): its result.json removed, it reads as
+    killed after its last checkpoint, which is what these tests resume."""
+    (run / "result.json").unlink(missing_ok=True)
+
+
 
 @pytest.fixture(scope="module")
 def rl_run(start_model, tmp_path_factory) -> Path:
@@ -51,8 +57,16 @@ def test_rl_resume_refuses_another_preset_or_a_config_for_another_method(rl_run,
     assert "it is a rl run; resume it with `lmpo train grpo --resume" in _error(capsys)
 
 
-def test_rl_resume_with_the_same_options_continues(rl_run, capsys):
-    assert main(["train", "grpo", "--resume", str(rl_run), "--threads", "2"]) == 0  # threads may change
+def test_resuming_a_finished_run_is_refused_and_writes_nothing(rl_run, capsys):
+    """Before, it redid the last steps from the kept checkpoint and rewrote model/, so a run started
+    from that model could no longer be resumed ("--model ... changed since the run started")."""
+    model = rl_run / "model" / "model.safetensors"
+    before = (model.read_bytes(), model.stat().st_mtime_ns)
+    assert main(["train", "grpo", "--resume", str(rl_run), "--threads", "2"]) == 2  # threads may change; still done
+    assert _error(capsys) == (f"lmpo: error: --resume {rl_run}: that run finished (result.json), so there is "
+                              f"nothing to resume; its model is {rl_run / 'model'}: to train it further, start a new "
+                              f"run from it (--model {rl_run / 'model'})")
+    assert (model.read_bytes(), model.stat().st_mtime_ns) == before
 
 
 def _hold_in_child(run: Path) -> int:
@@ -224,8 +238,10 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_with_its_own_options(s
     flags = ["--model", start_model, *SFT_RUN[:-2], "--save_every", "0", "--threads", "1"]
     assert main(["train", "sft", "--out", str(run), *flags]) == 0
     assert saved_config(run)["demonstrations"] == 8 and (run / RUN_RECORD).is_file()
+    _as_interrupted(run)
     assert main(["train", "sft", "--resume", str(run), "--demonstrations", "9"]) == 2
     assert "demonstrations=9 (was 8)" in _error(capsys)
+    _as_interrupted(run)
     assert main(["train", "sft", "--resume", str(run)]) == 0  # no checkpoint: starts over with the run's options
     assert "no complete checkpoint" in capsys.readouterr().out
 
@@ -270,6 +286,7 @@ def test_a_fresh_start_over_an_interrupted_run_is_refused_unless_overwrite(start
     assert "replacing the interrupted run there (its 2 checkpoint(s) and its files deleted" in capsys.readouterr().out
     assert _checkpoints(run) == ["step_000001"]  # the new run's own: 2 steps, a checkpoint after step 1
     assert json.loads((run / "checkpoints/step_000001/state.json").read_text())["config"]["lr"] == 0.001
+    _as_interrupted(run)
     assert main(["train", "grpo", "--resume", str(run)]) == 0  # its options, `overwrite` not among them
 
 
@@ -283,6 +300,7 @@ def test_a_fresh_start_over_a_finished_run_leaves_no_checkpoint_of_it_to_resume(
     assert main(["train", "grpo", "--out", str(run), *flags, "--steps", "1", "--lr", "0.001"]) == 0
     assert "replacing the finished run there" in capsys.readouterr().out
     assert _checkpoints(run) == [] and (run / "result.json").is_file()
+    _as_interrupted(run)
     assert main(["train", "grpo", "--resume", str(run), *flags, "--steps", "1", "--lr", "0.001"]) == 0
     assert "no complete checkpoint" in capsys.readouterr().out  # not the earlier run's step 2
 

@@ -69,6 +69,10 @@ def rl_run(start_model, tmp_path_factory) -> Path:
 
 
 def test_out_that_names_another_directory_than_resume_is_refused(rl_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(rl_run, run)
+    (run / "result.json").unlink()  # as if killed after its last checkpoint (a finished run is not resumed)
+    rl_run = run
     other = tmp_path / "other"
     assert main(["train", "grpo", "--resume", str(rl_run), "--out", str(other)]) == 2
     assert error_line(capsys) == (f"lmpo: error: --resume {rl_run} continues the run in that directory, and --out "
@@ -77,6 +81,7 @@ def test_out_that_names_another_directory_than_resume_is_refused(rl_run, tmp_pat
     assert main(["train", "grpo", "--resume", str(rl_run), "--out", str(rl_run)]) == 0  # the same one: as --resume alone
     moved = tmp_path / "moved"  # its saved options name where it was: --resume alone still continues it
     shutil.copytree(rl_run, moved)
+    (moved / "result.json").unlink()
     assert main(["train", "grpo", "--resume", str(moved)]) == 0
 
 

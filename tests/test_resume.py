@@ -328,6 +328,7 @@ def test_resume_alone_reuses_the_interrupted_runs_options(tmp_path, start_model)
                  "--batch_size", "8", "--epochs", "2", "--save_every", "2", "--eval_problems", "0",
                  "--threads", "1"]) == 0
     first = load_file(run / "model" / "model.safetensors")
+    (run / "result.json").unlink()  # as if killed after its last checkpoint (a finished run is not resumed)
     assert main(["train", "sft", "--resume", str(run)]) == 0  # from step 4 of 6, same options
     second = load_file(run / "model" / "model.safetensors")
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)

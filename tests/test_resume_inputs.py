@@ -19,6 +19,12 @@ from lmpo.cli.main import main
 from hardening_common import RL_RUN, SFT_RUN, error_line as _error
 
 
+def _as_interrupted(run) -> None:
+    """A finished run is not resumed ("nothing to resume"): its result.json removed, it reads as
+    killed after its last checkpoint, which is what these tests resume."""
+    (run / "result.json").unlink(missing_ok=True)
+
+
 def test_resume_refuses_a_data_file_changed_since_the_run_started(start_model, tmp_path, capsys):
     """The checkpoint keeps its place in the data as a position in the file's rows: resumed over
     an edited file it would train on other examples, silently. The file's size and SHA-256 are
@@ -33,12 +39,14 @@ def test_resume_refuses_a_data_file_changed_since_the_run_started(start_model, t
              "--eval_problems", "0", "--threads", "1"]
     assert main(["train", "sft", "--out", str(run), *flags]) == 0
     data.write_text(original.replace('"5"', '"6"'))  # one answer edited: same size, other bytes
+    _as_interrupted(run)
     assert main(["train", "sft", "--resume", str(run), *flags]) == 2
     line = _error(capsys)
     assert f"--resume {run}: the run's data changed since it started (--data {data}: 436 bytes, sha256 " in line
     assert line.endswith(f"Restore the data, or start afresh on it with `--out {run} --overwrite true` instead of "
                          "--resume")
     data.write_text(original)
+    _as_interrupted(run)
     assert main(["train", "sft", "--resume", str(run), *flags]) == 0
     check_same_inputs(None, {"data": {"path": "x", "bytes": 1, "sha256": "0"}}, run)  # checkpoints of older lmpo
 
@@ -111,6 +119,7 @@ def test_resume_refuses_a_model_rewritten_since_the_run_started(start_model, tmp
     assert main(["train", "sft", "--out", str(run), *flags]) == 0
     stamp = weights.stat().st_mtime_ns
     os.utime(weights, ns=(stamp + 10**9, stamp + 10**9))  # as a copy without its times, or a new save
+    _as_interrupted(run)
     assert main(["train", "sft", "--resume", str(run), *flags]) == 2
     line = _error(capsys)
     assert line.startswith(f"lmpo: error: --resume {run}: --model {model} changed since the run started "
@@ -120,8 +129,10 @@ def test_resume_refuses_a_model_rewritten_since_the_run_started(start_model, tmp
                            "touch -d @")
     subprocess.run(["touch", *shlex.split(line.split("give them their times back: touch ")[1])], check=True)
     assert weights.stat().st_mtime_ns == stamp
+    _as_interrupted(run)
     assert main(["train", "sft", "--resume", str(run), *flags]) == 0
     (model / "config.json").write_text((model / "config.json").read_text() + "\n")
+    _as_interrupted(run)
     assert main(["train", "sft", "--resume", str(run), *flags]) == 2
     assert "(config.json has " in _error(capsys)
 
@@ -141,6 +152,7 @@ def test_resume_refuses_a_changed_base_under_an_adapter_given_as_the_model(start
     flags = ["--model", str(adapter), *SFT_RUN]
     assert main(["train", "sft", "--out", str(run), *flags]) == 0
     (base / "config.json").write_text((base / "config.json").read_text() + "\n")
+    _as_interrupted(run)
     assert main(["train", "sft", "--resume", str(run), *flags]) == 2
     assert _error(capsys).startswith(f"lmpo: error: --resume {run}: the base model {base} of the adapter given as "
                                      f"--model changed since the run started (config.json has ")
@@ -161,5 +173,6 @@ def test_resume_refuses_a_chat_template_file_changed_since_the_run_started(start
              "--epochs", "1", "--save_every", "1", "--eval_problems", "0", "--threads", "1"]
     assert main(["train", "sft", "--out", str(run), *flags]) == 0
     template.write_text(template.read_text().replace("<|", "[").replace("|>", "]"))  # other role markers
+    _as_interrupted(run)
     assert main(["train", "sft", "--resume", str(run), *flags]) == 2
     assert f"the run's data changed since it started (--chat_template {template}: " in _error(capsys)

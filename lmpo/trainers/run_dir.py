@@ -322,6 +322,10 @@ def _check_resumed(path: Path, cfg, name: str) -> None:
         except ValueError:
             raise RunDirError(f"--resume {path}: {saved_config_file} is not valid JSON") from None
         compare_options(saved, cfg, path)
+    if (path / "result.json").is_file():  # its kept checkpoints would redo its last steps and rewrite model/
+        raise RunDirError(f"--resume {path}: that run finished (result.json), so there is nothing to resume; its "
+                          f"model is {path / 'model'}: to train it further, start a new run from it "
+                          f"(--model {path / 'model'})")
 
 
 def compare_options(saved: dict, cfg, run_dir: str | Path) -> None:
