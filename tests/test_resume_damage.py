@@ -7,6 +7,7 @@ KL penalty into a reward for leaving the reference, given in scientific notation
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -71,3 +72,22 @@ def test_a_negative_kl_coefficient_is_refused(option, value, tmp_path, capsys):
     assert main(["train", "grpo", "--out", str(tmp_path / "run"), option, value]) == 2
     assert error_line(capsys) == f"lmpo: error: invalid RL config: {option[2:]}=-0.5 must be >= 0"
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("written,world,says", [
+    (2, 1, "was written by 2 processes; resume it with as many (torchrun --nproc_per_node 2), not 1"),
+    (1, 2, "was written by 1 process; resume it with one, not 2"),
+])
+def test_a_checkpoint_resumes_only_with_the_process_count_that_wrote_it(tmp_path, monkeypatch, written, world, says):
+    """Before, one process resumed a 2-process checkpoint in silence: the other rank's random state
+    was dropped, and the run followed neither the 2-process run nor a 1-process one."""
+    import torch
+
+    import lmpo.trainers.checkpoint as checkpoint
+
+    (tmp_path / checkpoint.MARKER).write_text("")
+    state = {"torch": torch.get_rng_state()}
+    torch.save({"ranks": [state] * written} if written > 1 else state, tmp_path / "rng.pt")
+    monkeypatch.setattr(checkpoint, "_world_size", lambda: world)
+    with pytest.raises(ValueError, match=re.escape(says)):
+        checkpoint.load_checkpoint(tmp_path, None, None, None, {})

@@ -127,6 +127,12 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, generators: dict[st
                     extra_modules: dict[str, torch.nn.Module] | None = None, rank: int = 0) -> Resumed:
     if not (path / MARKER).exists():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {MARKER} marker)")
+    rng = _read(path / "rng.pt", _torch_load)
+    written, world = len(rng["ranks"]) if "ranks" in rng else 1, _world_size()
+    if written != world:  # each process's random state is its own: another count would follow neither run
+        raise ValueError(f"checkpoint {path} was written by {written} process{'es' if written > 1 else ''}; resume "
+                         f"it with {'one' if written == 1 else f'as many (torchrun --nproc_per_node {written})'}, "
+                         f"not {world}")
     if (path / SHARDED).is_dir():
         from lmpo.trainers.fsdp import load_sharded
 
@@ -137,13 +143,8 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, generators: dict[st
     for name, module in (extra_modules or {}).items():
         _read(path / f"{name}.safetensors", lambda file: load_model(module, str(file)))
     scheduler.load_state_dict(_read(path / "scheduler.pt", _torch_load))
-    rng = _read(path / "rng.pt", _torch_load)
     if "ranks" in rng:
-        if rank >= len(rng["ranks"]):
-            raise ValueError(f"checkpoint {path} was written by {len(rng['ranks'])} processes; resume it with as many")
         rng = rng["ranks"][rank]
-    elif rank:
-        raise ValueError(f"checkpoint {path} was written by one process; resume it with one")
     torch.set_rng_state(rng["torch"])
     for name, gen in generators.items():
         gen.set_state(rng[f"gen_{name}"])
@@ -151,6 +152,12 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, generators: dict[st
     random.setstate(_tupled(state.pop("python_random")))
     data = _read(path / "data.pt", _torch_load) if (path / "data.pt").exists() else None
     return Resumed(step=state["step"], state=state, data=data)
+
+
+def _world_size() -> int:
+    """Processes in this run: torch.distributed's world when it is set up, else 1."""
+    distributed = torch.distributed
+    return distributed.get_world_size() if distributed.is_available() and distributed.is_initialized() else 1
 
 
 class DamagedCheckpoint(ValueError):
