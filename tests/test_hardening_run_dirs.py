@@ -386,3 +386,23 @@ def test_a_pipeline_over_a_stage_run_or_a_stage_over_a_pipeline_is_refused(start
     assert main(["train", "sft", "--model", start_model, "--out", str(pipe), *SFT_RUN]) == 2
     assert "holds a pipeline, whose stages are in its sub-directories; this sft run there" in _error(capsys)
     assert main(["train", "sft", "--model", start_model, "--out", str(stage), *SFT_RUN]) == 0  # the same kind: replaced
+
+
+def test_what_a_kill_during_the_final_model_write_left_is_tidied(start_model, tmp_path, capsys):
+    """Before, a run killed while writing model/ left `.model-new-PID` (a whole model's size) for
+    good; killed between the two renames of the swap, its only model was `.model-old-PID`."""
+    from lmpo.trainers.run_dir import tidy_interrupted_swaps
+
+    run = tmp_path / "sft"
+    assert main(["train", "sft", "--model", start_model, "--out", str(run), *SFT_RUN]) == 0
+    (run / ".model-new-123").mkdir()
+    (run / ".model-new-123" / "model.safetensors").write_bytes(b"half")
+    (run / ".model-old-456").mkdir()
+    (run / "result.json").unlink()  # as if killed while writing its model
+    assert main(["train", "sft", "--resume", str(run), *SFT_RUN]) == 0
+    assert sorted(p.name for p in run.glob(".model-*")) == []
+    # killed between the renames: model/ is gone and the old one waits aside; it is put back
+    (run / "model").rename(run / ".model-old-789")
+    (run / ".model-new-789").mkdir()
+    tidy_interrupted_swaps(run)
+    assert (run / "model" / "model.safetensors").is_file() and not list(run.glob(".model-*"))
