@@ -406,3 +406,17 @@ def test_what_a_kill_during_the_final_model_write_left_is_tidied(start_model, tm
     (run / ".model-new-789").mkdir()
     tidy_interrupted_swaps(run)
     assert (run / "model" / "model.safetensors").is_file() and not list(run.glob(".model-*"))
+
+
+def test_a_pipeline_its_first_stage_refuses_leaves_no_directory(tmp_path, capsys):
+    """The CPT stage's own check (a corpus too small for one batch) came after the pipeline had
+    created and locked --out: a refused pipeline left `.lock`, `config.json` and `run.json`."""
+    out = tmp_path / "pl"
+    assert main(["pipeline", "--out", str(out), "--cpt.steps", "3", "--cpt.eval_problems", "2",
+                 "--cpt.corpus_documents", "50", "--cpt.heldout_documents", "10", "--threads", "1"]) == 2
+    assert "fewer than one batch of 32" in _error(capsys)
+    assert not out.exists()
+    out.mkdir()  # a directory the user made is theirs: kept
+    assert main(["pipeline", "--out", str(out), "--cpt.steps", "3", "--cpt.eval_problems", "2",
+                 "--cpt.corpus_documents", "50", "--cpt.heldout_documents", "10", "--threads", "1"]) == 2
+    assert out.is_dir()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import json
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -23,7 +24,7 @@ from lmpo.trainers.rft import RFTConfig, train_rft
 from lmpo.trainers.preflight import load_prompt_files
 from lmpo.trainers.rl import heldout_and_selection, train_rl
 from lmpo.trainers.rl_config import RLConfig
-from lmpo.trainers.run_dir import open_run_dir
+from lmpo.trainers.run_dir import RUN_RECORD, open_run_dir
 from lmpo.trainers.stopping import StopRule
 from lmpo.trainers.supervised import (CPTConfig, SFTConfig, heldout_problems, require_task_data, train_cpt,
                                       train_sft)
@@ -137,9 +138,28 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
     if cfg.rl not in LAST_STAGES:
         raise ValueError(f"unknown last stage --rl {cfg.rl!r}; choose one of: {', '.join(LAST_STAGES)}")
     validate_stages(cfg)  # every stage's arithmetic, before anything is written
+    created = not out.exists()
     if main:
         open_run_dir(out, cfg, "pipeline")
         (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    try:
+        return _run_stages(cfg, out, main, after_stage)
+    except BaseException:
+        if main and created:
+            _remove_if_only_records(out)
+        raise
+
+
+def _remove_if_only_records(out: Path) -> None:
+    """A pipeline refused by its first stage's own input checks (a corpus too small for a batch,
+    say) leaves no directory behind, as a refused `lmpo train` does: only when `out` was created
+    by this run and holds nothing but the pipeline's own records."""
+    if {p.name for p in out.iterdir()} <= {".lock", "config.json", RUN_RECORD}:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _run_stages(cfg: PipelineConfig, out: Path, main: bool,
+                after_stage: Callable[[StageResult], None] | None) -> list[StageResult]:
     # the pipeline has no --resume: run again, it trains every stage afresh, over what an
     # interrupted run of it left in the stages' directories
     shared = {"task": cfg.task, "seed": cfg.seed, "threads": cfg.threads, "device": cfg.device,
