@@ -36,3 +36,16 @@ def test_a_second_sigterm_kills_at_once():
             "    time.sleep(30)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == -signal.SIGTERM and done.stdout == "asked once\n", done
+
+
+def test_ctrl_c_while_the_parser_is_built_is_one_line_not_a_traceback(monkeypatch, capsys):
+    """Building the parser imports torch (about 4 s): a Ctrl-C there gave a raw KeyboardInterrupt
+    traceback (in enum.py, dataclasses.py), not `lmpo: interrupted`."""
+    import lmpo.cli.main as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "make_parser", interrupted)
+    assert cli.main(["train", "sft"]) == 130
+    assert capsys.readouterr().err == "lmpo: interrupted\n"

@@ -349,22 +349,23 @@ def _joined_negatives(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = make_parser()
-    args = parser.parse_args(_joined_negatives(sys.argv[1:] if argv is None else list(argv)))
-    flags = {k: v for k, v in vars(args).items() if k not in ("func", "config_cls", "command", "stage", "config", "run_dir")}
-    _quiet_transformers()
-    _plain_lmpo_warnings()
-    try:
+    try:  # Ctrl-C in the first seconds (building the parser imports torch) is said as any other
+        parser = make_parser()
+        args = parser.parse_args(_joined_negatives(sys.argv[1:] if argv is None else list(argv)))
+        flags = {k: v for k, v in vars(args).items()
+                 if k not in ("func", "config_cls", "command", "stage", "config", "run_dir")}
+        _quiet_transformers()
+        _plain_lmpo_warnings()
         return args.func(args, flags)
     except (ConfigError, ValueError, FileNotFoundError, RunDirError) as err:
         print(f"lmpo: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before runtime_errors(), which imports torch: perhaps the import interrupted
+        print("lmpo: interrupted", file=sys.stderr)
+        return 130
     except runtime_errors() as err:  # a fault met while training (a reward that never scores, a full disk)
         print(f"lmpo: error: {one_line(err)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("lmpo: interrupted", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":
