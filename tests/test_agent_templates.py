@@ -99,3 +99,35 @@ def test_a_prompt_that_fills_the_context_is_said_and_a_run_of_only_such_stops(bp
     assert "[env] 2 of 2 episodes ended in context_overflow: the prompt alone takes" in capsys.readouterr().err
     with pytest.raises(EnvFailure, match="the model's context is 5"):
         watched.note_episodes(trajectories)
+
+
+def test_lmpos_tool_tasks_speak_hermes_when_asked_and_say_when_the_template_teaches_it(bpe_tokenizer):
+    """Before, `calculator` and `vault` always read compact calls: a model answering as a Qwen-style
+    template teaches (`<tool_call>{json}</tool_call>`) had its call graded as the final answer, with
+    no tool call, no parse error and nothing said."""
+    from lmpo.envs import make_task
+    from lmpo.envs.parsing import CompactFormat
+    from lmpo.rollout.render import renderer_for
+
+    for spec, tool_name in (("calculator:tool_format=hermes", "calculator"), ("vault:tool_format=hermes", "lookup")):
+        task = make_task(spec)
+        demo = task.sft_demonstrations(1, 0)[0]
+        call = next(m["content"] for m in demo if m["role"] == "assistant")
+        assert call.startswith("<tool_call>") and f'"name": "{tool_name}"' in call
+        env = task.make_env()
+        env.reset(task.train_problems(1, 0)[0])
+        assert env.step(call).info == {"tool_calls": 1, "parse_error": False}
+    assert make_task("calculator").sft_demonstrations(1, 0)[0][1]["content"].startswith("calculator(")
+    turn = CompactFormat().parse('<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}}</tool_call>')
+    assert turn.answer is None and "a <tool_call> block, but this environment reads calls written as" in turn.error
+    tok = bpe_tokenizer
+    tok.chat_template = CHATML + "{# tools go in <tool_call> blocks #}"
+    try:
+        with pytest.warns(UserWarning, match="pass tool_format=hermes"):
+            renderer_for(make_task("calculator"), tok)
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            renderer_for(make_task("calculator:tool_format=hermes"), tok)
+    finally:
+        tok.chat_template = CHATML

@@ -61,6 +61,9 @@ class CompactFormat:
                 return ParsedTurn(error=f"malformed tool call: missing the closing ')' in {clip(stripped, 60)!r}")
             return ParsedTurn(error="malformed tool call: text after the closing ')'; "
                                     "a call must be the whole turn, like name(arguments)")
+        if _OPEN in stripped:  # what a Qwen-style template teaches, taken for an answer it would be graded as one
+            return ParsedTurn(error="a <tool_call> block, but this environment reads calls written as "
+                                    "name(arguments), the whole turn (lmpo's tool tasks take tool_format=hermes)")
         return ParsedTurn(answer=text)
 
     def render_call(self, call: ToolCall) -> str:

@@ -25,7 +25,7 @@ import string
 
 from lmpo.envs.base import Grade, Problem, check_recipe
 from lmpo.envs.env import Env
-from lmpo.envs.parsing import CompactFormat, ToolCall
+from lmpo.envs.parsing import ToolCall, make_format
 from lmpo.envs.tool_env import ToolEnv
 from lmpo.envs.tools import CALCULATOR, Tool, ToolError, calculate, tool
 
@@ -47,12 +47,12 @@ class _ToolTask:
 
     chat = True
     max_turns = 3
-    fmt = CompactFormat()
     kind = ""
 
-    def __init__(self, flaw_rate: float, heldout_share: float):
+    def __init__(self, flaw_rate: float, heldout_share: float, tool_format: str = "compact"):
         check_recipe(flaw_rate, heldout_share)
         self.flaw_rate, self.heldout_share = flaw_rate, heldout_share
+        self.fmt = make_format(tool_format)  # hermes: <tool_call>{json}</tool_call>, what Qwen-style templates teach
         self._heldout_cache: dict[int, list[Problem]] = {}
 
     # -- problems -------------------------------------------------------------------------------
@@ -112,7 +112,12 @@ class _ToolTask:
         return [self._trace(self._sample(rng, False, easy=True), rng, False) for _ in range(n)]
 
     def _call(self, name: str, arguments: str) -> dict:
-        return {"role": "assistant", "content": self.fmt.render_call(ToolCall(name, raw_arguments=arguments))}
+        if self.fmt.name == "compact":
+            call = ToolCall(name, raw_arguments=arguments)
+        else:  # a JSON call names its argument: each of these tools takes one string
+            (tool_,) = [t for t in self.tools_for(self.train_problems(1, 0)[0]) if t.name == name]
+            call = ToolCall(name, arguments={tool_.parameters["required"][0]: arguments})
+        return {"role": "assistant", "content": self.fmt.render_call(call)}
 
 
 class Vault(_ToolTask):
@@ -126,8 +131,8 @@ class Vault(_ToolTask):
     pipeline_settings = {"sft": {"demonstrations": 3000, "epochs": 2}}
 
     def __init__(self, length: int = 5, rows: int = 6, flaw_rate: float = 0.6, skip_rate: float = 0.1,
-                 heldout_share: float = 0.1):
-        super().__init__(flaw_rate, heldout_share)
+                 heldout_share: float = 0.1, tool_format: str = "compact"):
+        super().__init__(flaw_rate, heldout_share, tool_format)
         if length < 2 or rows < 1:
             raise ValueError(f"length must be >= 2 and rows >= 1, got length={length}, rows={rows}")
         if not 0 <= skip_rate <= 1:
@@ -187,8 +192,8 @@ class Calculator(_ToolTask):
     max_tokens = 48
     pipeline_settings = {"sft": {"demonstrations": 3000, "epochs": 2}}  # as vault: SFT teaches the copy
 
-    def __init__(self, flaw_rate: float = 0.6, heldout_share: float = 0.1):
-        super().__init__(flaw_rate, heldout_share)
+    def __init__(self, flaw_rate: float = 0.6, heldout_share: float = 0.1, tool_format: str = "compact"):
+        super().__init__(flaw_rate, heldout_share, tool_format)
         self.name = "calculator"
 
     def _draw(self, rng: random.Random, heldout: bool, easy: bool = False) -> Problem:

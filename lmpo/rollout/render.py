@@ -15,7 +15,7 @@ start-up and refuses templates that are not (e.g. ones that drop earlier reasoni
 from __future__ import annotations
 
 import functools
-
+import warnings
 from typing import Sequence
 
 from lmpo.envs.data.chat import starting
@@ -164,5 +164,12 @@ def renderer_for(task, tokenizer) -> TextRenderer | ChatRenderer:
         return TextRenderer(tokenizer)
     schemas = getattr(task, "tool_schemas", None)
     renderer = ChatRenderer(tokenizer, schemas() if callable(schemas) else None)
+    if renderer.tools and "<tool_call>" in str(tokenizer.chat_template) \
+            and getattr(getattr(task, "fmt", None), "name", None) == "compact":
+        warnings.warn(f"the chat template shows the tools with <tool_call> blocks (hermes), but task "
+                      f"{getattr(task, 'name', '')!r} reads calls written as name(arguments); a model that writes "
+                      f"what the template teaches gets a parse error each time. For lmpo's tool tasks pass "
+                      f"tool_format=hermes (--task {getattr(task, 'name', 'calculator')}:tool_format=hermes)",
+                      stacklevel=2)
     check_prefix_preserving(renderer, tokenizer.decode([tokenizer.eos_token_id], skip_special_tokens=False))
     return renderer
