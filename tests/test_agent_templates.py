@@ -131,3 +131,44 @@ def test_lmpos_tool_tasks_speak_hermes_when_asked_and_say_when_the_template_teac
             renderer_for(make_task("calculator:tool_format=hermes"), tok)
     finally:
         tok.chat_template = CHATML
+
+
+def test_the_stop_token_the_template_closes_turns_with_is_found_among_the_engines(bpe_tokenizer):
+    """A model whose tokenizer EOS is `<|endoftext|>` while its ChatML template closes turns with
+    `<|im_end|>` (both stop tokens in its generation config, as Qwen2.5 base or Gemma-style
+    models have) was refused as 'not prefix-preserving, e.g. removing reasoning blocks'; with only
+    `<|endoftext|>` as a stop token the refusal now names the real cause."""
+    tok = bpe_tokenizer
+    renderer = ChatRenderer(tok)
+    check_prefix_preserving(renderer, ["<|endoftext|>", "<|im_end|>"])
+    assert renderer.turn_end == "<|im_end|>"
+    with pytest.raises(TemplateError, match=r"ends an assistant turn with '<\|im_end\|>\\n', which is not the text of "
+                                            r"a token generation stops at \('<\|endoftext\|>'\)"):
+        check_prefix_preserving(ChatRenderer(tok), ["<|endoftext|>"])
+
+
+def test_a_turn_ended_by_another_stop_token_goes_on_as_the_templates_turn(bpe_tokenizer):
+    """Qwen2.5-Instruct stops on `<|im_end|>` and `<|endoftext|>`: a tool call the model closed with
+    `<|endoftext|>` ended the episode as env_error ('rendered the conversation so far differently')."""
+    from lmpo.rollout import Sample
+
+    tok = bpe_tokenizer
+    other = tok.convert_tokens_to_ids("<|endoftext|>")
+    turns = [tok("lookup(a)", add_special_tokens=False).input_ids + [other],
+             tok("1", add_special_tokens=False).input_ids + [tok.eos_token_id]]
+    sampled = [list(t) for t in turns]
+
+    class Replay:
+        eos_ids = {tok.eos_token_id, other}
+
+        def generate(self, prompts, params, max_new_tokens=None):
+            ids = turns.pop(0)
+            return [Sample(ids, [-1.0] * len(ids), "eos")]
+
+    renderer = ChatRenderer(tok)
+    check_prefix_preserving(renderer, ["<|im_end|>", "<|endoftext|>"])
+    env = lambda: ToolEnv(lambda p: [{"role": "user", "content": p.prompt}], lambda p: [lookup], CompactFormat())
+    (traj,) = run_episodes(Replay(), env, [Problem(prompt="key a", answer="1")], SamplingParams(max_new_tokens=40),
+                           EpisodeLimits(max_turns=3, max_tokens=200), renderer, tok)
+    assert traj.termination == "answered" and traj.tool_calls == 1
+    assert [traj.token_ids[s:e] for s, e in traj.turn_spans] == sampled  # the sampled ids kept as they were

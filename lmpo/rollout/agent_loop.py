@@ -159,8 +159,22 @@ def _take_turn(ep: _Episode, sample, cap_reason: str, eos_ids: set[int], tokeniz
     if last:
         ep.end(MAX_TURNS)
         return False
-    ep.held_text += tokenizer.decode(ep.pending_ids, skip_special_tokens=False)
+    ep.held_text += _turn_text(ep, tokenizer)
     return _append_observation(ep, step)
+
+
+def _turn_text(ep: _Episode, tokenizer) -> str:
+    """The model's turn as the template goes on from it. A turn the model ended with another of
+    the engine's stop tokens than the one the template closes turns with (`<|endoftext|>` where it
+    writes `<|im_end|>`) keeps its sampled ids; only the text the template continues from reads
+    as the template's own ending."""
+    held = tokenizer.decode(ep.pending_ids, skip_special_tokens=False)
+    closing = getattr(ep.renderer, "turn_end", None)
+    if closing and ep.traj.last_turn_eos and not held.endswith(closing):
+        sampled = tokenizer.decode(ep.pending_ids[-1:], skip_special_tokens=False)
+        if held.endswith(sampled):
+            held = held[:len(held) - len(sampled)] + closing
+    return held
 
 
 def _append_observation(ep: _Episode, step: Step) -> bool:
@@ -236,4 +250,6 @@ class EpisodeRunner:
             engine = LocalEngine(model, stop_token_ids(model, tokenizer), tokenizer.pad_token_id, generator=generator)
         limits = limits_for(task, model, params.max_new_tokens, max_turns=max_turns, max_turn_tokens=max_turn_tokens,
                             max_parse_errors=max_parse_errors)
-        return cls(engine, env_factory(task), renderer_for(task, tokenizer), limits, tokenizer, params)
+        stops = getattr(engine, "eos_ids", None)  # the tokenizer's EOS first: the check's default
+        stops = [tokenizer.eos_token_id, *sorted(set(stops) - {tokenizer.eos_token_id})] if stops else None
+        return cls(engine, env_factory(task), renderer_for(task, tokenizer, stops), limits, tokenizer, params)

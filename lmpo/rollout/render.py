@@ -54,6 +54,8 @@ class ChatRenderer:
             raise TemplateError("this task is a conversation, but the tokenizer has no chat template; "
                                 "set tokenizer.chat_template (or use a model whose tokenizer has one)")
         self.tokenizer, self.tools = tokenizer, list(tools) if tools else None
+        self.turn_end: str | None = None
+        """The stop token's text the template closes an assistant turn with (`check_prefix_preserving`)."""
 
     def render(self, messages: list[dict], generation_prompt: bool) -> str:
         kwargs = {"tools": self.tools} if self.tools else {}
@@ -126,10 +128,14 @@ CANNED = [
 ]
 
 
-def check_prefix_preserving(renderer: ChatRenderer, eos_text: str) -> None:
+def check_prefix_preserving(renderer: ChatRenderer, eos_text: str | Sequence[str]) -> None:
     """Refuse a template under which the agent loop's held text would stop being a prefix of
     the rendered conversation: after each assistant turn (the generation prompt, the reply,
-    then the EOS the model samples) and after each observation."""
+    then the EOS the model samples) and after each observation. `eos_text`: the texts of the
+    tokens generation stops at; the one the template closes assistant turns with becomes
+    `renderer.turn_end`."""
+    candidates = [eos_text] if isinstance(eos_text, str) else list(eos_text)
+    eos_text = renderer.turn_end = _closing_stop(renderer, candidates)
     for i, message in enumerate(CANNED):
         if message["role"] != "assistant" or i == 0:
             continue
@@ -156,8 +162,28 @@ def check_prefix_preserving(renderer: ChatRenderer, eos_text: str) -> None:
                                 f"renders the {following['role']} role")
 
 
-def renderer_for(task, tokenizer) -> TextRenderer | ChatRenderer:
-    """The task's renderer: its chat template (checked to be prefix-preserving) for conversation tasks, else plain text."""
+def _closing_stop(renderer: ChatRenderer, candidates: list[str]) -> str:
+    """Which stop token the template writes after an assistant turn's text (the first candidate
+    when it writes none of them: the prefix check then says what differs)."""
+    i = next(k for k, m in enumerate(CANNED) if m["role"] == "assistant")
+    try:
+        head = renderer.render(CANNED[:i], True) + CANNED[i]["content"]
+        after = renderer.render(CANNED[:i + 1], False)
+    except Exception as err:  # a template that refuses the canned turns
+        raise TemplateError(f"the chat template cannot render a tool-use conversation: {err}") from err
+    written = after[len(head):] if after.startswith(head) else ""
+    closing = next((text for text in candidates if text and written.startswith(text)), None)
+    if closing is None and after.startswith(head) and written:
+        raise TemplateError(f"the chat template ends an assistant turn with {written[:20]!r}, which is not the text "
+                            f"of a token generation stops at ({', '.join(map(repr, candidates))}), so a turn the "
+                            f"model ends does not read as the template's; name the template's end-of-turn token "
+                            f"as a stop token (the model's generation_config.json eos_token_id)")
+    return closing or candidates[0]
+
+
+def renderer_for(task, tokenizer, stop_ids: Sequence[int] | None = None) -> TextRenderer | ChatRenderer:
+    """The task's renderer: its chat template (checked to be prefix-preserving) for conversation
+    tasks, else plain text. `stop_ids`: the tokens the engine stops at (default: the tokenizer's EOS)."""
     from lmpo.envs.env import uses_chat_template
 
     if not uses_chat_template(task):
@@ -171,5 +197,6 @@ def renderer_for(task, tokenizer) -> TextRenderer | ChatRenderer:
                       f"what the template teaches gets a parse error each time. For lmpo's tool tasks pass "
                       f"tool_format=hermes (--task {getattr(task, 'name', 'calculator')}:tool_format=hermes)",
                       stacklevel=2)
-    check_prefix_preserving(renderer, tokenizer.decode([tokenizer.eos_token_id], skip_special_tokens=False))
+    stops = list(stop_ids) if stop_ids else [tokenizer.eos_token_id]
+    check_prefix_preserving(renderer, [tokenizer.decode([i], skip_special_tokens=False) for i in stops])
     return renderer
