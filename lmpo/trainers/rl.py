@@ -113,7 +113,8 @@ def train_rl(cfg: RLConfig) -> StageResult:
                           cfg.save_trajectories, resume_from_step=start_step if resumed else None)
     held = {"policy": 1, "reference": int(reference is not None and run.lora is None), "critic": cfg.critic}
     run.say(f"{cfg.advantage} advantages, {cfg.loss} loss, {cfg.aggregation}, beta={cfg.beta} ({cfg.kl_placement}), "
-            f"critic={cfg.critic}; {cfg.prompts_per_step}x{cfg.group_size} samples per step; {run.describe(policy)}")
+            f"critic={cfg.critic}; {cfg.prompts_per_step}x{cfg.group_size} samples per step of at most "
+            f"{cfg.max_new_tokens} tokens{' an episode' if runner.limits.max_turns > 1 else ''}; {run.describe(policy)}")
 
     last_eval, last_eval_step = None, -1
 

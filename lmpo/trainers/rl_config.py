@@ -44,7 +44,7 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptF
     top_k: int = 0
     """Top-k sampling (0 = off)."""
     max_new_tokens: int = 12
-    """Token budget of one trajectory after its prompt (model, template and tool-output tokens); for a single-turn task, the completion limit."""
+    """Token budget of one trajectory after its prompt (model, template and tool-output tokens); for a single-turn task, the completion limit. A task may set its own (calculator: 48), which this option overrides; the run's first line says the budget it uses."""
     max_turns: int = 0
     """Model turns per episode (0 = the task's own: 1 for single-turn tasks)."""
     max_turn_tokens: int = 0
