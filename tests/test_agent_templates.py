@@ -172,3 +172,29 @@ def test_a_turn_ended_by_another_stop_token_goes_on_as_the_templates_turn(bpe_to
                            EpisodeLimits(max_turns=3, max_tokens=200), renderer, tok)
     assert traj.termination == "answered" and traj.tool_calls == 1
     assert [traj.token_ids[s:e] for s, e in traj.turn_spans] == sampled  # the sampled ids kept as they were
+
+
+def test_a_template_that_trims_the_models_turn_goes_on_from_the_sampled_ids(bpe_tokenizer):
+    """Llama 3's template renders `message['content'] | trim`: a turn the model ended with a space
+    (or began with one) ended the episode as env_error, so such episodes were left out of training
+    and of the baseline, a silent selection. The sampled ids stay as they are, and the
+    conversation goes on from the template's text of the turn, turn after turn."""
+    tok = bpe_tokenizer
+    tok.chat_template = CHATML.replace("{{ message['content'] }}<|im_end|>", "{{ message['content'] | trim }}<|im_end|>")
+    assert tok.chat_template != CHATML
+    try:
+        renderer = ChatRenderer(tok)
+        check_prefix_preserving(renderer, "<|im_end|>")
+        scripts = {"key a": ["lookup(a) ", " lookup(a)\n", "1 "]}
+        env = lambda: ToolEnv(lambda p: [{"role": "user", "content": p.prompt}], lambda p: [lookup], CompactFormat())
+        engine = ScriptedEngine(tok, scripts)
+        (traj,) = run_episodes(engine, env, [Problem(prompt="key a", answer="1")], SamplingParams(max_new_tokens=40),
+                               EpisodeLimits(max_turns=3, max_tokens=300), renderer, tok)
+        assert traj.termination == "answered" and traj.tool_calls == 2, traj.info
+        spans = [tok.decode(traj.token_ids[s:e]) for s, e in traj.turn_spans]
+        assert spans == ["lookup(a) <|im_end|>", " lookup(a)\n<|im_end|>", "1 <|im_end|>"]  # as sampled
+        # each generation started from exactly the ids held so far: no re-encoding of earlier turns
+        assert engine.calls[1] == traj.token_ids[:len(engine.calls[1])]
+        assert engine.calls[2] == traj.token_ids[:len(engine.calls[2])]
+    finally:
+        tok.chat_template = CHATML

@@ -200,7 +200,9 @@ def _append_observation(ep: _Episode, step: Step) -> bool:
     traj.token_ids += ids
     traj.sources += sources
     traj.logprobs += [0.0] * len(ids)
-    ep.held_text += text
+    # the template's text of the conversation, which differs from the held ids' only where it
+    # trimmed the model's turn (see `ChatRenderer.suffix`)
+    ep.held_text = getattr(ep.renderer, "rendered", "") or ep.held_text + text
     ep.messages.extend(new)
     return True
 

@@ -56,6 +56,8 @@ class ChatRenderer:
         self.tokenizer, self.tools = tokenizer, list(tools) if tools else None
         self.turn_end: str | None = None
         """The stop token's text the template closes an assistant turn with (`check_prefix_preserving`)."""
+        self.rendered = ""
+        """The whole conversation as the last `suffix` rendered it."""
 
     def render(self, messages: list[dict], generation_prompt: bool) -> str:
         kwargs = {"tools": self.tools} if self.tools else {}
@@ -69,16 +71,38 @@ class ChatRenderer:
     def suffix(self, held_text: str, messages: list[dict], new: list[dict]) -> tuple[list[int], list[int], str]:
         """Ids and sources of what `new` messages and the next generation prompt add after `held_text`."""
         text = self.render([*messages, *new], True)
-        if not text.startswith(held_text):
+        base = held_text if text.startswith(held_text) else self._trimmed_turn(held_text, messages, text)
+        if base is None:
             raise TemplateError("the chat template rendered the conversation so far differently once new messages "
                                 f"were added (first difference at character {_first_difference(held_text, text)}); "
                                 "it is not prefix-preserving")
-        suffix = text[len(held_text):]
+        suffix = text[len(base):]
         encoded = self.tokenizer(suffix, add_special_tokens=False, return_offsets_mapping=True)
-        spans = self._content_spans(held_text, messages, new, suffix)
+        spans = self._content_spans(base, messages, new, suffix)
         sources = [ENV if any(a < end and b > start for a, b in spans) else TEMPLATE
                    for start, end in encoded["offset_mapping"]]
+        self.rendered = text  # the conversation as the template has it: what later turns continue from
         return encoded["input_ids"], sources, suffix
+
+    def _trimmed_turn(self, held_text: str, messages: list[dict], text: str) -> str | None:
+        """Where the template's text of the model's last turn ends, when the template only trimmed
+        that turn's leading or trailing whitespace (Llama 3's `content | trim`): the model's own
+        ids stay as sampled, and the suffix is what the template writes after the turn. None when
+        anything else differs."""
+        if not self.turn_end or not messages or messages[-1].get("role") != "assistant":
+            return None
+        content = messages[-1].get("content") or ""
+        if not held_text.endswith(content + self.turn_end):
+            return None
+        before = held_text[:len(held_text) - len(content) - len(self.turn_end)]
+        core = content.strip()
+        at = text.find(core, len(before)) if text.startswith(before) else -1
+        if at < 0 or text[len(before):at].strip():
+            return None
+        end = text.find(self.turn_end, at + len(core))
+        if end < 0 or text[at + len(core):end].strip():
+            return None
+        return text[:end + len(self.turn_end)]
 
     def _content_spans(self, held_text: str, messages: list[dict], new: list[dict], suffix: str) -> list[tuple]:
         """Where each new message's content lies in `suffix`. Found by rendering once more with a
