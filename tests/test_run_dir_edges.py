@@ -1,0 +1,62 @@
+"""Run directories at their edges: a pipeline and a single stage never share one, a kill during
+the final model write leaves nothing behind, and a pipeline its first stage refuses leaves no
+directory."""
+
+from __future__ import annotations
+
+from lmpo.cli.main import main
+
+from hardening_common import SFT_RUN, error_line as _error
+
+
+def test_a_pipeline_over_a_stage_run_or_a_stage_over_a_pipeline_is_refused(start_model, tmp_path, capsys):
+    """`lmpo pipeline --out OTHER_PIPELINE/sft` deleted that SFT stage's metrics and config and buried
+    a new pipeline inside it; `lmpo train sft --out PIPELINE` mixed a model/ into the pipeline's
+    files. Re-running the same kind in a directory still replaces the earlier run."""
+    stage = tmp_path / "pipe" / "sft"
+    assert main(["train", "sft", "--model", start_model, "--out", str(stage), *SFT_RUN]) == 0
+    before = sorted(p.name for p in stage.iterdir())
+    assert main(["pipeline", "--out", str(stage), "--threads", "1"]) == 2
+    assert _error(capsys) == (f"lmpo: error: --out {stage}: holds a finished or interrupted sft run; this pipeline "
+                              f"there would mix its files with that one's and delete some of them, so choose another "
+                              f"--out (or delete {stage} first)")
+    assert sorted(p.name for p in stage.iterdir()) == before
+    pipe = tmp_path / "pipe"
+    (pipe / "run.json").write_text('{"trainer": "pipeline", "command": null, "config": {}}')
+    assert main(["train", "sft", "--model", start_model, "--out", str(pipe), *SFT_RUN]) == 2
+    assert "holds a pipeline, whose stages are in its sub-directories; this sft run there" in _error(capsys)
+    assert main(["train", "sft", "--model", start_model, "--out", str(stage), *SFT_RUN]) == 0  # the same kind: replaced
+
+
+def test_what_a_kill_during_the_final_model_write_left_is_tidied(start_model, tmp_path, capsys):
+    """Before, a run killed while writing model/ left `.model-new-PID` (a whole model's size) for
+    good; killed between the two renames of the swap, its only model was `.model-old-PID`."""
+    from lmpo.trainers.run_dir import tidy_interrupted_swaps
+
+    run = tmp_path / "sft"
+    assert main(["train", "sft", "--model", start_model, "--out", str(run), *SFT_RUN]) == 0
+    (run / ".model-new-123").mkdir()
+    (run / ".model-new-123" / "model.safetensors").write_bytes(b"half")
+    (run / ".model-old-456").mkdir()
+    (run / "result.json").unlink()  # as if killed while writing its model
+    assert main(["train", "sft", "--resume", str(run), *SFT_RUN]) == 0
+    assert sorted(p.name for p in run.glob(".model-*")) == []
+    # killed between the renames: model/ is gone and the old one waits aside; it is put back
+    (run / "model").rename(run / ".model-old-789")
+    (run / ".model-new-789").mkdir()
+    tidy_interrupted_swaps(run)
+    assert (run / "model" / "model.safetensors").is_file() and not list(run.glob(".model-*"))
+
+
+def test_a_pipeline_its_first_stage_refuses_leaves_no_directory(tmp_path, capsys):
+    """The CPT stage's own check (a corpus too small for one batch) came after the pipeline had
+    created and locked --out: a refused pipeline left `.lock`, `config.json` and `run.json`."""
+    out = tmp_path / "pl"
+    assert main(["pipeline", "--out", str(out), "--cpt.steps", "3", "--cpt.eval_problems", "2",
+                 "--cpt.corpus_documents", "50", "--cpt.heldout_documents", "10", "--threads", "1"]) == 2
+    assert "fewer than one batch of 32" in _error(capsys)
+    assert not out.exists()
+    out.mkdir()  # a directory the user made is theirs: kept
+    assert main(["pipeline", "--out", str(out), "--cpt.steps", "3", "--cpt.eval_problems", "2",
+                 "--cpt.corpus_documents", "50", "--cpt.heldout_documents", "10", "--threads", "1"]) == 2
+    assert out.is_dir()
