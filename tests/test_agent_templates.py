@@ -118,6 +118,8 @@ def test_lmpos_tool_tasks_speak_hermes_when_asked_and_say_when_the_template_teac
         env.reset(task.train_problems(1, 0)[0])
         assert env.step(call).info == {"tool_calls": 1, "parse_error": False}
     assert make_task("calculator").sft_demonstrations(1, 0)[0][1]["content"].startswith("calculator(")
+    with pytest.raises(ValueError, match="task option tool_format: unknown tool-call format 'xml'; known: compact"):
+        make_task("vault:tool_format=xml")
     turn = CompactFormat().parse('<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}}</tool_call>')
     assert turn.answer is None and "a <tool_call> block, but this environment reads calls written as" in turn.error
     tok = bpe_tokenizer

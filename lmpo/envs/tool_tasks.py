@@ -52,7 +52,10 @@ class _ToolTask:
     def __init__(self, flaw_rate: float, heldout_share: float, tool_format: str = "compact"):
         check_recipe(flaw_rate, heldout_share)
         self.flaw_rate, self.heldout_share = flaw_rate, heldout_share
-        self.fmt = make_format(tool_format)  # hermes: <tool_call>{json}</tool_call>, what Qwen-style templates teach
+        try:  # hermes: <tool_call>{json}</tool_call>, what Qwen-style templates teach
+            self.fmt = make_format(tool_format)
+        except ValueError as err:
+            raise ValueError(f"task option tool_format: {err}") from None
         self._heldout_cache: dict[int, list[Problem]] = {}
 
     # -- problems -------------------------------------------------------------------------------
