@@ -65,7 +65,7 @@ class OfflineConfig(RunOptions):
     eval_problems: int = 500
     """Held-out problems for greedy task accuracy at the start and the end (0 = skip)."""
     eval_max_new_tokens: int = 12
-    """Token limit for evaluation answers."""
+    """Token limit for evaluation answers; for a multi-turn task, the budget of a whole episode (a task may set its own)."""
     log_every: int = 5
     """Write a metrics row every this many steps."""
     save_every: int = 50

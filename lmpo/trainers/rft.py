@@ -109,7 +109,7 @@ class RFTConfig(RunOptions, RewardOptions, PromptFileOptions):
     eval_problems: int = 500
     """Held-out problems for greedy evaluation (0 = skip)."""
     eval_max_new_tokens: int = 12
-    """Token limit for evaluation answers."""
+    """Token limit for evaluation answers; for a multi-turn task, the budget of a whole episode (a task may set its own)."""
     eval_every: int = 1
     """Evaluate on held-out problems every this many rounds (and before the first and after the last)."""
     save_every: int = 1

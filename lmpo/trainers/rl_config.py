@@ -154,7 +154,7 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptF
     select_problems: int = 200
     """With a stopping rule: held-out problems, after the `eval_problems` reported ones, on which the rule picks the best model, so that the reported accuracy is not the best of several evaluations of the same set (0 = pick on the reported set)."""
     eval_max_new_tokens: int = 12
-    """Token limit for evaluation answers."""
+    """Token limit for evaluation answers; for a multi-turn task, the budget of a whole episode (a task may set its own)."""
     save_every: int = 50
     """Write a resumable checkpoint every this many steps (0 = only the final model)."""
     keep_checkpoints: int = 2

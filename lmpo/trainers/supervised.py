@@ -63,7 +63,7 @@ class SupervisedConfig(RunOptions, PromptColumns):
     eval_problems: int = 500
     """Held-out problems for greedy evaluation at the end (0 = skip)."""
     eval_max_new_tokens: int = 12
-    """Token limit for evaluation answers."""
+    """Token limit for evaluation answers; for a multi-turn task, the budget of a whole episode (a task may set its own)."""
     log_every: int = 10
     """Write a metrics row every this many steps."""
     threads: int = 2
