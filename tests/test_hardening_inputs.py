@@ -136,6 +136,36 @@ def test_an_overlong_row_is_rejected_from_its_length_before_tokenizing(char_toke
     assert max(calls) < 1000  # the huge text never reached the tokenizer
 
 
+def test_truncate_tokenizes_no_more_of_a_huge_row_than_it_keeps_and_keeps_the_same(char_tokenizer, tmp_path,
+                                                                                      monkeypatch):
+    """`--overlong truncate` tokenized a 30 MB reply whole (11 GB and rising after a minute); an
+    over-long row's error named its first field (`'prompt': at least 2307693 tokens (2
+    characters)`) instead of the long one."""
+    from lmpo.envs.data import chat, load_sft
+    from lmpo.envs.data import report as loading
+    from lmpo.envs.data.preferences import load_preferences
+    from lmpo.envs.data.records import DataError
+
+    rows = [{"prompt": "1=", "chosen": "1", "rejected": "2"}, {"prompt": "2=", "chosen": "9" * 3000 + "8" * 10**6,
+                                                                 "rejected": "3" * 500}]
+    pairs = _jsonl(tmp_path / "pairs.jsonl", rows)
+    with pytest.raises(DataError, match=r"pairs.jsonl: row 2: field 'chosen': at least \d+ tokens \(1003000 "
+                                        r"characters in this field\)"):
+        load_preferences(pairs, char_tokenizer, max_length=64)
+    sft = _jsonl(tmp_path / "sft.jsonl", [{"messages": [{"role": "user", "content": "a"},
+                                                        {"role": "assistant", "content": "b" * 10**6}]}])
+    calls = []
+    real = chat.encode
+    monkeypatch.setattr(chat, "encode", lambda tok, text, *a, **k: calls.append(len(text)) or real(tok, text, *a, **k))
+    cut, report = load_preferences(pairs, char_tokenizer, max_length=64, overlong="truncate")
+    cut_sft, sft_report = load_sft(sft, char_tokenizer, max_length=64, overlong="truncate")
+    assert report.truncated == sft_report.truncated == 1
+    assert max(calls) < 10_000  # the megabytes never reached the tokenizer
+    monkeypatch.setattr(loading, "_cut_strings", lambda value, chars: value)  # as before: tokenized whole
+    assert load_preferences(pairs, char_tokenizer, max_length=64, overlong="truncate")[0] == cut  # the same kept
+    assert load_sft(sft, char_tokenizer, max_length=64, overlong="truncate")[0] == cut_sft
+
+
 def test_a_non_string_prompt_in_preference_data_is_a_type_error(char_tokenizer, tmp_path):
     from lmpo.envs.data.preferences import load_preferences
     from lmpo.envs.data.records import DataError

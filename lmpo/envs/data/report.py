@@ -91,9 +91,12 @@ def _example(rec: Record, tokenizer, max_length: int, overlong: Overlong, fmt: R
     least = fmt.least_tokens(rec, shape, max_length, tokenizer)
     if least is not None and overlong != "truncate":
         if overlong == "error":
-            raise overlong_before_tokenizing(rec, shape_field, least, report.limit)
+            raise overlong_before_tokenizing(rec, least, report.limit)
         report.skipped_overlong += 1
         return None
+    if least is not None:  # truncated anyway: tokenize no more of a 50 MB text than can be kept
+        rec = Record(rec.path, rec.row, _cut_strings(rec.fields, (max_length + 16) * longest_token_chars(tokenizer)),
+                     rec.aliases)
     unknown_before = report.unknown.tokens
     example = fmt.tokenize(rec, shape, tokenizer)
     report.unknown.row(f"row {rec.row}", unknown_before)
@@ -170,8 +173,23 @@ def certainly_overlong(rec: Record, fields, max_tokens: int, tokenizer) -> int |
     return least if least > max_tokens else None
 
 
-def overlong_before_tokenizing(rec: Record, field: str, least: int, limit: str) -> DataError:
-    return DataError(rec.path, f"at least {least} tokens ({text_chars(rec.get(field))} characters), over "
-                               f"{limit}; rejected before tokenizing (pass --overlong skip, overlong='skip' from "
+def overlong_before_tokenizing(rec: Record, least: int, limit: str) -> DataError:
+    """Names the row's longest field, where the text that makes it over the limit is."""
+    field = max(rec.fields, key=lambda name: text_chars(rec.fields[name]))
+    return DataError(rec.path, f"at least {least} tokens ({text_chars(rec.get(field))} characters in this field), "
+                               f"over {limit}; rejected before tokenizing (pass --overlong skip, overlong='skip' from "
                                "Python, to drop such rows)",
                      row=rec.row, field=rec.named(field))
+
+
+def _cut_strings(value, chars: int):
+    """`value` with every string longer than `chars` cut to its first `chars` (within messages
+    and nested objects too): what truncation keeps of a row is the start of its text, so the
+    tokens kept come out the same, and the rest is never tokenized."""
+    if isinstance(value, str):
+        return value[:chars]
+    if isinstance(value, dict):
+        return {key: _cut_strings(item, chars) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_cut_strings(item, chars) for item in value]
+    return value
