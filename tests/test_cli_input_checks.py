@@ -78,3 +78,24 @@ def test_report_of_a_file_says_it_is_not_a_run_directory(tmp_path, capsys):
     assert main(["report", str(tmp_path / "config.json")]) == 2
     assert error_line(capsys).endswith(f"config.json is a file, not a run directory (the directory holding it is "
                                        f"{tmp_path})")
+
+
+def test_online_dpo_refuses_options_it_never_read(capsys):
+    """`--pairs`, `--eval_max_new_tokens` and `--log_every` were accepted by `lmpo train online_dpo`
+    and read by nothing."""
+    for flag, says in (("--pairs", "pairs=7 is not read by online DPO"),
+                       ("--eval_max_new_tokens", "eval_max_new_tokens=7 is not read by online DPO"),
+                       ("--log_every", "log_every=7 is not read by online DPO")):
+        assert main(["train", "online_dpo", "--model", "tiny", flag, "7", "--out", "unused"]) == 2
+        assert says in error_line(capsys)
+
+
+def test_a_reward_models_heldout_file_is_its_held_out_set_without_data_too(tmp_path, capsys):
+    """`lmpo train rm --heldout_data FILE` without `--data` measured on the task's embedded pairs and
+    ignored the file."""
+    heldout = tmp_path / "one.jsonl"
+    heldout.write_text(json.dumps({"prompt": "1=", "chosen": "1", "rejected": "2"}) + "\n")
+    out = tmp_path / "rm"
+    assert main(["train", "rm", "--model", "tiny", "--threads", "1", "--epochs", "1", "--batch_size", "2",
+                 "--pairs", "8", "--heldout_data", str(heldout), "--max_length", "64", "--out", str(out)]) == 0
+    assert "held-out pairwise accuracy" in (said := capsys.readouterr().out) and " on 1 pairs" in said, said

@@ -79,7 +79,7 @@ class RewardModelConfig(PairColumns, RunOptions):
     data: str = ""
     """Train on the pairs of this file instead of the task's: JSONL, JSON, CSV/TSV (every value text), Parquet (the text formats also .gz/.bz2/.xz) or a saved `datasets` directory (`DIR::split`) with `prompt`, `chosen`, `rejected` (strings, or message lists rendered with the chat template)."""
     heldout_data: str = ""
-    """Measure pairwise accuracy on this file's pairs; without it, `heldout_pairs` pairs of `data` are held out (seeded)."""
+    """Measure pairwise accuracy on this file's pairs (with or without `data`); without it, `heldout_pairs` pairs of `data` (or of the task's held-out pairs) are held out (seeded)."""
     max_length: int = 1024
     """Longest pair from `data` (prompt + longer reply), in tokens; the model's context where that is shorter."""
     overlong: Literal["error", "skip", "truncate"] = "error"
@@ -154,13 +154,15 @@ def pairwise_accuracy(model, tokenizer, pairs, batch_size: int = 128, device: to
 
 
 def reward_model_pairs(cfg: RewardModelConfig, task, tokenizer) -> tuple[list, list]:
-    """(training pairs, held-out pairs) from the task or from the user's files."""
+    """(training pairs, held-out pairs) from the task or from the user's files; `heldout_data`,
+    when given, is the held-out set whichever pairs are trained on."""
+    heldout = file_pairs(cfg.heldout_data, tokenizer, cfg) if cfg.heldout_data else None
     if not cfg.data:
         return (embedded_pairs(task, tokenizer, cfg.pairs, cfg.seed),
-                embedded_pairs(task, tokenizer, cfg.heldout_pairs, cfg.seed, heldout=True))
+                heldout or embedded_pairs(task, tokenizer, cfg.heldout_pairs, cfg.seed, heldout=True))
     pairs = file_pairs(cfg.data, tokenizer, cfg)
-    if cfg.heldout_data:
-        return pairs, file_pairs(cfg.heldout_data, tokenizer, cfg)
+    if heldout is not None:
+        return pairs, heldout
     return split_heldout(pairs, cfg.heldout_pairs, cfg.seed, cfg.data)
 
 

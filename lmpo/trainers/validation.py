@@ -233,8 +233,9 @@ def data_option_problems(cfg) -> list[str]:
     if hasattr(cfg, "data"):
         if not cfg.data:
             reads_prompt_files = hasattr(cfg, "prompts") or hasattr(cfg, "eval_prompts")
+            read = () if getattr(cfg, "heldout_data", "") else DATA_ONLY  # a held-out file reads them too
             problems += [f"{o}={getattr(cfg, o)!r} is only read with --data FILE (the task's own data is "
-                         f"generated)" for o in (*DATA_ONLY, *(() if reads_prompt_files else ("prompt_field",)))
+                         f"generated)" for o in (*read, *(() if reads_prompt_files else ("prompt_field",)))
                          if changed(o)]
         else:
             problems += [f"{o}={getattr(cfg, o)!r} is not used with --data (the file's rows are used)"
