@@ -99,3 +99,17 @@ def test_a_reward_models_heldout_file_is_its_held_out_set_without_data_too(tmp_p
     assert main(["train", "rm", "--model", "tiny", "--threads", "1", "--epochs", "1", "--batch_size", "2",
                  "--pairs", "8", "--heldout_data", str(heldout), "--max_length", "64", "--out", str(out)]) == 0
     assert "held-out pairwise accuracy" in (said := capsys.readouterr().out) and " on 1 pairs" in said, said
+
+
+def test_online_dpos_round_row_speaks_for_every_update_of_the_round():
+    """The row held only the round's last minibatch (3 of 15 pairs: accuracy 0.667), and the first
+    update's loss (ln 2) was logged nowhere."""
+    from lmpo.trainers.online_dpo import round_means
+
+    updates = [(4, {"loss": 0.6931, "accuracy": 0.5, "grad_norm": 1.0, "lr": 1e-5}),
+               (4, {"loss": 0.69, "accuracy": 0.25, "grad_norm": None, "lr": 2e-5}),
+               (2, {"loss": 0.6, "accuracy": 1.0, "grad_norm": 3.0, "lr": 3e-5})]
+    row = round_means(updates)
+    assert row == pytest.approx({"loss": (4 * 0.6931 + 4 * 0.69 + 2 * 0.6) / 10, "accuracy": 0.5, "lr": 3e-5,
+                                 "updates": 3})
+    assert round_means([]) == {}

@@ -74,6 +74,17 @@ class OnlineDPOConfig(PreferenceLoss, RewardOptions, PromptFileOptions):
         raise_if_any("online DPO", problems)
 
 
+def round_means(updates: list[tuple[int, dict]]) -> dict:
+    """A round's figures from its updates: each figure's mean weighted by the update's pairs (the
+    learning rate, the last update's), so the row speaks for every pair the round trained on."""
+    if not updates:
+        return {}
+    total = sum(n for n, _ in updates)
+    means = {key: sum(n * float(figures[key]) for n, figures in updates) / total
+             for key in updates[0][1] if key != "lr" and all(figures.get(key) is not None for _, figures in updates)}
+    return {**means, "lr": updates[-1][1]["lr"], "updates": len(updates)}
+
+
 def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     cfg.validate()
     loaded = load_prompt_files(cfg, "online DPO")  # the prompt files, before anything is written or loaded
@@ -147,6 +158,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
                    "unscorable": int(len(problems) * run.dist.world - scorable), "prompts": [first_prompt, stream.position]}
             if pairs:
                 policy.train()
+                updates: list[tuple[int, dict]] = []  # (pairs, figures) of each update of the round
                 for _ in range(cfg.epochs):
                     for start in range(0, len(pairs), cfg.batch_size):
                         batch = pairs[start:start + cfg.batch_size]
@@ -159,9 +171,11 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
                         if reference is not None:
                             with torch.no_grad(), run.autocast():
                                 ref = sequence_logps(reference, enc)
-                        row.update(preference_step(run, trained, updater, enc, ref, loss_fn, cfg, options))
+                        updates.append((len(batch), preference_step(run, trained, updater, enc, ref, loss_fn, cfg,
+                                                                     options)))
                         step += 1
                         updater.check(step)
+                row.update(round_means(updates))
                 row["step"] = step
                 run.sync(policy)
             if updater.skipped:
