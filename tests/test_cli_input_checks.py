@@ -80,14 +80,15 @@ def test_report_of_a_file_says_it_is_not_a_run_directory(tmp_path, capsys):
                                        f"{tmp_path})")
 
 
-def test_online_dpo_refuses_options_it_never_read(capsys):
+def test_online_dpo_refuses_options_it_never_read(tmp_path, capsys):
     """`--pairs`, `--eval_max_new_tokens` and `--log_every` were accepted by `lmpo train online_dpo`
     and read by nothing."""
     for flag, says in (("--pairs", "pairs=7 is not read by online DPO"),
                        ("--eval_max_new_tokens", "eval_max_new_tokens=7 is not read by online DPO"),
                        ("--log_every", "log_every=7 is not read by online DPO")):
-        assert main(["train", "online_dpo", "--model", "tiny", flag, "7", "--out", "unused"]) == 2
+        assert main(["train", "online_dpo", "--model", "tiny", flag, "7", "--out", str(tmp_path / "run")]) == 2
         assert says in error_line(capsys)
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_reward_models_heldout_file_is_its_held_out_set_without_data_too(tmp_path, capsys):
