@@ -105,33 +105,38 @@ class ChatRenderer:
         return text[:end + len(self.turn_end)]
 
     def _content_spans(self, held_text: str, messages: list[dict], new: list[dict], suffix: str) -> list[tuple]:
-        """Where each new message's content lies in `suffix`. Found by rendering once more with a
-        marker in place of each content: a search for the content itself would also match a role
-        marker (a tool whose output is `user` or `tool_response`). A template that changes the
-        content as it renders it (trims it, say) falls back to that search."""
+        """Where each new message's content lies in `suffix`. A content found exactly once is where
+        the search finds it; otherwise (a tool whose output is `user` or `tool_response` also
+        matches a role marker) one more render with a marker in place of each content says. A
+        template that changes the content as it renders it (trims it, say) falls back to the search."""
+        contents = [message.get("content") or "" for message in new]
+        if all(suffix.count(content) == 1 for content in contents if content):
+            return _searched_spans(contents, suffix)  # unambiguous: no second render on the rollout path
         marks = [f"\ue000{k}\ue001" for k in range(len(new))]
         marked = self.render([*messages, *({**m, "content": mark} for m, mark in zip(new, marks))], True)
-        spans, shift, found = [], 0, marked.startswith(held_text)
-        for message, mark in zip(new, marks):
-            content = message.get("content") or ""
-            at = marked.find(mark, len(held_text)) if found else -1
+        if not marked.startswith(held_text):
+            return _searched_spans(contents, suffix)
+        spans, shift = [], 0
+        for content, mark in zip(contents, marks):
+            at = marked.find(mark, len(held_text))
             start = at - len(held_text) + shift
             if at < 0 or suffix[start:start + len(content)] != content:
-                found = False
-                break
+                return _searched_spans(contents, suffix)
             if content:
                 spans.append((start, start + len(content)))
             shift += len(content) - len(mark)
-        if found:
-            return spans
-        spans, cursor = [], 0
-        for message in new:
-            content = message.get("content") or ""
-            at = suffix.find(content, cursor) if content else -1
-            if at >= 0:
-                spans.append((at, at + len(content)))
-                cursor = at + len(content)
         return spans
+
+
+def _searched_spans(contents: list[str], suffix: str) -> list[tuple[int, int]]:
+    """Each content's first occurrence in `suffix` after the previous one's."""
+    spans, cursor = [], 0
+    for content in contents:
+        at = suffix.find(content, cursor) if content else -1
+        if at >= 0:
+            spans.append((at, at + len(content)))
+            cursor = at + len(content)
+    return spans
 
 
 def _first_difference(a: str, b: str) -> int:
