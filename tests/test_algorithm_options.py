@@ -22,6 +22,7 @@ from lmpo.trainers.validation import ConfigError
     {"loss": "dpo=0.8,bco_pair=0.2,sft=1"}, {"loss": "robust", "label_smoothing": 0.2},
     {"loss": "exo_pair", "label_smoothing": 1e-3}, {"loss": "discopop", "discopop_tau": 0.1},
     {"loss": "cdpo=1,discopop=0.5", "label_smoothing": 0.2, "discopop_tau": 0.1}, {"loss": "aot_pair"},
+    {"loss": "sft"}, {"loss": "dpo=1,sft=1", "beta": 0.5},
 ])
 def test_preference_configs_that_work(settings):
     PreferenceConfig(**settings).validate()
@@ -36,6 +37,8 @@ def test_preference_configs_that_work(settings):
     ({"loss": "dpo=1,sft=1", "gamma": 1.0}, r"gamma=1.0 is not used by loss=dpo=1,sft=1"),
     ({"loss": "exo_pair", "label_smoothing": 0.0}, r"exo_pair takes log\(label_smoothing\)"),
     ({"loss": "discopop", "discopop_tau": 0.0}, r"discopop_tau=0.0 must be > 0"),
+    ({"loss": "sft", "beta": 0.5}, r"beta=0.5: loss=sft does not read beta"),
+    ({"loss": "sft=2", "beta": 0.5}, r"loss=sft does not read beta"),
 ])
 def test_preference_configs_that_fail(settings, match):
     with pytest.raises(ConfigError, match=match):

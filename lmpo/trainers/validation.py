@@ -201,6 +201,9 @@ def preference_option_problems(cfg) -> list[str]:
     problems = [_not_taken(option, getattr(cfg, option), "loss", cfg.loss, takes)
                 for option in PREFERENCE_OPTIONS
                 if getattr(cfg, option) != getattr(defaults, option) and option not in takes]
+    if set(_loss_names(cfg.loss)) == {"sft"} and cfg.beta != defaults.beta:
+        problems.append(f"beta={cfg.beta}: loss=sft does not read beta (it would only scale the logged "
+                        f"rewards); drop --beta, or mix sft with a loss that reads it (e.g. dpo=1,sft=1)")
     if "discopop_tau" in takes and not cfg.discopop_tau > 0:
         problems.append(f"discopop_tau={cfg.discopop_tau} must be > 0")
     if "exo_pair" in _loss_names(cfg.loss) and not cfg.label_smoothing > 0:
