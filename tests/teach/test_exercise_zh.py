@@ -120,8 +120,18 @@ def test_the_language_line_is_read_from_the_header_only(tmp_path):
     f = tmp_path / "a.py"
     f.write_text("# lmpo exercise: k3\n\ndef k3(a, b):\n    # lang: zh\n    return a\n")
     assert language_of_file(f) == "en"
+
+
+def test_a_language_lmpo_lacks_is_refused_with_its_line(tmp_path, capsys):
+    f = tmp_path / "a.py"
     f.write_text("# lmpo exercise: k3\n# lang: fr\n")
-    assert language_of_file(f) == "en"
+    with pytest.raises(ValueError, match=r"a.py, line 2: `# lang: fr` names a language"):
+        language_of_file(f)
+    assert main(["exercise", "check", str(f)]) == 2
+    assert "line 2: `# lang: fr`" in capsys.readouterr().err
+    f.write_text("# lmpo exercise: k3\n# lang: zh-CN\n")
+    with pytest.raises(ValueError, match="zh-CN"):
+        language_of_file(f)
 
 
 def test_list_in_chinese(capsys):

@@ -22,7 +22,7 @@ LANGUAGES = ("en", "zh")
 Text = Union[str, Mapping[str, str]]
 """A text in every language (a dict by language code), or one string for all of them."""
 
-LANG_LINE = re.compile(r"^#\s*lang:\s*(\w+)\s*$")
+LANG_LINE = re.compile(r"^#\s*lang:\s*(.*?)\s*$")
 
 
 def check_lang(lang: str) -> str:
@@ -54,16 +54,19 @@ def msg(key: str, lang: str = "en", **fields) -> str:
 
 def language_of_file(path: str | Path) -> str:
     """The language a starter file was written in: its ``# lang: xx`` line among the comment lines
-    at its top; "en" when there is none."""
+    at its top; "en" when there is none. ValueError (file, line) for a language lmpo lacks."""
     try:
         lines = Path(path).read_text().splitlines()
     except (OSError, UnicodeDecodeError):
         return "en"
-    for line in lines:
+    for number, line in enumerate(lines, 1):
         if not line.startswith("#"):
             break
         found = LANG_LINE.match(line)
-        if found and found.group(1) in LANGUAGES:
+        if found:
+            if found.group(1) not in LANGUAGES:
+                raise ValueError(f"{path}, line {number}: `{line.strip()}` names a language lmpo exercise "
+                                 f"does not speak; write `# lang: en` or `# lang: zh`, or pass --lang")
             return found.group(1)
     return "en"
 
