@@ -47,7 +47,7 @@ def test_an_observation_is_labelled_where_the_template_puts_it(bpe_tokenizer, ou
     messages = [{"role": "user", "content": "who am I?"}]
     _, held = renderer.prompt(messages)
     messages.append({"role": "assistant", "content": "lookup(a)"})
-    ids, sources, text = renderer.suffix(held + "lookup(a)<|im_end|>", messages, [{"role": "tool", "content": output}])
+    ids, sources, text, _ = renderer.suffix(held + "lookup(a)<|im_end|>", messages, [{"role": "tool", "content": output}])
     env_text = "".join(tok.decode([i]) for i, s in zip(ids, sources) if s == ENV)
     assert env_text == output
     first = sources.index(ENV)

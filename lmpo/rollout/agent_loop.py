@@ -187,7 +187,7 @@ def _append_observation(ep: _Episode, step: Step) -> bool:
             content = content[:limits.max_observation_chars] + CLIP_MARKER.format(n=cut)
         new.append({**message, "content": content})
     try:
-        ids, sources, text = ep.renderer.suffix(ep.held_text, ep.messages, new)
+        ids, sources, _, conversation = ep.renderer.suffix(ep.held_text, ep.messages, new)
     except TemplateError as err:
         ep.end(ENV_ERROR, error=str(err))
         return False
@@ -200,9 +200,7 @@ def _append_observation(ep: _Episode, step: Step) -> bool:
     traj.token_ids += ids
     traj.sources += sources
     traj.logprobs += [0.0] * len(ids)
-    # the template's text of the conversation, which differs from the held ids' only where it
-    # trimmed the model's turn (see `ChatRenderer.suffix`)
-    ep.held_text = getattr(ep.renderer, "rendered", "") or ep.held_text + text
+    ep.held_text = conversation  # the template's text, which may differ from the ids' (`Suffix.conversation`)
     ep.messages.extend(new)
     return True
 

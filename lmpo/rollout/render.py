@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from lmpo.envs.data.chat import starting
 from lmpo.rollout.trajectory import ENV, TEMPLATE
@@ -24,6 +24,18 @@ from lmpo.rollout.trajectory import ENV, TEMPLATE
 
 class TemplateError(ValueError):
     """The chat template cannot be used for token-in/token-out multi-turn rollouts."""
+
+
+class Suffix(NamedTuple):
+    """What new messages and the next generation prompt add to a conversation."""
+
+    ids: list[int]
+    sources: list[int]
+    """ENV or TEMPLATE per id."""
+    text: str
+    conversation: str
+    """The whole conversation as the template renders it now: what later turns continue from. It
+    differs from the held text plus `text` only where the template trimmed the model's turn."""
 
 
 class TextRenderer:
@@ -40,10 +52,10 @@ class TextRenderer:
         text = "".join(m["content"] for m in messages)
         return list(self._ids(text)), text
 
-    def suffix(self, held_text: str, messages: list[dict], new: list[dict]) -> tuple[list[int], list[int], str]:
+    def suffix(self, held_text: str, messages: list[dict], new: list[dict]) -> Suffix:
         text = "".join(m["content"] for m in new)
         ids = self.tokenizer(text, add_special_tokens=False).input_ids
-        return ids, [ENV] * len(ids), text
+        return Suffix(ids, [ENV] * len(ids), text, held_text + text)
 
 
 class ChatRenderer:
@@ -56,8 +68,6 @@ class ChatRenderer:
         self.tokenizer, self.tools = tokenizer, list(tools) if tools else None
         self.turn_end: str | None = None
         """The stop token's text the template closes an assistant turn with (`check_prefix_preserving`)."""
-        self.rendered = ""
-        """The whole conversation as the last `suffix` rendered it."""
 
     def render(self, messages: list[dict], generation_prompt: bool) -> str:
         kwargs = {"tools": self.tools} if self.tools else {}
@@ -68,7 +78,7 @@ class ChatRenderer:
         text = self.render(messages, True)
         return starting(self.tokenizer, self.tokenizer(text, add_special_tokens=False).input_ids), text
 
-    def suffix(self, held_text: str, messages: list[dict], new: list[dict]) -> tuple[list[int], list[int], str]:
+    def suffix(self, held_text: str, messages: list[dict], new: list[dict]) -> Suffix:
         """Ids and sources of what `new` messages and the next generation prompt add after `held_text`."""
         text = self.render([*messages, *new], True)
         base = held_text if text.startswith(held_text) else self._trimmed_turn(held_text, messages, text)
@@ -81,8 +91,7 @@ class ChatRenderer:
         spans = self._content_spans(base, messages, new, suffix)
         sources = [ENV if any(a < end and b > start for a, b in spans) else TEMPLATE
                    for start, end in encoded["offset_mapping"]]
-        self.rendered = text  # the conversation as the template has it: what later turns continue from
-        return encoded["input_ids"], sources, suffix
+        return Suffix(encoded["input_ids"], sources, suffix, text)
 
     def _trimmed_turn(self, held_text: str, messages: list[dict], text: str) -> str | None:
         """Where the template's text of the model's last turn ends, when the template only trimmed
