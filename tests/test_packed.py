@@ -368,3 +368,12 @@ def test_an_alibi_model_runs_padded_and_scores_each_sequence_as_it_scores_it_alo
             alone = torch.log_softmax(model(input_ids=torch.cat([prompt[b], completion[b, :lengths[b]]])[None]).logits[0], -1)
             want = alone[4:4 + lengths[b]].gather(1, completion[b, :lengths[b], None])[:, 0]
             torch.testing.assert_close(got[b, :lengths[b]], want, atol=1e-5, rtol=1e-5)
+
+
+def test_the_packing_checks_follow_a_switch_of_attention_implementation():
+    from lmpo.models.packing import can_segment_trunk
+
+    model = tiny(Qwen2ForCausalLM, Qwen2Config, False, "eager")
+    assert not can_segment_trunk(model.model)  # eager attention takes no segment plan
+    model.set_attn_implementation("sdpa")
+    assert can_segment_trunk(model.model)  # asked again for SDPA, not the eager answer kept

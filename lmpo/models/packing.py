@@ -82,12 +82,13 @@ def packing_checks(trunk: torch.nn.Module) -> tuple[bool, bool]:
     hidden states each gets from a forward of its own, every attention layer running the segment
     plan. A model whose attention bias comes from a 2-D mask or from a token's place in the row
     (ALiBi: Bloom, MPT, Falcon with `alibi`) fails, and runs padded: MPT's log-probs with a shared
-    prompt were 0.6 off, and Bloom's packed forward raised. Asked once per trunk, in eval mode,
-    without a draw from the run's random streams."""
-    checks = getattr(trunk, "_lmpo_packing", None)
-    if checks is None:
-        checks = trunk._lmpo_packing = _check_packing(trunk)
-    return checks
+    prompt were 0.6 off, and Bloom's packed forward raised. Asked once per trunk and attention
+    implementation, in eval mode, without a draw from the run's random streams."""
+    asked = trunk.__dict__.setdefault("_lmpo_packing", {})  # by attention implementation: it may be switched
+    implementation = trunk.config._attn_implementation
+    if implementation not in asked:
+        asked[implementation] = _check_packing(trunk)
+    return asked[implementation]
 
 
 def _check_packing(trunk: torch.nn.Module) -> tuple[bool, bool]:
