@@ -84,3 +84,33 @@ def test_rollbacks_are_marked_on_the_curves():
     line, = ax.lines
     assert list(line.get_xdata()) == [6.0, 6.0] and line.get_label() == "rollback"
     assert len(ax.patches) == 1  # the undone steps 4..6, shaded
+
+
+def test_the_start_may_be_gone_back_to_again():
+    """A step-0 checkpoint holds the model the run started from: not at fault when the alarm comes
+    back from there, so the guard returns to it (with a lower rate each time)."""
+    guard = CollapseGuard(GuardOptions(collapse_guard=True))
+    start = [Path("ckpt/step_000000")]
+    assert guard.target(start, alarm_step=2) == start[0]
+    assert guard.target(start, alarm_step=2) == start[0]
+    assert CollapseGuard(GuardOptions(collapse_guard=True)).target([Path("ckpt/step_000005")], 7) is not None
+    later = CollapseGuard(GuardOptions(collapse_guard=True))
+    assert later.target([Path("ckpt/step_000005")], 7) == Path("ckpt/step_000005")
+    assert later.target([Path("ckpt/step_000005")], 7) is None  # came back from step 5: not the start
+
+
+def test_a_blow_up_at_the_first_step_goes_back_to_the_start_and_a_hopeless_one_stops_in_one_line(
+        start_model, tmp_path, capsys):
+    from lmpo.cli.main import main
+
+    out = tmp_path / "rl"
+    args = ["train", "grpo", "--model", start_model, "--out", str(out), "--steps", "4", "--prompts_per_step", "2",
+            "--group_size", "4", "--eval_problems", "0", "--save_every", "3", "--threads", "1", "--lr", "0.05",
+            "--warmup_steps", "0", "--collapse_guard", "true", "--guard_kl_max", "1e-9", "--guard_max_rollbacks", "2",
+            "--rewards", "reward_fns:length=1.0"]
+    # step 1 samples the start (KL 0); every later step's KL is above 1e-9: the start is tried twice, then the run stops
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "lmpo: error: collapse guard: 2 rollbacks did not help" in err and "Traceback" not in err
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["to_step"]) for r in rows if "rollback" in r] == [(2, 0), (2, 0)]

@@ -34,6 +34,11 @@ class GuardOptions:
     """Stop with an error after this many rollbacks."""
 
 
+class CollapseGuardStop(RuntimeError):
+    """The guard alarmed and has nothing left to try: no checkpoint to go back to, or as many
+    rollbacks as allowed did not help."""
+
+
 def guard_problems(cfg: GuardOptions) -> list[str]:
     problems = []
     if not cfg.collapse_guard:
@@ -87,11 +92,14 @@ class CollapseGuard:
         """The checkpoint to go back to: the newest one older than the weights the alarm was
         measured on — step `alarm_step`'s samples came from the weights saved at `alarm_step - 1`,
         so going back there would raise the same alarm — and, when no newer one was written since
-        the last rollback (the alarm came back from there), the one before that."""
+        the last rollback (the alarm came back from there), the one before that. The run's start
+        (a step-0 checkpoint) is never at fault: the guard may go back there again, each time with
+        a lower learning rate."""
         older = [c for c in checkpoints if checkpoint_step(c) < alarm_step - 1] or checkpoints[:1]
         if self.last_target is not None and older and older[-1] == self.last_target:
             earlier = [c for c in older if c < self.last_target]
-            self.last_target = earlier[-1] if earlier else None
+            start = checkpoint_step(self.last_target) == 0
+            self.last_target = earlier[-1] if earlier else (self.last_target if start else None)
         else:
             self.last_target = older[-1] if older else None
         return self.last_target
@@ -100,7 +108,9 @@ class CollapseGuard:
         """Count a rollback (an error past the limit); returns the new learning-rate scale."""
         self.rollbacks += 1
         if self.rollbacks > self.options.guard_max_rollbacks:
-            raise RuntimeError(f"collapse guard: {self.rollbacks - 1} rollbacks did not help; stopping")
+            raise CollapseGuardStop(f"collapse guard: {self.rollbacks - 1} rollbacks did not help; stopping. "
+                                    f"Start again with a lower --lr, or allow more (--guard_max_rollbacks) "
+                                    f"or larger cuts (--guard_lr_factor)")
         self.lr_scale *= self.options.guard_lr_factor
         self.rewards.clear()
         return self.lr_scale

@@ -40,7 +40,7 @@ from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.rl_update import LossParts, update
 from lmpo.trainers.runtime import make_optimizer, make_scheduler
 from lmpo.trainers.checkpoint import complete_checkpoints, load_checkpoint
-from lmpo.trainers.collapse_guard import CollapseGuard, scale_learning_rate
+from lmpo.trainers.collapse_guard import CollapseGuard, CollapseGuardStop, scale_learning_rate
 from lmpo.trainers.stopping import BestWeights, StopRule
 from lmpo.trainers.sampler_mismatch import (correct_for_sampler, recompute_logprobs, samples_with_trainer_forward,
                                             sync_and_probe)
@@ -135,10 +135,19 @@ def train_rl(cfg: RLConfig) -> StageResult:
         policy.train()
         return figures
 
-    if heldout and start_step == 0:  # the starting point of the curves
+    if heldout and resumed is None:  # the starting point of the curves
         run.write({"step": 0, **held_out_eval(0)})
     policy.train()
     trained = run.trained(policy)
+
+    def write_checkpoint(step: int) -> None:
+        run.checkpoint(step, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
+                       {"prompt_position": stream.position, "beta": beta, "nonfinite_steps": nonfinite_streak,
+                        "stopping": stop.state(), **({"guard": guard.state()} if guard else {})},
+                       extra_modules, data_state=ptx_state(ptx))
+
+    if guard is not None and resumed is None:  # the start, for the guard to go back to if step 1 breaks the policy
+        write_checkpoint(0)
     step = start_step
     with run.progress(cfg.steps, initial=start_step) as progress:
         while step < cfg.steps:
@@ -198,7 +207,8 @@ def train_rl(cfg: RLConfig) -> StageResult:
             if alarm:  # back to the last complete checkpoint, with a lower learning rate
                 checkpoint = guard.target(complete_checkpoints(run.out), step)
                 if checkpoint is None:
-                    raise RuntimeError(f"collapse guard at step {step}: {alarm}; no checkpoint to roll back to")
+                    raise CollapseGuardStop(f"collapse guard at step {step}: {alarm}; no checkpoint to roll back to "
+                                            f"(the alarm came back from the oldest one); start again with a lower --lr")
                 scale = guard.rolled_back()
                 back = load_checkpoint(checkpoint, policy, optimizer, scheduler, {"sampler": sampler}, extra_modules,
                                        run.dist.rank)
@@ -218,10 +228,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
                 run.write({"step": step, "stopped": reason, "best_step": stop.best_step})
                 break
             if run.checkpoint_due(step, cfg.steps):
-                run.checkpoint(step, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
-                               {"prompt_position": stream.position, "beta": beta, "nonfinite_steps": nonfinite_streak,
-                                "stopping": stop.state(), **({"guard": guard.state()} if guard else {})},
-                               extra_modules, data_state=ptx_state(ptx))
+                write_checkpoint(step)
             fault_point("step_end", step)
 
     rewards.close()
