@@ -114,3 +114,18 @@ def test_online_dpos_round_row_speaks_for_every_update_of_the_round():
     assert row == pytest.approx({"loss": (4 * 0.6931 + 4 * 0.69 + 2 * 0.6) / 10, "accuracy": 0.5, "lr": 3e-5,
                                  "updates": 3})
     assert round_means([]) == {}
+
+
+def test_online_dpo_logs_each_round_at_its_own_step_even_without_pairs(start_model, tmp_path):
+    """A round whose samples all tie trains on nothing: its row repeated the step (the update count)
+    of the round before it, and the report, which keys rows by step, dropped one of the two."""
+    import json
+
+    out = tmp_path / "odpo"
+    assert main(["train", "online_dpo", "--model", start_model, "--out", str(out), "--rounds", "3",
+                 "--prompts_per_round", "2", "--samples_per_prompt", "2", "--eval_problems", "0",
+                 "--threads", "1"]) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rounds = [r for r in rows if "round" in r]
+    assert [(r["step"], r["round"]) for r in rounds] == [(1, 1), (2, 2), (3, 3)]
+    assert [r["optimizer_steps"] for r in rounds] == [0, 0, 0] and all(r["pairs"] == 0 for r in rounds)

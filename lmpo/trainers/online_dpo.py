@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -29,7 +28,7 @@ from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_options import RewardOptions
 from lmpo.trainers.reward_watch import note_episodes, watch_rewards
 from lmpo.trainers.validation import at_least, raise_if_any, reward_problems, sampling_problems
-from lmpo.trainers.runtime import keep_rows_through, make_optimizer, make_scheduler, options_for
+from lmpo.trainers.runtime import make_optimizer, make_scheduler, options_for
 from lmpo.trainers.preflight import load_prompt_files
 
 SAMPLER_STRIDE = 1_000_003  # each data-parallel process samples from its own stream
@@ -122,9 +121,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
         run.sync(policy)
         stream.position = resumed.state["prompt_position"]
         updater.load_state(resumed.state)
-        if run.dist.is_main:
-            drop_rounds_after(run.out / "metrics.jsonl", start_round)
-    run.open_log(step if resumed else None)
+    run.open_log(start_round if resumed else None, key="round")  # rows by round: a round without pairs updates nothing
     last_eval = None
     if heldout and not resumed:
         last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens)
@@ -151,7 +148,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
             reward_sum = run.dist.all_sum(float(scores[ranked.valid].sum())) if ranked.valid.any() else run.dist.all_sum(0.0)
             scorable = run.dist.all_sum(float(ranked.valid.sum()))
             fault_point("after_rollout", round_)
-            row = {"step": step, "round": round_, "reward_mean": reward_sum / scorable if scorable else 0.0,
+            row = {"step": round_, "round": round_, "reward_mean": reward_sum / scorable if scorable else 0.0,
                    "pairs": len(pairs), "tie_frac": 1 - len(pairs) / cfg.prompts_per_round,
                    "samples": len(problems) * run.dist.world,
                    "completion_tokens": int(run.dist.all_sum(float(rollout.lengths.sum()))),
@@ -176,8 +173,8 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
                         step += 1
                         updater.check(step)
                 row.update(round_means(updates))
-                row["step"] = step
                 run.sync(policy)
+            row["optimizer_steps"] = step
             if updater.skipped:
                 row["skipped_updates"] = updater.skipped
             out_of_time = run.out_of_time(cfg.max_minutes) and round_ < cfg.rounds
@@ -203,12 +200,6 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
         result.accuracy, result.format_accuracy = last_eval.accuracy, last_eval.format_accuracy
     held = {"policy": 1, "reference": int(reference is not None and run.lora is None)}
     return run.finish(policy, tokenizer, result, models_held=held)
-
-
-def drop_rounds_after(path: Path, round_: int) -> None:
-    """Metrics rows of rounds after a checkpoint's: a round without pairs repeats the step count,
-    so dropping rows by step alone would keep some."""
-    keep_rows_through(path, "round", round_)
 
 
 def best_vs_worst(rollout, scores: torch.Tensor, group: int) -> tuple[list, list, list]:
