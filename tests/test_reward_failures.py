@@ -230,3 +230,21 @@ def test_a_wrong_count_is_recorded_as_its_own_kind(tmp_path):
         WatchedRewards(runner, tmp_path, 3, 1024).score(TASK, PROBLEMS[:3], ["1", "2", "3"], [True] * 3)
     (entry,) = [json.loads(line) for line in (tmp_path / FAILURES_FILE).read_text().splitlines()]
     assert (entry["kind"], entry["unscorable"], entry["of"]) == ("contract", 3, 3)
+
+
+def test_correct_judges_what_evaluation_judges_on_a_task_that_grades_whole_episodes(start_model, tmp_path):
+    """A task with `grade_trajectory` (its environment's verdict on the episode): accuracy read it,
+    and `correct` read `grade` on the final text, so reward 0 stood beside accuracy 1."""
+    task_file = tmp_path / "episode_task.py"
+    task_file.write_text(
+        "from lmpo.envs.base import Grade\n"
+        "from lmpo.envs.sort_digits import SortDigits\n\n"
+        "class Judged(SortDigits):\n"
+        "    def grade_trajectory(self, trajectory):\n"
+        "        return Grade(correct=True, well_formed=False)\n")
+    out = tmp_path / "rl"
+    train_rl(RLConfig(model=start_model, out=str(out), task=f"{task_file}:Judged", steps=1, prompts_per_step=2,
+                      group_size=2, eval_problems=0, save_every=0, threads=1, rewards="correct=1.0,format=0.5"))
+    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert row["accuracy"] == 1.0 and row["reward_correct"] == 1.0
+    assert row["reward_format"] == 0.0  # format judges the final answer's text, as `task.grade` does

@@ -31,6 +31,10 @@ def format_reward(task: Task, problems, completions, terminated) -> list[float]:
 
 
 REWARDS: dict[str, RewardFn] = {"correct": correct_reward, "format": format_reward}
+GRADE_FIELDS = {"correct": "correct"}
+"""The built-in rewards that are a field of the episode's `Grade`: given the episodes' grades (a
+task may judge a whole episode, `grade_trajectory`), the trainers take them from there, as
+evaluation's accuracy does. `format` judges the final answer's text, as `task.grade` does."""
 LEARNED_REWARD = "rm"  # a trained reward model; its directory is given separately
 
 

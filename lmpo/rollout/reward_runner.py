@@ -27,9 +27,9 @@ from typing import Literal, Sequence
 
 import torch
 
-from lmpo.envs.base import Problem, Task
+from lmpo.envs.base import Grade, Problem, Task
 from lmpo.envs.reward_worker import DEFAULT_MEMORY_MB, NotScores, as_scores
-from lmpo.envs.rewards import REWARDS, RewardFn, parse_reward_weights, reward_functions
+from lmpo.envs.rewards import GRADE_FIELDS, REWARDS, RewardFn, parse_reward_weights, reward_functions
 
 FailurePolicy = Literal["unscorable", "error"]
 STARTUP_TIMEOUT_S = 300.0
@@ -148,11 +148,17 @@ class RewardRunner:
         return {name: weight for name, (_, weight) in self.rewards.items()}
 
     def score(self, task: Task, problems: Sequence[Problem], completions: Sequence[str],
-              terminated: Sequence[bool]) -> RewardScores:
+              terminated: Sequence[bool], grades: Sequence[Grade] | None = None) -> RewardScores:
+        """`grades`: the task's grade of each episode (`evaluation.grade_all`); `correct` is read
+        from them, so it judges what evaluation's accuracy judges (a task's `grade_trajectory`
+        included)."""
         n = len(problems)
         valid = torch.ones(n, dtype=torch.bool)
         scores = RewardScores({}, valid)
         for name in self.rewards:
+            if grades is not None and name in GRADE_FIELDS:
+                scores.components[name] = torch.tensor([float(getattr(g, GRADE_FIELDS[name])) for g in grades])
+                continue
             values, reason = self._call(name, (task, list(problems), list(completions), list(terminated)), n)
             if reason is not None:  # the batch failed as a whole: find out which completions fail
                 values = [self._call(name, (task, [p], [c], [t]), 1)[0][0]

@@ -12,7 +12,7 @@ import torch
 from lmpo.algos import PREFERENCE_LOSSES
 from lmpo.envs import make_task
 from lmpo.rollout.agent_loop import EpisodeRunner
-from lmpo.rollout.evaluation import evaluate
+from lmpo.rollout.evaluation import evaluate, grade_all
 from lmpo.rollout.trajectory import to_rollout
 from lmpo.rollout.reward_runner import RewardRunner
 from lmpo.models import load_model, load_tokenizer
@@ -139,7 +139,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
             note_episodes(rank_by, trajectories)
             rollout = to_rollout(trajectories, tokenizer.pad_token_id)
             texts, terminated = [t.final_text for t in trajectories], [t.terminated for t in trajectories]
-            ranked = rank_by.score(task, problems, texts, terminated)
+            ranked = rank_by.score(task, problems, texts, terminated, grade_all(task, trajectories))
             scores = sum(w * ranked.components[name].float() for name, w in rank_by.weights().items())
             scores = torch.where(ranked.valid, scores, float("nan"))  # unscorable: never chosen nor rejected
             # every process sees every process's pairs, and trains on its share of each batch

@@ -67,10 +67,10 @@ class WatchedRewards:
     def __getattr__(self, name):
         return getattr(self.runner, name)
 
-    def score(self, task, problems, completions, terminated) -> RewardScores:
+    def score(self, task, problems, completions, terminated, grades=None) -> RewardScores:
         self.rounds += 1
         try:
-            scores = self.runner.score(task, problems, completions, terminated)
+            scores = self.runner.score(task, problems, completions, terminated, grades)
         except RewardFailure as err:  # reward_failure=error or a wrong count: recorded too, then stops the run
             self._record(err.function, err.unscorable or 1, len(problems), str(err), err.kind)
             raise

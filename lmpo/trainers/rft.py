@@ -31,7 +31,7 @@ from lmpo.models import load_tokenizer
 from lmpo.rollout import SamplingParams
 from lmpo.rollout.agent_loop import EpisodeRunner
 from lmpo.rollout.engine_select import check_engine, make_engine
-from lmpo.rollout.evaluation import evaluate
+from lmpo.rollout.evaluation import evaluate, grade_all
 from lmpo.rollout.reward_runner import RewardRunner
 from lmpo.rollout.trajectory import Trajectory
 from lmpo.rollout.weight_probe import default_probe_ids
@@ -209,7 +209,7 @@ def sample_round(runner: EpisodeRunner, task, problems: list, rewards, cfg: RFTC
     trajectories = runner.run([p for p in problems for _ in range(group)])
     note_episodes(rewards, trajectories)
     judged = rewards.score(task, [t.problem for t in trajectories], [t.final_text for t in trajectories],
-                           [t.terminated for t in trajectories])
+                           [t.terminated for t in trajectories], grade_all(task, trajectories))
     total = sum(w * judged.components[name].float() for name, w in rewards.weights().items())
     scores = torch.where(judged.valid, total, float("nan"))
     kept = accepted_samples(scores, [t.completion_ids for t in trajectories], group, cfg.accept_threshold,

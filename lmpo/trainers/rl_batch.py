@@ -184,7 +184,7 @@ def score(trajectories: list[Trajectory], group_ids: torch.Tensor, pad_id: int, 
     texts, terminated = [t.final_text for t in trajectories], [t.terminated for t in trajectories]
     grades = grade_all(task, trajectories)
     note_episodes(rewards, trajectories)  # broken episodes said, and the stop when all broke
-    scores = rewards.score(task, problems, texts, terminated)
+    scores = rewards.score(task, problems, texts, terminated, grades)
     components = scores.components
     total = sum(weight * components[name] for name, weight in rewards.weights().items())
     env_rewards = torch.tensor([sum(r for r in t.turn_rewards if r is not None) for t in trajectories])
