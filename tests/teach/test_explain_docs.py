@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import string
 from pathlib import Path
@@ -102,6 +103,45 @@ def test_diagrams_are_drawn_as_png(tmp_path, pages):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", key
         assert path.stat().st_size > 5000, key
     assert {"group_normalisation", "zero_signal", "gae_masked", "kl_estimators", "aggregation"} <= set(drawn)
+
+
+def _sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+# closed forms in the diagram's x variable m = reward(y_w) − reward(y_l) (/work/shared/ALGORITHMS.md:
+# dpo −log σ(h), ipo (h/β − 1/(2β))², simpo −log σ(h − γ), with h the margin): (L(m), dL/dm)
+PREFERENCE_CLOSED_FORMS = {
+    "dpo": lambda m, b, g: (-math.log(_sigmoid(m)), -_sigmoid(-m)),
+    "ipo": lambda m, b, g: ((m / b - 1 / (2 * b)) ** 2, 2 * (m / b - 1 / (2 * b)) / b),
+    "simpo": lambda m, b, g: (-math.log(_sigmoid(m - g)), -_sigmoid(g - m)),
+}
+
+
+@pytest.mark.parametrize("method", sorted(PREFERENCE_CLOSED_FORMS))
+def test_preference_diagram_plots_the_loss_and_its_derivative_in_the_margin(method, pages, monkeypatch, tmp_path):
+    """The curves drawn on the preference diagram, read back from the figure: the right panel is
+    ∂L/∂margin w.r.t. the margin on the x-axis (not scaled by β or β²)."""
+    from lmpo.teach.explain import diagrams
+
+    figures = []
+    monkeypatch.setattr(diagrams, "_save", lambda fig, path: figures.append(fig))
+    (diagram,) = [d for d in pages["en", method].diagrams if d.key == f"preference_{method}"]
+    diagram.draw(str(tmp_path / "p.png"))
+    (fig,) = figures
+    loss_ax, grad_ax = fig.axes
+    assert grad_ax.get_ylabel() == "∂L/∂margin" and grad_ax.get_xlabel().startswith("margin")
+    s = pages["en", method].settings
+    beta, gamma = s["beta"], s.get("gamma")
+    for ax, which in ((loss_ax, 0), (grad_ax, 1)):
+        (line,) = [ln for ln in ax.get_lines() if ln.get_label() == method]
+        xs, ys = line.get_xdata(), line.get_ydata()
+        assert len(xs) > 100
+        for m, y in zip(xs, ys):
+            want = PREFERENCE_CLOSED_FORMS[method](float(m), beta, gamma)[which]
+            assert y == pytest.approx(want, rel=1e-6, abs=1e-9), (method, which, float(m))
+        if method == "dpo" and which == 1:  # −σ(−m) spans (−1, 0) on the plotted range
+            assert min(ys) < -0.99 and max(ys) > -0.01
 
 
 def test_cli_lists_explains_and_rejects(tmp_path, capsys):

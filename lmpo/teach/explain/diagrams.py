@@ -212,20 +212,29 @@ def kl_estimators(path: str) -> None:
 PREFERENCE_RANGES = {"dpo": (-6.0, 6.0), "ipo": (-0.5, 1.5), "simpo": (-3.0, 4.0)}
 
 
-def preference(path: str, method: str, s: dict) -> None:
-    """The registered preference loss and dL/d(margin) against the implicit-reward margin."""
+def preference_curves(method: str, s: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(margin, L, ∂L/∂margin) of the registered preference loss on a grid of margins, where
+    margin = reward(y_w) − reward(y_l) is the loss's own reported margin (β times the log-ratio
+    difference, in reward units)."""
     lo, hi = PREFERENCE_RANGES[method]
-    margin = torch.linspace(lo, hi, 301, dtype=torch.float64)
-    # one-token completions, zero reference: each loss's reported margin is beta * chosen_logps
-    chosen = (margin / s["beta"]).requires_grad_(True)
-    zeros, ones = torch.zeros_like(margin), torch.ones_like(margin)
+    margin = torch.linspace(lo, hi, 301, dtype=torch.float64, requires_grad=True)
+    # one-token completions, zero reference: each loss's reported margin is beta * chosen_logps,
+    # so chosen_logps = margin / beta, and autograd through it differentiates w.r.t. the margin
+    chosen = margin / s["beta"]
+    zeros, ones = torch.zeros_like(chosen), torch.ones_like(chosen)
     options = {"beta": s["beta"], **({"gamma": s["gamma"]} if method == "simpo" else {})}
     loss, figures = PREFERENCE_LOSSES.get(method)(chosen, zeros, zeros, zeros, chosen_lengths=ones,
                                                    rejected_lengths=ones, **options)
-    (grad,) = torch.autograd.grad(loss.sum(), chosen)
+    (grad,) = torch.autograd.grad(loss.sum(), margin)
+    return figures["margin"], loss.detach(), grad
+
+
+def preference(path: str, method: str, s: dict) -> None:
+    """The registered preference loss and ∂L/∂margin against the implicit-reward margin."""
+    margin, loss, grad = preference_curves(method, s)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    axes[0].plot(figures["margin"], loss.detach(), label=method)
-    axes[1].plot(figures["margin"], grad * s["beta"], label=method)
+    axes[0].plot(margin, loss, label=method)
+    axes[1].plot(margin, grad, label=method)
     axes[0].set_ylabel("L")
     axes[1].set_ylabel("∂L/∂margin")
     for ax in axes:
