@@ -73,6 +73,46 @@ def test_chinese_pages_give_each_term_in_english_once_at_first_use(pages):
     assert annotated  # the last page has some
 
 
+# two or more English words in a row ("mean over pairs", "clip-higher"): prose, not a formula or a name
+ENGLISH_RUN = re.compile(r"(?<![\w.'\-])[A-Za-z][a-z]+(?:[ -][A-Za-z]?[a-z]+)+(?![\w(\[])")
+NAMES_KEPT_IN_ENGLISH = {"clip-higher"}  # DAPO's name for its technique, as the paper spells it
+
+
+def _english_runs(text: str) -> list[str]:
+    """English word runs left in Chinese text, once code spans and the English original given for a
+    term in full-width parentheses after it (`奖励（reward）`, the glossary's convention) are removed."""
+    text = re.sub(r"`[^`]*`", "", text)
+    text = re.sub(r"（[^（）\u4e00-\u9fff]*[A-Za-z][^（）\u4e00-\u9fff]*）", "", text)
+    return [run for run in ENGLISH_RUN.findall(text) if run not in NAMES_KEPT_IN_ENGLISH]
+
+
+def test_english_run_rule():
+    assert _english_runs("L — 损失（计算自 mean over pairs）") == ["mean over pairs"]
+    assert _english_runs("梯度（计算自 torch.autograd.grad (policy term, β = 0)）") == ["policy term"]
+    assert _english_runs("注意奖励被钻空子（reward hacking）；`lmpo train dpo --loss ipo`；A_i = R_i − mean R") == []
+
+
+def test_chinese_pages_leave_no_english_prose(pages):
+    """Every zh entry, and what the zh pages show besides: labels, sources and the papers' notes."""
+    for key, entry in text_zh.TEXT.items():
+        assert not _english_runs(entry), (key, _english_runs(entry))
+    for method in METHODS:
+        expl = pages["zh", method]
+        shown = _prose(expl) + [expl.title] + [v.label for v in expl.values()] + [v.source for v in expl.values()]
+        for text in shown:
+            assert not _english_runs(text), (method, text)
+        for paper in expl.papers:  # a paper's title stays as published; lmpo's note on it is translated
+            notes = re.findall(r"\(([^()]*)\)", paper)
+            assert not [n for n in notes if re.search(r"[a-z]{2,}", n)], (method, paper)
+
+
+def test_sources_are_code_in_every_language(pages):
+    """A value's source is the call that computed it (the same on both pages), never a phrase."""
+    for (lang, method), expl in pages.items():
+        for v in expl.values():
+            assert not ENGLISH_RUN.findall(v.source), (lang, method, v.name, v.source)
+
+
 def test_annotation_skips_terms_inside_longer_ones():
     glossary = {"奖励": "reward", "奖励模型": "reward model"}
     out = annotate_terms(["训练奖励模型。", "奖励很稀疏。", "奖励再次出现。"], glossary)

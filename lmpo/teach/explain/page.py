@@ -7,6 +7,8 @@ number in it is typed by hand either.
 
 from __future__ import annotations
 
+import re
+
 from lmpo.teach.explain import text_en, text_zh
 from lmpo.teach.explain.model import Diagram, Explanation, Step, Value, cells, labels
 
@@ -115,5 +117,6 @@ class Page:
         steps = [Step(s.key, prose[2 + 2 * i], s.formula, s.values, prose[3 + 2 * i]) for i, s in enumerate(self.steps)]
         captions = prose[2 + 2 * len(self.steps):]
         diagrams = tuple(Diagram(d.key, c, d.draw) for d, c in zip(self.diagrams, captions))
+        papers = tuple(re.sub(r"\{(paper\.\w+)\}", lambda note: self.tx(note.group(1)), p) for p in papers)
         return Explanation(m, self.tx.lang, title, summary, formula, papers, commands, settings, when,
                            tuple(steps), diagrams)

@@ -57,7 +57,7 @@ def preference(method: str, lang: str) -> Explanation:
     mean = loss.mean()
     page.step(f"loss.{method}", PREFERENCE_FORMULAS[method], [
         page.value("pair_loss", "L_pair", loss, per="pair", source=source + "[0]"),
-        page.value("loss", "L", mean, per="scalar", source="mean over pairs"),
+        page.value("loss", "L", mean, per="scalar", source="L_pair.mean()"),
     ], **s, target=1 / (2 * s["beta"]))
     grad_w, grad_l = torch.autograd.grad(mean, (chosen, rejected))
     page.step(f"gradient.{method}", "∂L/∂log π_θ(y_w) ,  ∂L/∂log π_θ(y_l)", [
@@ -82,7 +82,7 @@ def reward_model(lang: str) -> Explanation:
         page.value("margin", "r_w − r_l", figures["margin"], per="pair", source=source + "[1]['margin']"),
         page.value("accuracy", "acc", figures["accuracy"], per="pair", source=source + "[1]['accuracy']"),
         page.value("pair_loss", "L_pair", loss, per="pair", source=source + "[0]"),
-        page.value("loss", "L", loss.mean(), per="scalar", source="mean over pairs"),
+        page.value("loss", "L", loss.mean(), per="scalar", source="L_pair.mean()"),
     ], **s)
     grad_w, grad_l = torch.autograd.grad(loss.mean(), (chosen, rejected))
     page.step("gradient.reward_model", "∂L/∂r_w = −σ(−(r_w − r_l − m))/B + …", [

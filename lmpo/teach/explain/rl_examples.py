@@ -101,7 +101,7 @@ def flat_group_step(page: Page, s: dict) -> None:
     page.step(key, "R_1 = … = R_G  ⇒  A_i = 0  ⇒  ∂L_pg/∂log π_θ = 0", [
         page.value("flat_rewards", "R_i", rewards, given=True, per="sequence"),
         page.value("flat_advantages", "A_i", adv, per="sequence", source=f"ADVANTAGES.get({s['advantage']!r})"),
-        page.value("flat_grad", "∂L_pg/∂logπ", grad, mask=mask, source="torch.autograd.grad (policy term, β = 0)"),
+        page.value("flat_grad", "∂L_pg/∂logπ", grad, mask=mask, source="torch.autograd.grad(L_pg, log π_θ)"),
     ], beta=s["beta"])
 
 

@@ -17,6 +17,7 @@ RL_DEFAULTS = ("std", "scale", "advantage_eps", "dual_clip", "max_new_tokens", "
                "kl_placement", "beta", "gamma", "gae_lambda", "whiten_advantages", "whiten_eps", "whiten_std",
                "clip_eps_value", "vf_coef", "overlong_cache", "ratio_cap", "ratio_level")
 
+# `{paper.KEY}`: lmpo's note on what the page takes from the paper, in the page's language (`Page.finish`)
 PAPERS: dict[str, tuple[str, ...]] = {
     "grpo": ("Shao et al. 2024, DeepSeekMath, arXiv:2402.03300",),
     "dr_grpo": ("Liu et al. 2025, Understanding R1-Zero-Like Training, arXiv:2503.20783",),
@@ -33,10 +34,10 @@ PAPERS: dict[str, tuple[str, ...]] = {
             "arXiv:2310.12036",),
     "simpo": ("Meng, Xia & Chen 2024, SimPO, arXiv:2405.14734",),
     "reward_model": ("Ouyang et al. 2022, InstructGPT, arXiv:2203.02155",
-                     "Eisenstein et al. 2023, Helping or Herding? (centering), arXiv:2312.09244"),
+                     "Eisenstein et al. 2023, Helping or Herding?{paper.centering}, arXiv:2312.09244"),
     "kl": ("Schulman 2020, Approximating KL Divergence, http://joschu.net/blog/kl-approx.html",
-           "Shao et al. 2024, DeepSeekMath (k3 in the loss), arXiv:2402.03300",
-           "Ziegler et al. 2019, Fine-Tuning LMs from Human Preferences (KL as a reward penalty), arXiv:1909.08593"),
+           "Shao et al. 2024, DeepSeekMath{paper.k3_in_loss}, arXiv:2402.03300",
+           "Ziegler et al. 2019, Fine-Tuning LMs from Human Preferences{paper.kl_in_reward}, arXiv:1909.08593"),
 }
 
 
