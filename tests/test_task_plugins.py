@@ -184,3 +184,23 @@ def test_a_bad_task_option_writes_no_run_directory(tmp_path):
         with pytest.raises(ValueError, match="did you mean 'length'"):
             run(str(tmp_path / name))
         assert not (tmp_path / name).exists(), name
+
+
+@pytest.mark.parametrize("body,said", [
+    ("raise KeyError('id')", "raised KeyError: 'id'; a grader marks malformed output incorrect and never raises"),
+    ("return None", "returned NoneType 'None', not a Grade(correct, well_formed)"),
+    ("return True", "returned bool 'True', not a Grade"),
+])
+def test_a_grader_that_raises_or_returns_no_grade_stops_in_one_line_naming_the_episode(body, said, tmp_path, capsys):
+    """It was a traceback from deep in the trainer (AttributeError: 'NoneType' object has no
+    attribute 'correct'); `lmpo eval` the same."""
+    task_file = tmp_path / "graded.py"
+    task_file.write_text("from lmpo.envs.sort_digits import SortDigits\n\n"
+                         "class Broken(SortDigits):\n"
+                         f"    def grade(self, problem, completion, terminated):\n        {body}\n")
+    for command in (["train", "grpo", "--steps", "1", "--prompts_per_step", "2", "--group_size", "2",
+                     "--out", str(tmp_path / "rl")], ["eval", "--eval_problems", "2"]):
+        assert main([*command, "--model", "tiny", "--task", f"{task_file}:Broken", "--threads", "1"]) == 1
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "': Broken.grade() on the completion" in err
+        assert said in err

@@ -19,12 +19,13 @@ def run_command(name: str) -> contextlib.AbstractContextManager:
 
 def runtime_errors() -> tuple[type[BaseException], ...]:
     """Evaluated only when an exception reaches `main` (the reward runner imports torch)."""
+    from lmpo.rollout.evaluation import GraderError
     from lmpo.rollout.reward_runner import RewardFailure
     from lmpo.trainers.collapse_guard import CollapseGuardStop
     from lmpo.trainers.harness import NonFiniteUpdates
     from lmpo.trainers.reward_watch import EnvFailure
 
-    return (RewardFailure, EnvFailure, NonFiniteUpdates, CollapseGuardStop, OSError)
+    return (RewardFailure, EnvFailure, NonFiniteUpdates, CollapseGuardStop, GraderError, OSError)
 
 
 def one_line(err: BaseException) -> str:

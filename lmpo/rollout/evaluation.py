@@ -55,13 +55,33 @@ class EvalResult:
         return row
 
 
+class GraderError(RuntimeError):
+    """A task's grader raised, or returned something other than a `Grade`: a bug in the task (a
+    grader marks malformed output incorrect and never raises), reported with the episode."""
+
+
 def grade_all(task: Task, trajectories: Sequence[Trajectory]) -> list[Grade]:
     """The task's grade of each episode: `task.grade_trajectory(t)` where the task judges whole
-    episodes (its environment's final state, e.g. a database), else its grader on the final answer."""
+    episodes (its environment's final state, e.g. a database), else its grader on the final answer.
+    GraderError when the grader raises or returns no `Grade`."""
     by_episode = getattr(task, "grade_trajectory", None)
     if callable(by_episode):
-        return [by_episode(t) for t in trajectories]
-    return [task.grade(t.problem, t.final_text, t.terminated) for t in trajectories]
+        return [_checked(task, "grade_trajectory", by_episode, t, t) for t in trajectories]
+    return [_checked(task, "grade", task.grade, t, t.problem, t.final_text, t.terminated) for t in trajectories]
+
+
+def _checked(task: Task, method: str, grader: Callable, episode: Trajectory, *args) -> Grade:
+    where = (f"task {getattr(task, 'name', type(task).__name__)!r}: {type(task).__name__}.{method}() on the "
+             f"completion {episode.final_text[:200]!r} of the prompt {episode.problem.prompt[:200]!r}")
+    try:
+        grade = grader(*args)
+    except Exception as err:  # noqa: BLE001 -- the user's grader: any bug is named with its episode
+        raise GraderError(f"{where} raised {type(err).__name__}: {err}; a grader marks malformed output "
+                          f"incorrect and never raises") from err
+    if not (hasattr(grade, "correct") and hasattr(grade, "well_formed")):
+        raise GraderError(f"{where} returned {type(grade).__name__} {str(grade)[:80]!r}, not a "
+                          f"Grade(correct, well_formed) (lmpo.envs.base.Grade)")
+    return grade
 
 
 def breakdown(trajectories: Sequence[Trajectory], grades: Sequence[Grade]) -> dict:
