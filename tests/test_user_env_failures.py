@@ -27,7 +27,10 @@ from lmpo.envs.tool_tasks import Calculator
 
 class Env:
     def __init__(self, mode): self.mode = mode
-    def reset(self, problem): return [{"role": "user", "content": problem.prompt}]
+    def reset(self, problem):
+        if self.mode == "reset_raise": raise KeyError("my reset is broken")
+        if self.mode == "reset_text": return problem.prompt
+        return [{"role": "user", "content": problem.prompt}]
     def step(self, text):
         if self.mode == "raise": raise ValueError("my step is broken")
         if self.mode == "none": return None
@@ -64,6 +67,8 @@ def test_a_malformed_step_is_named_by_the_environments_class(returned, says):
     ("raise", "ValueError: my step is broken"),
     ("none", "Env.step returned NoneType; expected a Step("),
     ("nan", "Env.step returned a Step with reward nan"),
+    ("reset_raise", "Env.reset raised KeyError: 'my reset is broken'"),  # a traceback from the agent loop before
+    ("reset_text", "Env.reset raised ValueError: Env.reset returned str; expected a list of {role, content}"),
 ])
 def test_a_run_whose_environment_breaks_every_episode_stops_saying_why(tmp_path, monkeypatch, capsys, mode, cause):
     (tmp_path / "min_env.py").write_text(ENV)

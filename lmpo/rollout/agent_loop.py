@@ -55,13 +55,19 @@ class EpisodeLimits:
 class _Episode:
     def __init__(self, problem: Problem, env, renderer, limits: EpisodeLimits):
         self.env, self.renderer, self.limits = env, renderer, limits
-        self.messages = check_opening(env, env.reset(problem))  # the record of the conversation, shared
+        try:
+            self.messages = check_opening(env, env.reset(problem))  # the record of the conversation, shared
+            failed = None
+        except Exception as err:  # noqa: BLE001 -- as in `step`: the episode ends as env_error, the batch goes on
+            self.messages, failed = [{"role": "user", "content": problem.prompt}], f"{type(err).__name__}: {err}"
         ids, self.held_text = renderer.prompt(self.messages)
         self.pending_ids: list[int] = []
         if not ids:
             raise ValueError(f"problem {problem.prompt[:60]!r} renders to an empty prompt")
         self.traj = Trajectory(problem, len(ids), list(ids), [PROMPT] * len(ids), [0.0] * len(ids),
                                messages=self.messages)
+        if failed:
+            self.end(ENV_ERROR, error=f"{type(env).__name__}.reset raised {failed}")
 
     @property
     def used(self) -> int:
@@ -91,6 +97,8 @@ def run_episodes(engine: Engine, make_env: EnvFactory, problems: Sequence[Proble
     live = []
     for ep in episodes:
         cap, reason = ep.turn_cap()
+        if ep.traj.termination:  # its environment did not start
+            continue
         if cap > 0:
             live.append(ep)
         elif reason == CONTEXT_OVERFLOW:  # nothing can be sampled at all: said, and a run of only these stops
