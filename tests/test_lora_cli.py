@@ -130,3 +130,21 @@ def test_every_other_trainer_trains_an_adapter(qwen2_dir, tmp_path, kind):
     assert config["r"] == 4
     if kind == "rm":  # the score head trains in full beside the adapter
         assert config["modules_to_save"] and "score" in config["modules_to_save"]
+
+
+@pytest.mark.parametrize("flags", [["--lora_target_modules", "lm_head,q_proj"], ["--lora_target_modules", "embed_tokens"]])
+def test_lora_on_the_tied_head_or_embeddings_is_refused_and_leaves_no_run_directory(flags, char_tokenizer, tmp_path,
+                                                                                  capsys):
+    """Merging an adapter on a tied lm_head rewrote the input embeddings too: the merged model (and
+    the adapter as lmpo loads it, by merging) was not the model trained (logits 20 apart)."""
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(char_tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                         pad_token_id=char_tokenizer.pad_token_id, eos_token_id=char_tokenizer.eos_token_id)
+    Qwen2ForCausalLM(config).save_pretrained(tmp_path / "tied")
+    char_tokenizer.save_pretrained(tmp_path / "tied")
+    out = tmp_path / "run"
+    assert main(["train", "sft", "--model", str(tmp_path / "tied"), "--out", str(out), "--threads", "1",
+                 "--demonstrations", "8", "--epochs", "1", "--eval_problems", "0", "--lora_r", "2", *flags]) == 2
+    assert "ties its output head to its input embeddings" in capsys.readouterr().err
+    assert not out.exists()  # refused once the model was loaded: the directory it opened is gone again

@@ -14,6 +14,7 @@ from typing import Callable
 
 from lmpo.cli.config import ConfigError, build
 from lmpo.cli.errors import check_resumable, run_command, saved_config, trainer_of
+from lmpo.trainers.run_dir import remove_if_only_records
 
 
 NOT_RL = ("cpt", "sft", "dpo", "online_dpo", "rm", "kto", "orpo")  # their options are kept in their checkpoints
@@ -44,9 +45,15 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
         from lmpo.trainers.preemption import Preempted, stop_at_next_step
 
         one_process = int(os.environ.get("WORLD_SIZE", "1")) == 1
+        fresh = not getattr(cfg, "resume", "") and not Path(cfg.out).exists()
         with run_command(command), stop_at_next_step(enabled=one_process and bool(getattr(cfg, "save_every", 0))):
             try:
-                result = fn(cfg)
+                try:
+                    result = fn(cfg)
+                except BaseException:
+                    if fresh and launched_rank() == 0:
+                        remove_if_only_records(cfg.out)
+                    raise
             except Preempted as stop:
                 print(f"lmpo: {stop}; {_continue_with(command, cfg.resume or cfg.out)}", file=sys.stderr)
                 return 143  # 128 + SIGTERM, as if the signal had ended it

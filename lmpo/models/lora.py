@@ -99,6 +99,7 @@ def apply_lora(model: PreTrainedModel, opts: LoraOptions, resume_from: str | Pat
         return attach_adapter(model, resume_from, trainable=True)
     if isinstance(opts.target_modules, list):
         _check_targets(model, opts.target_modules)
+    _check_tied(model, opts.target_modules if isinstance(opts.target_modules, list) else [], opts.modules_to_save)
     # a reward model is a sequence classifier: PEFT then also trains its score head in full
     task_type = "SEQ_CLS" if type(model).__name__.endswith("ForSequenceClassification") else "CAUSAL_LM"
     config = LoraConfig(r=opts.r, lora_alpha=opts.alpha, lora_dropout=opts.dropout, bias="none",
@@ -118,6 +119,21 @@ def _check_targets(model: torch.nn.Module, targets: list[str]) -> None:
                          if isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D"})  # GPT-2's
         raise ValueError(f"LoRA target module(s) {', '.join(missing)} match no layer of this "
                          f"{type(model).__name__}; its linear layers are named {', '.join(linear)} (or use all-linear)")
+
+
+def _check_tied(model: torch.nn.Module, targets: list[str], saved: list[str]) -> None:
+    """Refuses an adapter on, or a full copy of, the input embeddings or the output head of a model
+    that ties them: merging it (and loading it, which merges) changes both sides of the one weight,
+    so the merged model is not the one trained (a logit difference of 20 on a tied Qwen2.5)."""
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is None or embed is None or head.weight is not embed.weight:
+        return
+    tied = {name for name, module in model.named_modules() if name and module in (head, embed)}
+    hit = sorted({t for t in [*targets, *saved] for name in tied if name == t or name.endswith("." + t)})
+    if hit:
+        raise ValueError(f"LoRA on {', '.join(hit)}: this {type(model).__name__} ties its output head to its input "
+                         f"embeddings (one weight), and an adapter or a trained copy of either would change both "
+                         f"when merged; leave them out (all-linear does), or train without LoRA")
 
 
 def attach_adapter(base: PreTrainedModel, adapter_dir: str | Path, trainable: bool = True) -> PeftModel:

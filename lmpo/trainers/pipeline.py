@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import json
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -24,7 +23,7 @@ from lmpo.trainers.rft import RFTConfig, train_rft
 from lmpo.trainers.preflight import load_prompt_files
 from lmpo.trainers.rl import heldout_and_selection, train_rl
 from lmpo.trainers.rl_config import RLConfig
-from lmpo.trainers.run_dir import RUN_RECORD, open_run_dir
+from lmpo.trainers.run_dir import open_run_dir, remove_if_only_records
 from lmpo.trainers.stopping import StopRule
 from lmpo.trainers.supervised import (CPTConfig, SFTConfig, heldout_problems, require_task_data, train_cpt,
                                       train_sft)
@@ -146,16 +145,8 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
         return _run_stages(cfg, out, main, after_stage)
     except BaseException:
         if main and created:
-            _remove_if_only_records(out)
+            remove_if_only_records(out)
         raise
-
-
-def _remove_if_only_records(out: Path) -> None:
-    """A pipeline refused by its first stage's own input checks (a corpus too small for a batch,
-    say) leaves no directory behind, as a refused `lmpo train` does: only when `out` was created
-    by this run and holds nothing but the pipeline's own records."""
-    if {p.name for p in out.iterdir()} <= {".lock", "config.json", RUN_RECORD}:
-        shutil.rmtree(out, ignore_errors=True)
 
 
 def _run_stages(cfg: PipelineConfig, out: Path, main: bool,

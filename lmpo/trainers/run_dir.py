@@ -77,6 +77,15 @@ class RunDir:
             self.lock_fd = None
 
 
+def remove_if_only_records(out: str | Path) -> None:
+    """A run refused or failed before it wrote anything of its own (a check made after its
+    directory was opened: a LoRA target, a tracker not installed) leaves no directory behind, as
+    one refused earlier does. For a directory this invocation created: the caller says so."""
+    out = Path(out)
+    if out.is_dir() and {p.name for p in out.iterdir()} <= {".lock", "config.json", RUN_RECORD}:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
     """Validate, create and lock a run directory; on resume, refuse changed options."""
     resume = bool(getattr(cfg, "resume", ""))

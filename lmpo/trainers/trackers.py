@@ -9,6 +9,7 @@ package to install, never a silent no-op.
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 KNOWN = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
@@ -38,6 +39,23 @@ class Trackers:
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
+
+
+def tracker_problems(spec: str) -> list[str]:
+    """`--report_to` names that are unknown or whose package is not installed, said before the run
+    directory is made (importing them is left to `Trackers.start`)."""
+    import importlib.util
+
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in KNOWN]
+    if unknown:
+        return [f"report_to: unknown tracker(s) {unknown}; choose from {', '.join(KNOWN)}"]
+    def installed(package: str) -> bool:
+        if package in sys.modules:  # imported already (or blocked: None)
+            return sys.modules[package] is not None
+        return importlib.util.find_spec(package) is not None
+
+    return [str(_missing(n)) for n in names if not installed(KNOWN[n])]
 
 
 def _missing(name: str) -> ImportError:

@@ -66,15 +66,17 @@ def run_option_problems(cfg, trainer: str) -> list[str]:
         problems.append(f"lora_alpha={cfg.lora_alpha} must be > 0")
     if not 0 <= cfg.lora_dropout < 1:
         problems.append(f"lora_dropout={cfg.lora_dropout} must be in [0, 1)")
-    if not cfg.lora_r and (cfg.lora_merge or cfg.qlora):
-        problems.append("lora_merge and qlora need a LoRA adapter: set lora_r > 0")
+    problems += [f"{name}=true needs a LoRA adapter: set lora_r > 0" for name in ("lora_merge", "qlora")
+                 if not cfg.lora_r and getattr(cfg, name)]
     if not cfg.lora_r:  # without an adapter these would be ignored in silence
         defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
         problems += [f"{name}={getattr(cfg, name)!r} shapes a LoRA adapter, and there is none: set lora_r > 0, "
                      f"or leave {name} out"
                      for name in ("lora_alpha", "lora_dropout", "lora_target_modules")
                      if name in defaults and getattr(cfg, name) != defaults[name]]
-    return problems
+    from lmpo.trainers.trackers import tracker_problems
+
+    return problems + tracker_problems(cfg.report_to)
 
 
 def raise_if_any(kind: str, problems: list[str]) -> None:
