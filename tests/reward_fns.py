@@ -91,3 +91,11 @@ def length(task, problems, completions, terminated):
 def count_sevens(task, problems, completions, terminated):
     """A dense reward any model, even a random one, gets varied scores on (for the doctor's tests)."""
     return [float(c.count("7")) for c in completions]
+
+
+def exits(task, problems, completions, terminated):
+    raise SystemExit(0)
+
+
+def past_float32(task, problems, completions, terminated):
+    return [1e39 if "7" in c else 2.0 for c in completions]

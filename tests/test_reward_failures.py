@@ -18,7 +18,7 @@ from lmpo.rollout.reward_runner import RewardFailure, RewardRunner
 from lmpo.trainers.rl import train_rl
 from lmpo.trainers.rl_config import RLConfig
 
-from reward_fns import (a_dict, a_string, first_only, half, hangs_on_seven, kills_itself, none_and_nan, one_number,
+from reward_fns import (exits, hangs, past_float32, a_dict, a_string, first_only, half, hangs_on_seven, kills_itself, none_and_nan, one_number,
                         raises, raises_on_seven, wrong_length)
 
 HERE = "reward_fns"  # a light module: a worker process imports it by name
@@ -248,3 +248,40 @@ def test_correct_judges_what_evaluation_judges_on_a_task_that_grades_whole_episo
     row = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     assert row["accuracy"] == 1.0 and row["reward_correct"] == 1.0
     assert row["reward_format"] == 0.0  # format judges the final answer's text, as `task.grade` does
+
+
+@pytest.mark.parametrize("timeout_s", [5.0, 0.0], ids=["worker", "in-process"])
+def test_a_reward_that_exits_is_unscorable_and_does_not_end_the_run(timeout_s):
+    """In this process, SystemExit(0) ended the trainer with exit code 0 and nothing written."""
+    scores = _score(exits, ["1", "2"], timeout_s)
+    assert scores.valid.tolist() == [False, False] and "SystemExit" in scores.reasons["r"]
+
+
+def test_a_score_past_the_float32_range_is_unscorable_not_inf():
+    """1e39 passed the finiteness check, then became inf in the float32 rewards (reward_std nan)."""
+    scores = _score(past_float32, ["12", "17"], 0.0)
+    assert scores.valid.tolist() == [True, False] and torch.isfinite(scores.components["r"]).all()
+    assert "past the float32 range" in scores.reasons["r"]
+    from lmpo.envs.reward_worker import as_scores
+
+    assert as_scores([10 ** 400, 1]) == [None, 1.0]  # an int past even float64's range
+
+
+def test_after_a_timed_out_batch_the_lone_calls_share_one_more_timeout():
+    """A reward that hangs on every completion cost (n + 1) timeouts a step: 65 minutes at the
+    defaults (64 completions, 60 s)."""
+    start = time.perf_counter()
+    scores = _score(hangs, ["1", "2", "3", "4"], timeout_s=1.0)
+    took = time.perf_counter() - start
+    assert scores.valid.tolist() == [False] * 4 and "no answer within" in scores.reasons["r"]
+    assert took < 4.5  # the batch's timeout, one more shared among the four, restarts (2.7 s); was 5.7 s
+
+
+def test_reward_weights_must_be_finite_and_given_once():
+    from lmpo.envs import parse_reward_weights
+
+    for spec in ("correct=nan", "correct=inf", "correct=-inf"):
+        with pytest.raises(ValueError, match="must be a finite number"):
+            parse_reward_weights(spec)
+    with pytest.raises(ValueError, match="reward 'correct' is given twice"):
+        parse_reward_weights("correct=1,correct=2")

@@ -32,6 +32,9 @@ def as_float(x) -> float | None:
     return _number(x)[0]
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def _number(x) -> tuple[float | None, str | None]:
     """(a finite float, None) or (None, why not). Only numbers count: a string such as "0.75" or a
     bool is not silently converted (the function most likely has a bug)."""
@@ -46,9 +49,14 @@ def _number(x) -> tuple[float | None, str | None]:
         if x is None:
             return None, "returned None"
         return None, f"returned {_short(x)} ({type(x).__name__}), not a number"
-    value = float(x)
+    try:
+        value = float(x)
+    except OverflowError:  # an int past the float range
+        return None, f"returned {_short(x)}, past the range of a float"
     if not math.isfinite(value):
         return None, f"returned {value}"
+    if abs(value) > FLOAT32_MAX:  # rewards are float32 tensors: it would become inf there
+        return None, f"returned {value:g}, past the float32 range (±{FLOAT32_MAX:.3g}) rewards are computed in"
     return value, None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -47,10 +48,14 @@ def parse_reward_weights(spec: str) -> dict[str, float]:
         if name not in REWARDS and name != LEARNED_REWARD and ":" not in name:
             raise ValueError(f"unknown reward function {name!r} in {spec!r}; choose from: "
                              f"{', '.join([*REWARDS, LEARNED_REWARD])}, or give your own as module:function")
+        if name in weights:
+            raise ValueError(f"reward {name!r} is given twice in {spec!r}; give each reward once, with its weight")
         try:
             weights[name] = float(value) if eq else 1.0
         except ValueError:
             raise ValueError(f"weight of reward {name!r} must be a number, got {value!r}") from None
+        if not math.isfinite(weights[name]):
+            raise ValueError(f"weight of reward {name!r} must be a finite number, got {value.strip()!r}")
     if not weights:
         raise ValueError("at least one reward function is needed, e.g. 'correct=1.0'")
     return weights

@@ -4,7 +4,8 @@ completion *unscorable* instead of crashing the run or silently scoring 0.
 Each reward function runs in its own worker process, so that its timeout is enforced from
 outside the call: when a call overruns, the parent kills the worker (and starts a fresh one
 for the next call); no cooperation from the function is needed. A call covers the whole batch;
-if it fails as a whole, every completion is retried alone (each with the same timeout), so
+if it fails as a whole, every completion is retried alone (each with the same timeout, or, after
+the batch timed out, an equal share of one more timeout), so
 one bad completion does not take its batch-mates down with it. A function that returns something
 other than one score per completion (a number, a dict, a list of the wrong length) is broken,
 not unable to score one: that stops the run whatever the failure policy.
@@ -33,6 +34,7 @@ from lmpo.envs.rewards import GRADE_FIELDS, REWARDS, RewardFn, parse_reward_weig
 
 FailurePolicy = Literal["unscorable", "error"]
 STARTUP_TIMEOUT_S = 300.0
+TIMED_OUT = "no answer within"
 
 
 class RewardFailure(RuntimeError):
@@ -75,7 +77,7 @@ class _Worker:
             self.writer.send(args)
             if not self.reader.poll(timeout_s):
                 self.stop()
-                return "timeout", f"no answer within {timeout_s:g} s (the worker was killed)"
+                return "timeout", f"{TIMED_OUT} {timeout_s:.3g} s (the worker was killed)"
             return self.reader.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError) as err:
             code = self.process.poll() if self.process is not None else None
@@ -161,7 +163,10 @@ class RewardRunner:
                 continue
             values, reason = self._call(name, (task, list(problems), list(completions), list(terminated)), n)
             if reason is not None:  # the batch failed as a whole: find out which completions fail
-                values = [self._call(name, (task, [p], [c], [t]), 1)[0][0]
+                # after a timeout the lone calls share one more timeout, not one each: a reward
+                # that hangs on every completion would cost (n + 1) timeouts a step
+                lone = self.timeout_s / n if reason.startswith(TIMED_OUT) else self.timeout_s
+                values = [self._call(name, (task, [p], [c], [t]), 1, lone)[0][0]
                           for p, c, t in zip(problems, completions, terminated)]
             bad = [i for i, v in enumerate(values) if v is None]
             if bad:
@@ -174,9 +179,9 @@ class RewardRunner:
             scores.components[name] = torch.tensor([0.0 if v is None else v for v in values])
         return scores
 
-    def _call(self, name: str, args: tuple, n: int) -> tuple[list[float | None], str | None]:
+    def _call(self, name: str, args: tuple, n: int, timeout_s: float | None = None) -> tuple[list[float | None], str | None]:
         if name in self._workers:
-            status, payload = self._workers[name].call(args, self.timeout_s)
+            status, payload = self._workers[name].call(args, self.timeout_s if timeout_s is None else timeout_s)
         else:
             try:
                 status, payload = "ok", as_scores(self.rewards[name][0](*args))
@@ -184,6 +189,8 @@ class RewardRunner:
                 status, payload = "contract", str(err)
             except Exception as err:  # noqa: BLE001
                 status, payload = "error", f"{type(err).__name__}: {err}"
+            except SystemExit as err:  # a worker reports it too; in this process it would end the run as a success
+                status, payload = "error", f"SystemExit: {err}"
         if status == "ok" and len(payload) != n:
             got = len(payload)
             status, payload = "contract", f"returned {got} score{'s' * (got != 1)} for {n} completion{'s' * (n != 1)}"
