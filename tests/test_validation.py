@@ -3,6 +3,8 @@ values that conflict."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from lmpo.cli.main import main
@@ -63,3 +65,20 @@ def test_the_cli_prints_the_conflict_and_exits_2(capsys):
     assert main(["train", "grpo", "--model", NO_MODEL, "--prompts_per_step", "3", "--group_size", "5",
                  "--num_minibatches", "2"]) == 2
     assert "num_minibatches=2 must divide prompts_per_step x group_size = 15" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("settings,said", [
+    ({"guard_kl_max": 2.0}, "guard_kl_max=2.0 tunes the collapse guard, which is off"),
+    ({"stop_min_delta": 0.1}, "stop_min_delta=0.1 is the improvement stop_patience waits for"),
+    ({"keep_checkpoints": 3, "save_every": 0}, "keep_checkpoints=3 counts checkpoints, and save_every=0 writes none"),
+    ({"termination_penalty": 5.0}, "termination_penalty=5.0 is what a 'penalise' ending costs"),
+])
+def test_options_that_would_be_ignored_are_refused(settings, said):
+    """Each was accepted, and the run's metrics were those of a run without it."""
+    from lmpo.trainers.rl_config import RLConfig
+
+    with pytest.raises(ValueError, match=re.escape(said)):
+        RLConfig(**settings).validate()
+    RLConfig(termination_penalty=5.0, termination_policy="max_turns=penalise").validate()
+    RLConfig(collapse_guard=True, guard_kl_max=2.0, save_every=5).validate()
+    RLConfig(stop_patience=2, stop_min_delta=0.1, eval_problems=8).validate()

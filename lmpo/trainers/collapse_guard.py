@@ -41,8 +41,10 @@ class CollapseGuardStop(RuntimeError):
 
 def guard_problems(cfg: GuardOptions) -> list[str]:
     problems = []
-    if not cfg.collapse_guard:
-        return problems
+    if not cfg.collapse_guard:  # the guard's own options without it would be ignored in silence
+        defaults = GuardOptions()
+        return [f"{name}={getattr(cfg, name)} tunes the collapse guard, which is off: set collapse_guard true"
+                for name in vars(defaults) if name != "collapse_guard" and getattr(cfg, name) != getattr(defaults, name)]
     if not 0 < cfg.guard_lr_factor < 1:
         problems.append(f"guard_lr_factor={cfg.guard_lr_factor} must be in (0, 1)")
     if not 0 < cfg.guard_entropy_ratio < 1:

@@ -218,7 +218,11 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptF
         try:
             from lmpo.trainers.termination import TerminationPolicy
 
-            TerminationPolicy.parse(self.termination_policy)
+            policy = TerminationPolicy.parse(self.termination_policy)
+            if self.termination_penalty != type(self)().termination_penalty and \
+                    "penalise" not in policy.actions_by_reason.values():
+                problems.append(f"termination_penalty={self.termination_penalty} is what a 'penalise' ending costs, "
+                                f"and termination_policy gives none (e.g. max_turns=penalise)")
         except ValueError as err:
             problems.append(str(err))
         if self.dual_clip and self.dual_clip <= 1:

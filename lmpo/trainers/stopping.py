@@ -34,6 +34,9 @@ class StoppingOptions:
 def stopping_problems(cfg: StoppingOptions) -> list[str]:
     problems = [f"{n}={getattr(cfg, n)} must be >= 0" for n in ("stop_patience", "stop_min_delta", "max_minutes")
                 if getattr(cfg, n) < 0]
+    if cfg.stop_min_delta and not cfg.stop_patience:
+        problems.append(f"stop_min_delta={cfg.stop_min_delta} is the improvement stop_patience waits for; "
+                        f"set stop_patience > 0 too")
     if (cfg.stop_patience or cfg.max_minutes) and getattr(cfg, "fsdp", False):
         problems.append("stopping rules keep the best model from an unsharded copy; not yet with fsdp")
     return problems

@@ -27,6 +27,9 @@ def checkpoint_problems(cfg) -> list[str]:
     problems = at_least(cfg, 0, "save_every")
     if cfg.save_every and cfg.keep_checkpoints < 1:
         problems.append(f"keep_checkpoints={cfg.keep_checkpoints} must be >= 1 when save_every > 0")
+    kept = next(f.default for f in dataclasses.fields(cfg) if f.name == "keep_checkpoints")
+    if not cfg.save_every and cfg.keep_checkpoints != kept:
+        problems.append(f"keep_checkpoints={cfg.keep_checkpoints} counts checkpoints, and save_every=0 writes none")
     return problems
 
 
