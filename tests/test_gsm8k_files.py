@@ -38,9 +38,20 @@ def test_a_bad_row_names_the_files_own_column(char_tokenizer, tmp_path):
     path = _write(tmp_path / "bad.jsonl", [ROWS[0], {"question": "1+1?", "answer": ""}])
     with pytest.raises(ValueError, match=r"row 2: field 'answer': expected a non-empty string, got ''"):
         load_sft(path, char_tokenizer, max_length=256, prompt_field="question")
-    both = _write(tmp_path / "both.jsonl", [{"prompt": "p", "question": "q", "answer": "a"}])
-    with pytest.raises(ValueError, match="field 'completion'"):  # two prompts: neither is guessed at
-        load_sft(both, char_tokenizer, max_length=256, prompt_field="question")
+    with pytest.raises(ValueError, match="row 1: field 'query': expected the column --prompt_field names, got no "
+                                         "such field"):  # accepted before, and the row's other columns read
+        load_sft(path, char_tokenizer, max_length=256, prompt_field="query")
+
+
+@pytest.mark.parametrize("row", [{"prompt": "p", "question": "q", "answer": "a"},
+                                 {"prompt": "p", "question": "q", "completion": "a"}])
+def test_a_prompt_field_named_on_the_command_line_is_the_prompt_whatever_else_the_row_has(row, char_tokenizer,
+                                                                                          tmp_path):
+    """The row's own `prompt` column was read instead (or the row refused for a missing completion)."""
+    both = _write(tmp_path / "both.jsonl", [row])
+    example = load_sft(both, char_tokenizer, max_length=256, prompt_field="question")[0][0]
+    assert char_tokenizer.decode([t for t, m in zip(example.input_ids, example.loss_mask) if not m]) == "q"
+    assert char_tokenizer.decode([t for t, m in zip(example.input_ids, example.loss_mask) if m][:-1]) == "a"
 
 
 def test_sft_then_eval_on_gsm8k_files(start_model, tmp_path, capsys):
@@ -65,3 +76,11 @@ def test_sft_then_eval_on_gsm8k_files(start_model, tmp_path, capsys):
     figures = json.loads((out / "eval.json").read_text())
     assert figures["n"] == 2 and figures["accuracy"] == reported["eval_accuracy"]
     assert figures["format_accuracy"] == reported["eval_format_accuracy"]
+
+
+@pytest.mark.parametrize("row", [{"prompt": "7+7=", "completion": "15", "label": False},
+                                 {"instruction": "7+7=", "output": "15", "kto_tag": False}])
+def test_an_unpaired_feedback_file_is_not_read_as_demonstrations(row, char_tokenizer, tmp_path):
+    """A KTO row's undesirable completion was trained on as one to imitate."""
+    with pytest.raises(ValueError, match="no desirable/undesirable label .* lmpo train kto"):
+        load_sft(_write(tmp_path / "kto.jsonl", [row]), char_tokenizer, max_length=256)

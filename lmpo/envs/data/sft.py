@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 from lmpo.envs.data import chat, formats
-from lmpo.envs.data.records import DataError, Record, type_name
+from lmpo.envs.data.records import DataError, Record, short_repr, type_name
 from lmpo.envs.data.report import LoadReport, Overlong, RowFormat, certainly_overlong, load_rows
 
 
@@ -35,18 +35,31 @@ class TokenizedExample:
         return len(self.input_ids)
 
 
+UNPAIRED_LABELS = ("label", "kto_tag")  # KTO's columns: a row that may be an example not to imitate
+
+
 def load_sft(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, max_length: int,
              overlong: Overlong = "error", limit_name: str = "", prompt_field: str = "prompt",
              answer_field: str = "answer") -> tuple[list[TokenizedExample], LoadReport]:
     """Tokenized examples from `path` (see `read_records`), and what was done to get them. A row
     with a `prompt_field` and an `answer_field` column and no `completion` (GSM8K's `question`
-    and `answer`) is a prompt/completion row."""
+    and `answer`) is a prompt/completion row. A column named on the command line (not the
+    default) is read in every row, before a `prompt` or `completion` column the row also has,
+    and a row without it is an error."""
     def columns(rec: Record) -> Record:
-        if rec.get("completion") is not None or rec.get(prompt_field) is None or rec.get(answer_field) is None:
-            return rec
-        if prompt_field != "prompt" and "prompt" in rec.fields:  # two prompts: neither is guessed at
-            return rec
-        return rec.renamed({prompt_field: "prompt", answer_field: "completion"})
+        for label in UNPAIRED_LABELS:
+            if isinstance(rec.get(label), bool):  # a class label (a number, a name) is only a column not read
+                raise rec.error(label, "no desirable/undesirable label (SFT trains on every completion: give an "
+                                       "unpaired-feedback file to lmpo train kto, or keep the rows to imitate and "
+                                       "drop the column)", short_repr(rec.get(label)))
+        for name, option, default in ((prompt_field, "prompt_field", "prompt"), (answer_field, "answer_field", "answer")):
+            if name != default and rec.get(name) is None:
+                raise rec.missing(name, f"the column --{option} names")
+        renames = {prompt_field: "prompt"} if prompt_field != "prompt" else {}
+        if answer_field != "answer" or (rec.get("completion") is None and rec.get(answer_field) is not None
+                                        and rec.get(prompt_field) is not None):
+            renames[answer_field] = "completion"
+        return rec.renamed(renames) if renames else rec
 
     return load_rows(path, tokenizer, max_length, overlong, EXAMPLES, limit_name, columns)
 
