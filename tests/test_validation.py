@@ -82,3 +82,13 @@ def test_options_that_would_be_ignored_are_refused(settings, said):
     RLConfig(termination_penalty=5.0, termination_policy="max_turns=penalise").validate()
     RLConfig(collapse_guard=True, guard_kl_max=2.0, save_every=5).validate()
     RLConfig(stop_patience=2, stop_min_delta=0.1, eval_problems=8).validate()
+
+
+@pytest.mark.parametrize("config", [SFTConfig, CPTConfig])
+def test_eval_options_with_data_and_no_eval_prompts_are_refused(config):
+    """With --data the task's held-out set is not evaluated: --eval_problems 10 was accepted, and
+    the run reported accuracy n/a."""
+    with pytest.raises(ValueError, match="eval_problems=10 shapes the held-out evaluation, and with --data there is none"):
+        config(data="train.jsonl", eval_problems=10).validate()
+    config(data="train.jsonl", eval_problems=10, eval_prompts="heldout.jsonl").validate()
+    config(eval_problems=10).validate()

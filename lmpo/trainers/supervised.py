@@ -129,6 +129,11 @@ def supervised_problems(cfg: SupervisedConfig) -> list[str]:
     problems += data_option_problems(cfg)
     if cfg.overlong not in ("error", "skip", "truncate"):
         problems.append(f"overlong={cfg.overlong!r} must be error, skip or truncate")
+    if cfg.data and not cfg.eval_prompts:  # no held-out evaluation: a task's set says nothing of --data
+        defaults = type(cfg)()
+        problems += [f"{name}={getattr(cfg, name)} shapes the held-out evaluation, and with --data there is none "
+                     f"unless --eval_prompts FILE gives its prompts" for name in ("eval_problems", "eval_max_new_tokens")
+                     if getattr(cfg, name) != getattr(defaults, name)]
     return problems
 
 
