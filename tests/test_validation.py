@@ -92,3 +92,11 @@ def test_eval_options_with_data_and_no_eval_prompts_are_refused(config):
         config(data="train.jsonl", eval_problems=10).validate()
     config(data="train.jsonl", eval_problems=10, eval_prompts="heldout.jsonl").validate()
     config(eval_problems=10).validate()
+
+
+def test_a_negative_thread_count_is_refused(capsys):
+    """`--threads -1` ran with one thread per core, as 0 does, though the help gives 0 for that."""
+    assert main(["train", "sft", "--threads", "-1", "--out", "unused"]) == 2
+    assert "threads=-1 must be >= 0" in capsys.readouterr().err
+    assert main(["eval", "--model", "tiny", "--threads", "-1"]) == 2
+    assert "threads=-1 must be >= 0" in capsys.readouterr().err

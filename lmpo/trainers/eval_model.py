@@ -74,7 +74,7 @@ class EvalConfig(PromptColumns):
 
 def config_problems(cfg: EvalConfig) -> list[str]:
     problems = at_least(cfg, 1, "eval_problems", "max_new_tokens", "batch_size", "max_parse_errors")
-    problems += at_least(cfg, 0, "max_turns", "max_turn_tokens", "show", "samples", "top_k")
+    problems += at_least(cfg, 0, "max_turns", "max_turn_tokens", "show", "samples", "top_k", "threads")
     if cfg.samples and not cfg.temperature > 0:
         problems.append(f"temperature={cfg.temperature} must be > 0 with samples={cfg.samples} (greedy is samples=0)")
     if not 0 < cfg.top_p <= 1:

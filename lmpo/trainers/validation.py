@@ -59,7 +59,7 @@ CHUNKED_TRAINERS = ("rl",)  # the trainers whose log-probs apply the output head
 
 def run_option_problems(cfg, trainer: str) -> list[str]:
     """The options every trainer shares (`RunOptions`): hardware, precision, LoRA, trackers."""
-    problems = at_least(cfg, 0, "lora_r", "logprob_chunk_tokens") + at_least(cfg, 1, "max_nonfinite_steps")
+    problems = at_least(cfg, 0, "lora_r", "logprob_chunk_tokens", "threads") + at_least(cfg, 1, "max_nonfinite_steps")
     if cfg.logprob_chunk_tokens and trainer not in CHUNKED_TRAINERS:
         problems.append(f"logprob_chunk_tokens={cfg.logprob_chunk_tokens} is not used by {trainer}: only RL's "
                         f"log-probs apply the output head in chunks")
