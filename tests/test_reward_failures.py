@@ -285,3 +285,21 @@ def test_reward_weights_must_be_finite_and_given_once():
             parse_reward_weights(spec)
     with pytest.raises(ValueError, match="reward 'correct' is given twice"):
         parse_reward_weights("correct=1,correct=2")
+
+
+def test_a_reward_function_given_as_a_file_scores_in_its_worker(tmp_path, start_model):
+    """`--task` took path/to/file.py:Class and `--rewards` did not: 'No module named '/tmp/my''."""
+    from lmpo.envs import parse_reward_weights, reward_functions
+
+    path = tmp_path / "my rewards.py"  # a space in the path, too
+    path.write_text("def digits(task, problems, completions, terminated):\n"
+                    "    return [float(sum(ch.isdigit() for ch in c)) for c in completions]\n")
+    spec = f"correct=1.0,{path}:digits=0.5"
+    fns = reward_functions(parse_reward_weights(spec))
+    with RewardRunner({name: (fn, 1.0) for name, fn in fns.items()}, timeout_s=5.0, trusted=["correct"]) as runner:
+        scores = runner.score(TASK, PROBLEMS[:2], ["12a", "x"], [True, True])
+    assert scores.components[f"{path}:digits"].tolist() == [2.0, 0.0] and scores.valid.all()
+    with pytest.raises(ValueError, match="has no function 'nothing'"):
+        reward_functions(parse_reward_weights(f"{path}:nothing=1"))
+    with pytest.raises(ValueError, match="does not exist"):
+        reward_functions(parse_reward_weights(f"{tmp_path}/absent.py:digits=1"))

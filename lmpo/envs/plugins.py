@@ -145,7 +145,7 @@ def load_target(target: str, builtins: dict[str, Callable]) -> Callable:
         return builtins[target]
     if ":" in target:
         where, _, attr = target.rpartition(":")
-        module = _load_file(where, target) if _looks_like_file(where) else _import_module(where, target)
+        module = load_file(where, target) if _looks_like_file(where) else _import_module(where, target)
         return _attribute(module, attr, target)
     installed = installed_tasks()
     if target in installed:
@@ -184,10 +184,11 @@ def _import_module(name: str, target: str):
         raise ValueError(f"task {target!r}: importing {name!r} failed: {_failure(err)}") from err
 
 
-def _load_file(where: str, target: str):
+def load_file(where: str, target: str, what: str = "task"):
+    """The module of a `path/to/file.py` a task (or a reward function, `what`) is taken from."""
     path = Path(where).expanduser().resolve()
     if not path.is_file():
-        raise ValueError(f"task {target!r}: file {where} does not exist (relative paths start at the "
+        raise ValueError(f"{what} {target!r}: file {where} does not exist (relative paths start at the "
                          f"current directory, {Path.cwd()})")
     # one module per file: every make_task call of a run gets the same class
     name = f"lmpo_task_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
@@ -200,7 +201,7 @@ def _load_file(where: str, target: str):
         spec.loader.exec_module(module)
     except Exception as err:
         del sys.modules[name]
-        raise ValueError(f"task {target!r}: loading {path} failed: {_failure(err)}") from err
+        raise ValueError(f"{what} {target!r}: loading {path} failed: {_failure(err)}") from err
     loaded = [p for p in os.environ.get(TASK_FILES_ENV, "").split(os.pathsep) if p]
     if str(path) not in loaded:  # inherited by the reward workers, which unpickle this module's classes
         os.environ[TASK_FILES_ENV] = os.pathsep.join([*loaded, str(path)])
@@ -208,14 +209,15 @@ def _load_file(where: str, target: str):
 
 
 TASK_FILES_ENV = "LMPO_TASK_FILES"
-"""The task files this process loaded (`--task path/to/file.py:Class`), for its child processes."""
+"""The files this process loaded tasks or reward functions from (`--task path/to/file.py:Class`,
+`--rewards path/to/file.py:fn=1`), for its child processes."""
 
 
 def load_task_files() -> None:
     """In a reward worker: the task files its trainer loaded, under the same module names, so a
     task from a file unpickles there (it failed with `No module named 'lmpo_task_...'`)."""
     for path in filter(None, os.environ.get(TASK_FILES_ENV, "").split(os.pathsep)):
-        _load_file(path, path)
+        load_file(path, path)
 
 
 def _attribute(module, attr: str, target: str) -> Callable:

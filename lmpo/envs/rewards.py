@@ -118,17 +118,25 @@ def _check_reward_adapter(reward_model: str) -> None:
 
 
 def import_reward(path: str) -> RewardFn:
-    """`package.module:function` → the function, with errors that say which part is wrong."""
-    module_name, _, attr = path.partition(":")
-    _import_from_cwd()
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ValueError(f"reward function {path!r}: cannot import module {module_name!r}: {err}") from None
-    except Exception as err:  # the module's own code failed: a SyntaxError, an error at import
-        what = f"{err.msg} ({err.filename}:{err.lineno})" if isinstance(err, SyntaxError) else str(err)
-        raise ValueError(f"reward function {path!r}: importing module {module_name!r} failed: "
-                         f"{type(err).__name__}: {what}") from None
+    """`package.module:function` or `path/to/file.py:function` → the function, with errors that
+    say which part is wrong. A file is loaded as `--task path/to/file.py:Class` loads one (and the
+    reward workers load it again under the same module name)."""
+    module_name, _, attr = path.rpartition(":")
+    if module_name.endswith(".py"):
+        from lmpo.envs.plugins import load_file
+
+        module = load_file(module_name, path, "reward function")
+    else:
+        _import_from_cwd()
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as err:
+            raise ValueError(f"reward function {path!r}: cannot import module {module_name!r}: {err}"
+                             f"{' (a file is named with its .py)' if '/' in module_name else ''}") from None
+        except Exception as err:  # the module's own code failed: a SyntaxError, an error at import
+            what = f"{err.msg} ({err.filename}:{err.lineno})" if isinstance(err, SyntaxError) else str(err)
+            raise ValueError(f"reward function {path!r}: importing module {module_name!r} failed: "
+                             f"{type(err).__name__}: {what}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ValueError(f"reward function {path!r}: module {module_name!r} has no function {attr!r}")

@@ -9,7 +9,7 @@ from typing import Literal
 @dataclass
 class RewardOptions:
     rewards: str = "correct=1.0"
-    """Reward functions and weights, e.g. `correct=1.0,format=0.1`; `rm=1.0` uses `reward_model`."""
+    """Reward functions and weights, e.g. `correct=1.0,format=0.1`; `rm=1.0` uses `reward_model`; your own as `module:function=1.0` or `path/to/file.py:function=1.0`."""
     reward_model: str = ""
     """Directory of a trained reward model (`lmpo train rm`) for the `rm` reward."""
     reward_timeout: float = 60.0
