@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote
 
@@ -20,8 +21,18 @@ figcaption { color: #666; font-size: 0.85em; }
 """
 
 
+# C0 and C1 control characters and DEL, but not newline and tab: in text a run logged (tool output,
+# model text) an ESC or BEL would drive the reader's terminal (clear it, retitle it, recolour it).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def show_controls(text: str) -> str:
+    """``text`` with each control character other than newline and tab written as ``\\xNN``."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    return html.escape(show_controls(str(text)), quote=True)
 
 
 def src(path: str) -> str:

@@ -269,7 +269,8 @@ def render_terminal(rows: list[Row], console: Console, *, width: int | None = No
     """Print a legend, then each trajectory: a header line and its text, the
     sources styled as in :data:`STYLES`; when the console has no colour, model
     and environment text are wrapped in :data:`MARKERS` instead, and (unless
-    ``width`` is given) lines are not re-wrapped, so the text stays exact."""
+    ``width`` is given) lines are not re-wrapped, so the text stays exact. Control characters
+    in the logged text (an ESC from a tool's output) are shown escaped, never sent to the terminal."""
     plain = _colourless(console)
     soft = plain and width is None
     console.print(legend(plain), width=width, soft_wrap=soft)
@@ -282,11 +283,12 @@ def render_terminal(rows: list[Row], console: Console, *, width: int | None = No
         for i, (text, kind) in enumerate(header_fields(row)):
             if i:
                 head.append(" · ", style="dim")
-            head.append(text, style=_HEADER_STYLES[kind])
+            head.append(page.show_controls(text), style=_HEADER_STYLES[kind])
         console.print(head, width=width, soft_wrap=soft)
         body = Text(overflow="fold")
         for seg in row["segments"]:
-            body.append(_segment_text(seg["source"], seg["text"], plain), style=STYLES[seg["source"]])
+            text = page.show_controls(seg["text"])
+            body.append(_segment_text(seg["source"], text, plain), style=STYLES[seg["source"]])
         console.print(body, width=width, soft_wrap=soft)
 
 

@@ -186,6 +186,26 @@ def test_no_color_env_and_empty(run: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert "⟦31415⟧" in out.getvalue() and "\x1b[3" not in out.getvalue()
 
 
+EVIL_ENV = "\x1b[31mRED\x1b[0m \x1b]0;pwned title\x07 and\nnext"
+
+
+def test_control_characters_in_logged_text_are_shown_escaped(tmp_path: Path, rh: SimpleNamespace) -> None:
+    """A tool's output with `ESC[2J` or an OSC title sequence cleared and retitled the reader's
+    terminal: `lmpo trajectories` wrote them raw, to the terminal and to files."""
+    rh.write_jsonl(tmp_path / "trajectories.jsonl", [traj(1, env=EVIL_ENV, tool_crashes=["boom\x1b[2J"])])
+    for colour in (True, False):
+        out = io.StringIO()
+        console = Console(file=out, force_terminal=colour, color_system="truecolor" if colour else None, width=200)
+        render_terminal(read_trajectories(tmp_path), console)
+        text = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())  # lmpo's own styles
+        assert "\x1b" not in text and "\x07" not in text
+        assert "\\x1b[31mRED\\x1b[0m \\x1b]0;pwned title\\x07 and\nnext" in text
+        assert "tool crashed: boom\\x1b[2J" in text
+        assert ("\x1b[1;32m" in out.getvalue()) == colour  # lmpo's colours still work
+    body = "\n".join(html_section(tmp_path))
+    assert "\x1b" not in body and "\x07" not in body and "\\x1b]0;pwned title\\x07" in body
+
+
 # ---------------------------------------------------------------------- CLI
 
 
