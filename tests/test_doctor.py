@@ -218,3 +218,19 @@ def test_a_held_out_finding_gives_the_figure_of_the_model_the_stage_hands_on():
     assert "hands on" not in plain.message
     same = next(f for f in diagnose(rows, "rl", final={"format_accuracy": 0.784}) if f.code == "eos_loss")
     assert "hands on" not in same.message
+
+
+def test_a_kl_or_loss_gone_to_inf_or_nan_is_a_finding():
+    """The doctor read only finite values: a run whose KL went to inf (and loss to NaN) at step 90
+    of 100 was reported with "no problems found"."""
+    rows = _rows(100, kl=(0.01, 0.01), loss=(0.1, 0.1))
+    for row in rows[89:]:
+        row.update(kl=float("inf"), loss=float("nan"))
+    found = [f for f in diagnose(rows, "rl") if f.code == "nonfinite"]
+    assert [(f.metric, f.value) for f in found] == [("loss", "nan from step 90 (11 of 100 logged steps)"),
+                                                     ("kl", "inf from step 90 (11 of 100 logged steps)")]
+    assert all(f.severity == "warning" and "--lr" in f.remedy and "before step 90" in f.remedy for f in found)
+    dpo = [{"step": s, "loss": 0.5 if s < 8 else float("nan")} for s in range(1, 11)]
+    (loss,) = [f for f in diagnose(dpo, "dpo") if f.code == "nonfinite"]
+    assert loss.value == "nan from step 8 (3 of 10 logged steps)" and "--beta" not in loss.remedy
+    assert "nonfinite" not in _codes(diagnose(_rows(100, kl=(0.0, 0.1)), "rl"))

@@ -283,6 +283,29 @@ def check_clip(rows: list[Row], th: Thresholds) -> list[Finding]:
     return []
 
 
+# Figures that a diverged run turns to inf or NaN (`_values` leaves those out of every other check).
+NONFINITE_KEYS = ("loss", "kl", "reward_mean", "entropy", "eval_loss")
+
+
+def check_nonfinite(rows: list[Row], th: Thresholds) -> list[Finding]:
+    """A loss, KL, reward or entropy logged as inf or NaN: the run diverged from that step on."""
+    findings = []
+    rl_remedy = "raise --beta (a KL that grows without bound), use --collapse_guard true, " if rl_rows(rows) else ""
+    for key in NONFINITE_KEYS:
+        logged = [(r.get("step"), v) for r in rows if (v := as_float(r.get(key))) is not None]
+        bad = [(step, v) for step, v in logged if not math.isfinite(v)]
+        if not bad:
+            continue
+        step, value = bad[0]
+        findings.append(Finding("nonfinite", "warning", key,
+                                f"{value} from step {step} ({len(bad)} of {len(logged)} logged steps)", "finite",
+                                f"{key} left the finite range at step {step}: the run diverged there, and its "
+                                "figures after that step (and the model it saved) cannot be trusted",
+                                f"lower --lr, keep --grad_clip, {rl_remedy}or restart from a checkpoint saved "
+                                f"before step {step}"))
+    return findings
+
+
 def check_faults(rows: list[Row], th: Thresholds) -> list[Finding]:
     findings = []
     skipped = _values(rows, "skipped_updates")
@@ -329,7 +352,7 @@ def check_supervised(rows: list[Row], th: Thresholds, stage: str) -> list[Findin
 
 
 RL_CHECKS: tuple[Callable[[list[Row], Thresholds], list[Finding]], ...] = (
-    check_entropy, check_kl, check_length, check_hacking, check_clip, check_faults)
+    check_nonfinite, check_entropy, check_kl, check_length, check_hacking, check_clip, check_faults)
 
 
 def diagnose(rows: list[Row], stage: str = "", thresholds: Thresholds | None = None,
@@ -342,7 +365,7 @@ def diagnose(rows: list[Row], stage: str = "", thresholds: Thresholds | None = N
     if rl_rows(rows):
         found = check_signal(rows, th, group_size, advantage) + [f for check in RL_CHECKS for f in check(rows, th)]
         return [_with_kept_model(f, rows, final) for f in found] + check_kinds(rows, th, final)
-    return check_supervised(rows, th, stage) + check_faults(rows, th)
+    return check_nonfinite(rows, th) + check_supervised(rows, th, stage) + check_faults(rows, th)
 
 
 # A held-out finding's metric -> (the result.json field of the same figure, its metrics series, its name).
