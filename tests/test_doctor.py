@@ -234,3 +234,30 @@ def test_a_kl_or_loss_gone_to_inf_or_nan_is_a_finding():
     (loss,) = [f for f in diagnose(dpo, "dpo") if f.code == "nonfinite"]
     assert loss.value == "nan from step 8 (3 of 10 logged steps)" and "--beta" not in loss.remedy
     assert "nonfinite" not in _codes(diagnose(_rows(100, kl=(0.0, 0.1)), "rl"))
+
+
+def test_a_run_getting_worse_is_a_finding_and_a_noisy_healthy_one_is_not():
+    """Training and held-out accuracy both fell from 70% to 10% and the doctor said nothing."""
+    rows = _rows(100, reward_mean=(0.7, 0.1), accuracy=(0.7, 0.1))
+    for row in rows[9::10]:
+        row["eval_accuracy"] = 0.7 - 0.6 * row["step"] / 100
+    (worse,) = [f for f in diagnose(rows, "rl") if f.code == "decline"]
+    assert worse.metric == "eval_accuracy" and worse.value == "61.0% (best, steps 10–20) → 13.0% (last 2 evaluations)"
+    assert "training accuracy fell too" in worse.message
+    assert all(flag in worse.remedy for flag in ("--lr", "--collapse_guard", "--stop_patience", "kl"))
+    without_evals = [{k: v for k, v in r.items() if k != "eval_accuracy"} for r in rows]
+    assert [f.metric for f in diagnose(without_evals, "rl") if f.code == "decline"] == ["accuracy"]
+    # A real 20-step PPO run: held-out 35% → 50% → 32.5% of 40 problems, training accuracy of 16
+    # samples a step jumping between 0% and 75%. Noise, not decline: it ends where it started.
+    noisy = _rows(20, accuracy=(0.5, 0.5))
+    for row, acc in zip(noisy, (0.69, 0.31, 0.25, 0.19, 0.31, 0.75, 0.25, 0.25, 0.19, 0.38, 0.19, 0.38, 0.06, 0.62,
+                                0.06, 0.31, 0.12, 0.0, 0.25, 0.44)):
+        row["accuracy"] = acc
+    noisy = [{"step": 0, "eval_accuracy": 0.35}] + noisy
+    noisy[10]["eval_accuracy"], noisy[20]["eval_accuracy"] = 0.5, 0.325
+    assert "decline" not in _codes(diagnose(noisy, "rl"))
+    # Held-out falling while the reward rises is reward hacking, said once.
+    hacked = _rows(100, reward_mean=(0.3, 0.9))
+    for row in hacked[9::10]:
+        row["eval_accuracy"] = 0.6 - 0.4 * row["step"] / 100
+    assert _codes(diagnose(hacked, "rl")) == {"reward_hacking"}

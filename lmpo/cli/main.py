@@ -298,7 +298,7 @@ def make_parser() -> argparse.ArgumentParser:
                                    "directory, or every run under a directory of runs: lmpo compare's "
                                    "SEED/METHOD/STAGE, lmpo factcheck's runs/NAME) and name what limits training: no signal, too sparse or easy a "
                                    "reward, entropy collapse, KL runaway, length growth or truncation, reward "
-                                   "hacking, high clip fraction, a loss or KL gone to inf/NaN, non-finite skips, unscorable rewards.")
+                                   "hacking, a run getting worse, high clip fraction, a loss or KL gone to inf/NaN, non-finite skips, unscorable rewards.")
     p.add_argument("run_dir", help="a run directory (or a pipeline directory, or one holding runs further in)")
     p.set_defaults(func=cmd_doctor)
     p = sub.add_parser("presets", help="list the RL presets, their parts and their sources",

@@ -69,6 +69,12 @@ class Thresholds:
     """... in this share of steps is persistently high."""
     loss_still_falling: float = 0.05
     """Relative fall of a supervised loss over the last fifth of the schedule."""
+    decline: float = 0.15
+    """A fall of accuracy (held-out, or training without held-out evaluations) from its best
+    window to the last one, ..."""
+    decline_ratio: float = 0.3
+    """... that is also this share of the best ...
+    (a run that only returns to where it started, after a lucky evaluation, is noise)."""
     sft_format: float = 0.9
     """Held-out format accuracy after SFT below which RL would mostly learn to stop."""
 
@@ -230,6 +236,66 @@ def check_hacking(rows: list[Row], th: Thresholds) -> list[Finding]:
     return findings
 
 
+def _windows(xs: list[float], k: int) -> list[float]:
+    return [_mean(xs[i:i + k]) for i in range(len(xs) - k + 1)]
+
+
+def _decline(xs: list[float], k: int, th: Thresholds) -> tuple[float, int, float, float] | None:
+    """(best window mean, its first index, start window mean, end window mean) of a series that
+    fell by `th.decline` and `th.decline_ratio` from its best and also ended below its start
+    (by half the fall threshold)."""
+    means = _windows(xs, k)
+    best_at = max(range(len(means)), key=means.__getitem__)
+    best, start, end = means[best_at], means[0], means[-1]
+    if best - end >= th.decline and end <= best * (1 - th.decline_ratio) and start - end >= th.decline / 2:
+        return best, best_at, start, end
+    return None
+
+
+def check_decline(rows: list[Row], th: Thresholds) -> list[Finding]:
+    """A run getting worse: held-out accuracy (or, without held-out evaluations, training accuracy)
+    falls a lot from its best to the end and ends below its start. Window means, not single
+    points, so that one lucky evaluation or batch is no peak. A training reward that rose meanwhile
+    is reward hacking (check_hacking), not this."""
+    reward = _values(rl_rows(rows), "reward_mean")
+    if len(reward) >= 4 and _ends(reward)[1] - _ends(reward)[0] >= th.reward_rise:
+        return []
+    evals = [(r.get("step"), v) for r in rows if (v := as_float(r.get("eval_accuracy"))) is not None
+             and math.isfinite(v)]
+    train = _values(rl_rows(rows), "accuracy")
+    k_train = max(3, len(train) // 10)
+    train_fall = _decline(train, k_train, th) if len(train) >= 2 * k_train else None
+    if len(evals) >= 3:
+        k = max(1, len(evals) // 4)
+        fall = _decline([v for _, v in evals], k, th)
+        if fall is None:
+            return []
+        best, at, start, end = fall
+        metric, where = "eval_accuracy", "held-out accuracy"
+        first, last = evals[at][0], evals[at + k - 1][0]
+        best_steps = f"step {first}" if k == 1 else f"steps {first}–{last}"
+        value = f"{_pct(best)} (best, {best_steps}) → {_pct(end)} (last {_plural(k, 'evaluation')})"
+    elif train_fall is not None and len(train) >= 20:
+        best, at, start, end = train_fall
+        metric, where = "accuracy", "training accuracy (sampled)"
+        value = f"{_pct(best)} (best {k_train} steps) → {_pct(end)} (last {k_train} steps)"
+    else:
+        return []
+    also = ""
+    if metric == "eval_accuracy" and train_fall is not None:
+        also = f"; training accuracy fell too, {_pct(train_fall[0])} → {_pct(train_fall[3])}"
+    return [Finding("decline", "warning", metric, value,
+                    f"a fall of >= {_pct(th.decline)} and >= {th.decline_ratio:.0%} of the best, ending below the start",
+                    f"{where} fell from its best and ended below where it started ({_pct(start)}){also}: "
+                    "the run is getting worse, not better",
+                    "lower --lr; use --collapse_guard true (rolls back to a checkpoint when the reward falls); "
+                    "keep the best evaluation with --stop_patience N; check the kl (a growing KL: raise --beta)")]
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def check_kinds(rows: list[Row], th: Thresholds, final: dict | None = None) -> list[Finding]:
     """A kind of problem the policy gave up: the held-out average can rise while one kind falls
     (an after-sales GRPO run went 56.0% → 74.8% by learning to refuse every refund, the in-policy
@@ -352,7 +418,7 @@ def check_supervised(rows: list[Row], th: Thresholds, stage: str) -> list[Findin
 
 
 RL_CHECKS: tuple[Callable[[list[Row], Thresholds], list[Finding]], ...] = (
-    check_nonfinite, check_entropy, check_kl, check_length, check_hacking, check_clip, check_faults)
+    check_nonfinite, check_entropy, check_kl, check_length, check_hacking, check_decline, check_clip, check_faults)
 
 
 def diagnose(rows: list[Row], stage: str = "", thresholds: Thresholds | None = None,
@@ -370,7 +436,8 @@ def diagnose(rows: list[Row], stage: str = "", thresholds: Thresholds | None = N
 
 # A held-out finding's metric -> (the result.json field of the same figure, its metrics series, its name).
 _KEPT_FIGURES = {"eval_format_accuracy": ("format_accuracy", "eval_format_accuracy", "format accuracy"),
-                 "reward_mean vs eval_accuracy": ("accuracy", "eval_accuracy", "accuracy")}
+                 "reward_mean vs eval_accuracy": ("accuracy", "eval_accuracy", "accuracy"),
+                 "eval_accuracy": ("accuracy", "eval_accuracy", "accuracy")}
 
 
 def _with_kept_model(finding: Finding, rows: list[Row], final: dict | None) -> Finding:
