@@ -261,3 +261,16 @@ def test_a_run_getting_worse_is_a_finding_and_a_noisy_healthy_one_is_not():
     for row in hacked[9::10]:
         row["eval_accuracy"] = 0.6 - 0.4 * row["step"] / 100
     assert _codes(diagnose(hacked, "rl")) == {"reward_hacking"}
+
+
+def test_a_run_beside_a_pipeline_and_a_comparison_does_not_hide_them(tmp_path, capsys):
+    """`lmpo doctor DIR` with DIR/runA (a run), DIR/pipe (a pipeline) and DIR/cmp (a comparison)
+    examined runA alone and said "no problems found"."""
+    import shutil
+
+    healthy = HERE / "data" / "healthy_sort_pipeline"
+    shutil.copytree(healthy / "grpo", tmp_path / "runA")
+    shutil.copytree(healthy, tmp_path / "pipe")
+    shutil.copytree(healthy / "grpo", tmp_path / "cmp" / "seed0" / "grpo" / "grpo")
+    findings = diagnose_run(tmp_path)
+    assert list(findings) == ["runA", "cmp/seed0/grpo/grpo", "pipe/cpt", "pipe/sft", "pipe/grpo"]

@@ -296,7 +296,7 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="say what limits training in a run, with evidence and remedies",
                        description="Read RUN_DIR's metrics (a stage directory, every stage of a pipeline "
                                    "directory, or every run under a directory of runs: lmpo compare's "
-                                   "SEED/METHOD/STAGE, lmpo factcheck's runs/NAME) and name what limits training: no signal, too sparse or easy a "
+                                   "SEED/METHOD/STAGE, lmpo factcheck's runs/NAME; every run up to four levels down) and name what limits training: no signal, too sparse or easy a "
                                    "reward, entropy collapse, KL runaway, length growth or truncation, reward "
                                    "hacking, a run getting worse, high clip fraction, a loss or KL gone to inf/NaN, non-finite skips, unscorable rewards.")
     p.add_argument("run_dir", help="a run directory (or a pipeline directory, or one holding runs further in)")

@@ -12,17 +12,26 @@ from .metrics import read_metrics
 
 def diagnose_run(path: str | Path) -> dict[str, list[Finding]]:
     """Findings per stage of a pipeline directory, per run of a directory that holds runs further
-    in (`lmpo compare`'s SEED/METHOD/STAGE, `lmpo factcheck`'s runs/NAME), or of one stage directory."""
+    in (`lmpo compare`'s SEED/METHOD/STAGE, `lmpo factcheck`'s runs/NAME, or a mix of those and
+    runs of its own), or of one stage directory."""
     path = Path(path)
     if (path / "summary.json").is_file() or not (path / "metrics.jsonl").is_file():
-        stages = [d for d in sorted(path.iterdir()) if (d / "metrics.jsonl").is_file()] if path.is_dir() else []
-        if stages:
-            return {d.name: diagnose_stage(d) for d in _ordered(path, stages)}
-        deeper = sorted({m.parent for depth in ("*/*", "*/*/*") for m in path.glob(f"{depth}/metrics.jsonl")})
-        if not deeper:
+        runs = run_dirs(path) if path.is_dir() else []
+        if not runs:
             raise ValueError(f"{path}: no metrics.jsonl here nor in the run directories under it")
-        return {str(d.relative_to(path)): diagnose_stage(d) for d in deeper}
+        return {d.relative_to(path).as_posix(): diagnose_stage(d) for d in runs}
     return {path.name: diagnose_stage(path)}
+
+
+def run_dirs(path: Path) -> list[Path]:
+    """Every directory with a metrics.jsonl up to four levels under `path` (a comparison's
+    SEED/METHOD/STAGE in a folder of its own; a run next to a pipeline or a comparison is one of
+    several, not the only one), the stages of each pipeline in its summary.json's order."""
+    found = {m.parent for depth in range(1, 5) for m in path.glob("*/" * depth + "metrics.jsonl")}
+    by_parent: dict[Path, list[Path]] = {}
+    for run in sorted(found):
+        by_parent.setdefault(run.parent, []).append(run)
+    return [run for parent in sorted(by_parent) for run in _ordered(parent, by_parent[parent])]
 
 
 def diagnose_stage(stage_dir: Path) -> list[Finding]:
