@@ -274,3 +274,20 @@ def test_a_run_beside_a_pipeline_and_a_comparison_does_not_hide_them(tmp_path, c
     shutil.copytree(healthy / "grpo", tmp_path / "cmp" / "seed0" / "grpo" / "grpo")
     findings = diagnose_run(tmp_path)
     assert list(findings) == ["runA", "cmp/seed0/grpo/grpo", "pipe/cpt", "pipe/sft", "pipe/grpo"]
+
+
+def test_no_signal_says_what_it_computed_and_names_a_collapse():
+    """A run at lr 1e-2: 68.8% right at step 1 (the starting model), 0% from step 2 on. The doctor
+    called the first tenth's mean "the starting model's sampled accuracy", prescribed a larger
+    group, and printed the entropy logged as -1.9e-6 as "-0.000"."""
+    rows = [{"step": s, "reward_mean": 0.0, "accuracy": 0.0, "zero_var_frac": 1.0,
+             "entropy": 0.9 if s < 9 else -1.9e-6} for s in range(1, 81)]
+    rows[0].update(reward_mean=0.6875, accuracy=0.6875, zero_var_frac=0.75)
+    found = {f.code: f for f in diagnose(rows, "rl", group_size=4)}
+    assert "68.8% at step 1 (the starting model) and 0.0% over the last 8 steps" in found["no_signal"].message
+    assert "--lr" in found["no_signal"].remedy and "--group_size" not in found["no_signal"].remedy
+    assert found["entropy_collapse"].value == "0.900 → 0.000 nats/token"
+    never = [{**row, "reward_mean": 0.0, "accuracy": 0.0} for row in rows]
+    (no_signal,) = [f for f in diagnose(never, "rl", group_size=4) if f.code == "no_signal"]
+    assert "the sampled accuracy is 0.0% over the first 8 steps, an estimated pass@4 of 0.0%" in no_signal.message
+    assert "--group_size" in no_signal.remedy

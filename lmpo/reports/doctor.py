@@ -75,17 +75,20 @@ class Thresholds:
     decline_ratio: float = 0.3
     """... that is also this share of the best ...
     (a run that only returns to where it started, after a lucky evaluation, is noise)."""
+    collapse_ratio: float = 0.25
+    """Sampled accuracy at the last steps over that of the first step (the starting model, when
+    that was >= `decline`) at or below which a run without signal had collapsed."""
     sft_format: float = 0.9
     """Held-out format accuracy after SFT below which RL would mostly learn to stop."""
 
 
+def _points(rows: list[Row], key: str) -> list[tuple[object, float]]:
+    """(step, value) of each row with a finite `key`."""
+    return [(row.get("step"), v) for row in rows if (v := as_float(row.get(key))) is not None and math.isfinite(v)]
+
+
 def _values(rows: list[Row], key: str) -> list[float]:
-    out = []
-    for row in rows:
-        v = as_float(row.get(key))
-        if v is not None and math.isfinite(v):
-            out.append(v)
-    return out
+    return [v for _, v in _points(rows, key)]
 
 
 def _mean(xs: list[float]) -> float:
@@ -100,6 +103,10 @@ def _ends(xs: list[float], share: float = 0.1) -> tuple[float, float]:
 
 def rl_rows(rows: list[Row]) -> list[Row]:
     return [r for r in rows if "reward_mean" in r]
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _pct(x: float) -> str:
@@ -118,16 +125,31 @@ def check_signal(rows: list[Row], th: Thresholds, group_size: int | None = None,
     advantage compares completions within their group (grpo, dr_grpo, rloo); under gae or
     reinforce_pp the critic's values or the batch's baseline still give one."""
     zero_var = _values(rows, "zero_var_frac")
-    acc = _values(rows, "accuracy") or _values(rows, "reward_mean")
+    acc = _points(rows, "accuracy") or _points(rows, "reward_mean")
     if not zero_var or not acc:
         return []
     findings = []
-    start_acc = _ends(acc, 0.1)[0]
+    values = [v for _, v in acc]
+    k = max(1, len(values) // 10)
+    start_acc = _mean(values[:k])
+    first_step, first_acc = acc[0]
+    late = _mean(values[-k:])
+    # Step 1 samples the starting model. A policy right that often at first and almost never
+    # by the end was broken by its updates: more samples per group would not help.
+    collapsed = first_acc >= th.decline and late <= first_acc * th.collapse_ratio
     group = group_size
     pass_k = 1 - (1 - start_acc) ** group if group else None
-    pass_text = (f"; the starting model's sampled accuracy is {_pct(start_acc)}, an estimated pass@{group} of "
-                 f"{_pct(pass_k)} (independent samples assumed)") if pass_k is not None else ""
+    pass_text = (f"; the sampled accuracy is {_pct(start_acc)} over the first {_plural(k, 'step')}, an estimated "
+                 f"pass@{group} of {_pct(pass_k)} (independent samples assumed)") if pass_k is not None else ""
     z = _mean(zero_var)
+    if z >= th.zero_var_frac and collapsed:
+        findings.append(Finding("no_signal", "warning", "zero_var_frac", _pct(z), f">= {_pct(th.zero_var_frac)}",
+                                f"{_pct(z)} of groups had all-equal rewards because the policy collapsed: its sampled "
+                                f"accuracy was {_pct(first_acc)} at step {first_step} (the starting model) and "
+                                f"{_pct(late)} over the last {_plural(k, 'step')}",
+                                "lower --lr (the updates destroyed what the starting model could do), use "
+                                "--collapse_guard true, raise --beta"))
+        return findings
     if z >= th.zero_var_frac and advantage is not None and advantage not in GROUP_ADVANTAGES:
         findings.append(Finding("no_signal", "note", "zero_var_frac", _pct(z), f">= {_pct(th.zero_var_frac)}",
                                 f"{_pct(z)} of groups had all-equal rewards; under {advantage} advantages they still "
@@ -165,6 +187,8 @@ def check_entropy(rows: list[Row], th: Thresholds) -> list[Finding]:
         return []
     start, end = _ends(ent)
     if start > 0 and end / start <= th.entropy_ratio and end <= th.entropy_floor:
+        # entropy is never negative; the trainer's float error logs -2e-6, shown as "-0.000"
+        start, end = max(start, 0.0), max(end, 0.0)
         return [Finding("entropy_collapse", "warning", "entropy", f"{start:.3f} → {end:.3f} nats/token",
                         f"final <= {th.entropy_ratio:g} × start and <= {th.entropy_floor:g}",
                         "the policy became (nearly) deterministic: sampling stops exploring and groups stop differing",
@@ -290,10 +314,6 @@ def check_decline(rows: list[Row], th: Thresholds) -> list[Finding]:
                     "the run is getting worse, not better",
                     "lower --lr; use --collapse_guard true (rolls back to a checkpoint when the reward falls); "
                     "keep the best evaluation with --stop_patience N; check the kl (a growing KL: raise --beta)")]
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def check_kinds(rows: list[Row], th: Thresholds, final: dict | None = None) -> list[Finding]:
