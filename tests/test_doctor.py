@@ -291,3 +291,17 @@ def test_no_signal_says_what_it_computed_and_names_a_collapse():
     (no_signal,) = [f for f in diagnose(never, "rl", group_size=4) if f.code == "no_signal"]
     assert "the sampled accuracy is 0.0% over the first 8 steps, an estimated pass@4 of 0.0%" in no_signal.message
     assert "--group_size" in no_signal.remedy
+
+
+def test_skipped_updates_are_totalled_as_each_trainer_logs_them():
+    """RL logs each step's skipped updates, the other trainers a running total; the doctor quoted
+    the largest value, 1 for an RL run that skipped an update every other step."""
+    rows = _rows(100)
+    for row in rows:
+        row["skipped_updates"] = row["step"] % 2
+    (skips,) = [f for f in diagnose(rows, "rl") if f.code == "nonfinite_skips"]
+    assert skips.value == "50 updates in 50 steps of 100"
+    sft = [{"step": s, "loss": 1.0, **({"skipped_updates": s // 20} if s >= 20 else {})} for s in range(1, 101)]
+    (skips,) = [f for f in diagnose(sft, "sft") if f.code == "nonfinite_skips"]
+    assert skips.value == "5 updates in all (by step 100)"
+    assert "nonfinite_skips" not in _codes(diagnose([{**r, "skipped_updates": 0} for r in _rows(10)], "rl"))

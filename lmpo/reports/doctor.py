@@ -392,11 +392,24 @@ def check_nonfinite(rows: list[Row], th: Thresholds) -> list[Finding]:
     return findings
 
 
+def _skipped_updates(rows: list[Row]) -> str:
+    """How many updates were skipped in all, as evidence; "" when none. The RL trainer logs each
+    step's own count (zero_var_frac is its figure alone); the others log the running total."""
+    points = _points(rows, "skipped_updates")
+    if not any(v > 0 for _, v in points):
+        return ""
+    if any("zero_var_frac" in r for r in rows):
+        steps = sum(v > 0 for _, v in points)
+        return f"{int(sum(v for _, v in points))} updates in {_plural(steps, 'step')} of {len(rl_rows(rows))}"
+    step, total = max(points, key=lambda p: p[1])
+    return f"{int(total)} updates in all (by step {step})"
+
+
 def check_faults(rows: list[Row], th: Thresholds) -> list[Finding]:
     findings = []
-    skipped = _values(rows, "skipped_updates")
-    if skipped and max(skipped) > 0:
-        findings.append(Finding("nonfinite_skips", "warning", "skipped_updates", f"{int(max(skipped))}", "> 0",
+    skipped = _skipped_updates(rows)
+    if skipped:
+        findings.append(Finding("nonfinite_skips", "warning", "skipped_updates", skipped, "> 0",
                                 "some updates had a non-finite loss or gradient and were skipped",
                                 "lower --lr, keep --grad_clip, check the reward for inf/NaN"))
     rollbacks = [r for r in rows if "rollback" in r]
