@@ -9,108 +9,14 @@ pipeline directory.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
+from .doctor_base import Finding, Thresholds, rl_rows
+from .doctor_base import ends as _ends, finite_points as _points, finite_values as _values
+from .doctor_base import mean as _mean, pct as _pct, plural as _plural
+from .doctor_faults import check_decline, check_faults, check_nonfinite
 from .metrics import Row, as_float
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One diagnosis. `severity`: "warning" (training is limited or going wrong) or "note"."""
-
-    code: str
-    severity: str
-    metric: str
-    value: str
-    threshold: str
-    message: str
-    remedy: str
-
-    def text(self) -> str:
-        return (f"{self.severity}: {self.code}: {self.message} [{self.metric} = {self.value}; "
-                f"threshold {self.threshold}] → {self.remedy}")
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Where each check fires; every finding quotes the one it crossed."""
-
-    zero_var_frac: float = 0.9
-    """Mean share of groups whose rewards are all equal (no gradient)."""
-    sparse_accuracy: float = 0.05
-    """Sampled training accuracy at the start below which the reward is too sparse."""
-    easy_accuracy: float = 0.95
-    """Sampled training accuracy at the start above which the task is too easy."""
-    flat_start: float = 0.5
-    """...when at least this share of the first steps' groups also had all-equal rewards (below it,
-    partial credit makes the rewards differ within groups whatever the accuracy)."""
-    entropy_ratio: float = 0.25
-    """Final entropy over starting entropy below which entropy collapsed..."""
-    entropy_floor: float = 0.05
-    """...when the final entropy (nats/token) is also below this."""
-    kl: float = 1.0
-    """Mean KL to the reference over the last tenth of the run (nats/token)."""
-    truncated_frac: float = 0.2
-    """Share of completions cut at max_new_tokens over the last tenth."""
-    length_growth: float = 2.0
-    """Final over starting mean completion length."""
-    reward_rise: float = 0.1
-    """A rise of the training reward ..."""
-    heldout_drop: float = 0.05
-    """... while held-out accuracy falls by this much: reward hacking."""
-    eos_drop: float = 0.1
-    """A fall of format accuracy (terminated, well-formed answers), train or held-out."""
-    kind_drop: float = 0.2
-    """A fall of one kind's held-out accuracy (tasks whose problems have kinds: `eval_kind_*`)."""
-    clip_frac: float = 0.2
-    """Clip fraction above which ..."""
-    clip_share: float = 0.5
-    """... in this share of steps is persistently high."""
-    loss_still_falling: float = 0.05
-    """Relative fall of a supervised loss over the last fifth of the schedule."""
-    decline: float = 0.15
-    """A fall of accuracy (held-out, or training without held-out evaluations) from its best
-    window to the last one, ..."""
-    decline_ratio: float = 0.3
-    """... that is also this share of the best ...
-    (a run that only returns to where it started, after a lucky evaluation, is noise)."""
-    collapse_ratio: float = 0.25
-    """Sampled accuracy at the last steps over that of the first step (the starting model, when
-    that was >= `decline`) at or below which a run without signal had collapsed."""
-    sft_format: float = 0.9
-    """Held-out format accuracy after SFT below which RL would mostly learn to stop."""
-
-
-def _points(rows: list[Row], key: str) -> list[tuple[object, float]]:
-    """(step, value) of each row with a finite `key`."""
-    return [(row.get("step"), v) for row in rows if (v := as_float(row.get(key))) is not None and math.isfinite(v)]
-
-
-def _values(rows: list[Row], key: str) -> list[float]:
-    return [v for _, v in _points(rows, key)]
-
-
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs)
-
-
-def _ends(xs: list[float], share: float = 0.1) -> tuple[float, float]:
-    """Means of the first and the last `share` of a series (at least one point each)."""
-    k = max(1, int(len(xs) * share))
-    return _mean(xs[:k]), _mean(xs[-k:])
-
-
-def rl_rows(rows: list[Row]) -> list[Row]:
-    return [r for r in rows if "reward_mean" in r]
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
 
 
 # lmpo.algos' ADVANTAGES (named here so that the doctor runs without torch; a test keeps them equal)
@@ -260,62 +166,6 @@ def check_hacking(rows: list[Row], th: Thresholds) -> list[Finding]:
     return findings
 
 
-def _windows(xs: list[float], k: int) -> list[float]:
-    return [_mean(xs[i:i + k]) for i in range(len(xs) - k + 1)]
-
-
-def _decline(xs: list[float], k: int, th: Thresholds) -> tuple[float, int, float, float] | None:
-    """(best window mean, its first index, start window mean, end window mean) of a series that
-    fell by `th.decline` and `th.decline_ratio` from its best and also ended below its start
-    (by half the fall threshold)."""
-    means = _windows(xs, k)
-    best_at = max(range(len(means)), key=means.__getitem__)
-    best, start, end = means[best_at], means[0], means[-1]
-    if best - end >= th.decline and end <= best * (1 - th.decline_ratio) and start - end >= th.decline / 2:
-        return best, best_at, start, end
-    return None
-
-
-def check_decline(rows: list[Row], th: Thresholds) -> list[Finding]:
-    """A run getting worse: held-out accuracy (or, without held-out evaluations, training accuracy)
-    falls a lot from its best to the end and ends below its start. Window means, not single
-    points, so that one lucky evaluation or batch is no peak. A training reward that rose meanwhile
-    is reward hacking (check_hacking), not this."""
-    reward = _values(rl_rows(rows), "reward_mean")
-    if len(reward) >= 4 and _ends(reward)[1] - _ends(reward)[0] >= th.reward_rise:
-        return []
-    evals = [(r.get("step"), v) for r in rows if (v := as_float(r.get("eval_accuracy"))) is not None
-             and math.isfinite(v)]
-    train = _values(rl_rows(rows), "accuracy")
-    k_train = max(3, len(train) // 10)
-    train_fall = _decline(train, k_train, th) if len(train) >= 2 * k_train else None
-    if len(evals) >= 3:
-        k = max(1, len(evals) // 4)
-        fall = _decline([v for _, v in evals], k, th)
-        if fall is None:
-            return []
-        best, at, start, end = fall
-        metric, where = "eval_accuracy", "held-out accuracy"
-        first, last = evals[at][0], evals[at + k - 1][0]
-        best_steps = f"step {first}" if k == 1 else f"steps {first}–{last}"
-        value = f"{_pct(best)} (best, {best_steps}) → {_pct(end)} (last {_plural(k, 'evaluation')})"
-    elif train_fall is not None and len(train) >= 20:
-        best, at, start, end = train_fall
-        metric, where = "accuracy", "training accuracy (sampled)"
-        value = f"{_pct(best)} (best {k_train} steps) → {_pct(end)} (last {k_train} steps)"
-    else:
-        return []
-    also = ""
-    if metric == "eval_accuracy" and train_fall is not None:
-        also = f"; training accuracy fell too, {_pct(train_fall[0])} → {_pct(train_fall[3])}"
-    return [Finding("decline", "warning", metric, value,
-                    f"a fall of >= {_pct(th.decline)} and >= {th.decline_ratio:.0%} of the best, ending below the start",
-                    f"{where} fell from its best and ended below where it started ({_pct(start)}){also}: "
-                    "the run is getting worse, not better",
-                    "lower --lr; use --collapse_guard true (rolls back to a checkpoint when the reward falls); "
-                    "keep the best evaluation with --stop_patience N; check the kl (a growing KL: raise --beta)")]
-
-
 def check_kinds(rows: list[Row], th: Thresholds, final: dict | None = None) -> list[Finding]:
     """A kind of problem the policy gave up: the held-out average can rise while one kind falls
     (an after-sales GRPO run went 56.0% → 74.8% by learning to refuse every refund, the in-policy
@@ -367,66 +217,6 @@ def check_clip(rows: list[Row], th: Thresholds) -> list[Finding]:
                         "the ratio is clipped often: updates move the policy further than the trust region",
                         "lower --lr, fewer --num_iterations, or more --num_minibatches")]
     return []
-
-
-# Figures that a diverged run turns to inf or NaN (`_values` leaves those out of every other check).
-NONFINITE_KEYS = ("loss", "kl", "reward_mean", "entropy", "eval_loss")
-
-
-def check_nonfinite(rows: list[Row], th: Thresholds) -> list[Finding]:
-    """A loss, KL, reward or entropy logged as inf or NaN: the run diverged from that step on."""
-    findings = []
-    rl_remedy = "raise --beta (a KL that grows without bound), use --collapse_guard true, " if rl_rows(rows) else ""
-    for key in NONFINITE_KEYS:
-        logged = [(r.get("step"), v) for r in rows if (v := as_float(r.get(key))) is not None]
-        bad = [(step, v) for step, v in logged if not math.isfinite(v)]
-        if not bad:
-            continue
-        step, value = bad[0]
-        findings.append(Finding("nonfinite", "warning", key,
-                                f"{value} from step {step} ({len(bad)} of {len(logged)} logged steps)", "finite",
-                                f"{key} left the finite range at step {step}: the run diverged there, and its "
-                                "figures after that step (and the model it saved) cannot be trusted",
-                                f"lower --lr, keep --grad_clip, {rl_remedy}or restart from a checkpoint saved "
-                                f"before step {step}"))
-    return findings
-
-
-def _skipped_updates(rows: list[Row]) -> str:
-    """How many updates were skipped in all, as evidence; "" when none. The RL trainer logs each
-    step's own count (zero_var_frac is its figure alone); the others log the running total."""
-    points = _points(rows, "skipped_updates")
-    if not any(v > 0 for _, v in points):
-        return ""
-    if any("zero_var_frac" in r for r in rows):
-        steps = sum(v > 0 for _, v in points)
-        return f"{int(sum(v for _, v in points))} updates in {_plural(steps, 'step')} of {len(rl_rows(rows))}"
-    step, total = max(points, key=lambda p: p[1])
-    return f"{int(total)} updates in all (by step {step})"
-
-
-def check_faults(rows: list[Row], th: Thresholds) -> list[Finding]:
-    findings = []
-    skipped = _skipped_updates(rows)
-    if skipped:
-        findings.append(Finding("nonfinite_skips", "warning", "skipped_updates", skipped, "> 0",
-                                "some updates had a non-finite loss or gradient and were skipped",
-                                "lower --lr, keep --grad_clip, check the reward for inf/NaN"))
-    rollbacks = [r for r in rows if "rollback" in r]
-    if rollbacks:
-        last = rollbacks[-1]
-        findings.append(Finding("rollback", "warning", "rollback", f"{len(rollbacks)}", "> 0",
-                                f"the collapse guard rolled back {len(rollbacks)} time(s); last at step {last['step']} "
-                                f"to step {last.get('to_step')}: {last['rollback']}",
-                                "the learning rate was lowered to x" f"{last.get('lr_scale', 1):g}; start the next run "
-                                "with a lower --lr"))
-    unscorable = _values(rows, "unscorable")
-    if unscorable and sum(unscorable) > 0:
-        findings.append(Finding("unscorable", "warning", "unscorable", f"{int(sum(unscorable))} completions",
-                                "> 0", "a reward function could not score some completions (left out of the "
-                                "baseline, zero advantage)", "read RUN_DIR/reward_failures.jsonl; fix the function "
-                                "or raise --reward_timeout"))
-    return findings
 
 
 def check_supervised(rows: list[Row], th: Thresholds, stage: str) -> list[Finding]:

@@ -1,0 +1,124 @@
+"""Doctor checks of a run going wrong: getting worse (check_decline), figures gone to inf/NaN
+(check_nonfinite), skipped updates, rollbacks and unscorable rewards (check_faults)."""
+
+from __future__ import annotations
+
+import math
+
+from .doctor_base import Finding, Thresholds, ends, finite_points, finite_values, mean, pct, plural, rl_rows
+from .metrics import Row, as_float
+
+
+def _windows(xs: list[float], k: int) -> list[float]:
+    return [mean(xs[i:i + k]) for i in range(len(xs) - k + 1)]
+
+
+def _decline(xs: list[float], k: int, th: Thresholds) -> tuple[float, int, float, float] | None:
+    """(best window mean, its first index, start window mean, end window mean) of a series that
+    fell by `th.decline` and `th.decline_ratio` from its best and also ended below its start
+    (by half the fall threshold)."""
+    means = _windows(xs, k)
+    best_at = max(range(len(means)), key=means.__getitem__)
+    best, start, end = means[best_at], means[0], means[-1]
+    if best - end >= th.decline and end <= best * (1 - th.decline_ratio) and start - end >= th.decline / 2:
+        return best, best_at, start, end
+    return None
+
+
+def check_decline(rows: list[Row], th: Thresholds) -> list[Finding]:
+    """A run getting worse: held-out accuracy (or, without held-out evaluations, training accuracy)
+    falls a lot from its best to the end and ends below its start. Window means, not single
+    points, so that one lucky evaluation or batch is no peak. A training reward that rose meanwhile
+    is reward hacking (check_hacking), not this."""
+    reward = finite_values(rl_rows(rows), "reward_mean")
+    if len(reward) >= 4 and ends(reward)[1] - ends(reward)[0] >= th.reward_rise:
+        return []
+    evals = finite_points(rows, "eval_accuracy")
+    train = finite_values(rl_rows(rows), "accuracy")
+    k_train = max(3, len(train) // 10)
+    train_fall = _decline(train, k_train, th) if len(train) >= 2 * k_train else None
+    if len(evals) >= 3:
+        k = max(1, len(evals) // 4)
+        fall = _decline([v for _, v in evals], k, th)
+        if fall is None:
+            return []
+        best, at, start, end = fall
+        metric, where = "eval_accuracy", "held-out accuracy"
+        first, last = evals[at][0], evals[at + k - 1][0]
+        best_steps = f"step {first}" if k == 1 else f"steps {first}–{last}"
+        value = f"{pct(best)} (best, {best_steps}) → {pct(end)} (last {plural(k, 'evaluation')})"
+    elif train_fall is not None and len(train) >= 20:
+        best, at, start, end = train_fall
+        metric, where = "accuracy", "training accuracy (sampled)"
+        value = f"{pct(best)} (best {k_train} steps) → {pct(end)} (last {k_train} steps)"
+    else:
+        return []
+    also = ""
+    if metric == "eval_accuracy" and train_fall is not None:
+        also = f"; training accuracy fell too, {pct(train_fall[0])} → {pct(train_fall[3])}"
+    return [Finding("decline", "warning", metric, value,
+                    f"a fall of >= {pct(th.decline)} and >= {th.decline_ratio:.0%} of the best, ending below the start",
+                    f"{where} fell from its best and ended below where it started ({pct(start)}){also}: "
+                    "the run is getting worse, not better",
+                    "lower --lr; use --collapse_guard true (rolls back to a checkpoint when the reward falls); "
+                    "keep the best evaluation with --stop_patience N; check the kl (a growing KL: raise --beta)")]
+
+
+# Figures that a diverged run turns to inf or NaN (`finite_values` leaves those out of every other check).
+NONFINITE_KEYS = ("loss", "kl", "reward_mean", "entropy", "eval_loss")
+
+
+def check_nonfinite(rows: list[Row], th: Thresholds) -> list[Finding]:
+    """A loss, KL, reward or entropy logged as inf or NaN: the run diverged from that step on."""
+    findings = []
+    rl_remedy = "raise --beta (a KL that grows without bound), use --collapse_guard true, " if rl_rows(rows) else ""
+    for key in NONFINITE_KEYS:
+        logged = [(r.get("step"), v) for r in rows if (v := as_float(r.get(key))) is not None]
+        bad = [(step, v) for step, v in logged if not math.isfinite(v)]
+        if not bad:
+            continue
+        step, value = bad[0]
+        findings.append(Finding("nonfinite", "warning", key,
+                                f"{value} from step {step} ({len(bad)} of {len(logged)} logged steps)", "finite",
+                                f"{key} left the finite range at step {step}: the run diverged there, and its "
+                                "figures after that step (and the model it saved) cannot be trusted",
+                                f"lower --lr, keep --grad_clip, {rl_remedy}or restart from a checkpoint saved "
+                                f"before step {step}"))
+    return findings
+
+
+def _skipped_updates(rows: list[Row]) -> str:
+    """How many updates were skipped in all, as evidence; "" when none. The RL trainer logs each
+    step's own count (zero_var_frac is its figure alone); the others log the running total."""
+    points = finite_points(rows, "skipped_updates")
+    if not any(v > 0 for _, v in points):
+        return ""
+    if any("zero_var_frac" in r for r in rows):
+        steps = sum(v > 0 for _, v in points)
+        return f"{int(sum(v for _, v in points))} updates in {plural(steps, 'step')} of {len(rl_rows(rows))}"
+    step, total = max(points, key=lambda p: p[1])
+    return f"{int(total)} updates in all (by step {step})"
+
+
+def check_faults(rows: list[Row], th: Thresholds) -> list[Finding]:
+    findings = []
+    skipped = _skipped_updates(rows)
+    if skipped:
+        findings.append(Finding("nonfinite_skips", "warning", "skipped_updates", skipped, "> 0",
+                                "some updates had a non-finite loss or gradient and were skipped",
+                                "lower --lr, keep --grad_clip, check the reward for inf/NaN"))
+    rollbacks = [r for r in rows if "rollback" in r]
+    if rollbacks:
+        last = rollbacks[-1]
+        findings.append(Finding("rollback", "warning", "rollback", f"{len(rollbacks)}", "> 0",
+                                f"the collapse guard rolled back {len(rollbacks)} time(s); last at step {last['step']} "
+                                f"to step {last.get('to_step')}: {last['rollback']}",
+                                "the learning rate was lowered to x" f"{last.get('lr_scale', 1):g}; start the next run "
+                                "with a lower --lr"))
+    unscorable = finite_values(rows, "unscorable")
+    if unscorable and sum(unscorable) > 0:
+        findings.append(Finding("unscorable", "warning", "unscorable", f"{int(sum(unscorable))} completions",
+                                "> 0", "a reward function could not score some completions (left out of the "
+                                "baseline, zero advantage)", "read RUN_DIR/reward_failures.jsonl; fix the function "
+                                "or raise --reward_timeout"))
+    return findings
