@@ -67,6 +67,20 @@ PANELS: tuple[Panel, ...] = (
             Curve("eval_format_accuracy", "held-out eval", sparse=True),
         ), percent=True),
     )),
+    # Preference runs (DPO and its kin, online DPO, KTO, reward models): absent keys draw no figure.
+    Panel("preference", "Preference pairs", (
+        Axis("Implicit rewards (beta x log-ratio to the reference)", (
+            Curve("chosen_reward", "chosen"),
+            Curve("rejected_reward", "rejected"),
+            Curve("desirable_reward", "desirable"),
+            Curve("undesirable_reward", "undesirable"),
+        ), ylabel="reward"),
+        Axis("Reward margin (chosen - rejected)", (Curve("margin", "margin"),), ylabel="reward"),
+        Axis("Sequence log-probabilities", (
+            Curve("chosen_logps", "chosen"),
+            Curve("rejected_logps", "rejected"),
+        ), ylabel="log-prob"),
+    )),
     # Rejection-sampling fine-tuning (lmpo train rft): one point per round.
     Panel("rft", "Rejection sampling per round", (
         Axis("Accepted samples and solved prompts", (
@@ -137,6 +151,15 @@ PANELS: tuple[Panel, ...] = (
     )),
 )
 
+# Where a run logs a reward margin, its `accuracy` is the share of preference pairs whose chosen
+# answer scores above the rejected one, not answer accuracy: it gets its own axis and name.
+PAIR_MARKER = "margin"
+PAIR_ACCURACY = Panel("accuracy", "Accuracy", (
+    Axis("Pair accuracy (chosen scored above rejected)", (Curve("accuracy", "train pairs"),), percent=True),
+    Axis("Answer accuracy", (Curve("eval_accuracy", "held-out eval", sparse=True),), percent=True),
+    Axis("Format accuracy", (Curve("eval_format_accuracy", "held-out eval", sparse=True),), percent=True),
+))
+
 # Order of rows in the HTML table of final values; other keys follow, sorted.
 MAIN_KEYS: tuple[str, ...] = (
     "loss", "eval_loss", "reward_mean", "reward_std", "accuracy",
@@ -190,13 +213,15 @@ def termination_panel(keys: Iterable[str]) -> Panel | None:
 
 
 def panels_for(keys: Iterable[str]) -> list[Panel]:
-    """:data:`PANELS` plus, when termination keys exist, the termination panel
-    (placed after the observation-token panel)."""
+    """:data:`PANELS` (with :data:`PAIR_ACCURACY` for a run of preference pairs) plus, when
+    termination keys exist, the termination panel (placed after the observation-token panel)."""
+    keys = set(keys)
+    panels = [PAIR_ACCURACY if p.name == "accuracy" and PAIR_MARKER in keys else p for p in PANELS]
     extra = termination_panel(keys)
     if extra is None:
-        return list(PANELS)
+        return panels
     out: list[Panel] = []
-    for panel in PANELS:
+    for panel in panels:
         out.append(panel)
         if panel.name == "obs_tokens":
             out.append(extra)

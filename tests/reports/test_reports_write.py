@@ -133,3 +133,28 @@ def test_does_not_import_pyplot(tmp_path: Path, rh: SimpleNamespace) -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=root,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_preference_run_plots_pair_accuracy_and_its_rewards(tmp_path: Path, rh: SimpleNamespace) -> None:
+    """A DPO run's `accuracy` (pairs ranked right) was drawn as "Answer accuracy — train batch"
+    beside held-out answer accuracy, and its margin and chosen/rejected rewards not at all."""
+    from lmpo.reports.panels import panels_for
+
+    rows = [{"step": 0, "eval_accuracy": 0.35, "eval_format_accuracy": 1.0}]
+    rows += [{"step": s, "loss": 0.7 - 0.005 * s, "chosen_logps": -3.0, "rejected_logps": -20.0 - 0.1 * s,
+              "chosen_reward": 0.01 * s, "rejected_reward": -0.005 * s, "margin": 0.015 * s,
+              "accuracy": min(1.0, 0.5 + 0.01 * s), "grad_norm": 2.0, "lr": 5e-5} for s in range(5, 80, 5)]
+    rows[-1].update(eval_accuracy=0.4, eval_format_accuracy=1.0)
+    rh.write_jsonl(tmp_path / "dpo" / "metrics.jsonl", rows)
+    html = write_report(tmp_path / "dpo")
+    assert rh.img_srcs(html) == ["loss.png", "accuracy.png", "preference.png", "optim.png"]
+    rh.assert_png(html.parent / "preference.png")
+    keys = {k for row in rows for k in row}
+    accuracy = next(p for p in panels_for(keys) if p.name == "accuracy")
+    pair, answer = accuracy.axes[:2]
+    assert pair.title.startswith("Pair accuracy") and [c.key for c in pair.curves] == ["accuracy"]
+    assert answer.title == "Answer accuracy" and [c.key for c in answer.curves] == ["eval_accuracy"]
+    preference = next(p for p in panels_for(keys) if p.name == "preference")
+    assert [c.key for a in preference.axes for c in a.curves][:2] == ["chosen_reward", "rejected_reward"]
+    rl = next(p for p in panels_for(["reward_mean", "accuracy"]) if p.name == "accuracy")
+    assert rl.axes[0].title == "Answer accuracy"  # RL's accuracy is answer accuracy
