@@ -137,6 +137,12 @@ PANELS: tuple[Panel, ...] = (
         Axis("Gradient norm", (Curve("grad_norm", "grad norm"),)),
         Axis("Learning rate", (Curve("lr", "lr", smooth=False),)),
     )),
+    # PPO with a critic (advantage=gae, critic=head or separate).
+    Panel("critic", "Critic (value model)", (
+        Axis("Value loss", (Curve("value_loss", "value loss"),)),
+        Axis("Mean value over completion tokens", (Curve("value_mean", "value mean"),), ylabel="value"),
+        Axis("Value clip fraction", (Curve("value_clip_frac", "clipped value share"),), percent=True),
+    )),
     Panel("throughput", "Throughput", (
         Axis("Tokens per second", (Curve("tokens_per_s", "tokens/s"),)),
     )),

@@ -158,3 +158,15 @@ def test_a_preference_run_plots_pair_accuracy_and_its_rewards(tmp_path: Path, rh
     assert [c.key for a in preference.axes for c in a.curves][:2] == ["chosen_reward", "rejected_reward"]
     rl = next(p for p in panels_for(["reward_mean", "accuracy"]) if p.name == "accuracy")
     assert rl.axes[0].title == "Answer accuracy"  # RL's accuracy is answer accuracy
+
+
+def test_a_ppo_run_plots_its_critic(tmp_path: Path, rh: SimpleNamespace) -> None:
+    """value_loss, value_mean and value_clip_frac were logged by PPO and never plotted."""
+    rows = rh.rl_rows(20)
+    for row in rows:
+        row.update(value_loss=0.3 / (1 + row["step"]), value_mean=0.01 * row["step"], value_clip_frac=0.05)
+    rh.write_jsonl(tmp_path / "ppo" / "metrics.jsonl", rows)
+    html = write_report(tmp_path / "ppo")
+    srcs = rh.img_srcs(html)
+    assert srcs.index("critic.png") == srcs.index("optim.png") + 1
+    rh.assert_png(html.parent / "critic.png")
