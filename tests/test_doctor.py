@@ -305,3 +305,15 @@ def test_skipped_updates_are_totalled_as_each_trainer_logs_them():
     (skips,) = [f for f in diagnose(sft, "sft") if f.code == "nonfinite_skips"]
     assert skips.value == "5 updates in all (by step 100)"
     assert "nonfinite_skips" not in _codes(diagnose([{**r, "skipped_updates": 0} for r in _rows(10)], "rl"))
+
+
+def test_a_missing_path_or_a_file_is_named_as_such(tmp_path, capsys):
+    """`lmpo doctor` said "no metrics.jsonl here" of a path that does not exist and of a file;
+    given RUN/metrics.jsonl itself, it now reads RUN."""
+    assert main(["doctor", str(tmp_path / "nope")]) == 2
+    assert f"{tmp_path / 'nope'} does not exist" in capsys.readouterr().err
+    (tmp_path / "notes.txt").write_text("hi")
+    assert main(["doctor", str(tmp_path / "notes.txt")]) == 2
+    assert f"is a file, not a run directory (the directory holding it is {tmp_path})" in capsys.readouterr().err
+    metrics = HERE / "data" / "healthy_sort_pipeline" / "grpo" / "metrics.jsonl"
+    assert list(diagnose_run(metrics)) == ["grpo"]

@@ -15,8 +15,14 @@ def diagnose_run(path: str | Path) -> dict[str, list[Finding]]:
     in (`lmpo compare`'s SEED/METHOD/STAGE, `lmpo factcheck`'s runs/NAME, or a mix of those and
     runs of its own), or of one stage directory."""
     path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    if path.is_file():
+        if path.name != "metrics.jsonl":
+            raise ValueError(f"{path} is a file, not a run directory (the directory holding it is {path.parent})")
+        path = path.parent
     if (path / "summary.json").is_file() or not (path / "metrics.jsonl").is_file():
-        runs = run_dirs(path) if path.is_dir() else []
+        runs = run_dirs(path)
         if not runs:
             raise ValueError(f"{path}: no metrics.jsonl here nor in the run directories under it")
         return {d.relative_to(path).as_posix(): diagnose_stage(d) for d in runs}
