@@ -55,7 +55,13 @@ def _parse_line(raw: bytes) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+        raise ValueError(json_error(exc, f"column {exc.colno}")) from None
+
+
+def json_error(exc: json.JSONDecodeError, where: str) -> str:
+    """The parser's reason and ``where`` (its messages such as "Unterminated string starting at"
+    end with "at" already)."""
+    return f"invalid JSON: {exc.msg.removesuffix(' at')} at {where}"
 
 
 def as_float(value: Any) -> float | None:

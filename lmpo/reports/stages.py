@@ -11,7 +11,7 @@ from typing import Any
 from matplotlib.axes import Axes
 from matplotlib.ticker import PercentFormatter
 
-from .metrics import as_float
+from .metrics import as_float, json_error
 from .plots import new_figure, save
 
 
@@ -29,7 +29,7 @@ def read_summary(path: Path) -> tuple[list[Stage], dict[str, Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: invalid JSON: {exc.msg} at line {exc.lineno}") from None
+        raise ValueError(f"{path}: {json_error(exc, f'line {exc.lineno}')}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
     raw_stages = data.get("stages", [])

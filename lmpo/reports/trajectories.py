@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from . import page
+from .metrics import json_error
 
 TRAJECTORIES_FILE = "trajectories.jsonl"
 SOURCES = ("prompt", "model", "template", "env")
@@ -110,7 +111,7 @@ def _rows(path: Path, strict: bool) -> Iterator[Row]:
             try:
                 yield validate(json.loads(raw.decode("utf-8")))
             except (ValueError, UnicodeDecodeError) as exc:
-                reason = (f"invalid JSON: {exc.msg} at column {exc.colno}"
+                reason = (json_error(exc, f"column {exc.colno}")
                           if isinstance(exc, json.JSONDecodeError) else str(exc))
                 message = f"{path}:{lineno}: {reason}"
                 in_progress = not raw.endswith(b"\n")  # only the last line can lack its newline

@@ -80,3 +80,16 @@ def test_the_command_line_says_lmpos_own_warnings_in_one_line(tmp_path: Path, ca
     err = capsys.readouterr().err
     assert f"lmpo: warning: {tmp_path / 'metrics.jsonl'}: line 3: skipping truncated last line" in err
     assert "RuntimeWarning" not in err and "read_metrics(" not in err
+
+
+def test_an_unterminated_string_is_said_without_a_doubled_at(tmp_path: Path) -> None:
+    """json's "Unterminated string starting at" gave "starting at at column 13"."""
+    from lmpo.reports.trajectories import read_trajectories
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 0}\n{"step": 1, "no')
+    with pytest.warns(RuntimeWarning, match=r"\(invalid JSON: Unterminated string starting at column 13\)"):
+        read_metrics(path)
+    (tmp_path / "trajectories.jsonl").write_text('{"step": 1, "no')
+    with pytest.warns(RuntimeWarning, match=r"trajectories\.jsonl:1: invalid JSON: Unterminated string starting at column 13$"):
+        read_trajectories(tmp_path)
