@@ -11,7 +11,7 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import PercentFormatter
+from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from .metrics import Series, align, ema
 from .panels import Axis, Curve, Panel
@@ -52,6 +52,7 @@ def render_panel(panel: Panel, data: dict[str, Series], out_dir: Path,
         mark_rollbacks(ax, list(rollbacks))
         draw_axis(ax, spec, data)
     axs[-1].set_xlabel("step")
+    axs[-1].xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no tick at 2.5
     fig.suptitle(panel.title)
     return save(fig, out_dir / f"{panel.name}.png")
 

@@ -170,3 +170,17 @@ def test_a_ppo_run_plots_its_critic(tmp_path: Path, rh: SimpleNamespace) -> None
     srcs = rh.img_srcs(html)
     assert srcs.index("critic.png") == srcs.index("optim.png") + 1
     rh.assert_png(html.parent / "critic.png")
+
+
+def test_steps_are_ticked_at_whole_numbers(tmp_path: Path, rh: SimpleNamespace, monkeypatch) -> None:
+    """A 20-step RL run's plots had ticks at 2.5, 7.5, 12.5 and 17.5."""
+    from lmpo.reports import plots
+    from lmpo.reports.metrics import all_series
+    from lmpo.reports.panels import PANELS
+
+    figures = []
+    monkeypatch.setattr(plots, "save", lambda fig, path: figures.append(fig) or path)
+    data = all_series([{"step": s, "kl": 0.01 * s} for s in range(1, 21)])
+    plots.render_panel(next(p for p in PANELS if p.name == "kl"), data, tmp_path)
+    ticks = [t for t in figures[0].axes[-1].get_xticks() if 1 <= t <= 20]
+    assert ticks and all(t == int(t) for t in ticks)
