@@ -23,6 +23,7 @@ def read_metrics(path: str | Path) -> list[Row]:
     lines = path.read_bytes().splitlines()
     last = max((i for i, ln in enumerate(lines, 1) if ln.strip()), default=0)
     rows: list[Row] = []
+    linenos: list[int] = []
     for lineno, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
@@ -43,7 +44,30 @@ def read_metrics(path: str | Path) -> list[Row]:
                 f"got {type(obj).__name__}"
             )
         rows.append(obj)
+        linenos.append(lineno)
+    _warn_wrong_types(path, rows, linenos)
     return rows
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _warn_wrong_types(path: Path, rows: list[Row], linenos: list[int]) -> None:
+    """One warning for values of a field that other rows log as numbers (or that is always a
+    number: `step`, the held-out `eval_*` figures) but this row does not (a hand-edited "0.5" or
+    true): the plots and the doctor read numbers only."""
+    numeric = {key for row in rows for key, value in row.items() if _is_number(value)}
+    odd = [(lineno, key, value) for lineno, row in zip(linenos, rows) for key, value in row.items()
+           if (key in numeric or key == "step" or key.startswith("eval_")) and value is not None
+           and not _is_number(value)]
+    if not odd:
+        return
+    lineno, key, value = odd[0]
+    more = f" (and {len(odd) - 1} more such values)" if len(odd) > 1 else ""
+    kind = {bool: "a boolean", str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+    warnings.warn(f"{path}: line {lineno}: {key!r} is {kind} ({json.dumps(value)[:40]}) where a number "
+                  f"belongs; the report and the doctor read numbers only{more}", RuntimeWarning, stacklevel=3)
 
 
 def _parse_line(raw: bytes) -> Any:

@@ -93,3 +93,23 @@ def test_an_unterminated_string_is_said_without_a_doubled_at(tmp_path: Path) -> 
     (tmp_path / "trajectories.jsonl").write_text('{"step": 1, "no')
     with pytest.warns(RuntimeWarning, match=r"trajectories\.jsonl:1: invalid JSON: Unterminated string starting at column 13$"):
         read_trajectories(tmp_path)
+
+
+def test_a_value_of_the_wrong_type_is_warned_of_once_with_its_line_and_field(tmp_path: Path) -> None:
+    """A hand-edited metrics.jsonl with "kl": "0.5", "entropy": true or "eval_accuracy": "50%"
+    lost those values without a word."""
+    path = tmp_path / "metrics.jsonl"
+    rows = [{"step": 1, "kl": 0.1, "entropy": 1.0, "prompt_digest": "d684ccd3", "prompts": [0, 4]},
+            {"step": 2, "kl": "0.5", "entropy": True, "stopped": "wall time"},
+            {"step": "3", "kl": 0.2, "eval_accuracy": "50%", "rollback": "KL runaway", "to_step": None}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.warns(RuntimeWarning) as caught:
+        assert len(read_metrics(path)) == 3
+    assert [str(w.message) for w in caught] == [
+        f"{path}: line 2: 'kl' is a string (\"0.5\") where a number belongs; the report and the doctor read "
+        "numbers only (and 3 more such values)"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows[:1]))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_metrics(path)  # strings and lists of their own (digests, prompt ranges) are fine
