@@ -211,7 +211,8 @@ def _read_jsonl(path: Path, label: str) -> list[Record]:
             try:
                 value = json.loads(line.rstrip("\r\n"))  # so that an error's column is in this row
             except json.JSONDecodeError as e:
-                raise DataError(label, f"not valid JSON ({e.msg} at column {e.colno}){hint}", row=line_no) from None
+                raise DataError(label, f"not valid JSON ({e.msg.removesuffix(' at')} at column {e.colno}){hint}",  # "starting at"
+                                row=line_no) from None
             if not isinstance(value, dict):
                 raise DataError(label, f"expected a JSON object, got {type_name(value)}{hint}", row=line_no)
             records.append(Record(label, line_no, value))
