@@ -84,3 +84,10 @@ def test_an_unpaired_feedback_file_is_not_read_as_demonstrations(row, char_token
     """A KTO row's undesirable completion was trained on as one to imitate."""
     with pytest.raises(ValueError, match="no desirable/undesirable label .* lmpo train kto"):
         load_sft(_write(tmp_path / "kto.jsonl", [row]), char_tokenizer, max_length=256)
+
+
+def test_a_json_error_ending_starting_at_is_said_once(char_tokenizer, tmp_path):
+    path = tmp_path / "cut.jsonl"
+    path.write_text('{"prompt": "abc\n')
+    with pytest.raises(ValueError, match=r"not valid JSON \(Unterminated string starting at column 12\)"):
+        load_sft(path, char_tokenizer, max_length=256)
