@@ -172,6 +172,18 @@ def test_a_template_that_renders_earlier_turns_otherwise_still_trains_each_turn_
     assert loss_text(hermes_tokenizer, ex) == "4<|im_end|><think>\nthree twice\n</think>\n\nsix<|im_end|>"
 
 
+def test_a_template_whose_generation_prompt_opens_a_reasoning_block_is_refused_saying_so(hermes_tokenizer, tmp_path):
+    """DeepSeek-R1's generation prompt ends `<think>\\n`, which its finished turns lack: every chat
+    file was refused as "renders the first 1 messages differently alone", blaming the messages."""
+    opener = "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}"
+    assert HERMES_LIKE.endswith(opener)
+    hermes_tokenizer.chat_template = HERMES_LIKE.removesuffix(opener) + opener.replace("\\n' }}", "\\n<think>\\n' }}")
+    rows = [{"messages": [msg("user", "2+2"), msg("assistant", "4")]}]
+    with pytest.raises(ValueError, match=r"generation prompt '<\|im_start\|>assistant\\n<think>\\n' is not how it "
+                                         r"renders the conversation going on .* --chat_template FILE"):
+        load_sft(write(tmp_path / "r1.jsonl", rows), hermes_tokenizer, max_length=512)
+
+
 def test_without_a_generation_config_the_models_config_names_the_stops_as_transformers_derives_them(tmp_path):
     from transformers import AutoModelForCausalLM
 

@@ -133,7 +133,7 @@ def supervised_problems(cfg: SupervisedConfig) -> list[str]:
         defaults = type(cfg)()
         problems += [f"{name}={getattr(cfg, name)} shapes the held-out evaluation, and with --data there is none "
                      f"unless --eval_prompts FILE gives its prompts" for name in ("eval_problems", "eval_max_new_tokens")
-                     if getattr(cfg, name) != getattr(defaults, name)]
+                     if getattr(cfg, name) not in (getattr(defaults, name), 0)]  # 0: no evaluation, as it is
     return problems
 
 

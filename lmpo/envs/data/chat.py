@@ -340,6 +340,26 @@ def encode_reply(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, pr
     return starting(tokenizer, ids[:start]), _through_last_eos(rec, field, tokenizer, ids[start:])
 
 
+def _prefix_mismatch(rec: Record, field: str, tokenizer, prefix: list[dict[str, str]], generation_prompt: bool,
+                     text: str, full_text: str) -> str:
+    """Why a rendered prefix is not the start of the whole conversation, with both texts where
+    they part: the generation prompt (DeepSeek-R1's opens the turn with `<think>\n`, which the
+    rendered turn lacks) or the earlier messages themselves."""
+    at = next((i for i, (a, b) in enumerate(zip(text, full_text)) if a != b), min(len(text), len(full_text)))
+    shown = f"alone {text[at:at + 30]!r}, in the conversation {full_text[at:at + 30]!r}"
+    bare = render(rec, field, tokenizer, prefix, generation_prompt=False) if generation_prompt else text
+    if generation_prompt and full_text.startswith(bare):
+        opener = text[len(bare):]
+        return (f"the chat template's generation prompt {opener!r} is not how it renders the conversation going "
+                f"on after the first {len(prefix)} messages ({shown}), so the assistant tokens cannot be located: "
+                f"a template that opens the model's turn with text its finished turns lack (DeepSeek-R1's "
+                f"'<think>\\n') cannot be trained on as it is; give --chat_template FILE with a template whose "
+                f"generation prompt is the start of a rendered turn")
+    return (f"the tokenizer's chat template renders the first {len(prefix)} messages differently alone than inside "
+            f"the whole conversation ({shown}), so the assistant tokens cannot be located; --chat_template FILE "
+            f"gives another template")
+
+
 def _prefix_length(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, prefix: list[dict[str, str]],
                    generation_prompt: bool, full_text: str, full_ids: list[int], strict: bool = True) -> int | None:
     """How many leading tokens of the whole conversation the rendered `prefix` accounts for
@@ -348,9 +368,8 @@ def _prefix_length(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, 
     if not full_text.startswith(text):
         if not strict:
             return None
-        raise DataError(rec.path, f"the tokenizer's chat template renders the first {len(prefix)} messages "
-                                  "differently alone than inside the whole conversation, so the assistant "
-                                  "tokens cannot be located", row=rec.row, field=rec.named(field))
+        raise DataError(rec.path, _prefix_mismatch(rec, field, tokenizer, prefix, generation_prompt, text, full_text),
+                        row=rec.row, field=rec.named(field))
     ids = encode(tokenizer, text, count=False)  # a prefix of the conversation, counted with it
     n = 0
     # Stops early only where a token merges across the boundary; that token then counts
