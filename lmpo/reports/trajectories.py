@@ -166,9 +166,14 @@ def find_trajectories(run_dir: str | Path, stage: str | None = None) -> Path:
     """The ``trajectories.jsonl`` to show for ``run_dir``.
 
     A run directory's own file; for a pipeline directory (``summary.json``),
-    that of the stage named ``stage``, or else of the last stage that has one.
+    that of the stage named ``stage``, or else of the last stage that has one; a trajectories
+    file given itself (``lmpo eval --out`` writes one too).
     """
     run_dir = Path(run_dir)
+    if run_dir.is_file() and stage is None:
+        return run_dir
+    if not run_dir.exists():
+        raise FileNotFoundError(f"{run_dir} does not exist")
     own, summary = run_dir / TRAJECTORIES_FILE, run_dir / "summary.json"
     if stage is None and own.is_file():
         return own

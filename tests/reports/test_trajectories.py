@@ -138,6 +138,11 @@ def test_missing_file_and_stage_lookup(tmp_path: Path, pipeline: Path) -> None:
         find_trajectories(pipeline, "nope")
     with pytest.raises(FileNotFoundError, match="is not a pipeline"):
         find_trajectories(tmp_path, "agent1")
+    # the file itself (as `lmpo eval --out` writes one): it looked for FILE/trajectories.jsonl
+    own = pipeline / "agent1" / "trajectories.jsonl"
+    assert find_trajectories(own) == own
+    with pytest.raises(FileNotFoundError, match="nowhere does not exist"):
+        find_trajectories(tmp_path / "nowhere")
 
 
 # ----------------------------------------------------------------- terminal
