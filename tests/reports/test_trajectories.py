@@ -241,7 +241,7 @@ def test_cli_pipeline_dir(pipeline: Path, capsys: pytest.CaptureFixture[str]) ->
 def test_cli_errors(tmp_path: Path, pipeline: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = cli([str(tmp_path / "nope")], capsys)
     assert code == 2 and out == ""
-    assert err.startswith("lmpo: error: ") and str(tmp_path / "nope" / "trajectories.jsonl") in err
+    assert err.startswith("lmpo: error: ") and f"{tmp_path / 'nope'} does not exist" in err
     (tmp_path / "trajectories.jsonl").write_text(json.dumps(traj(1)) + "\nnope\n")
     code, _, err = cli([str(tmp_path)], capsys)
     assert code == 2 and f"{tmp_path / 'trajectories.jsonl'}:2: invalid JSON" in err
