@@ -122,3 +122,12 @@ def test_a_run_directory_given_as_the_model_names_the_models_it_holds(tmp_path):
         load_model(str(tmp_path), build_char_tokenizer())
     with pytest.raises(FileNotFoundError, match=rf"it holds a model: {tmp_path}/sft/model$"):
         load_model(str(tmp_path / "sft"), build_char_tokenizer())
+    # an interrupted run has no model/ yet: its newest complete checkpoint holds the weights
+    for step, complete in ((2, True), (4, True), (6, False)):
+        checkpoint = tmp_path / "rl" / "checkpoints" / f"step_{step:06d}"
+        checkpoint.mkdir(parents=True)
+        (checkpoint / "config.json").write_text("{}")
+        if complete:
+            (checkpoint / "COMPLETE").write_text("")
+    with pytest.raises(FileNotFoundError, match=rf"it holds a model: {tmp_path}/rl/checkpoints/step_000004$"):
+        load_model(str(tmp_path / "rl"), build_char_tokenizer())

@@ -325,6 +325,9 @@ def _models_inside(path: Path, most: int = 4) -> list[Path]:
     found = []
     for pattern in ("model", "*/model"):
         found += sorted(m for m in path.glob(pattern) if (m / "config.json").is_file() or is_adapter_dir(m))
+    if not found:  # an interrupted run: no final model yet, but the weights of its newest checkpoint
+        found = sorted(m for m in path.glob("checkpoints/step_*") if (m / "COMPLETE").is_file()
+                       and ((m / "config.json").is_file() or is_adapter_dir(m)))[-1:]
     return found[:most]
 
 
