@@ -267,14 +267,25 @@ def test_a_score_past_the_float32_range_is_unscorable_not_inf():
     assert as_scores([10 ** 400, 1]) == [None, 1.0]  # an int past even float64's range
 
 
-def test_after_a_timed_out_batch_the_lone_calls_share_one_more_timeout():
+def test_after_a_timed_out_batch_the_lone_calls_share_one_more_timeout(monkeypatch):
     """A reward that hangs on every completion cost (n + 1) timeouts a step: 65 minutes at the
     defaults (64 completions, 60 s)."""
-    start = time.perf_counter()
+    from lmpo.rollout import reward_runner
+
+    given = []
+    real = reward_runner._Worker.call
+
+    def recording(self, args, timeout_s):
+        given.append(timeout_s)
+        return real(self, args, timeout_s)
+
+    monkeypatch.setattr(reward_runner._Worker, "call", recording)
     scores = _score(hangs, ["1", "2", "3", "4"], timeout_s=1.0)
-    took = time.perf_counter() - start
     assert scores.valid.tolist() == [False] * 4 and "no answer within" in scores.reasons["r"]
-    assert took < 4.5  # the batch's timeout, one more shared among the four, restarts (2.7 s); was 5.7 s
+    assert given == [1.0, 0.25, 0.25, 0.25, 0.25]  # was [1.0, 1.0, 1.0, 1.0, 1.0]
+    given.clear()
+    scores = _score(raises, ["1", "2"], timeout_s=1.0)  # a batch that raised: each lone call its own timeout
+    assert given == [1.0, 1.0, 1.0] and not scores.valid.any()
 
 
 def test_reward_weights_must_be_finite_and_given_once():
