@@ -93,3 +93,24 @@ def test_a_cached_hub_model_trains_without_network_and_without_retries(start_mod
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Retrying" not in done.stderr and "thrown while requesting" not in done.stderr
     assert (tmp_path / "run" / "model" / "config.json").is_file()
+
+
+@pytest.mark.parametrize("raised,kept", [(ValueError("a check made after the directory opened"), False),
+                                         (KeyboardInterrupt(), True)])
+def test_a_fresh_run_that_fails_before_writing_leaves_no_directory_but_ctrl_c_keeps_it(raised, kept, monkeypatch,
+                                                                                      tmp_path, capsys):
+    """A failure before the run wrote anything of its own removes the directory it opened; after
+    Ctrl-C the directory stays, for `--resume` to start it over with its options (the hint says so)."""
+    import lmpo.trainers.rl as rl
+
+    def fail(name, step):
+        raise raised
+
+    monkeypatch.setattr(rl, "fault_point", fail)
+    out = tmp_path / "run"
+    args = ["train", "grpo", "--model", "tiny", "--out", str(out), "--steps", "2", "--prompts_per_step", "2",
+            "--group_size", "2", "--eval_problems", "0", "--save_every", "0", "--threads", "1"]
+    assert main(args) == (130 if kept else 2)
+    assert out.exists() == kept
+    if kept:
+        assert f"--resume {out}" in capsys.readouterr().err

@@ -50,7 +50,7 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
             try:
                 try:
                     result = fn(cfg)
-                except BaseException:
+                except Exception:  # not Ctrl-C: its hint resumes the run directory with its options
                     if fresh and launched_rank() == 0:
                         remove_if_only_records(cfg.out)
                     raise

@@ -82,7 +82,10 @@ def remove_if_only_records(out: str | Path) -> None:
     directory was opened: a LoRA target, a tracker not installed) leaves no directory behind, as
     one refused earlier does. For a directory this invocation created: the caller says so."""
     out = Path(out)
-    if out.is_dir() and {p.name for p in out.iterdir()} <= {".lock", "config.json", RUN_RECORD}:
+    records = {".lock", "config.json", RUN_RECORD}
+    empty_logs = {"metrics.jsonl", "trajectories.jsonl"}  # opened, nothing written yet
+    if out.is_dir() and all(p.name in records or (p.name in empty_logs and p.stat().st_size == 0)
+                            for p in out.iterdir()):
         shutil.rmtree(out, ignore_errors=True)
 
 
