@@ -100,3 +100,18 @@ def test_a_negative_thread_count_is_refused(capsys):
     assert "threads=-1 must be >= 0" in capsys.readouterr().err
     assert main(["eval", "--model", "tiny", "--threads", "-1"]) == 2
     assert "threads=-1 must be >= 0" in capsys.readouterr().err
+
+
+def test_multi_turn_options_on_a_single_turn_task_are_refused(capsys):
+    """`--max_turns 3` and `--max_parse_errors 1` were accepted on sort_digits and changed nothing."""
+    for command in (["train", "grpo", "--out", "unused"], ["eval"]):
+        assert main([*command, "--model", "tiny", "--task", "sort_digits", "--max_turns", "3", "--threads", "1"]) == 2
+        assert "max_turns=3 shapes multi-turn episodes, and task 'sort_digits(length=5)' is single-turn" in \
+            capsys.readouterr().err
+    from lmpo.envs import make_task
+    from lmpo.trainers.rl_config import RLConfig
+    from lmpo.trainers.validation import single_turn_problems
+
+    assert single_turn_problems(RLConfig(max_turns=1), make_task("sort_digits")) == []
+    assert single_turn_problems(RLConfig(max_turns=3, max_parse_errors=1), make_task("calculator")) == []
+    assert single_turn_problems(RLConfig(max_parse_errors=1), make_task("sort_digits"))

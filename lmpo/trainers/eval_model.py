@@ -13,7 +13,7 @@ from lmpo.rollout.evaluation import EvalResult, evaluate
 from lmpo.rollout.types import SamplingParams
 from lmpo.trainers.agent_metrics import trajectory_row
 from lmpo.trainers.prompts import PromptColumns
-from lmpo.trainers.validation import ConfigError, at_least
+from lmpo.trainers.validation import ConfigError, at_least, single_turn_problems
 
 EVAL_FILE = "eval.json"
 TRAJECTORIES_FILE = "trajectories.jsonl"  # as a run directory's, so `lmpo trajectories DIR` reads it
@@ -114,6 +114,8 @@ def eval_model(cfg: EvalConfig) -> EvalRun:
 
     started = time.perf_counter()
     task = make_task(cfg.task)
+    if problems := single_turn_problems(cfg, task):
+        raise ConfigError(f"invalid eval config: {'; '.join(problems)}")
     device = resolve_device(cfg.device)
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     if cfg.eval_prompts:  # read and checked before the model loads

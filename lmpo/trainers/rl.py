@@ -42,6 +42,7 @@ from lmpo.trainers.runtime import make_optimizer, make_scheduler
 from lmpo.trainers.checkpoint import complete_checkpoints, load_checkpoint
 from lmpo.trainers.collapse_guard import CollapseGuard, CollapseGuardStop, scale_learning_rate
 from lmpo.trainers.stopping import BestWeights, StopRule
+from lmpo.trainers.validation import raise_if_any, single_turn_problems
 from lmpo.trainers.sampler_mismatch import (correct_for_sampler, recompute_logprobs, samples_with_trainer_forward,
                                             sync_and_probe)
 
@@ -54,6 +55,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     cfg.validate()
     loaded = load_prompt_files(cfg)  # the prompt files, before anything is written or loaded
     task = make_task(cfg.task)  # a bad task option, too
+    raise_if_any("RL", single_turn_problems(cfg, task))
     check_engine(cfg.engine)  # engine=vllm where vLLM cannot run
     preflight_run(cfg, "rl")
     # the prompts and reward functions before the run directory: a task without a held-out split

@@ -261,3 +261,15 @@ def data_option_problems(cfg) -> list[str]:
         problems.append(f"eval_prompts={cfg.eval_prompts!r} is not read with eval_problems={cfg.eval_problems} "
                         f"(nothing is evaluated; eval_problems says how many of its prompts to grade)")
     return problems
+
+
+def single_turn_problems(cfg, task) -> list[str]:
+    """`max_turns` and `max_parse_errors` given for a task whose episodes end at their first answer
+    (no `make_env`): they would be ignored. `max_turn_tokens` still caps that one turn."""
+    if callable(getattr(task, "make_env", None)):
+        return []
+    defaults = type(cfg)()
+    name = getattr(task, "name", type(task).__name__)
+    return [f"{option}={getattr(cfg, option)} shapes multi-turn episodes, and task {name!r} is single-turn (an "
+            f"episode ends at its first answer)" for option in ("max_turns", "max_parse_errors")
+            if getattr(cfg, option) not in (getattr(defaults, option), 1 if option == "max_turns" else None)]
