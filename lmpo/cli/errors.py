@@ -30,7 +30,7 @@ def runtime_errors() -> tuple[type[BaseException], ...]:
 
 def one_line(err: BaseException) -> str:
     if isinstance(err, OSError) and not isinstance(err, RunDirError) and err.filename:
-        from lmpo.trainers.run_dir import fs_error
+        from lmpo.trainers.fs_faults import fs_error
 
         return fs_error(err.filename, err)
     text = str(err).strip()

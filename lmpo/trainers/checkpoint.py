@@ -84,7 +84,8 @@ def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer, optimizer,
         return _write_checkpoint(root, final, tmp, step, model, tokenizer, optimizer, scheduler, generators, state,
                                  keep_last, extra_modules, data_state, rank_rng, sharded)
     except Exception as err:  # noqa: BLE001 - only write failures are translated; the rest is re-raised
-        from lmpo.trainers.run_dir import RunDirError, fs_error, is_disk_full
+        from lmpo.trainers.fs_faults import fs_error, is_disk_full
+        from lmpo.trainers.run_dir import RunDirError
 
         if not (isinstance(err, OSError) or is_disk_full(err)):
             raise

@@ -21,14 +21,13 @@
   refused unless `overwrite` is set.
 
 File-system faults met later (a full disk while writing a checkpoint or the metrics) are
-turned into one line by `fs_error`, naming the path and the cause.
+turned into one line by `fs_faults.fs_error`, naming the path and the cause.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import fcntl
 import json
 import os
@@ -36,6 +35,8 @@ import shutil
 import sys
 import time
 from pathlib import Path
+
+from lmpo.trainers.fs_faults import fault_cause, fs_error
 
 LOCK_NAME = ".lock"
 RUN_RECORD = "run.json"
@@ -114,7 +115,7 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise RunDirError(f"{flag} {path}: cannot create the run directory: {_cause(err)}") from None
+        raise RunDirError(f"{flag} {path}: cannot create the run directory: {fault_cause(err)}") from None
     run = RunDir(path, _lock(path, flag))
     try:
         _probe_writable(path, flag)
@@ -183,7 +184,7 @@ def _clear_earlier_run(path: Path, name: str, overwrite: bool) -> None:
         for old in earlier:  # read later as this run's (metrics, trajectories, a kept best model)
             shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink(missing_ok=True)
     except OSError as err:
-        raise RunDirError(f"--out {path}: cannot remove the earlier run's files: {_cause(err)}") from None
+        raise RunDirError(f"--out {path}: cannot remove the earlier run's files: {fault_cause(err)}") from None
     shutil.rmtree(aside, ignore_errors=True)
 
 
@@ -238,7 +239,7 @@ def lock_directory(path: str | Path, flag: str = "--out") -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise RunDirError(f"{flag} {path}: cannot create the directory: {_cause(err)}") from None
+        raise RunDirError(f"{flag} {path}: cannot create the directory: {fault_cause(err)}") from None
     _lock(path, flag)
 
 
@@ -251,7 +252,7 @@ def _lock(path: Path, flag: str) -> int:
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as err:
-        raise RunDirError(f"{flag} {path}: cannot write there: {_cause(err)}") from None
+        raise RunDirError(f"{flag} {path}: cannot write there: {fault_cause(err)}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -261,7 +262,7 @@ def _lock(path: Path, flag: str) -> int:
                           f"or choose another --out") from None
     except OSError as err:
         os.close(fd)
-        raise RunDirError(f"{flag} {path}: cannot lock {lock}: {_cause(err)}") from None
+        raise RunDirError(f"{flag} {path}: cannot lock {lock}: {fault_cause(err)}") from None
     info = json.dumps({"pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
                        "argv": [os.path.basename(sys.argv[0]), *sys.argv[1:]]})
     try:
@@ -292,7 +293,7 @@ def _probe_writable(path: Path, flag: str) -> None:
     except OSError as err:
         with contextlib.suppress(OSError):
             probe.unlink()
-        raise RunDirError(f"{flag} {path}: cannot write there: {_cause(err)}") from None
+        raise RunDirError(f"{flag} {path}: cannot write there: {fault_cause(err)}") from None
 
 
 def check_resumable(path: str | Path, name: str | None, command: str | None) -> None:
@@ -365,44 +366,6 @@ def compare_options(saved: dict, cfg, run_dir: str | Path) -> None:
     defaults = json.loads(json.dumps(dataclasses.asdict(type(cfg)())))
     saved = {**{k: v for k, v in defaults.items() if k not in saved}, **saved}
     check_same_config(saved, current, run_dir)
-
-
-# -- file-system faults -------------------------------------------------------------------------
-
-DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-# torch.save reports a failed write from C++ ("[enforce fail at inline_container.cc:672] . unexpected pos ...")
-TORCH_WRITE_FAILURES = ("inline_container", "unexpected pos", "file write failed", "PytorchStreamWriter failed")
-# safetensors: SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
-OTHER_WRITE_FAILURES = ("No space left on device", "os error 28", "Disk quota exceeded")
-
-
-def is_disk_full(err: BaseException) -> bool:
-    if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
-        return True
-    if isinstance(err, RuntimeError) and any(s in str(err) for s in TORCH_WRITE_FAILURES):
-        return True
-    return not isinstance(err, OSError) and any(s in str(err) for s in OTHER_WRITE_FAILURES)
-
-
-def _cause(err: BaseException) -> str:
-    if is_disk_full(err):
-        return "no space left on the device (the disk is full)"
-    if isinstance(err, OSError):
-        if err.errno == errno.EROFS:
-            return "read-only file system"
-        if err.errno in (errno.EACCES, errno.EPERM):
-            return "permission denied"
-        if err.errno == errno.ENOTDIR:
-            return "a part of the path is a file, not a directory"
-        if err.errno == errno.EEXIST:
-            return "a part of the path exists and is not a directory"
-        return err.strerror or str(err)
-    return str(err).splitlines()[0] if str(err) else type(err).__name__
-
-
-def fs_error(path: str | Path, err: BaseException) -> str:
-    """One line for a failed write of `path`."""
-    return f"cannot write {path}: {_cause(err)}"
 
 
 def write_text(path: Path, text: str) -> None:

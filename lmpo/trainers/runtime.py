@@ -125,7 +125,8 @@ class MetricsLog:
                 f.write(json.dumps(_plain(row)) + "\n")
                 f.flush()
         except OSError as err:  # a full disk: one line naming the file, not a traceback
-            from lmpo.trainers.run_dir import RunDirError, fs_error
+            from lmpo.trainers.fs_faults import fs_error
+            from lmpo.trainers.run_dir import RunDirError
 
             raise RunDirError(f"{fs_error(self.path, err)}; the newest complete checkpoint in {self.path.parent} "
                               f"is intact and `--resume {self.path.parent}` continues from it") from err

@@ -269,7 +269,8 @@ def single_turn_problems(cfg, task) -> list[str]:
     if callable(getattr(task, "make_env", None)):
         return []
     defaults = type(cfg)()
+    harmless = {"max_turns": (defaults.max_turns, 1), "max_parse_errors": (defaults.max_parse_errors,)}
     name = getattr(task, "name", type(task).__name__)
     return [f"{option}={getattr(cfg, option)} shapes multi-turn episodes, and task {name!r} is single-turn (an "
-            f"episode ends at its first answer)" for option in ("max_turns", "max_parse_errors")
-            if getattr(cfg, option) not in (getattr(defaults, option), 1 if option == "max_turns" else None)]
+            f"episode ends at its first answer)" for option, values in harmless.items()
+            if getattr(cfg, option) not in values]

@@ -48,8 +48,7 @@ def read_run(stage_dir: Path, method: str, seed: int, stage: str) -> RunRecord:
         samples_at, tokens = _step_counts(rows, config)
     evals = [row for row in rows if isinstance(row.get("eval_accuracy"), (int, float))]
     curve = [EvalPoint(samples_at(row), row.get("elapsed_s"), float(row["eval_accuracy"])) for row in evals]
-    # the evaluation before training (online DPO's round rows also start at step 0)
-    first = next((float(row["eval_accuracy"]) for row in evals if row.get("step") == 0 and "round" not in row), None)
+    first = next((float(row["eval_accuracy"]) for row in evals if row.get("step") == 0), None)  # before training
     return RunRecord(method=method, seed=seed, accuracy=result.get("accuracy"), seconds=float(result["seconds"]),
                      peak_rss_mb=result.get("peak_rss_mb"), peak_gpu_mb=result.get("peak_gpu_mb"),
                      samples=samples_at(None), completion_tokens=tokens, run_dir=str(stage_dir),

@@ -1,0 +1,43 @@
+"""File-system faults said in one line: a full disk (as the OS, torch.save and safetensors each
+report it), a read-only file system, a permission refused."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# torch.save reports a failed write from C++ ("[enforce fail at inline_container.cc:672] . unexpected pos ...")
+TORCH_WRITE_FAILURES = ("inline_container", "unexpected pos", "file write failed", "PytorchStreamWriter failed")
+# safetensors: SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+OTHER_WRITE_FAILURES = ("No space left on device", "os error 28", "Disk quota exceeded")
+
+
+def is_disk_full(err: BaseException) -> bool:
+    if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
+        return True
+    if isinstance(err, RuntimeError) and any(s in str(err) for s in TORCH_WRITE_FAILURES):
+        return True
+    return not isinstance(err, OSError) and any(s in str(err) for s in OTHER_WRITE_FAILURES)
+
+
+def fault_cause(err: BaseException) -> str:
+    """The cause of a failed write, in a few words."""
+    if is_disk_full(err):
+        return "no space left on the device (the disk is full)"
+    if isinstance(err, OSError):
+        if err.errno == errno.EROFS:
+            return "read-only file system"
+        if err.errno in (errno.EACCES, errno.EPERM):
+            return "permission denied"
+        if err.errno == errno.ENOTDIR:
+            return "a part of the path is a file, not a directory"
+        if err.errno == errno.EEXIST:
+            return "a part of the path exists and is not a directory"
+        return err.strerror or str(err)
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def fs_error(path: str | Path, err: BaseException) -> str:
+    """One line for a failed write of `path`."""
+    return f"cannot write {path}: {fault_cause(err)}"
