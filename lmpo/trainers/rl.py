@@ -295,14 +295,16 @@ def make_critic(cfg: RLConfig, policy, tokenizer):
 @torch.no_grad()
 def old_log_probs_and_values(batch: Batch, reference, critic, policy, cfg: RLConfig,
                              policy_logprobs: bool = True) -> None:
-    """The log-probs phase: reference log-probs (β > 0), the rollout's values V_old (critic) and,
-    for a KL reward penalty, the policy's own log-probs from the same kind of forward as the
-    reference's (`policy_logprobs` False: the caller recomputes them anyway). Computed on the
-    models' device; the batch stays on the CPU until the update."""
+    """The log-probs phase: reference log-probs (β > 0), the rollout's values V_old (critic) and
+    the policy's own log-probs from the same kind of forward as the reference's, for a KL reward
+    penalty and, when several updates share the batch, as π_old (`policy_logprobs` False: the
+    caller recomputes them anyway). Computed on the models' device; the batch stays on the CPU
+    until the update."""
     on_device = batch.to(next(policy.parameters()).device)
     inputs = (on_device.prompt_ids, on_device.prompt_mask, on_device.completion_ids)
     head = isinstance(critic, ValueHead)
-    own = policy_logprobs and reference is not None and cfg.kl_placement == "reward"
+    several_updates = batch.on_policy and cfg.num_iterations * cfg.num_minibatches > 1
+    own = policy_logprobs and (several_updates or (reference is not None and cfg.kl_placement == "reward"))
     # packed when it pays; padded when the policy's log-probs come with the value head's hidden
     # states (always padded), so that both sides of the penalty are the same computation
     lengths = on_device.real_completion_lengths() if cfg.mask_observations and not (own and head) else None
@@ -320,6 +322,11 @@ def old_log_probs_and_values(batch: Batch, reference, critic, policy, cfg: RLCon
                                                    chunk_tokens=cfg.logprob_chunk_tokens).logprobs.float().cpu()
     if isinstance(critic, ValueModel):
         batch.old_values = critic(*inputs).float().cpu()
+    if several_updates and batch.policy_logprobs is not None:
+        # π_old for every update of the batch: the trainer's forward before the first one. The
+        # sampler's log-probs differ from it by float error (much more in bf16), which the ratio
+        # of the first update would otherwise show and clip.
+        batch.old_logprobs = batch.policy_logprobs
 
 
 @torch.no_grad()
