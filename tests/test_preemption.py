@@ -43,7 +43,7 @@ def test_ctrl_c_while_the_parser_is_built_is_one_line_not_a_traceback(monkeypatc
     traceback (in enum.py, dataclasses.py), not `lmpo: interrupted`."""
     import lmpo.cli.main as cli
 
-    def interrupted():
+    def interrupted(command=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "make_parser", interrupted)

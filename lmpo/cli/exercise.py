@@ -23,8 +23,11 @@ none means English); --lang en|zh overrides it."""
 LANG_HELP = "language of the report (default: the file's `# lang:` line, else en)"
 
 
+HELP = "write a core function yourself, check it against lmpo's, train with it"
+
+
 def add_parser(sub) -> None:
-    p = sub.add_parser("exercise", help="write a core function yourself, check it against lmpo's, train with it",
+    p = sub.add_parser("exercise", help=HELP,
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     a = actions.add_parser("list", help="the exercises, one line each")

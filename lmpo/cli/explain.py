@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 
 
+HELP = ("work a method through a small numeric example computed by lmpo.algos: print it step by step "
+        "and write an HTML page with diagrams")
+
+
 def add_parser(sub) -> None:
     from lmpo.teach.explain.settings import METHODS  # names only: no torch
 
-    text = ("work a method through a small numeric example computed by lmpo.algos: print it step by step "
-            "and write an HTML page with diagrams")
-    p = sub.add_parser("explain", help=text, description=text + ". Methods: " + ", ".join(METHODS) + ".")
+    p = sub.add_parser("explain", help=HELP, description=HELP + ". Methods: " + ", ".join(METHODS) + ".")
     p.add_argument("method", nargs="?", default=None, metavar="METHOD", help="method to explain (none: list them)")
     p.add_argument("--lang", choices=["en", "zh"], default="en", help="language of the prose (default en)")
     p.add_argument("--out", default="explain", metavar="DIR",

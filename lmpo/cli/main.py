@@ -203,33 +203,60 @@ def _print_stage_table(results, out: Path) -> None:
     print(f"summary: {out / 'summary.json'}")
 
 
-# Commands that live in a module of their own; each module has `add_parser(subparsers)` and keeps
-# its heavy imports inside the command function, so `lmpo --help` stays fast.
-COMMAND_MODULES: tuple[str, ...] = (
-    "lmpo.cli.exercise",
-    "lmpo.cli.explain",
-    "lmpo.cli.factcheck",
-    "lmpo.cli.compare",
-    "lmpo.cli.data",
-    "lmpo.cli.evaluate",
-)
+# Commands that live in a module of their own; each module has `HELP` and `add_parser(subparsers)`,
+# and keeps its heavy imports inside `add_parser` and the command function.
+COMMAND_MODULES: dict[str, str] = {
+    "exercise": "lmpo.cli.exercise",
+    "explain": "lmpo.cli.explain",
+    "factcheck": "lmpo.cli.factcheck",
+    "compare": "lmpo.cli.compare",
+    "data": "lmpo.cli.data",
+    "eval": "lmpo.cli.evaluate",
+}
 
 
-def make_parser() -> argparse.ArgumentParser:
+TRAINING_COMMANDS = ("pipeline", "train")
+"""Their options come from the config dataclasses, whose modules import torch and transformers (seconds)."""
+
+
+def make_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command table. Options are added to `command` only (None: to every command):
+    many come from config dataclasses whose modules import torch and transformers, seconds that
+    `lmpo --help`, `lmpo doctor` or `lmpo report` would otherwise spend first."""
+    parser = Parser(prog="lmpo", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    if command is None or command in TRAINING_COMMANDS:
+        _add_training_commands(sub)
+    else:
+        sub.add_parser("pipeline", help=PIPELINE_HELP)
+        sub.add_parser("train", help=TRAIN_HELP)
+    _add_run_commands(sub)
+    for name, path in COMMAND_MODULES.items():
+        module = importlib.import_module(path)
+        if command is None or command == name:
+            module.add_parser(sub)
+        else:
+            sub.add_parser(name, help=module.HELP)
+    return parser
+
+
+PIPELINE_HELP = "CPT → SFT → RL on the embedded task; prints held-out accuracy per stage"
+TRAIN_HELP = "run one training stage"
+
+
+def _add_training_commands(sub) -> None:
     from lmpo.trainers.pipeline import PipelineConfig
     from lmpo.trainers.presets import RL_PRESETS
     from lmpo.trainers.rl_config import RLConfig
     from lmpo.trainers.supervised import CPTConfig, SFTConfig
 
-    parser = Parser(prog="lmpo", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    p = sub.add_parser("pipeline", help="CPT → SFT → RL on the embedded task; prints held-out accuracy per stage",
+    p = sub.add_parser("pipeline", help=PIPELINE_HELP,
                        description="Run continued pre-training, SFT and an RL preset; write summary.json and a report.")
     # the options the pipeline sets for every stage are refused inside a section: not offered either
     add_arguments(p, PipelineConfig, unlisted=lambda name: name.partition(".")[2] in PIPELINE_OWNED)
     p.set_defaults(func=cmd_pipeline, config_cls=PipelineConfig)
 
-    train = sub.add_parser("train", help="run one training stage", description="Run one training stage.")
+    train = sub.add_parser("train", help=TRAIN_HELP, description="Run one training stage.")
     train_sub = train.add_subparsers(dest="stage", metavar="STAGE", required=True)
     stages = {"cpt": (CPTConfig, "continued pre-training on the task's corpus (loss on every token)"),
               "sft": (SFTConfig, "supervised fine-tuning on demonstrations (loss on completion tokens only)")}
@@ -278,6 +305,13 @@ def make_parser() -> argparse.ArgumentParser:
         add_arguments(sp, RLConfig, defaults=preset.settings if preset else None)
         sp.set_defaults(func=cmd_train(name), config_cls=RLConfig)
 
+
+MODEL_FREE = ("report", "trajectories", "doctor", "presets")
+"""Commands that load no model: transformers is not imported for them."""
+
+
+def _add_run_commands(sub) -> None:
+    """The commands that read a run directory."""
     p = sub.add_parser("report", help="draw a run's curves to PNG files and an HTML page",
                        description="Write RUN_DIR/report/report.html and PNG plots from metrics.jsonl / summary.json.")
     p.add_argument("run_dir", help="a run directory (or a pipeline directory)")
@@ -309,9 +343,6 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", metavar="TASK", default=None,
                    help="with --show: also apply TASK's suggested settings (under the preset), as `lmpo train` does")
     p.set_defaults(func=cmd_presets)
-    for module in COMMAND_MODULES:
-        importlib.import_module(module).add_parser(sub)
-    return parser
 
 
 def _plain_lmpo_warnings() -> None:
@@ -350,11 +381,12 @@ def _joined_negatives(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     try:  # Ctrl-C in the first seconds (building the parser imports torch) is said as any other
-        parser = make_parser()
-        args = parser.parse_args(_joined_negatives(sys.argv[1:] if argv is None else list(argv)))
+        argv = _joined_negatives(sys.argv[1:] if argv is None else list(argv))
+        args = make_parser(argv[0] if argv else "").parse_args(argv)
         flags = {k: v for k, v in vars(args).items()
                  if k not in ("func", "config_cls", "command", "stage", "config", "run_dir")}
-        _quiet_transformers()
+        if args.command not in MODEL_FREE:
+            _quiet_transformers()
         _plain_lmpo_warnings()
         return args.func(args, flags)
     except (ConfigError, ValueError, FileNotFoundError, RunDirError) as err:
@@ -363,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before runtime_errors(), which imports torch: perhaps the import interrupted
         print("lmpo: interrupted", file=sys.stderr)
         return 130
+    except SystemExit:  # --help or a usage error: not worth importing torch for runtime_errors()
+        raise
     except runtime_errors() as err:  # a fault met while training (a reward that never scores, a full disk)
         print(f"lmpo: error: {one_line(err)}", file=sys.stderr)
         return 1
