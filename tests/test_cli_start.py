@@ -32,7 +32,7 @@ def _heavy_after(*argv: str) -> tuple[str, int]:
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["doctor", "RUN"], ["trajectories", "RUN"], ["doctor", "--help"],
-                                  ["report", "--bogus"], ["presets"], ["trian"]])
+                                  ["report", "--bogus"], ["report", "RUN"], ["presets"], ["trian"]])
 def test_starts_without_torch(argv, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(HEALTHY, run)

@@ -105,8 +105,12 @@ def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:
 
 def cmd_report(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.reports import write_report
+    from lmpo.reports.report import unfinished_note
 
     print(write_report(args.run_dir))
+    note = unfinished_note(Path(args.run_dir))
+    if note:
+        print(f"note: {note}")
     return 0
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from .report import write_report
+from .report import unfinished_note, write_report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -21,6 +22,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for run_dir in args.run_dirs:
         try:
             print(write_report(run_dir))
+            note = unfinished_note(Path(run_dir))
+            if note:
+                print(f"note: {note}")
         except (FileNotFoundError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             status = 1

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmpo.trainers.run_dir import RUN_RECORD, complete_checkpoints
+
 from . import page
 from .metrics import Row, Series, all_series, as_float, read_metrics
 from .panels import MAIN_KEYS, Panel, panels_for
@@ -73,7 +75,8 @@ def _metrics_section(metrics: Path, report: Report) -> list[str]:
     rows = read_metrics(metrics)
     rollbacks = read_rollbacks(rows)
     data = all_series(without_rollbacks(rows))
-    body = [page.heading("Training metrics"), _run_overview(metrics, rows), *rollback_section(rollbacks)]
+    body = [page.heading("Training metrics"), _run_overview(metrics, rows), *_unfinished(metrics.parent),
+            *rollback_section(rollbacks)]
     if not data:
         return body + [page.paragraph("No numeric metrics logged yet.", "note")]
     body.append(_final_values_table(data))
@@ -95,6 +98,29 @@ def _panel_order(data: dict[str, Series]) -> list[Panel]:
 
 def _run_overview(metrics: Path, rows: list[Row]) -> str:
     return page.paragraph(f"{len(rows)} rows logged in {metrics.name}.")
+
+
+def unfinished_note(run_dir: Path) -> str | None:
+    """What to say of a training run that has not finished (no result.json): interrupted, or
+    still running; None for a finished run or a directory no trainer made (no run.json)."""
+    if not (run_dir / RUN_RECORD).is_file() or (run_dir / "result.json").is_file():
+        return None
+    try:
+        command = json.loads((run_dir / RUN_RECORD).read_text(encoding="utf-8")).get("command")
+    except (OSError, ValueError, AttributeError):
+        command = None
+    done = complete_checkpoints(run_dir)
+    if not done:
+        return ("This run has not finished (no result.json): it is still running, or it stopped before "
+                "its first checkpoint. Its curves end where it is, or where it stopped.")
+    resume = f"`lmpo train {command} --resume {run_dir}`" if command else f"its command with --resume {run_dir}"
+    return (f"This run has not finished (no result.json): it is still running, or it was interrupted. Its "
+            f"newest complete checkpoint is {done[-1].name}; {resume} continues an interrupted run from it.")
+
+
+def _unfinished(run_dir: Path) -> list[str]:
+    note = unfinished_note(run_dir)
+    return [page.paragraph(note, "note")] if note else []
 
 
 def _ordered_keys(data: dict[str, Series]) -> list[str]:

@@ -26,8 +26,8 @@ from lmpo.models import save_model
 
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.inputs import check_same_inputs, input_fingerprints
+from lmpo.trainers.run_dir import MARKER, checkpoint_dir, complete_checkpoints
 
-MARKER = "COMPLETE"
 SHARDED = "sharded"  # an FSDP run's weights and optimizer state: a distributed checkpoint
 # Options that may differ between a run and its resumption without changing what it trains: where
 # and how often it saves, and how a step is computed (threads, and the memory options that split
@@ -44,10 +44,6 @@ class Resumed:
     data: dict | None = None
 
 
-def checkpoint_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "checkpoints"
-
-
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
     """The newest complete checkpoint of a run being resumed; what a crash left incomplete is removed."""
     root = checkpoint_dir(run_dir)
@@ -59,12 +55,6 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
         shutil.rmtree(leftover, ignore_errors=True)
     done = sorted(p for p in root.glob("step_*") if (p / MARKER).exists())
     return done[-1] if done else None
-
-
-def complete_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Every complete checkpoint of a run, oldest first."""
-    root = checkpoint_dir(run_dir)
-    return sorted(p for p in root.glob("step_*") if (p / MARKER).exists()) if root.is_dir() else []
 
 
 def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer, optimizer, scheduler,

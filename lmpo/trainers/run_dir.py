@@ -40,8 +40,20 @@ from lmpo.trainers.fs_faults import fault_cause, fs_error
 
 LOCK_NAME = ".lock"
 RUN_RECORD = "run.json"
+MARKER = "COMPLETE"
+"""The file written last into a checkpoint: a checkpoint without it is incomplete."""
 _HELD: dict[str, int] = {}  # run directories this process holds: real path -> lock fd
 _COMMAND: list[str] = []  # the `lmpo train NAME` being run, set by the CLI (see `command`)
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def complete_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Every complete checkpoint of a run, oldest first."""
+    root = checkpoint_dir(run_dir)
+    return sorted(p for p in root.glob("step_*") if (p / MARKER).exists()) if root.is_dir() else []
 
 
 class RunDirError(OSError):
@@ -161,8 +173,6 @@ def _saved_model_files(path: Path) -> list[str]:
 def _clear_earlier_run(path: Path, name: str, overwrite: bool) -> None:
     """A fresh start in a directory an earlier run used: its checkpoints must not outlive it, or a
     later `--resume` of this run would load the earlier run's weights (newer step numbers win)."""
-    from lmpo.trainers.checkpoint import checkpoint_dir, complete_checkpoints
-
     root, result = checkpoint_dir(path), path / "result.json"
     done = complete_checkpoints(path)
     finished = result.is_file()

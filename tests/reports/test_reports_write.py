@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -185,3 +186,29 @@ def test_steps_are_ticked_at_whole_numbers(tmp_path: Path, rh: SimpleNamespace, 
     plots.render_panel(next(p for p in PANELS if p.name == "kl"), data, tmp_path)
     ticks = [t for t in figures[0].axes[-1].get_xticks() if 1 <= t <= 20]
     assert ticks and all(t == int(t) for t in ticks)
+
+
+def test_an_unfinished_run_is_said_to_be_one(tmp_path: Path, rh: SimpleNamespace, capsys) -> None:
+    """A run with no result.json was interrupted (or is still running): the page and the command
+    say so, with its newest complete checkpoint and the command that resumes it."""
+    from lmpo.cli.main import main as lmpo
+
+    run = tmp_path / "grpo"
+    rh.write_jsonl(run / "metrics.jsonl", rh.rl_rows())
+    (run / "run.json").write_text('{"trainer": "rl", "command": "dapo", "config": {}}')
+    for step, complete in ((2, True), (4, True), (6, False)):  # step 6 was being written
+        (run / "checkpoints" / f"step_{step:06d}").mkdir(parents=True)
+        if complete:
+            (run / "checkpoints" / f"step_{step:06d}" / "COMPLETE").write_text("ok\n")
+    assert lmpo(["report", str(run)]) == 0
+    said = capsys.readouterr().out
+    assert f"newest complete checkpoint is step_000004; `lmpo train dapo --resume {run}`" in said
+    assert "has not finished" in (run / "report" / "report.html").read_text()
+    (run / "result.json").write_text("{}")
+    assert lmpo(["report", str(run)]) == 0
+    assert "note" not in capsys.readouterr().out
+    assert "has not finished" not in (run / "report" / "report.html").read_text()
+    shutil.rmtree(run / "checkpoints")
+    (run / "result.json").unlink()
+    assert lmpo(["report", str(run)]) == 0
+    assert "stopped before its first checkpoint" in capsys.readouterr().out
