@@ -317,3 +317,17 @@ def test_a_missing_path_or_a_file_is_named_as_such(tmp_path, capsys):
     assert f"is a file, not a run directory (the directory holding it is {tmp_path})" in capsys.readouterr().err
     metrics = HERE / "data" / "healthy_sort_pipeline" / "grpo" / "metrics.jsonl"
     assert list(diagnose_run(metrics)) == ["grpo"]
+
+
+def test_window_means_by_prefix_sums_equal_the_plain_means():
+    """`decline`'s window means come from prefix sums (a window sum each was quadratic: 13 s of a
+    100k-step run's doctor); they are the plain means to float rounding."""
+    import random
+
+    from lmpo.reports.doctor_faults import _windows
+
+    rng = random.Random(0)
+    xs = [rng.randint(0, 64) / 64 for _ in range(500)]
+    for k in (1, 3, 50, 500):
+        plain = [sum(xs[i:i + k]) / k for i in range(len(xs) - k + 1)]
+        assert _windows(xs, k) == pytest.approx(plain, abs=1e-12)

@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
-from .doctor_base import Finding, Thresholds, ends, finite_points, finite_values, mean, pct, plural, rl_rows
+from .doctor_base import Finding, Thresholds, ends, finite_points, finite_values, pct, plural, rl_rows
 from .metrics import Row, as_float
 
 
 def _windows(xs: list[float], k: int) -> list[float]:
-    return [mean(xs[i:i + k]) for i in range(len(xs) - k + 1)]
+    """The mean of every k consecutive values, by prefix sums (k grows with the run: a window sum
+    each would be quadratic, 13 s on a 100k-step run)."""
+    sums = [0.0, *itertools.accumulate(xs)]
+    return [(sums[i + k] - sums[i]) / k for i in range(len(xs) - k + 1)]
 
 
 def _decline(xs: list[float], k: int, th: Thresholds) -> tuple[float, int, float, float] | None:

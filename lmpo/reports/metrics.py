@@ -57,10 +57,16 @@ def _warn_wrong_types(path: Path, rows: list[Row], linenos: list[int]) -> None:
     """One warning for values of a field that other rows log as numbers (or that is always a
     number: `step`, the held-out `eval_*` figures) but this row does not (a hand-edited "0.5" or
     true): the plots and the doctor read numbers only."""
-    numeric = {key for row in rows for key, value in row.items() if _is_number(value)}
-    odd = [(lineno, key, value) for lineno, row in zip(linenos, rows) for key, value in row.items()
-           if (key in numeric or key == "step" or key.startswith("eval_")) and value is not None
-           and not _is_number(value)]
+    numeric: set[str] = set()
+    others = []  # one pass: a metrics file may have 100k rows
+    for lineno, row in zip(linenos, rows):
+        for key, value in row.items():
+            if _is_number(value):
+                numeric.add(key)
+            elif value is not None:
+                others.append((lineno, key, value))
+    odd = [(lineno, key, value) for lineno, key, value in others
+           if key in numeric or key == "step" or key.startswith("eval_")]
     if not odd:
         return
     lineno, key, value = odd[0]
@@ -127,12 +133,22 @@ def series(rows: list[Row], key: str) -> Series:
 
 
 def all_series(rows: list[Row]) -> dict[str, Series]:
-    """Every numeric key with at least one finite point."""
+    """Every numeric key with at least one finite point: `series` of each, in the order of
+    `numeric_keys`, from one pass over the rows."""
+    points: dict[str, dict[float, float]] = {}
+    for index, row in enumerate(rows):
+        step = row_step(row, index)
+        for key, value in row.items():
+            if key == "step" or not isinstance(value, (bool, int, float)):
+                continue
+            line = points.setdefault(key, {})
+            if math.isfinite(value):
+                line[step] = float(value)
     out: dict[str, Series] = {}
-    for key in numeric_keys(rows):
-        xs, ys = series(rows, key)
-        if xs:
-            out[key] = (xs, ys)
+    for key, line in points.items():
+        if line:
+            steps = sorted(line)
+            out[key] = (steps, [line[s] for s in steps])
     return out
 
 

@@ -113,3 +113,24 @@ def test_a_value_of_the_wrong_type_is_warned_of_once_with_its_line_and_field(tmp
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         read_metrics(path)  # strings and lists of their own (digests, prompt ranges) are fine
+
+
+def test_all_series_is_series_of_every_numeric_key() -> None:
+    """`all_series` reads every key in one pass (a 100k-row file took 18 s key by key): the same
+    points as `series`, in the order of `numeric_keys`, through repeated steps, NaN, booleans,
+    strings and rows without a step."""
+    import random
+
+    from lmpo.reports.metrics import numeric_keys
+
+    rng = random.Random(0)
+    values = [0.5, -1, 3, float("nan"), float("inf"), True, "x", None, [1]]
+    rows = []
+    for i in range(400):
+        row = {k: rng.choice(values) for k in rng.sample("abcdefg", rng.randint(0, 7))}
+        if rng.random() < 0.9:
+            row["step"] = rng.choice([rng.randint(0, 50), float("nan"), "3"])
+        rows.append(row)
+    expected = {k: series(rows, k) for k in numeric_keys(rows) if series(rows, k)[0]}
+    got = all_series(rows)
+    assert list(got) == list(expected) and got == expected
