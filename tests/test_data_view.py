@@ -67,3 +67,21 @@ def test_the_readmes_example_prints_what_the_readme_shows(tmp_path, capsys, monk
     Path("chat.jsonl").write_text(row + "\n")
     code, out, _ = run(capsys, "chat.jsonl", "--show", "1")
     assert code == 0 and out.splitlines() == lines[2:]
+
+
+def test_overlong_shows_what_each_policy_of_the_trainers_leaves(tmp_path, capsys):
+    """`--overlong` as the trainers take it: error (the default) counts the rows over the limit
+    and says a trainer stops at them, skip drops them, truncate cuts them. Before, the summary
+    read "(skip): 1 skipped" beside a warning that a trainer stops, and truncation could not be
+    previewed. Prompt files have no such option and refuse it."""
+    rows = [{"prompt": "1+1=", "completion": "2"}, {"prompt": "1=", "completion": "2" * 40}]
+    path = _write(tmp_path / "d.jsonl", rows)
+    code, out, _ = run(capsys, path, "--max_length", "20", "--show", "0")
+    assert code == 0 and "kept 1; over max_length 20: 1 row\n" in out and "a trainer stops at the first" in out
+    code, out, _ = run(capsys, path, "--max_length", "20", "--show", "0", "--overlong", "skip")
+    assert code == 0 and "(skip): 1 skipped, 0 truncated" in out and "warning" not in out
+    code, out, _ = run(capsys, path, "--max_length", "20", "--show", "2", "--overlong", "truncate")
+    assert code == 0 and "kept 2; over max_length 20 (truncate): 0 skipped, 1 truncated" in out
+    assert "example 2 (20 tokens" in out
+    code, _, err = run(capsys, _write(tmp_path / "p.jsonl", [{"prompt": "2+2="}]), "--overlong", "skip")
+    assert code == 2 and "--overlong skip: the prompt trainers have no such option" in err

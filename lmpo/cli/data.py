@@ -27,8 +27,11 @@ def cmd_data(args: argparse.Namespace, flags: dict) -> int:
     if args.max_new_tokens < 1:
         raise ValueError(f"--max_new_tokens must be 1 or more, got {args.max_new_tokens}")
     max_length, limit_name = example_limit(args.model, tokenizer, args.max_length)
+    if kind == "prompts" and args.overlong != "error":
+        raise ValueError(f"--overlong {args.overlong}: the prompt trainers have no such option: they refuse a prompt "
+                         "over the limit")
     shown, summary, over = load_shown(args.file, kind, tokenizer, max_length, limit_name, args.prompt_field,
-                                      args.answer_field, columns)
+                                      args.answer_field, columns, args.overlong)
     limit = limit_name or f"max_length {max_length}"
     if kind == "prompts":
         limit, over = prompt_limit(args.model, tokenizer, args.max_new_tokens, shown)
@@ -37,7 +40,7 @@ def cmd_data(args: argparse.Namespace, flags: dict) -> int:
     if kind == "prompts" and over:  # the trainers have no --overlong for prompts: they refuse the row
         console.print(f"warning: {over} rows are over {limit}: a trainer stops at the first of them (shorten them "
                       "or lower --max_new_tokens)", style="yellow", markup=False)
-    elif over:
+    elif over and args.overlong == "error":
         console.print(f"warning: {over} rows are over {limit}: a trainer stops at the "
                       "first of them unless given --overlong skip or truncate", style="yellow", markup=False)
     console.print(counts_line(shown, limit), markup=False, soft_wrap=True)
@@ -75,6 +78,9 @@ def add_parser(sub) -> None:
     p.add_argument("--max_length", type=int, default=1024, help="the trainers' --max_length (default 1024)")
     p.add_argument("--max_new_tokens", type=int, default=12,
                    help="with --kind prompts: the trainers' --max_new_tokens, kept free of the context (default 12)")
+    p.add_argument("--overlong", choices=("error", "skip", "truncate"), default="error",
+                   help="as the trainers' --overlong: what becomes of a row over the limit (default error: a trainer "
+                        "stops at the first; here they are counted and left out)")
     p.add_argument("--chat_template", default="", metavar="FILE", help="as the trainers' --chat_template")
     p.add_argument("--chat_template_kwargs", default="", metavar="JSON", help="as the trainers' --chat_template_kwargs")
     p.add_argument("--trust_remote_code", action="store_true", help="as the trainers' --trust_remote_code")

@@ -54,21 +54,25 @@ def guess_kind(path: str, columns: dict[str, str] | None = None) -> str:
 
 
 def load_shown(path: str, kind: str, tokenizer, max_length: int, limit_name: str = "", prompt_field: str = "prompt",
-               answer_field: str = "answer", columns: dict[str, str] | None = None) -> tuple[list[Shown], str, int]:
-    """Every example of `path` read as `kind` (rows over `max_length` skipped and counted, not
-    refused), the loader's summary line, and how many rows were over. `columns`: pairs' and
-    KTO rows' other columns read as lmpo's names ({column: name}), as the trainers' options give."""
+               answer_field: str = "answer", columns: dict[str, str] | None = None,
+               overlong: str = "error") -> tuple[list[Shown], str, int]:
+    """Every example of `path` read as `kind` under the trainers' `overlong` policy, except that
+    "error" counts the rows over `max_length` and leaves them out instead of stopping; the
+    loader's summary line, and how many rows were over (skipped or cut to nothing). `columns`:
+    pairs' and KTO rows' other columns read as lmpo's names ({column: name}), as the trainers'
+    options give."""
+    policy = "skip" if overlong == "error" else overlong
     if kind == "sft":
-        examples, report = load_sft(path, tokenizer, max_length=max_length, overlong="skip",
+        examples, report = load_sft(path, tokenizer, max_length=max_length, overlong=policy,
                                      limit_name=limit_name, prompt_field=prompt_field, answer_field=answer_field)
         shown = [Shown(_runs(e.input_ids, e.loss_mask)) for e in examples]
     elif kind == "pairs":
-        pairs, report = load_preferences(path, tokenizer, max_length=max_length, overlong="skip",
+        pairs, report = load_preferences(path, tokenizer, max_length=max_length, overlong=policy,
                                          limit_name=limit_name, columns=columns)
         shown = [Shown([(p.prompt_ids, False, ""), (p.chosen_ids, True, "chosen"), (p.rejected_ids, True, "rejected")],
                        len(p.prompt_ids) + max(len(p.chosen_ids), len(p.rejected_ids))) for p in pairs]
     elif kind == "kto":
-        examples, report = load_unpaired(path, tokenizer, max_length=max_length, overlong="skip",
+        examples, report = load_unpaired(path, tokenizer, max_length=max_length, overlong=policy,
                                          limit_name=limit_name, columns=columns)
         shown = [Shown([(e.prompt_ids, False, ""), (e.completion_ids, True, "desirable" if e.desirable else "undesirable")])
                  for e in examples]
@@ -78,6 +82,7 @@ def load_shown(path: str, kind: str, tokenizer, max_length: int, limit_name: str
         shown = [Shown([(renderer.prompt([{"role": "user", "content": p.prompt}])[0], False, ""),
                         ([], False, f"answer: {p.answer!r}" if p.answer else "")]) for p in problems]
         return shown, f"{path}: {len(problems)} prompts, as the policy reads them (sampling writes the rest)", 0
+    report.overlong = overlong
     return shown, report.summary(), report.skipped_overlong
 
 

@@ -40,8 +40,12 @@ class LoadReport:
     def summary(self) -> str:
         decided = f" (field '{self.shape_field}')" if self.shape_field else ""
         unknown = self.unknown.summary()
-        return (f"{self.path}: {self.rows} rows, shape '{self.shape}'{decided}, kept {self.kept}; "
-                f"over {self.limit} ({self.overlong}): {self.skipped_overlong} skipped, {self.truncated} truncated"
+        if self.overlong == "error":  # a trainer stops at the first; `lmpo data` counts them all
+            n = self.skipped_overlong
+            over = f"over {self.limit}: {n} row{'s' * (n != 1)}" if n else f"over {self.limit}: none"
+        else:
+            over = f"over {self.limit} ({self.overlong}): {self.skipped_overlong} skipped, {self.truncated} truncated"
+        return (f"{self.path}: {self.rows} rows, shape '{self.shape}'{decided}, kept {self.kept}; {over}"
                 + (f"\n  warning: {unknown}; the model never sees it" if unknown else ""))
 
 
