@@ -64,6 +64,21 @@ def test_entry_point_group(tmp_path, monkeypatch):
         make_task("nope")
 
 
+def test_an_entry_point_named_like_a_built_in_task_is_refused_not_shadowed(tmp_path, monkeypatch):
+    """An installed task called `calculator` used to lose silently to the built-in one: the user
+    trained a task they did not mean. Now the name is refused with both, and the way out."""
+    dist = tmp_path / "my_lmpo_tasks-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-lmpo-tasks\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[lmpo.tasks]\ncalculator = user_task:Reverse\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(DATA))
+    with pytest.raises(ValueError, match="'calculator' is both a built-in task and the installed entry point "
+                                         "'user_task:Reverse'.*--task user_task:Reverse"):
+        make_task("calculator")
+    assert make_task("user_task:Reverse").length == 3 and make_task("sort_digits") is not None
+
+
 def test_multi_turn_plugin_keeps_its_environment_and_settings(tmp_path):
     """A multi-turn task class (with `make_env`) plugs in the same way, and its token budgets
     and pipeline settings reach the stages."""

@@ -142,6 +142,11 @@ def installed_tasks() -> dict[str, Any]:
 def load_target(target: str, builtins: dict[str, Callable]) -> Callable:
     """The callable a spec's target names: built in, installed, `module:Class` or `file.py:Class`."""
     if target in builtins:
+        clash = installed_tasks().get(target) if target.isidentifier() else None
+        if clash is not None:  # either choice would silently run a task the user did not mean
+            raise ValueError(f"task {target!r} is both a built-in task and the installed entry point "
+                             f"{clash.value!r} (group {ENTRY_POINT_GROUP!r}); give the installed one another "
+                             f"name, or name it by its path: --task {clash.value}")
         return builtins[target]
     if ":" in target:
         where, _, attr = target.rpartition(":")
