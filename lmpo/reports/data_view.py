@@ -81,7 +81,10 @@ def load_shown(path: str, kind: str, tokenizer, max_length: int, limit_name: str
         renderer = TextRenderer(tokenizer)  # as the agent loop reads a prompt file's rows
         shown = [Shown([(renderer.prompt([{"role": "user", "content": p.prompt}])[0], False, ""),
                         ([], False, f"answer: {p.answer!r}" if p.answer else "")]) for p in problems]
-        return shown, f"{path}: {len(problems)} prompts, as the policy reads them (sampling writes the rest)", 0
+        summary = f"{path}: {len(problems)} prompts, as the policy reads them (sampling writes the rest)"
+        if any(p.answer for p in problems):  # SFT reads the same rows as demonstrations
+            summary += "; --kind sft shows them as SFT trains on them, the answer as the completion"
+        return shown, summary, 0
     report.overlong = overlong
     return shown, report.summary(), report.skipped_overlong
 
