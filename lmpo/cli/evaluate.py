@@ -25,7 +25,7 @@ def cmd_eval(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.trainers.eval_model import EvalConfig, eval_model
     from lmpo.trainers.presets import task_settings
 
-    task = flags.get("task", EvalConfig.task)
+    task = build(EvalConfig, yaml_file=args.config, flags=flags).task  # the file's or the flag's
     suggested = task_settings(task, "rl") if isinstance(task, str) else {}
     preset = {ours: suggested[theirs] for theirs, ours in SUGGESTED.items() if theirs in suggested}
     cfg = build(EvalConfig, preset=preset, yaml_file=args.config, flags=flags)

@@ -26,17 +26,18 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
         cls, fn, preset = _trainer(kind, flags)
         from lmpo.trainers.presets import task_settings
 
-        task = flags.get("task") or getattr(cls, "task", "")
+        given = build(cls, preset=preset, yaml_file=args.config, flags=flags)  # what the file and flags say
+        task = getattr(given, "task", "")
         suggested = task_settings(task, kind if kind in NOT_RL else "rl") if isinstance(task, str) else {}
         preset = {**{k: v for k, v in suggested.items() if k in cls.__dataclass_fields__}, **preset}
-        resumed_from = flags.get("resume")
+        resumed_from = getattr(given, "resume", "")
         if resumed_from:
-            if flags.get("overwrite"):
+            if given.overwrite:
                 raise ConfigError("--overwrite true starts a run afresh and --resume continues one: give one of them")
             check_resumable(resumed_from, trainer_of(command), command)
-            if flags.get("out") and Path(flags["out"]).resolve() != Path(resumed_from).resolve():
+            if "out" in set_options(args.config, flags) and Path(given.out).resolve() != Path(resumed_from).resolve():
                 raise ConfigError(f"--resume {resumed_from} continues the run in that directory, and --out "
-                                  f"{flags['out']} names another: a resumed run writes where it started; give "
+                                  f"{given.out} names another: a resumed run writes where it started; give "
                                   f"--resume alone")
         if resumed_from and not args.config:  # continue with the interrupted run's own options
             preset.update(_saved_options(resumed_from, required=kind not in NOT_RL))
@@ -74,6 +75,13 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
         return 0
 
     return run
+
+
+def set_options(yaml_file: str | None, flags: dict) -> set[str]:
+    """The options the user set, as flags or in the YAML file."""
+    from lmpo.cli.config import read_yaml
+
+    return set(flags) | (set(read_yaml(yaml_file)[1]) if yaml_file else set())
 
 
 def _resume_hint(command: str, out: Path) -> str:

@@ -1,0 +1,92 @@
+"""Options given in a `--config` YAML file act as the same flags do: `task:` brings the task's
+suggested settings (to `lmpo train` and `lmpo eval`), and `resume:`, `out:` and `overwrite:` meet
+the same checks. Before, `task: vault` in a file trained SFT for 30 steps instead of vault's 188,
+and `resume:` with `overwrite: true` or another `out:` was taken in silence."""
+
+from __future__ import annotations
+
+import pytest
+
+import lmpo.cli.train as train_cli
+from lmpo.cli.main import main
+
+
+class Captured(Exception):
+    pass
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    seen = {}
+    real = train_cli._trainer
+
+    def trainer(kind, flags):
+        cls, _, preset = real(kind, flags)
+
+        def capture(cfg):
+            seen["cfg"] = cfg
+            raise Captured
+
+        return cls, capture, preset
+
+    monkeypatch.setattr(train_cli, "_trainer", trainer)
+    return seen
+
+
+def _yaml(tmp_path, text: str) -> str:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("stage", ["sft", "grpo"])
+def test_a_task_in_the_file_brings_its_suggested_settings(tmp_path, captured, stage):
+    with pytest.raises(Captured):
+        main(["train", stage, "--task", "vault", "--out", str(tmp_path / "a")])
+    by_flag = captured.pop("cfg")
+    with pytest.raises(Captured):
+        main(["train", stage, "--config", _yaml(tmp_path, f"task: vault\nout: {tmp_path / 'b'}\n")])
+    by_file = captured.pop("cfg")
+    assert by_file.max_new_tokens == by_flag.max_new_tokens == 48 if stage == "grpo" else True
+    assert {k: v for k, v in vars(by_file).items() if k not in ("out", "task")} == \
+        {k: v for k, v in vars(by_flag).items() if k not in ("out", "task")}
+
+
+def test_eval_takes_the_task_of_its_file(tmp_path, monkeypatch):
+    import lmpo.trainers.eval_model as eval_model
+
+    seen = {}
+
+    def capture(cfg):
+        seen["cfg"] = cfg
+        raise Captured
+
+    monkeypatch.setattr(eval_model, "eval_model", capture)
+    with pytest.raises(Captured):
+        main(["eval", "--config", _yaml(tmp_path, "task: vault\n")])
+    assert seen["cfg"].max_new_tokens == 48
+
+
+def _interrupted(tmp_path):
+    """A directory an interrupted SFT run left."""
+    import json
+
+    run = tmp_path / "run"
+    step = run / "checkpoints" / "step_000002"
+    step.mkdir(parents=True)
+    (step / "COMPLETE").write_text("ok\n")
+    (run / "run.json").write_text(json.dumps({"trainer": "sft", "command": "sft", "config": {}}))
+    return run
+
+
+@pytest.mark.parametrize("text,message", [
+    ("resume: {run}\noverwrite: true\n", "--overwrite true starts a run afresh and --resume continues one"),
+    ("resume: {run}\nout: {other}\n", "names another: a resumed run writes where it started"),
+])
+def test_resume_in_the_file_meets_the_checks_of_the_flag(tmp_path, captured, capsys, text, message):
+    run = _interrupted(tmp_path)
+    config = _yaml(tmp_path, text.format(run=run, other=tmp_path / "other"))
+    assert main(["train", "sft", "--config", config]) == 2
+    assert message in capsys.readouterr().err and "cfg" not in captured
+    assert main(["train", "sft", "--resume", str(run), "--config", _yaml(tmp_path, f"out: {tmp_path / 'x'}\n")]) == 2
+    assert "names another" in capsys.readouterr().err
