@@ -66,7 +66,8 @@ def test_an_empty_metrics_log_is_not_called_healthy(tmp_path, capsys):
     assert "no problems found" not in out
 
 
-@pytest.mark.parametrize("option,value", [("--beta", "-0.5"), ("--target_kl", "-0.5"), ("--beta", "-5e-1")])
+@pytest.mark.parametrize("option,value", [("--beta", "-0.5"), ("--target_kl", "-0.5"), ("--beta", "-5e-1"),
+                                          ("--beta", "-.5e0")])
 def test_a_negative_kl_coefficient_is_refused(option, value, tmp_path, capsys):
     """`-5e-1` too: argparse took it for an option (`--beta: expected one argument`)."""
     assert main(["train", "grpo", "--out", str(tmp_path / "run"), option, value]) == 2
@@ -91,3 +92,13 @@ def test_a_checkpoint_resumes_only_with_the_process_count_that_wrote_it(tmp_path
     monkeypatch.setattr(checkpoint, "_world_size", lambda: world)
     with pytest.raises(ValueError, match=re.escape(says)):
         checkpoint.load_checkpoint(tmp_path, None, None, None, {})
+
+
+def test_minus_infinity_is_a_value_not_an_option(tmp_path):
+    """docs/rft.md's `--accept_threshold -inf` (the option's own help suggests it) was refused:
+    argparse took `-inf` for an option ("expected one argument")."""
+    from lmpo.cli.main import _joined_negatives, make_parser
+
+    argv = _joined_negatives(["train", "rft", "--accept_threshold", "-inf", "--keep_top_k", "1"])
+    assert make_parser("train").parse_args(argv).accept_threshold == "-inf"
+    assert _joined_negatives(["--x", "-Infinity", "--y", "-.5e3", "-h"]) == ["--x=-Infinity", "--y=-.5e3", "-h"]

@@ -367,13 +367,15 @@ def _plain_lmpo_warnings() -> None:
     warnings.showwarning = show
 
 
-NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)$")
-"""A negative number in scientific notation (`-1e-4`), which argparse takes for an option."""
+NEGATIVE_NUMBER = re.compile(r"^-(inf(inity)?|(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)$", re.IGNORECASE)
+"""A negative number argparse takes for an option: in scientific notation (`-1e-4`, `-.5e3`) or
+infinite (`-inf`, as `--accept_threshold -inf`)."""
 
 
 def _joined_negatives(argv: list[str]) -> list[str]:
     """`--lr -1e-4` as `--lr=-1e-4`, so the option's own check says what is wrong with the value
-    (argparse reads only `-4` and `-0.5` as numbers: `-1e-4` made `--lr` "expected one argument")."""
+    (argparse reads only `-4` and `-0.5` as numbers: `-1e-4` and `-inf` made the option "expected
+    one argument")."""
     out: list[str] = []
     for arg in argv:
         if NEGATIVE_NUMBER.match(arg) and out and out[-1].startswith("--") and "=" not in out[-1]:
