@@ -50,6 +50,10 @@ def _write(run_dir: Path, seen: frozenset[Path]) -> Report:
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory does not exist: {run_dir}")
     if not metrics.is_file() and not summary.is_file():
+        stages = sorted(p.parent.name for p in run_dir.glob(f"*/{METRICS_FILE}"))
+        if _trainer(run_dir) == "pipeline" and stages:
+            raise FileNotFoundError(f"{run_dir} is a pipeline that has not finished (no {SUMMARY_FILE}); report "
+                                    f"its stages: {', '.join(f'lmpo report {run_dir / s}' for s in stages)}")
         raise FileNotFoundError(
             f"{run_dir} has neither {METRICS_FILE} nor {SUMMARY_FILE}; nothing to report"
         )
@@ -103,12 +107,10 @@ def _run_overview(metrics: Path, rows: list[Row]) -> str:
 def unfinished_note(run_dir: Path) -> str | None:
     """What to say of a training run that has not finished (no result.json): interrupted, or
     still running; None for a finished run or a directory no trainer made (no run.json)."""
-    if not (run_dir / RUN_RECORD).is_file() or (run_dir / "result.json").is_file():
+    started = _trainer(run_dir, command=True)
+    if started in (None, "pipeline") or (run_dir / "result.json").is_file():  # a pipeline ends in summary.json
         return None
-    try:
-        command = json.loads((run_dir / RUN_RECORD).read_text(encoding="utf-8")).get("command")
-    except (OSError, ValueError, AttributeError):
-        command = None
+    command = None if started == "?" else started
     done = complete_checkpoints(run_dir)
     if not done:
         return ("This run has not finished (no result.json): it is still running, or it stopped before "
@@ -116,6 +118,20 @@ def unfinished_note(run_dir: Path) -> str | None:
     resume = f"`lmpo train {command} --resume {run_dir}`" if command else f"its command with --resume {run_dir}"
     return (f"This run has not finished (no result.json): it is still running, or it was interrupted. Its "
             f"newest complete checkpoint is {done[-1].name}; {resume} continues an interrupted run from it.")
+
+
+def _trainer(run_dir: Path, command: bool = False) -> str | None:
+    """The trainer that made `run_dir` by its run.json (with `command`, the `lmpo train` command
+    that started it where recorded: a pipeline's stages record none); None: no run.json; "?": unreadable."""
+    try:
+        record = json.loads((run_dir / RUN_RECORD).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return "?"
+    if not isinstance(record, dict):
+        return "?"
+    return (command and record.get("command")) or record.get("trainer") or "?"
 
 
 def _unfinished(run_dir: Path) -> list[str]:

@@ -212,3 +212,26 @@ def test_an_unfinished_run_is_said_to_be_one(tmp_path: Path, rh: SimpleNamespace
     (run / "result.json").unlink()
     assert lmpo(["report", str(run)]) == 0
     assert "stopped before its first checkpoint" in capsys.readouterr().out
+
+
+def test_a_pipeline_is_finished_by_its_summary_and_its_stages_resume_by_their_trainer(
+        tmp_path: Path, rh: SimpleNamespace, capsys) -> None:
+    """A pipeline directory has run.json and never result.json: it finished when it wrote
+    summary.json. Its stages record no command, so the hint names their trainer. An interrupted
+    pipeline (no summary.json) names its stages' reports instead of "nothing to report"."""
+    from lmpo.cli.main import main as lmpo
+
+    pipe = tmp_path / "p"
+    rh.write_jsonl(pipe / "cpt" / "metrics.jsonl", rh.sft_rows())
+    (pipe / "run.json").write_text('{"trainer": "pipeline", "command": null, "config": {}}')
+    (pipe / "cpt" / "run.json").write_text('{"trainer": "cpt", "command": null, "config": {}}')
+    (pipe / "cpt" / "checkpoints" / "step_000010").mkdir(parents=True)
+    (pipe / "cpt" / "checkpoints" / "step_000010" / "COMPLETE").write_text("ok\n")
+    assert lmpo(["report", str(pipe)]) == 2
+    assert f"is a pipeline that has not finished (no summary.json); report its stages: lmpo report {pipe / 'cpt'}" \
+        in capsys.readouterr().err
+    assert lmpo(["report", str(pipe / "cpt")]) == 0
+    assert f"`lmpo train cpt --resume {pipe / 'cpt'}`" in capsys.readouterr().out
+    (pipe / "summary.json").write_text('{"stages": []}')
+    assert lmpo(["report", str(pipe)]) == 0
+    assert "note" not in capsys.readouterr().out
