@@ -60,3 +60,20 @@ def test_a_pipeline_its_first_stage_refuses_leaves_no_directory(tmp_path, capsys
     assert main(["pipeline", "--out", str(out), "--cpt.steps", "3", "--cpt.eval_problems", "2",
                  "--cpt.corpus_documents", "50", "--cpt.heldout_documents", "10", "--threads", "1"]) == 2
     assert out.is_dir()
+
+
+@pytest.mark.slow  # two small pipelines: about 30 s of CPU
+def test_a_pipeline_run_again_with_another_last_stage_removes_the_earlier_ones(tmp_path, capsys):
+    """`--rl dpo` into a directory where `--rl grpo` ran left grpo/ beside dpo/, and
+    `lmpo doctor` diagnosed it as part of the new pipeline."""
+    out = tmp_path / "pl"
+    small = ["--out", str(out), "--threads", "1", "--cpt.steps", "2", "--cpt.eval_problems", "2",
+             "--sft.demonstrations", "16", "--sft.epochs", "1", "--sft.eval_problems", "2"]
+    assert main(["pipeline", *small, "--rl_stage.steps", "1", "--rl_stage.eval_problems", "2"]) == 0
+    assert (out / "grpo" / "run.json").is_file()
+    (out / "notes").mkdir()  # the user's own: kept
+    assert main(["pipeline", *small, "--rl", "dpo", "--dpo.pairs", "16", "--dpo.eval_problems", "2"]) == 0
+    assert f"{out / 'grpo'}: removed, a stage of the earlier pipeline" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["cpt", "dpo", "notes", "report", "sft"]
+    assert main(["doctor", str(out)]) == 0
+    assert "grpo" not in capsys.readouterr().out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -23,7 +24,7 @@ from lmpo.trainers.rft import RFTConfig, train_rft
 from lmpo.trainers.preflight import load_prompt_files
 from lmpo.trainers.rl import heldout_and_selection, train_rl
 from lmpo.trainers.rl_config import RLConfig
-from lmpo.trainers.run_dir import open_run_dir, remove_if_only_records
+from lmpo.trainers.run_dir import RUN_RECORD, open_run_dir, remove_if_only_records
 from lmpo.trainers.stopping import StopRule
 from lmpo.trainers.supervised import (CPTConfig, SFTConfig, heldout_problems, require_task_data, train_cpt,
                                       train_sft)
@@ -173,8 +174,20 @@ def _run_stages(cfg: PipelineConfig, out: Path, main: bool,
     report(result)
     if main:
         write_summary(out, results)
+        _remove_earlier_stages(out, {"cpt", "sft", cfg.rl, *(("rm",) if cfg.rl == "ppo_rm" else ())})
         _report_kinds(results)
     return results
+
+
+def _remove_earlier_stages(out: Path, ran: set[str]) -> None:
+    """An earlier pipeline's stage directories that this one did not write (another --rl): left,
+    `lmpo doctor` and `lmpo report` read them as this pipeline's. Removed at the end, since one
+    of them may have held an input of this run (a reward model, a start model)."""
+    for stage in sorted({"rm", *LAST_STAGES} - ran):
+        path = out / stage
+        if path.is_dir() and not path.is_symlink() and (path / RUN_RECORD).is_file():
+            shutil.rmtree(path, ignore_errors=True)
+            print(f"[pipeline] {path}: removed, a stage of the earlier pipeline in {out}")
 
 
 OFFLINE_STAGES = {"dpo": train_preference, "kto": train_kto, "orpo": train_orpo}  # the section is the name
