@@ -4,6 +4,8 @@ directory."""
 
 from __future__ import annotations
 
+import pytest
+
 from lmpo.cli.main import main
 
 from hardening_common import SFT_RUN, error_line as _error
