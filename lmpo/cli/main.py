@@ -305,8 +305,10 @@ def _add_training_commands(sub) -> None:
                 else "RL with any preset (--preset NAME) and any part overridden")
         sp = train_sub.add_parser(name, help=text, description=text)
         if preset is None:
-            sp.add_argument("--preset", default=argparse.SUPPRESS, choices=list(RL_PRESETS), help="preset to start from (default: grpo)")
-        add_arguments(sp, RLConfig, defaults=preset.settings if preset else None)
+            sp.add_argument("--preset", default=argparse.SUPPRESS, choices=list(RL_PRESETS),
+                            help="preset to start from (default: grpo, whose values the defaults below show)")
+        # `lmpo train rl` starts from grpo unless given --preset: its help shows grpo's defaults
+        add_arguments(sp, RLConfig, defaults=(preset or RL_PRESETS["grpo"]).settings)
         sp.set_defaults(func=cmd_train(name), config_cls=RLConfig)
 
 
