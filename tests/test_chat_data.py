@@ -287,3 +287,36 @@ def test_a_non_text_content_part_is_refused_naming_it(char_tokenizer, tmp_path):
     with pytest.raises(DataError, match=r"row 1: field 'messages\[0\]\.content\[1\]': expected a text part, "
                                         r".*got a part of type 'image_url'"):
         load_sft(write(tmp_path / "t.jsonl", rows), char_tokenizer, max_length=512)
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_the_rm_reward_scores_a_completion_as_the_reward_model_was_trained_on_it(tmp_path, chat):
+    """A reward model trained on chat pairs learns each reply's score at the template's end of
+    turn (`<end_of_turn>`), after the prompt rendered as a user turn. The `rm` reward scored a
+    completion after the raw prompt and closed it with the tokenizer's eos instead (QA: the good
+    answer's reward went from +2.07 to -0.93 on a Gemma-like model). Now each row is encoded as
+    training encoded it, chat or text, by the record `lmpo train rm` leaves beside the model."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from lmpo.cli.main import main
+    from lmpo.envs.base import Problem
+    from lmpo.envs.rewards import reward_functions
+    from lmpo.models.reward_scorer import last_token_scores
+
+    tok, _ = gemma_like_tokenizer(tmp_path, generation_eos=True)
+    rows = [{"prompt": [msg("user", f"q{i}")] if chat else f"q{i}", "chosen": [msg("assistant", "yes")] if chat else "yes",
+             "rejected": [msg("assistant", "no")] if chat else "no"} for i in range(24)]
+    data = str(write(tmp_path / "pairs.jsonl", rows))
+    out = tmp_path / "rm"
+    assert main(["train", "rm", "--model", str(tmp_path / "gemma_like"), "--data", data, "--out", str(out),
+                 "--batch_size", "8", "--epochs", "1", "--heldout_pairs", "4", "--threads", "1"]) == 0
+    (pair,), _ = load_preferences(write(tmp_path / "one.jsonl", rows[:1]), tok, max_length=128)
+    model = AutoModelForSequenceClassification.from_pretrained(out / "model").eval()
+    trained = []
+    for reply in (pair.chosen_ids, pair.rejected_ids):
+        ids = torch.tensor([pair.prompt_ids + reply])
+        trained.append(last_token_scores(model, ids, torch.ones_like(ids)).item())
+    rm = reward_functions({"rm": 1.0}, str(out / "model"))["rm"]
+    scored = rm(None, [Problem("q0", "")] * 2, ["yes", "no"], [True, True])
+    assert scored == pytest.approx(trained, abs=1e-5)

@@ -78,12 +78,32 @@ def reward_functions(weights: dict[str, float], reward_model: str = "") -> dict[
             from lmpo.envs.data.chat import encode_start
             from lmpo.models.reward_scorer import RewardModelReward
 
-            fns[name] = RewardModelReward(reward_model, encode_prompt=encode_start)
+            fns[name] = RewardModelReward(reward_model, encode_prompt=encode_start, **chat_rows(reward_model))
         elif name in REWARDS:
             fns[name] = REWARDS[name]
         else:
             fns[name] = import_reward(name)
     return fns
+
+
+def chat_rows(reward_model: str) -> dict:
+    """`encode_row` and `turn_ends` for a reward model `lmpo train rm` trained on chat rows (its
+    lmpo_reward_rows.json says so); {} for text rows: prompt, reply and eos, as lmpo trains on a
+    task's pairs and on text pairs, and as a reward model without the file is read (one trained
+    elsewhere on conversations takes a file {"rows": "chat", "turn_ends": [ids]})."""
+    from lmpo.envs.data.chat import REWARD_ROWS_FILE, chat_reward_row
+
+    record = Path(reward_model) / REWARD_ROWS_FILE
+    try:
+        rows = json.loads(record.read_text()) if record.is_file() else {}
+        chat = isinstance(rows, dict) and rows.get("rows") == "chat"
+        turn_ends = [int(t) for t in rows.get("turn_ends", [])] if chat else []
+    except (OSError, ValueError, TypeError, AttributeError) as err:
+        raise ValueError(f"reward_model {reward_model!r}: {REWARD_ROWS_FILE} is not what `lmpo train rm` writes "
+                         f"({{\"rows\": \"chat\" or \"text\", \"turn_ends\": [token ids]}}): {err}") from None
+    if not chat:
+        return {}
+    return {"encode_row": chat_reward_row, "turn_ends": turn_ends}
 
 
 def _check_scoring_head(reward_model: str) -> None:

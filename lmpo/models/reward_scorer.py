@@ -48,10 +48,16 @@ class RewardModelReward:
     `AutoModelForSequenceClassification` directory, e.g. one written by `lmpo train rm`. The
     score is read at the last non-padding token, as the reward model was trained."""
 
-    def __init__(self, path: str, *, encode_prompt: Callable[[Any, str], list[int]], batch_size: int = 256):
+    def __init__(self, path: str, *, encode_prompt: Callable[[Any, str], list[int]], batch_size: int = 256,
+                 encode_row: Callable[..., list[int]] | None = None, turn_ends: Sequence[int] = ()):
         """`encode_prompt(tokenizer, text)`: a prompt's ids as training encoded them (with the
-        tokenizer's leading special tokens: `lmpo.envs.data.chat.encode_start`)."""
+        tokenizer's leading special tokens: `lmpo.envs.data.chat.encode_start`). A reward model
+        trained on chat rows gives `encode_row(tokenizer, prompt, completion, terminated,
+        turn_ends)` instead (`lmpo.envs.data.chat.chat_reward_row`): the row as its template
+        renders it, closed by the end-of-turn token it was trained on (Gemma's `<end_of_turn>`,
+        not the tokenizer's eos)."""
         self.path, self.encode_prompt, self.batch_size = path, encode_prompt, batch_size
+        self.encode_row, self.turn_ends = encode_row, list(turn_ends)
         self.model = self.tokenizer = None
 
     def __repr__(self) -> str:
@@ -94,16 +100,19 @@ class RewardModelReward:
 
     def __getstate__(self) -> dict:  # sent to a worker as its path; the worker loads the weights
         return {"path": self.path, "encode_prompt": self.encode_prompt, "batch_size": self.batch_size, "model": None,
-                "tokenizer": None}
+                "tokenizer": None, "encode_row": self.encode_row, "turn_ends": self.turn_ends}
 
     @torch.no_grad()
     def __call__(self, task, problems: Sequence, completions: Sequence[str],
                  terminated: Sequence[bool]) -> list[float]:
         self.setup()
         tok, scores = self.tokenizer, []
-        # prompt and reply tokenised apart, as in training (lmpo.trainers.pairs.scoring_rows)
-        ids = [self.encode_prompt(tok, p.prompt) + tok(c, add_special_tokens=False).input_ids
-               + ([tok.eos_token_id] if t else []) for p, c, t in zip(problems, completions, terminated)]
+        if self.encode_row is not None:
+            ends = self.turn_ends or [tok.eos_token_id]
+            ids = [self.encode_row(tok, p.prompt, c, t, ends) for p, c, t in zip(problems, completions, terminated)]
+        else:  # prompt and reply tokenised apart, as in training (lmpo.trainers.pairs.scoring_rows)
+            ids = [self.encode_prompt(tok, p.prompt) + tok(c, add_special_tokens=False).input_ids
+                   + ([tok.eos_token_id] if t else []) for p, c, t in zip(problems, completions, terminated)]
         for start in range(0, len(ids), self.batch_size):
             input_ids, mask = right_pad(ids[start:start + self.batch_size], tok.pad_token_id)
             scores.extend(last_token_scores(self.model, input_ids, mask).tolist())

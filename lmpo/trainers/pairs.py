@@ -59,12 +59,15 @@ def embedded_pairs(task, tokenizer, n: int, seed: int, heldout: bool = False) ->
             for p, chosen, rejected in task.preference_pairs(n, seed, heldout=heldout)]
 
 
-def file_pairs(path: str, tokenizer, cfg) -> list[PreferencePair]:
-    """The pairs of `path`, held to `cfg.max_length` and the context of `cfg.model`."""
+def file_pairs(path: str, tokenizer, cfg, shapes: list[str] | None = None) -> list[PreferencePair]:
+    """The pairs of `path`, held to `cfg.max_length` and the context of `cfg.model`; the file's
+    row shape is appended to `shapes` when given."""
     max_length, limit_name = example_limit(cfg.model, tokenizer, cfg.max_length)
     pairs, report = load_preferences(path, tokenizer, max_length=max_length, overlong=cfg.overlong,
                                      limit_name=limit_name, columns=cfg.columns())
     print(f"[data] {report.summary()}")
+    if shapes is not None:
+        shapes.append(report.shape)
     return pairs
 
 

@@ -9,7 +9,9 @@ token, which is where transformers' own pooling reads it too, unless the pad tok
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -17,6 +19,8 @@ from transformers import AutoModelForSequenceClassification
 
 from lmpo.algos import bradley_terry_loss
 from lmpo.envs import make_task
+from lmpo.envs.data.chat import REWARD_ROWS_FILE, turn_end_ids
+from lmpo.envs.data.preferences import TEXT_SHAPES
 from lmpo.models import is_adapter_dir, is_peft_model, is_preset, load_model, load_tokenizer, preset_config
 from lmpo.models.loading import name_by_path
 from lmpo.models.packing import can_pack_trunk, last_states, trunk_layout
@@ -153,14 +157,16 @@ def pairwise_accuracy(model, tokenizer, pairs, batch_size: int = 128, device: to
     return right / max(len(pairs), 1)
 
 
-def reward_model_pairs(cfg: RewardModelConfig, task, tokenizer) -> tuple[list, list]:
+def reward_model_pairs(cfg: RewardModelConfig, task, tokenizer,
+                       shapes: list[str] | None = None) -> tuple[list, list]:
     """(training pairs, held-out pairs) from the task or from the user's files; `heldout_data`,
-    when given, is the held-out set whichever pairs are trained on."""
+    when given, is the held-out set whichever pairs are trained on. The training file's row
+    shape is appended to `shapes` (none for the task's pairs, which are text)."""
     heldout = file_pairs(cfg.heldout_data, tokenizer, cfg) if cfg.heldout_data else None
     if not cfg.data:
         return (embedded_pairs(task, tokenizer, cfg.pairs, cfg.seed),
                 heldout or embedded_pairs(task, tokenizer, cfg.heldout_pairs, cfg.seed, heldout=True))
-    pairs = file_pairs(cfg.data, tokenizer, cfg)
+    pairs = file_pairs(cfg.data, tokenizer, cfg, shapes)
     if heldout is not None:
         return pairs, heldout
     return split_heldout(pairs, cfg.heldout_pairs, cfg.seed, cfg.data)
@@ -172,7 +178,8 @@ def train_reward_model(cfg: RewardModelConfig) -> StageResult:
     preflight_run(cfg, "rm")
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     # the data before the run directory: a bad row says so before anything is written
-    train_pairs, heldout = reward_model_pairs(cfg, task, tokenizer)
+    shapes: list[str] = []
+    train_pairs, heldout = reward_model_pairs(cfg, task, tokenizer, shapes)
     run = Run(cfg, "rm")
     model = load_reward_model(cfg.model, tokenizer, cfg.seed, cfg.trust_remote_code)
     model.config.pad_token_id = tokenizer.pad_token_id
@@ -221,4 +228,16 @@ def train_reward_model(cfg: RewardModelConfig) -> StageResult:
     run.write({"step": step, "eval_accuracy": accuracy})
     run.say(f"held-out pairwise accuracy {100 * accuracy:.1f}% on {len(heldout)} pairs")
     result = StageResult(name="rm", seconds=0.0, model_dir="", run_dir=str(run.out), accuracy=accuracy)
-    return run.finish(model, tokenizer, result, metric="held-out pairwise accuracy")
+    result = run.finish(model, tokenizer, result, metric="held-out pairwise accuracy")
+    if run.dist.is_main:
+        record_rows(Path(result.model_dir), tokenizer, chat=any(s not in TEXT_SHAPES for s in shapes))
+    return result
+
+
+def record_rows(model_dir: Path, tokenizer, chat: bool) -> None:
+    """How the rows were encoded, beside the model (and its merged copy), for the `rm` reward to
+    score completions as they were trained (`lmpo.envs.rewards.chat_rows`)."""
+    text = json.dumps({"rows": "chat" if chat else "text", "turn_ends": turn_end_ids(tokenizer) if chat else []})
+    for directory in (model_dir, model_dir / "merged"):
+        if directory.is_dir():
+            (directory / REWARD_ROWS_FILE).write_text(text + "\n")

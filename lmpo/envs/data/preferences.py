@@ -150,11 +150,15 @@ def _prompt(rec: Record, shape: str) -> list[dict]:
     return prompt_messages(rec, "prompt")
 
 
+TEXT_SHAPES = ("prompt/chosen/rejected", "chosen/rejected (implicit text prompt)")
+"""Pair shapes encoded as plain text (prompt, reply, eos); the others through the chat template."""
+
+
 def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> PreferencePair:
     eos = tokenizer.eos_token_id
     if eos is None:
         raise DataError(rec.path, "the tokenizer has no eos token")
-    if shape in ("prompt/chosen/rejected", "chosen/rejected (implicit text prompt)"):
+    if shape in TEXT_SHAPES:
         prompt, *replies = _implicit_text_prompt(rec) if shape.endswith("text prompt)") else (
             rec.require_str(f) for f in FIELDS)
         prompt_ids = chat.encode_start(tokenizer, prompt)
