@@ -142,3 +142,22 @@ def test_scores_are_read_at_the_closing_eos_where_the_pad_token_is_the_eos():
         pooled = model(input_ids=ids, attention_mask=mask).logits[:, 0]  # transformers' pooling
     assert torch.allclose(padded, trained_at, atol=1e-5)
     assert (pooled - trained_at).abs().max() > 1e-3
+
+
+def test_a_row_past_the_reward_models_context_is_said_not_an_index_error(tmp_path, char_tokenizer):
+    """A GPT-2 reward model (learned positions) given a prompt and completion longer than its
+    context failed deep in its forward with `IndexError: index out of range in self`."""
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    from lmpo.envs.base import Problem
+    from lmpo.envs.rewards import reward_functions
+
+    config = GPT2Config(vocab_size=len(char_tokenizer), n_positions=16, n_embd=16, n_layer=1, n_head=2, num_labels=1,
+                        pad_token_id=char_tokenizer.pad_token_id)
+    GPT2ForSequenceClassification(config).save_pretrained(tmp_path / "rm")
+    char_tokenizer.save_pretrained(tmp_path / "rm")
+    rm = reward_functions({"rm": 1.0}, str(tmp_path / "rm"))["rm"]
+    assert len(rm(None, [Problem("12+3=", "")], ["15"], [True])) == 1
+    with pytest.raises(ValueError, match=r"the reward model's context is 16 tokens, and a prompt with its "
+                                         r"completion makes 2[0-9] \(prompt '1234567890"):
+        rm(None, [Problem("12+3=", ""), Problem("1234567890" * 2, "")], ["15", "0"], [True, True])

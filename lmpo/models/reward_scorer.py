@@ -9,6 +9,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 
+from lmpo.models.logprobs import context_length
 from lmpo.models.lora import adapter_base_name, attach_adapter, is_adapter_dir
 from lmpo.models.padding import right_pad
 
@@ -113,6 +114,14 @@ class RewardModelReward:
         else:  # prompt and reply tokenised apart, as in training (lmpo.trainers.pairs.scoring_rows)
             ids = [self.encode_prompt(tok, p.prompt) + tok(c, add_special_tokens=False).input_ids
                    + ([tok.eos_token_id] if t else []) for p, c, t in zip(problems, completions, terminated)]
+        context = context_length(self.model)
+        longest = max(range(len(ids)), key=lambda i: len(ids[i]), default=None)
+        if context is not None and longest is not None and len(ids[longest]) > context:
+            # past its last position a model with learned positions fails with an IndexError, and
+            # one with rotary positions scores text longer than any it was trained on
+            raise ValueError(f"the reward model's context is {context} tokens, and a prompt with its completion "
+                             f"makes {len(ids[longest])} (prompt {problems[longest].prompt[:60]!r}...); use a reward "
+                             f"model with a longer context, or shorter prompts or --max_new_tokens")
         for start in range(0, len(ids), self.batch_size):
             input_ids, mask = right_pad(ids[start:start + self.batch_size], tok.pad_token_id)
             scores.extend(last_token_scores(self.model, input_ids, mask).tolist())
