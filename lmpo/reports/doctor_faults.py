@@ -119,6 +119,7 @@ def check_faults(rows: list[Row], th: Thresholds) -> list[Finding]:
                                 f"to step {last.get('to_step')}: {last['rollback']}",
                                 "the learning rate was lowered to x" f"{last.get('lr_scale', 1):g}; start the next run "
                                 "with a lower --lr"))
+    findings += _no_updates(rows)
     unscorable = finite_values(rows, "unscorable")
     if unscorable and sum(unscorable) > 0:
         findings.append(Finding("unscorable", "warning", "unscorable", f"{int(sum(unscorable))} completions",
@@ -126,3 +127,23 @@ def check_faults(rows: list[Row], th: Thresholds) -> list[Finding]:
                                 "baseline, zero advantage)", "read RUN_DIR/reward_failures.jsonl; fix the function "
                                 "or raise --reward_timeout"))
     return findings
+
+
+def _no_updates(rows: list[Row]) -> list[Finding]:
+    """Online DPO or RFT that never trained: every round's samples tied (no pair), or none was
+    accepted. The run ends as any other, and the model it saves is the one it started from."""
+    rft = [r for r in rows if "acceptance_rate" in r]
+    counts = finite_values(rft, "updates") if rft else finite_values(rows, "optimizer_steps")
+    if not counts or max(counts) > 0:
+        return []
+    if rft:
+        return [Finding("no_updates", "warning", "updates", f"0 in {plural(len(rft), 'round')}", "> 0",
+                        "no sample was accepted in any round (kept 0), so nothing was fine-tuned: the saved model "
+                        "is the start model",
+                        "lower --accept_threshold (or keep the best with --keep_top_k N), sample more with "
+                        "--samples_per_prompt, or start from a model that solves some prompts")]
+    return [Finding("no_updates", "warning", "optimizer_steps", f"0 in {plural(len(counts), 'round')}", "> 0",
+                    "every round's samples scored alike, so no pair was formed and nothing was trained: the "
+                    "saved model is the start model",
+                    "sample more with --samples_per_prompt, raise --temperature, or rank with rewards that tell "
+                    "samples apart (more reward functions, a reward model)")]

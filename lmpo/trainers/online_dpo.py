@@ -195,6 +195,10 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
                 run.say(f"stopping after round {round_} of {cfg.rounds}: {row['stopped']}")
                 break
     rank_by.close()
+    if step == 0:
+        run.say("warning: no round formed a pair (every round's samples scored alike), so nothing was trained and "
+                "the saved model is the start model; sample more per prompt, raise --temperature, or rank with "
+                "rewards that tell samples apart")
     result = StageResult(name="online_dpo", seconds=0.0, model_dir="", run_dir=str(run.out))
     if last_eval:
         result.accuracy, result.format_accuracy = last_eval.accuracy, last_eval.format_accuracy

@@ -299,6 +299,9 @@ def train_rft(cfg: RFTConfig) -> StageResult:
             fault_point("step_end", round_)
     rewards.close()
     getattr(engine, "close", lambda: None)()
+    if scheduler.last_epoch == 0:
+        run.say("warning: no sample was accepted in any round, so nothing was fine-tuned and the saved model is the "
+                "start model; lower --accept_threshold, keep the best with --keep_top_k N, or sample more")
     result = StageResult(name="rft", seconds=0.0, model_dir="", run_dir=str(run.out))
     if last_eval is not None:
         result.accuracy, result.format_accuracy = last_eval.accuracy, last_eval.format_accuracy
