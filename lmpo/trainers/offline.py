@@ -110,10 +110,14 @@ def ordered_batches(run: Run, cfg: OfflineConfig, items: Sequence[T], encode: Ca
 def reference_logps(run: Run, policy, batches: list, score: Callable) -> list:
     """`score(model, batch)` of every batch by the reference: the starting policy (with LoRA: the
     base, adapter disabled — the same numbers, since a fresh adapter adds nothing). Computed once,
-    before `train_offline` resumes or updates the policy, so no reference model stays in memory."""
-    policy.eval()
+    before `train_offline` resumes or updates the policy, so no reference model stays in memory.
+    Under FSDP it is the unsharded copy that scores: a forward of the sharded policy leaves its
+    root group's weights gathered, and the optimizer made after it held those instead of the
+    shards (wrong gradients, and a KeyError at the first checkpoint)."""
+    model = run.plain(policy)
+    model.eval()
     with run.autocast():
-        out = [score(policy, batch) for batch in batches]
+        out = [score(model, batch) for batch in batches]
     policy.train()
     return out
 
