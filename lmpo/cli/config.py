@@ -92,7 +92,10 @@ def coerce(hint: Any, value: Any, where: str) -> Any:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
         if isinstance(value, (dict, list)):  # YAML's mapping for an option that takes JSON (chat_template_kwargs)
-            return json.dumps(value)
+            try:
+                return json.dumps(value)
+            except (TypeError, ValueError) as err:  # a date, a set, a list that contains itself
+                raise ConfigError(f"{where}: cannot be given as JSON text ({err})") from None
         raise ConfigError(f"{where}: expected a string, got {value!r}")
     raise ConfigError(f"{where}: unsupported field type {hint}")
 
@@ -163,21 +166,36 @@ def read_yaml(path: str | Path) -> tuple[dict, dict[str, int]]:
         raise ConfigError(f"{path}: line {node.start_mark.line + 1}: expected a mapping of option: value")
     lines: dict[str, int] = {}
 
-    def walk(n: yaml.MappingNode, prefix: str) -> dict:
+    def walk(n: yaml.MappingNode, prefix: str, inside: tuple) -> dict:
         out = {}
         for key_node, value_node in n.value:
+            line = key_node.start_mark.line + 1
+            if not isinstance(key_node, yaml.ScalarNode):
+                kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
+                section = f"{prefix[:-1]}: " if prefix else ""
+                raise ConfigError(f"{path}: line {line}: {section}a key must be an option name, not a {kind}")
             key = f"{prefix}{key_node.value}"
             if key_node.value in out:  # YAML would let the last one win, silently
-                raise ConfigError(f"{path}: line {key_node.start_mark.line + 1}: {key}: given twice "
+                raise ConfigError(f"{path}: line {line}: {key}: given twice "
                                   f"(first on line {lines[key]}); keep one")
-            lines[key] = key_node.start_mark.line + 1
+            lines[key] = line
             if isinstance(value_node, yaml.MappingNode):
-                out[key_node.value] = walk(value_node, f"{key}.")
-            else:
+                if any(value_node is m for m in inside):
+                    raise ConfigError(f"{path}: line {line}: {key}: an alias to a mapping that contains it")
+                out[key_node.value] = walk(value_node, f"{key}.", (*inside, value_node))
+                continue
+            try:
                 out[key_node.value] = yaml.SafeLoader("").construct_object(value_node, deep=True)
+            except yaml.YAMLError as err:  # a tag it does not know (`!custom`, `!!python/...`), an unhashable key
+                mark = getattr(err, "problem_mark", None) or value_node.start_mark
+                problem = getattr(err, "problem", None) or " ".join(str(err).split())
+                hint = ("; config files take plain values (quote it to give text)"
+                        if "constructor for the tag" in problem else "")
+                raise ConfigError(f"{path}: line {mark.line + 1}, column {mark.column + 1}: {key}: "
+                                  f"{problem}{hint}") from None
         return out
 
-    return walk(node, ""), lines
+    return walk(node, "", (node,)), lines
 
 
 def build(cls: type, *, preset: dict[str, Any] | None = None, yaml_file: str | None = None,

@@ -1,0 +1,67 @@
+"""`--config FILE`: how YAML values reach the options, and the errors a file can earn (each one line,
+naming the file and the line), for `build` and for `lmpo pipeline --config` (`pipeline_options`)."""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+
+from lmpo.cli.config import ConfigError, build
+from lmpo.cli.main import main
+
+
+@dataclass
+class Inner:
+    steps: int = 3
+    """How many steps."""
+    tag: str = "t"
+    """A text option of the section."""
+
+
+@dataclass
+class Outer:
+    lr: float = 0.1
+    """Learning rate."""
+    name: str = "x"
+    """A name."""
+    mode: Literal["a", "b"] = "a"
+    """Which mode."""
+    flag: bool = False
+    """A switch."""
+    inner: Inner = field(default_factory=Inner)
+    """A section."""
+
+
+def _yaml(tmp_path, text: str) -> str:
+    f = tmp_path / "c.yaml"
+    f.write_text(text)
+    return str(f)
+
+
+# 2. what YAML cannot build is an error naming the file and the line, not a traceback
+
+
+@pytest.mark.parametrize("text,match", [
+    ("lr: !custom 1\n", r"c.yaml: line 1, column 5: lr: could not determine a constructor for the tag '!custom'"),
+    ("inner:\n  steps: !!python/object:os.system 1\n",
+     r"c.yaml: line 2, column 10: inner.steps: could not determine a constructor for the tag .*python/object"),
+    ("name: [1, !custom 2]\n", r"line 1, column 11: name: could not determine a constructor"),
+    ("? [a, b]\n: 1\n", r"c.yaml: line 1: a key must be an option name, not a list"),
+    ("inner:\n  ? {a: 1}\n  : 2\n", r"c.yaml: line 2: inner: a key must be an option name, not a mapping"),
+    ("name: {[a]: 1}\n", r"c.yaml: line 1: name: a key must be an option name, not a list"),
+    ("name: [{[a]: 1}]\n", r"c.yaml: line 1, column 9: name: found unhashable key"),
+    ("inner: &x\n  steps: *x\n", r"c.yaml: line 2: inner.steps: an alias to a mapping that contains it"),
+    ("name: &x [*x]\n", r"c.yaml: line 1, column 7: name: found unconstructable recursive node"),
+    ("name: {d: 2024-01-01}\n", r"c.yaml: line 1: name: cannot be given as JSON text"),
+])
+def test_yaml_that_cannot_be_built_is_a_one_line_error(tmp_path, text, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        build(Outer, yaml_file=_yaml(tmp_path, text))
+    assert "\n" not in str(info.value) and "<unicode string>" not in str(info.value)
+
+
+def test_pipeline_config_with_a_tag_or_a_complex_key_is_refused_without_a_traceback(tmp_path, capsys):
+    for text in ("cpt:\n  lr: !!python/object:os.system 1\n", "? [a, b]\n: 1\n"):
+        assert main(["pipeline", "--config", _yaml(tmp_path, text)]) == 2
+        err = capsys.readouterr().err
+        assert "c.yaml: line" in err and "Traceback" not in err
