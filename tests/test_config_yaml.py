@@ -65,3 +65,25 @@ def test_pipeline_config_with_a_tag_or_a_complex_key_is_refused_without_a_traceb
         assert main(["pipeline", "--config", _yaml(tmp_path, text)]) == 2
         err = capsys.readouterr().err
         assert "c.yaml: line" in err and "Traceback" not in err
+
+
+# 4. messages that say what is wrong
+
+
+def test_a_directory_given_as_config_file_is_named_as_such(tmp_path, capsys):
+    with pytest.raises(ConfigError, match=rf"config file {tmp_path} is a directory, not a file"):
+        build(Outer, yaml_file=str(tmp_path))
+    assert main(["pipeline", "--config", str(tmp_path)]) == 2
+    assert "is a directory, not a file" in capsys.readouterr().err
+
+
+def test_an_unreadable_config_file_is_a_one_line_error(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    f = _yaml(tmp_path, "lr: 1\n")
+    monkeypatch.setattr(Path, "read_text", refuse)
+    with pytest.raises(ConfigError, match=r"config file .*c.yaml: cannot be read \(Permission denied\)"):
+        build(Outer, yaml_file=f)

@@ -152,6 +152,8 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
 def read_yaml(path: str | Path) -> tuple[dict, dict[str, int]]:
     """The YAML mapping and the line number of each (dotted) key."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory, not a file")
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:
@@ -160,6 +162,8 @@ def read_yaml(path: str | Path) -> tuple[dict, dict[str, int]]:
         raise ConfigError(f"{path}: {_yaml_problem(err)}") from None
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not valid UTF-8 (byte {err.start})") from None
+    except OSError as err:
+        raise ConfigError(f"config file {path}: cannot be read ({err.strerror or err})") from None
     if node is None:
         return {}, {}
     if not isinstance(node, yaml.MappingNode):
