@@ -7,7 +7,7 @@ from typing import Literal
 import pytest
 
 from lmpo.cli.config import ConfigError, build
-from lmpo.cli.main import main
+from lmpo.cli.main import main, pipeline_options
 
 
 @dataclass
@@ -36,6 +36,35 @@ def _yaml(tmp_path, text: str) -> str:
     f = tmp_path / "c.yaml"
     f.write_text(text)
     return str(f)
+
+
+# 1. a text option takes an unquoted value as written
+
+
+@pytest.mark.parametrize("written", ["2024_01", "1.10", "12:30", "0777", "1e-5", "0x1F", "yes", "1_000.5", ".inf"])
+def test_a_text_option_takes_an_unquoted_yaml_value_as_written(tmp_path, written):
+    """YAML would read `2024_01` as 202401, `1.10` as 1.1, `12:30` as 750 (base 60), `0777` as 511."""
+    cfg = build(Outer, yaml_file=_yaml(tmp_path, f"name: {written}\ninner:\n  tag: {written}\n"))
+    assert (cfg.name, cfg.inner.tag) == (written, written)
+
+
+def test_numbers_and_switches_still_parse_and_null_is_still_refused_for_text(tmp_path):
+    cfg = build(Outer, yaml_file=_yaml(tmp_path, "lr: 1e-5\ninner:\n  steps: 1_000\nflag: yes\nmode: b\n"))
+    assert (cfg.lr, cfg.inner.steps, cfg.flag, cfg.mode) == (1e-5, 1000, True, "b")
+    assert build(Outer, yaml_file=_yaml(tmp_path, "name: '007'\n")).name == "007"  # quoted: as before
+    assert build(Outer, yaml_file=_yaml(tmp_path, "name: {a: 1.10}\n")).name == '{"a": 1.1}'  # JSON: as before
+    with pytest.raises(ConfigError, match="line 1: name: expected a string, got None"):
+        build(Outer, yaml_file=_yaml(tmp_path, "name:\n"))
+
+
+def test_train_and_pipeline_configs_keep_the_text_of_paths_and_names(tmp_path):
+    from lmpo.trainers.supervised import SFTConfig
+
+    f = _yaml(tmp_path, "out: 2024_01\nmodel: 1.10\neval_prompts: 12:30\nlr: 1e-5\n")
+    cfg = build(SFTConfig, preset={"lr": 1e-4}, yaml_file=f, flags={})  # as `lmpo train sft --config` does
+    assert (cfg.out, cfg.model, cfg.eval_prompts, cfg.lr) == ("2024_01", "1.10", "12:30", 1e-5)
+    cfg, explicit = pipeline_options(_yaml(tmp_path, "out: 0777\ncpt:\n  eval_prompts: 12:30\n"), {})
+    assert (cfg.out, cfg.cpt.eval_prompts) == ("0777", "12:30") and explicit == {"out", "cpt.eval_prompts"}
 
 
 # 2. what YAML cannot build is an error naming the file and the line, not a traceback

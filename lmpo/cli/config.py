@@ -151,6 +151,25 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
 
 def read_yaml(path: str | Path) -> tuple[dict, dict[str, int]]:
     """The YAML mapping and the line number of each (dotted) key."""
+    doc = _read_yaml(path)
+    return doc.data, doc.lines
+
+
+@dataclasses.dataclass
+class _YamlDoc:
+    data: dict
+    """The mapping, values constructed as YAML's safe loader does."""
+    lines: dict[str, int]
+    """Dotted key → the line it is given on."""
+    text: dict[str, str]
+    """Dotted key → the source text of a plain (unquoted) scalar value, as written: a text option
+    takes it, so that `out: 2024_01` is not read as the integer 202401 (nor `1.10` as 1.1)."""
+
+
+_NULL_TAG = "tag:yaml.org,2002:null"
+
+
+def _read_yaml(path: str | Path) -> _YamlDoc:
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory, not a file")
@@ -164,11 +183,12 @@ def read_yaml(path: str | Path) -> tuple[dict, dict[str, int]]:
         raise ConfigError(f"{path}: not valid UTF-8 (byte {err.start})") from None
     except OSError as err:
         raise ConfigError(f"config file {path}: cannot be read ({err.strerror or err})") from None
+    doc = _YamlDoc({}, {}, {})
     if node is None:
-        return {}, {}
+        return doc
     if not isinstance(node, yaml.MappingNode):
         raise ConfigError(f"{path}: line {node.start_mark.line + 1}: expected a mapping of option: value")
-    lines: dict[str, int] = {}
+    lines = doc.lines
 
     def walk(n: yaml.MappingNode, prefix: str, inside: tuple) -> dict:
         out = {}
@@ -197,9 +217,13 @@ def read_yaml(path: str | Path) -> tuple[dict, dict[str, int]]:
                         if "constructor for the tag" in problem else "")
                 raise ConfigError(f"{path}: line {mark.line + 1}, column {mark.column + 1}: {key}: "
                                   f"{problem}{hint}") from None
+            if (isinstance(value_node, yaml.ScalarNode) and value_node.style is None
+                    and value_node.tag != _NULL_TAG):
+                doc.text[key] = value_node.value
         return out
 
-    return walk(node, "", (node,)), lines
+    doc.data = walk(node, "", (node,))
+    return doc
 
 
 def build(cls: type, *, preset: dict[str, Any] | None = None, yaml_file: str | None = None,
@@ -208,19 +232,33 @@ def build(cls: type, *, preset: dict[str, Any] | None = None, yaml_file: str | N
     leaves = _flatten_fields(cls)
     values: dict[str, Any] = dict(preset or {})
     if yaml_file:
-        data, lines = read_yaml(yaml_file)
-        for key, value in _flatten_dict(data, leaves).items():
+        doc = _read_yaml(yaml_file)
+        lines = doc.lines
+        for key, value in _flatten_dict(doc.data, leaves).items():
             where = f"{yaml_file}: line {lines.get(key, '?')}: {key}"
             if key not in leaves:
                 hint = suggestion(key, list(leaves))
                 raise ConfigError(f"{where}: unknown option{f' ({hint})' if hint else ''}; valid options: "
                                   f"{', '.join(sorted(leaves))}")
-            values[key] = coerce(leaves[key][0], value, where)
+            hint_type = leaves[key][0]
+            if key in doc.text and _takes_text(hint_type, doc.text[key]):
+                value = doc.text[key]  # the text as written: `out: 2024_01` is not the integer 202401
+            values[key] = coerce(hint_type, value, where)
     for key, value in (flags or {}).items():
         if key not in leaves:
             raise ConfigError(f"--{key}: unknown option")
         values[key] = coerce(leaves[key][0], value, f"--{key}")
     return _construct(cls, values, "")
+
+
+def _takes_text(hint: Any, text: str) -> bool:
+    """Whether an option of type `hint` takes a plain YAML scalar's source `text` as it is."""
+    if hint is str:
+        return True
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return len(args) == 1 and _takes_text(args[0], text)
+    return typing.get_origin(hint) is Literal and text in typing.get_args(hint)
 
 
 def _flatten_dict(data: dict, leaves: dict[str, Any], prefix: str = "") -> dict[str, Any]:
