@@ -6,7 +6,7 @@ from typing import Literal
 
 import pytest
 
-from lmpo.cli.config import ConfigError, build
+from lmpo.cli.config import ConfigError, build, read_yaml
 from lmpo.cli.main import main, pipeline_options
 
 
@@ -94,6 +94,28 @@ def test_pipeline_config_with_a_tag_or_a_complex_key_is_refused_without_a_traceb
         assert main(["pipeline", "--config", _yaml(tmp_path, text)]) == 2
         err = capsys.readouterr().err
         assert "c.yaml: line" in err and "Traceback" not in err
+
+
+# 3. an option given both as a dotted key and in its section
+
+
+@pytest.mark.parametrize("text,line,first", [("inner.steps: 7\ninner:\n  steps: 2\n", 3, 1),
+                                             ("inner:\n  steps: 2\nlr: 1\ninner.steps: 7\n", 4, 2)])
+def test_an_option_given_dotted_and_in_its_section_is_refused(tmp_path, text, line, first):
+    with pytest.raises(ConfigError, match=rf"c.yaml: line {line}: inner.steps: given twice \(first on line {first}"):
+        build(Outer, yaml_file=_yaml(tmp_path, text))
+
+
+def test_dotted_keys_and_sections_that_do_not_overlap_are_merged(tmp_path):
+    cfg = build(Outer, yaml_file=_yaml(tmp_path, "inner.tag: d\ninner:\n  steps: 2\n"))
+    assert (cfg.inner.tag, cfg.inner.steps) == ("d", 2)
+    assert read_yaml(_yaml(tmp_path, "inner.tag: d\ninner:\n  steps: 2\n"))[1] == {
+        "inner.tag": 1, "inner": 2, "inner.steps": 3}
+
+
+def test_pipeline_stage_option_given_twice_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"c.yaml: line 3: cpt.steps: given twice \(first on line 1"):
+        pipeline_options(_yaml(tmp_path, "cpt.steps: 7\ncpt:\n  steps: 2\n"), {})
 
 
 # 4. messages that say what is wrong

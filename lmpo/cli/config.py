@@ -160,10 +160,12 @@ class _YamlDoc:
     data: dict
     """The mapping, values constructed as YAML's safe loader does."""
     lines: dict[str, int]
-    """Dotted key → the line it is given on."""
+    """Dotted key → the line it is (first) given on."""
     text: dict[str, str]
     """Dotted key → the source text of a plain (unquoted) scalar value, as written: a text option
     takes it, so that `out: 2024_01` is not read as the integer 202401 (nor `1.10` as 1.1)."""
+    again: dict[str, int]
+    """Dotted key → the line of a second spelling of it (`cpt.steps:` and `steps:` under `cpt:`)."""
 
 
 _NULL_TAG = "tag:yaml.org,2002:null"
@@ -183,7 +185,7 @@ def _read_yaml(path: str | Path) -> _YamlDoc:
         raise ConfigError(f"{path}: not valid UTF-8 (byte {err.start})") from None
     except OSError as err:
         raise ConfigError(f"config file {path}: cannot be read ({err.strerror or err})") from None
-    doc = _YamlDoc({}, {}, {})
+    doc = _YamlDoc({}, {}, {}, {})
     if node is None:
         return doc
     if not isinstance(node, yaml.MappingNode):
@@ -202,7 +204,10 @@ def _read_yaml(path: str | Path) -> _YamlDoc:
             if key_node.value in out:  # YAML would let the last one win, silently
                 raise ConfigError(f"{path}: line {line}: {key}: given twice "
                                   f"(first on line {lines[key]}); keep one")
-            lines[key] = line
+            if key in lines:  # `cpt.steps:` and `steps:` under `cpt:`; build() refuses it for an option
+                doc.again.setdefault(key, line)
+            else:
+                lines[key] = line
             if isinstance(value_node, yaml.MappingNode):
                 if any(value_node is m for m in inside):
                     raise ConfigError(f"{path}: line {line}: {key}: an alias to a mapping that contains it")
@@ -240,6 +245,9 @@ def build(cls: type, *, preset: dict[str, Any] | None = None, yaml_file: str | N
                 hint = suggestion(key, list(leaves))
                 raise ConfigError(f"{where}: unknown option{f' ({hint})' if hint else ''}; valid options: "
                                   f"{', '.join(sorted(leaves))}")
+            if key in doc.again:
+                raise ConfigError(f"{yaml_file}: line {doc.again[key]}: {key}: given twice (first on line "
+                                  f"{lines[key]}, once as a dotted key and once in its section); keep one")
             hint_type = leaves[key][0]
             if key in doc.text and _takes_text(hint_type, doc.text[key]):
                 value = doc.text[key]  # the text as written: `out: 2024_01` is not the integer 202401
