@@ -121,6 +121,21 @@ def test_pipeline_stage_option_given_twice_is_refused(tmp_path):
 # 4. messages that say what is wrong
 
 
+@pytest.mark.parametrize("text,got", [("inner: 5\n", "got 5"), ("inner:\n", "it is empty"),
+                                      ("inner: [1]\n", r"got \[1\]")])
+def test_a_section_given_a_value_says_it_takes_a_mapping(tmp_path, text, got):
+    with pytest.raises(ConfigError, match=rf"c.yaml: line 1: inner: a section, not an option: it must be a mapping "
+                                          rf"of the section's options .*; {got}$"):
+        build(Outer, yaml_file=_yaml(tmp_path, text))
+
+
+@pytest.mark.parametrize("text", ["cpt: 5\n", "cpt:\n", "rl_stage: fast\n"])
+def test_a_pipeline_section_given_a_value_is_not_called_an_unknown_option(tmp_path, text):
+    with pytest.raises(ConfigError, match=r"a section, not an option: it must be a mapping") as info:
+        pipeline_options(_yaml(tmp_path, text), {})
+    assert "unknown option" not in str(info.value)
+
+
 def test_a_directory_given_as_config_file_is_named_as_such(tmp_path, capsys):
     with pytest.raises(ConfigError, match=rf"config file {tmp_path} is a directory, not a file"):
         build(Outer, yaml_file=str(tmp_path))

@@ -242,6 +242,10 @@ def build(cls: type, *, preset: dict[str, Any] | None = None, yaml_file: str | N
         for key, value in _flatten_dict(doc.data, leaves).items():
             where = f"{yaml_file}: line {lines.get(key, '?')}: {key}"
             if key not in leaves:
+                if any(name.startswith(f"{key}.") for name in leaves):
+                    got = "it is empty" if value is None else f"got {value!r}"
+                    raise ConfigError(f"{where}: a section, not an option: it must be a mapping of the "
+                                      f"section's options (like `{key}: {{{_an_option(key, leaves)}: ...}}`); {got}")
                 hint = suggestion(key, list(leaves))
                 raise ConfigError(f"{where}: unknown option{f' ({hint})' if hint else ''}; valid options: "
                                   f"{', '.join(sorted(leaves))}")
@@ -267,6 +271,12 @@ def _takes_text(hint: Any, text: str) -> bool:
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         return len(args) == 1 and _takes_text(args[0], text)
     return typing.get_origin(hint) is Literal and text in typing.get_args(hint)
+
+
+def _an_option(section: str, leaves: dict[str, Any]) -> str:
+    """An option of `section`, for an example: its `lr` where it has one."""
+    names = sorted(name[len(section) + 1:] for name in leaves if name.startswith(f"{section}."))
+    return "lr" if "lr" in names else names[0]
 
 
 def _flatten_dict(data: dict, leaves: dict[str, Any], prefix: str = "") -> dict[str, Any]:
