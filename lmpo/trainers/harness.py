@@ -269,10 +269,8 @@ class Run:
         if self.trackers is not None:
             self.trackers.write(row)
 
-    def progress(self, total: int, initial: int = 0, label: str | None = None):
-        if not self.dist.is_main:
-            return StageProgress(label or self.name, total, initial, quiet=True)
-        return StageProgress(label or self.name, total, initial)
+    def progress(self, total: int, initial: int = 0, label: str | None = None, unit: str = "step"):
+        return StageProgress(label or self.name, total, initial, quiet=not self.dist.is_main, unit=unit)
 
     def elapsed(self) -> float:
         """Seconds since the run started (model loading included), as `result.json`'s `seconds`."""

@@ -116,8 +116,12 @@ def reference_logps(run: Run, policy, batches: list, score: Callable) -> list:
     shards (wrong gradients, and a KeyError at the first checkpoint)."""
     model = run.plain(policy)
     model.eval()
-    with run.autocast():
-        out = [score(model, batch) for batch in batches]
+    out = []
+    # one forward per batch before the first step: on a large file, minutes to show progress for
+    with run.autocast(), run.progress(len(batches), label=f"{run.name} reference log-probs", unit="batch") as progress:
+        for batch in batches:
+            out.append(score(model, batch))
+            progress.update(len(out))
     policy.train()
     return out
 
