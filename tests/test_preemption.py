@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from lmpo.trainers.preemption import stop_at_next_step, stop_requested
 
 
@@ -49,3 +51,22 @@ def test_ctrl_c_while_the_parser_is_built_is_one_line_not_a_traceback(monkeypatc
     monkeypatch.setattr(cli, "make_parser", interrupted)
     assert cli.main(["train", "sft"]) == 130
     assert capsys.readouterr().err == "lmpo: interrupted\n"
+
+
+def test_the_resume_hint_of_a_torchrun_run_names_torchrun(monkeypatch, tmp_path):
+    """A checkpoint of two processes resumes only with two: the hint after Ctrl-C said plain
+    `lmpo train grpo --resume DIR`, which then refused with "written by 2 processes"."""
+    from lmpo.cli.train import _resume_hint
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert "`torchrun --nproc_per_node 2 -m lmpo train grpo --resume" in _resume_hint("grpo", tmp_path)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert "`lmpo train grpo --resume" in _resume_hint("grpo", tmp_path)
+
+
+@pytest.mark.parametrize("stage", ["grpo", "rft", "ppo"])
+def test_resume_of_a_missing_rl_directory_says_so(stage, tmp_path, capsys):
+    from lmpo.cli.main import main
+
+    assert main(["train", stage, "--resume", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err.strip() == f"lmpo: error: --resume {tmp_path / 'nope'}: no such directory"

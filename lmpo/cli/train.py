@@ -89,7 +89,7 @@ def _resume_hint(command: str, out: Path) -> str:
     newest = _newest_checkpoint(out)
     if newest is None:
         return (f"{out} has no complete checkpoint yet (they come every --save_every steps); "
-                f"`lmpo train {command} --resume {out}` starts it over with its options")
+                f"`{launcher()}lmpo train {command} --resume {out}` starts it over with its options")
     return f"{out}: its newest complete checkpoint is {newest.name}; {_continue_with(command, out)}"
 
 
@@ -127,12 +127,19 @@ def out_of_memory_advice(err: BaseException, cfg, command: str) -> str | None:
     if same_run:
         newest = _newest_checkpoint(out)
         since = f"its newest complete checkpoint: {newest.name}" if newest else "no complete checkpoint yet: it starts over"
-        line += f", which `lmpo train {command} --resume {out}` accepts ({since})"
+        line += f", which `{launcher()}lmpo train {command} --resume {out}` accepts ({since})"
     return line + (f"; or, in a new run, with {', '.join(new_run)}" if new_run else "")
 
 
 def _continue_with(command: str, out) -> str:
-    return f"continue with `lmpo train {command} --resume {out}`"
+    return f"continue with `{launcher()}lmpo train {command} --resume {out}`"
+
+
+def launcher() -> str:
+    """How the run was launched, for a command that resumes it: a checkpoint of N processes
+    resumes only with N (`torchrun --nproc_per_node N -m ` before `lmpo ...`)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    return f"torchrun --nproc_per_node {world} -m " if world > 1 else ""
 
 
 # `lmpo train KIND` → (module, config class, train function); every other KIND is an RL preset.
@@ -171,6 +178,9 @@ def _saved_options(run_dir: str, required: bool) -> dict:
         options = checkpoint_state(run_dir, done[-1]).get("config", {}) if done else {}
         options = options or saved_config(run_dir)  # killed before its first checkpoint
         if not options and required:
+            if not Path(run_dir).is_dir():
+                raise ConfigError(f"--resume {run_dir}: " + ("not a directory" if Path(run_dir).exists()
+                                                            else "no such directory"))
             raise ConfigError(f"--resume {run_dir}: no config.json there; is it an lmpo RL run directory?")
     options.pop("resume", None)
     options.pop("overwrite", None)  # how that run started, not how it continues
