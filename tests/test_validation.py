@@ -115,3 +115,11 @@ def test_multi_turn_options_on_a_single_turn_task_are_refused(capsys):
     assert single_turn_problems(RLConfig(max_turns=1), make_task("sort_digits")) == []
     assert single_turn_problems(RLConfig(max_turns=3, max_parse_errors=1), make_task("calculator")) == []
     assert single_turn_problems(RLConfig(max_parse_errors=1), make_task("sort_digits"))
+
+
+@pytest.mark.parametrize("stage", ["sft", "grpo", "dpo", "rm", "rft", "online_dpo"])
+def test_min_lr_ratio_with_a_constant_schedule_is_refused(stage, capsys):
+    """`--lr_schedule constant --min_lr_ratio 0.5` was accepted and the ratio never read."""
+    assert main(["train", stage, "--lr_schedule", "constant", "--min_lr_ratio", "0.5", "--out", "unused"]) == 2
+    assert "min_lr_ratio=0.5 is where a cosine or linear decay ends, and lr_schedule=constant does not decay" in \
+        capsys.readouterr().err

@@ -20,6 +20,10 @@ def optimizer_problems(cfg) -> list[str]:
         problems.append(f"lr={cfg.lr} must be > 0")
     if not 0 <= cfg.min_lr_ratio <= 1:
         problems.append(f"min_lr_ratio={cfg.min_lr_ratio} must be in [0, 1]")
+    default = next(f.default for f in dataclasses.fields(cfg) if f.name == "min_lr_ratio")
+    if getattr(cfg, "lr_schedule", "") == "constant" and cfg.min_lr_ratio != default:
+        problems.append(f"min_lr_ratio={cfg.min_lr_ratio} is where a cosine or linear decay ends, and "
+                        f"lr_schedule=constant does not decay")
     return problems
 
 
