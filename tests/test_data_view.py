@@ -85,3 +85,10 @@ def test_overlong_shows_what_each_policy_of_the_trainers_leaves(tmp_path, capsys
     assert "example 2 (20 tokens" in out
     code, _, err = run(capsys, _write(tmp_path / "p.jsonl", [{"prompt": "2+2="}]), "--overlong", "skip")
     assert code == 2 and "--overlong skip: the prompt trainers have no such option" in err
+
+
+def test_trust_remote_code_takes_a_value_as_the_trainers_do(tmp_path, capsys):
+    """`lmpo data FILE --trust_remote_code true`, as the trainers take it, was "unrecognized arguments: true"."""
+    path = _write(tmp_path / "d.jsonl", [{"prompt": "2+2=", "answer": "4"}])
+    code, out, _ = run(capsys, path, "--trust_remote_code", "false", "--show", "0")
+    assert code == 0 and out.startswith("prompts: ")

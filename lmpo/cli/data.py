@@ -65,6 +65,16 @@ def prompt_limit(model: str, tokenizer, max_new_tokens: int, shown: list) -> tup
     return words, sum(example.tokens > room for example in shown)
 
 
+def _boolean(text: str) -> bool:
+    """A BOOL flag's value as the trainers read one (lmpo.cli.config.coerce)."""
+    from lmpo.cli.config import ConfigError, coerce
+
+    try:
+        return coerce(bool, text, "--trust_remote_code")
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--trust_remote_code: ")) from None
+
+
 def add_parser(sub) -> None:
     from lmpo.reports.data_view import KINDS
 
@@ -83,7 +93,8 @@ def add_parser(sub) -> None:
                         "stops at the first; here they are counted and left out)")
     p.add_argument("--chat_template", default="", metavar="FILE", help="as the trainers' --chat_template")
     p.add_argument("--chat_template_kwargs", default="", metavar="JSON", help="as the trainers' --chat_template_kwargs")
-    p.add_argument("--trust_remote_code", action="store_true", help="as the trainers' --trust_remote_code")
+    p.add_argument("--trust_remote_code", default=False, metavar="BOOL", type=_boolean,
+                   help="as the trainers' --trust_remote_code (default: false)")
     p.add_argument("--prompt_field", default="prompt", help="the prompt's column (the trainers' --prompt_field)")
     p.add_argument("--answer_field", default="answer", help="with --kind prompts or sft: the answer's column")
     p.add_argument("--chosen_field", default="chosen", help="with --kind pairs: the preferred reply's column")
