@@ -49,3 +49,14 @@ def test_a_training_command_still_gets_every_option():
         assert (args.lr, args.num_iterations) == ("3e-6", "2")  # typed later, by the config's build
     args = make_parser("eval").parse_args(["eval", "--eval_problems", "5"])
     assert args.eval_problems == "5"
+
+
+def test_a_closed_pipe_is_not_an_error(tmp_path):
+    """`lmpo exercise list --lang zh | head -2` ended with `lmpo: error: [Errno 32] Broken pipe`."""
+    probe = ("import sys, time; from lmpo.cli.main import main; sys.stdout.flush(); time.sleep(0.5); "
+             "sys.exit(main(['presets']))")
+    child = subprocess.Popen([sys.executable, "-c", probe], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child.stdout.close()  # the reader is gone before the command writes
+    _, err = child.communicate(timeout=120)
+    assert b"Broken pipe" not in err and b"Traceback" not in err, err
+    assert child.returncode == 141

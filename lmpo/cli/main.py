@@ -405,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except SystemExit:  # --help or a usage error: not worth importing torch for runtime_errors()
         raise
+    except BrokenPipeError:  # `lmpo ... | head` closed the pipe: nothing is wrong, and nothing more is read
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python exits
+        return 141  # 128 + SIGPIPE, as a command killed by it
     except runtime_errors() as err:  # a fault met while training (a reward that never scores, a full disk)
         print(f"lmpo: error: {one_line(err)}", file=sys.stderr)
         return 1
