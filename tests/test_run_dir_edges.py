@@ -79,3 +79,18 @@ def test_a_pipeline_run_again_with_another_last_stage_removes_the_earlier_ones(t
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["cpt", "dpo", "notes", "report", "sft"]
     assert main(["doctor", str(out)]) == 0
     assert "grpo" not in capsys.readouterr().out
+
+
+def test_an_interrupted_pipeline_names_its_stage_and_how_to_continue_it(tmp_path):
+    """Ctrl-C in a pipeline printed only `lmpo: interrupted`, though its stage had checkpoints
+    that `lmpo train cpt --resume DIR/cpt` continues."""
+    from lmpo.cli.main import _pipeline_resume_hint
+
+    out = tmp_path / "pl"
+    assert _pipeline_resume_hint(out) == "pipeline interrupted; `lmpo pipeline` again starts every stage afresh"
+    (out / "cpt" / "checkpoints" / "step_000060").mkdir(parents=True)
+    (out / "cpt" / "checkpoints" / "step_000060" / "COMPLETE").write_text("ok\n")
+    (out / "cpt" / "run.json").write_text('{"trainer": "cpt", "command": null, "config": {}}')
+    hint = _pipeline_resume_hint(out)
+    assert hint.startswith("pipeline interrupted in its cpt stage; ")
+    assert f"newest complete checkpoint is step_000060; continue with `lmpo train cpt --resume {out / 'cpt'}`" in hint

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import re
 import sys
@@ -33,8 +34,14 @@ def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.trainers.pipeline import run_pipeline
 
     cfg, explicit = pipeline_options(args.config, flags)
-    results = run_pipeline(cfg, explicit=explicit, after_stage=_print_findings)
     from lmpo.trainers.distributed import launched_rank
+
+    try:
+        results = run_pipeline(cfg, explicit=explicit, after_stage=_print_findings)
+    except KeyboardInterrupt:
+        if not launched_rank():
+            print(f"lmpo: {_pipeline_resume_hint(Path(cfg.out))}", file=sys.stderr)
+        raise
 
     if launched_rank():  # under torchrun the table and the report are rank 0's
         return 0
@@ -43,6 +50,24 @@ def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
 
     print(f"report: {write_report(cfg.out)}")
     return 0
+
+
+def _pipeline_resume_hint(out: Path) -> str:
+    """What an interrupted pipeline leaves: the stage it was in, and how to go on from there."""
+    from lmpo.cli.train import _resume_hint, launcher
+
+    stages = [p for p in sorted(out.glob("*/run.json"), key=lambda p: p.stat().st_mtime)
+              if not (p.parent / "result.json").is_file()]
+    again = f"`{launcher()}lmpo pipeline` again starts every stage afresh"
+    if not stages:
+        return f"pipeline interrupted; {again}"
+    stage = stages[-1].parent
+    try:
+        command = json.loads(stages[-1].read_text()).get("trainer") or stage.name
+    except (OSError, ValueError, AttributeError):
+        command = stage.name
+    return (f"pipeline interrupted in its {stage.name} stage; {_resume_hint(command, stage)} (that stage "
+            f"alone, with its own options; the stages after it are then yours to run); {again}")
 
 
 def pipeline_options(yaml_file: str | None, flags: dict) -> tuple:
