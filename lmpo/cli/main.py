@@ -129,19 +129,21 @@ PIPELINE_OWNED = ("model", "out", "task", "seed", "threads", "resume", "overwrit
 
 def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:
     """Inside `lmpo pipeline`, each stage's model/out/task/seed/threads come from the pipeline."""
-    keys = list(flags)
+    where = {key: f"--{key}" for key in flags}  # each key as the user gave it: a flag, or a file's line
     if yaml_file:
         from lmpo.cli.config import _flatten_dict, _flatten_fields, read_yaml
         from lmpo.trainers.pipeline import PipelineConfig
 
-        keys += list(_flatten_dict(read_yaml(yaml_file)[0], _flatten_fields(PipelineConfig)))
-    for key in keys:
+        data, lines = read_yaml(yaml_file)
+        for key in _flatten_dict(data, _flatten_fields(PipelineConfig)):
+            where.setdefault(key, f"{yaml_file}: line {lines.get(key, '?')}: {key}")
+    for key, said in where.items():
         section, dot, leaf = key.partition(".")
         if dot and leaf in ("resume", "overwrite"):
-            raise ConfigError(f"{key}: the pipeline has no --resume and trains every stage afresh; to continue "
+            raise ConfigError(f"{said}: the pipeline has no --resume and trains every stage afresh; to continue "
                               f"an interrupted stage, run its own `lmpo train ... --resume` command")
         if dot and leaf in PIPELINE_OWNED:
-            raise ConfigError(f"{key}: the pipeline sets each stage's {leaf}; use the top-level --{leaf} "
+            raise ConfigError(f"{said}: the pipeline sets each stage's {leaf}; use the top-level --{leaf} "
                               f"(or set it in the stage's own `lmpo train` command)")
 
 
