@@ -39,6 +39,7 @@ def test_file_and_module_specs_with_options(monkeypatch):
     (f"{USER_TASK}:Reverse?lenght=4", "has no option 'lenght' \\(did you mean 'length'\\?\\)"),
     (f"{USER_TASK}:Reverse?length=four", "option 'length' expects an integer, got 'four'"),
     (f"{USER_TASK}:Reverse?length", "must look like key=value"),
+    ("sort_digits:length=6,length=7", "task option 'length' is given twice in 'sort_digits:length=6,length=7'"),
     (f"{USER_TASK}:LETTERS", "'LETTERS' is a str, not a class or function"),
 ])
 def test_bad_specs_say_what_to_do(spec, message):

@@ -72,6 +72,8 @@ def parse_options(text: str, spec: str) -> dict[str, str]:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise ValueError(f"task option {item!r} in {spec!r} must look like key=value")
+        if key.strip() in options:  # the last would win, silently
+            raise ValueError(f"task option {key.strip()!r} is given twice in {spec!r}; keep one")
         options[key.strip()] = value.strip()
     return options
 
