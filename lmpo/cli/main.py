@@ -324,11 +324,11 @@ def _add_training_commands(sub) -> None:
     sp = train_sub.add_parser("dpo", help=text, description=text)
     add_arguments(sp, PreferenceConfig)
     sp.set_defaults(func=cmd_train("dpo"), config_cls=PreferenceConfig)
-    from lmpo.trainers.online_dpo import OnlineDPOConfig
+    from lmpo.trainers.online_dpo import UNREAD, OnlineDPOConfig
 
     text = "online (iterative) DPO: sample, rank by verifier or reward model, best vs worst pairs, train, repeat"
     sp = train_sub.add_parser("online_dpo", help=text, description=text)
-    add_arguments(sp, OnlineDPOConfig)
+    add_arguments(sp, OnlineDPOConfig, unlisted=lambda name: name in UNREAD or name == "data")
     sp.set_defaults(func=cmd_train("online_dpo"), config_cls=OnlineDPOConfig)
     from lmpo.trainers.rft import RFTConfig
 

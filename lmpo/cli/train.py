@@ -71,7 +71,8 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
 
         if launched_rank() == 0:  # under torchrun, one summary line from rank 0
             acc = "n/a" if result.accuracy is None else f"{100 * result.accuracy:.1f}%"
-            print(f"{result.name}: held-out accuracy {acc}, {result.seconds:.1f} s, model in {result.model_dir}")
+            name = command if result.name == "rl" else result.name  # grpo, dapo, ...: the one RL trainer
+            print(f"{name}: held-out accuracy {acc}, {result.seconds:.1f} s, model in {result.model_dir}")
         return 0
 
     return run

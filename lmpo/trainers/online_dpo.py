@@ -64,13 +64,16 @@ class OnlineDPOConfig(PreferenceLoss, RewardOptions, PromptFileOptions):
         if self.data:
             problems.append("online DPO samples its own pairs; --data is for `lmpo train dpo`")
         defaults = type(self)()
-        unread = {"pairs": "the pairs are the policy's own samples, --prompts_per_round of them a round",
-                  "eval_max_new_tokens": "its held-out evaluation samples --max_new_tokens, as its rounds do",
-                  "log_every": "a metrics row is written every round"}
-        problems += [f"{name}={getattr(self, name)} is not read by online DPO: {why}" for name, why in unread.items()
+        problems += [f"{name}={getattr(self, name)} is not read by online DPO: {why}" for name, why in UNREAD.items()
                      if getattr(self, name) != getattr(defaults, name)]
         problems += reward_problems(self) + sampling_problems(self)
         raise_if_any("online DPO", problems)
+
+
+UNREAD = {"pairs": "the pairs are the policy's own samples, --prompts_per_round of them a round",
+          "eval_max_new_tokens": "its held-out evaluation samples --max_new_tokens, as its rounds do",
+          "log_every": "a metrics row is written every round"}
+"""Options online DPO shares with offline DPO's config but does not read: refused, and not listed in its --help."""
 
 
 def round_means(updates: list[tuple[int, dict]]) -> dict:
