@@ -46,29 +46,35 @@ def _config(start_model: str, out: Path, **options) -> RFTConfig:
 
 def test_rounds_keep_exactly_the_accepted_samples_and_retry_the_hard_prompts(start_model, tmp_path):
     out = tmp_path / "rft"
-    result = train_rft(_config(start_model, out))
+    result = train_rft(_config(start_model, out, max_new_tokens=48))  # room for the random model to end some
     rows = [r for r in _rows(out) if "kept" in r]
     assert [r["step"] for r in rows] == [1, 2, 3] and result.accuracy is not None
     assert sum(r["kept"] for r in rows) > 0 and rows[-1]["updates"] > 0
     previous_hard: list[str] = []
+    cut_off_with_a_7 = 0
     for row in rows:
         samples = _jsonl(out / f"round_{row['step']}" / "samples.jsonl")
         assert len(samples) == 6 * 4
         for start in range(0, 24, 4):  # per prompt: the first of each distinct completion with a 7
             group, seen = samples[start:start + 4], set()
-            for s in group:
-                accepted = "7" in s["completion"] and s["completion"] not in seen
-                seen.add(s["completion"]) if "7" in s["completion"] else None
+            for s in group:  # a cut-off sample is never kept, whatever its reward
+                accepted = "7" in s["completion"] and s["ended"] and s["completion"] not in seen
+                seen.add(s["completion"]) if "7" in s["completion"] and s["ended"] else None
                 assert s["kept"] == accepted and s["reward"] == s["completion"].count("7")
         prompts = [samples[i]["prompt"] for i in range(0, 24, 4)]
         hard = _jsonl(out / f"round_{row['step']}" / "hard_prompts.jsonl")
         assert [h["prompt"] for h in hard] == [p for j, p in enumerate(prompts)
                                                if not any(s["kept"] for s in samples[4 * j:4 * j + 4])]
-        assert all(h["best_reward"] == 0.0 and h["samples"] == 4 for h in hard)
+        assert all(h["samples"] == 4 for h in hard)
+        for j, prompt in enumerate(prompts):  # a hard prompt's samples: no 7, or cut off
+            if prompt in [h["prompt"] for h in hard]:
+                assert not any("7" in s["completion"] and s["ended"] for s in samples[4 * j:4 * j + 4])
         assert row["kept"] == sum(s["kept"] for s in samples) and row["hard_prompts"] == len(hard)
         assert row["acceptance_rate"] == sum("7" in s["completion"] for s in samples) / 24
         assert prompts[:len(previous_hard[:3])] == previous_hard[:3]  # retry_hard 0.5: up to 3 of 6 retried
         previous_hard = [h["prompt"] for h in hard]
+        cut_off_with_a_7 += sum("7" in s["completion"] and not s["ended"] for s in samples)
+    assert cut_off_with_a_7 > 0  # the rule that keeps no cut-off sample was met
 
 
 def test_a_resumed_run_ends_with_the_uninterrupted_runs_model(start_model, tmp_path):

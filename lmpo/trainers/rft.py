@@ -198,7 +198,8 @@ def write_samples(path: Path, samples: RoundSamples) -> None:
     kept = set(samples.kept)
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [json.dumps({"prompt": t.problem.prompt, "completion": t.final_text,
-                         "reward": None if math.isnan(float(score)) else float(score), "kept": i in kept})
+                         "reward": None if math.isnan(float(score)) else float(score), "ended": t.terminated,
+                         "kept": i in kept})
              for i, (t, score) in enumerate(zip(samples.trajectories, samples.scores))]
     path.write_text("".join(f"{line}\n" for line in lines))
 
@@ -212,8 +213,11 @@ def sample_round(runner: EpisodeRunner, task, problems: list, rewards, cfg: RFTC
                            [t.terminated for t in trajectories], grade_all(task, trajectories))
     total = sum(w * judged.components[name].float() for name, w in rewards.weights().items())
     scores = torch.where(judged.valid, total, float("nan"))
-    kept = accepted_samples(scores, [t.completion_ids for t in trajectories], group, cfg.accept_threshold,
-                            cfg.keep_top_k, cfg.distinct)
+    # a sample cut off at the token limit never ends: kept as a demonstration it would teach the
+    # model not to stop, however a reward model scores it
+    ended = torch.tensor([t.terminated for t in trajectories])
+    kept = accepted_samples(torch.where(ended, scores, float("nan")), [t.completion_ids for t in trajectories],
+                            group, cfg.accept_threshold, cfg.keep_top_k, cfg.distinct)
     return RoundSamples(problems, trajectories, scores, kept)
 
 
