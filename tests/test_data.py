@@ -356,3 +356,15 @@ def _every_call(init):
         init(self, *args, **kwargs)
         self.every_s = 0.0
     return patched
+
+
+def test_replies_alike_only_as_unknown_tokens_are_said_to_be(char_tokenizer, tmp_path):
+    """" 你好" against " 世界" with a tokenizer that has neither: refused as "the same reply",
+    though the texts differ; the cause is the tokenizer's unknown token."""
+    same = write(tmp_path / "same.jsonl", [{"prompt": "q", "chosen": "ab", "rejected": "ab"}])
+    with pytest.raises(DataError, match="expected a reply different from 'chosen', got the same reply$"):
+        load_preferences(same, char_tokenizer, max_length=64)
+    unknown = write(tmp_path / "unk.jsonl", [{"prompt": "q", "chosen": " 你好", "rejected": " 世界"}])
+    with pytest.raises(DataError, match="got the same tokens: the texts differ, but the tokenizer cannot represent "
+                                        "some of their characters"):
+        load_preferences(unknown, char_tokenizer, max_length=64)

@@ -172,7 +172,11 @@ def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> Pr
         prompt_ids, chosen = chat.encode_reply(rec, "chosen", tokenizer, prompt, chosen_turn)
         _, rejected = chat.encode_reply(rec, "rejected", tokenizer, prompt, rejected_turn, count_prompt=False)
     if chosen == rejected:
-        raise rec.error("rejected", "a reply different from 'chosen'", "the same reply")
+        unk = tokenizer.unk_token_id
+        got = ("the same tokens: the texts differ, but the tokenizer cannot represent some of their characters "
+               f"({tokenizer.unk_token!r} in both)" if unk is not None and unk in chosen
+               and rec.get("chosen") != rec.get("rejected") else "the same reply")
+        raise rec.error("rejected", "a reply different from 'chosen'", got)
     return PreferencePair(prompt_ids, chosen, rejected)
 
 
