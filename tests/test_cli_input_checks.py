@@ -102,6 +102,20 @@ def test_a_reward_models_heldout_file_is_its_held_out_set_without_data_too(tmp_p
     assert "held-out pairwise accuracy" in (said := capsys.readouterr().out) and " on 1 pairs" in said, said
 
 
+def test_a_reward_models_heldout_file_that_repeats_training_pairs_is_warned_of(tmp_path, capsys):
+    """`--heldout_data` the same file as `--data`: the "held-out" 100% was training accuracy, unsaid."""
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}=", "chosen": "1", "rejected": "2"}) + "\n" for i in range(8)))
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"prompt": "1=", "chosen": "1", "rejected": "2"}) + "\n"
+                     + json.dumps({"prompt": "x=", "chosen": "1", "rejected": "2"}) + "\n")
+    for heldout, says in ((data, "8 of the 8 pairs"), (other, "1 of the 2 pairs")):
+        assert main(["train", "rm", "--model", "tiny", "--threads", "1", "--epochs", "1", "--batch_size", "4",
+                     "--data", str(data), "--heldout_data", str(heldout), "--max_length", "64",
+                     "--out", str(tmp_path / heldout.stem)]) == 0
+        assert f"warning: {says} of --heldout_data {heldout} are training pairs too" in capsys.readouterr().out
+
+
 def test_online_dpos_round_row_speaks_for_every_update_of_the_round():
     """The row held only the round's last minibatch (3 of 15 pairs: accuracy 0.667), and the first
     update's loss (ln 2) was logged nowhere."""

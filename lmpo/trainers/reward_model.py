@@ -168,6 +168,11 @@ def reward_model_pairs(cfg: RewardModelConfig, task, tokenizer,
                 heldout or embedded_pairs(task, tokenizer, cfg.heldout_pairs, cfg.seed, heldout=True))
     pairs = file_pairs(cfg.data, tokenizer, cfg, shapes)
     if heldout is not None:
+        seen = {(tuple(p.prompt_ids), tuple(p.chosen_ids), tuple(p.rejected_ids)) for p in pairs}
+        both = sum((tuple(p.prompt_ids), tuple(p.chosen_ids), tuple(p.rejected_ids)) in seen for p in heldout)
+        if both:
+            print(f"[data] warning: {both} of the {len(heldout)} pairs of --heldout_data {cfg.heldout_data} are "
+                  f"training pairs too: held-out accuracy on them measures what training saw")
         return pairs, heldout
     return split_heldout(pairs, cfg.heldout_pairs, cfg.seed, cfg.data)
 
