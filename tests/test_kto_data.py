@@ -44,8 +44,8 @@ def test_chat_rows_use_the_chat_template(char_tokenizer, tmp_path):
                                       r"got no such field \(the row has: prompt, label\)"),
     ({"prompt": "1=", "completion": "1"}, r"row 2: field 'label': expected true or false, got no such field"),
     ({"prompt": "1=", "completion": "1", "label": "yes"}, r"row 2: field 'label': expected true \(desirable\) or "
-                                                          r"false \(undesirable\), got str"),
-    ({"prompt": "1=", "completion": "1", "label": 1}, r"row 2: field 'label': expected true .*, got int"),
+                                                          r"false \(undesirable\), or 1 or 0, got str"),
+    ({"prompt": "1=", "completion": "1", "label": 2}, r"row 2: field 'label': expected true .*, or 1 or 0, got 2"),
     ({"prompt": 7, "completion": "1", "label": True}, r"row 2: field 'prompt': expected a string or a list of "
                                                       r"messages, got int"),
     ({"prompt": "1=", "completion": "", "label": True}, r"row 2: field 'completion': expected a non-empty string, "
@@ -98,3 +98,10 @@ def test_csv_labels_are_text_and_read_as_true_or_false(char_tokenizer, tmp_path)
     write(tmp_path / "u.jsonl", [{**ROWS[0], "label": "true"}, ROWS[1]])  # JSON has booleans: a string stays refused
     with pytest.raises(DataError, match="field 'label': expected true \\(desirable\\) or false"):
         load_unpaired(tmp_path / "u.jsonl", char_tokenizer, max_length=16)
+
+
+def test_a_zero_or_one_label_reads_alike_in_json_and_csv(char_tokenizer, tmp_path):
+    """A CSV file's "1"/"0" was read as desirable/undesirable and a JSON file's 1/0 refused."""
+    path = write(tmp_path / "u.jsonl", [{**ROWS[0], "label": 1}, {**ROWS[1], "label": 0}])
+    kept, _ = load_unpaired(path, char_tokenizer, max_length=64)
+    assert [e.desirable for e in kept] == [True, False]

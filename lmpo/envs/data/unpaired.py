@@ -98,8 +98,11 @@ def _label(rec: Record, field: str) -> bool:
         if value.strip().lower() in TEXT_LABELS:
             return TEXT_LABELS[value.strip().lower()]
         raise rec.error(field, "true or false (or 1 or 0) for desirable or undesirable", short_repr(value))
+    if type(value) is int and value in (0, 1):  # a 0/1 column (Parquet, JSON), as a CSV file's "1"/"0"
+        return bool(value)
     if not isinstance(value, bool):
-        raise rec.error(field, "true (desirable) or false (undesirable)", type_name(value))
+        raise rec.error(field, "true (desirable) or false (undesirable), or 1 or 0",
+                        short_repr(value) if isinstance(value, int) else type_name(value))
     return value
 
 
