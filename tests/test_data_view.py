@@ -35,7 +35,8 @@ def test_a_chat_file_shows_its_shape_counts_and_where_the_loss_is(tmp_path, caps
 
 
 @pytest.mark.parametrize("rows, kind, shown", [
-    ([{"prompt": "2+2=", "chosen": "4", "rejected": "5"}], "pairs", "2+2=\n[chosen] «4<eos>»\n[rejected] «5<eos>»"),
+    ([{"prompt": "2+2=", "chosen": "4", "rejected": "5"}], "pairs",
+     "(6 tokens with the longer reply; the two replies' 4 carry loss)\n2+2=\n[chosen] «4<eos>»\n[rejected] «5<eos>»"),
     ([{"prompt": "2+2=", "completion": "4", "label": True}, {"prompt": "2+2=", "completion": "5", "label": False}],
      "kto", "2+2=\n[desirable] «4<eos>»"),
     ([{"prompt": "2+2=", "answer": "4"}], "prompts", "example 1 (4 tokens, 0 with loss)\n2+2=\n[answer: '4']"),

@@ -120,8 +120,11 @@ def render(shown: list[Shown], tokenizer, console: Console, first: int) -> None:
     plain = console.no_color or console.color_system is None
     for i, example in enumerate(shown[:first]):
         console.print()
-        console.print(f"example {i + 1} ({example.tokens} tokens, {example.loss_tokens} with loss)", style="bold",
-                      highlight=False, markup=False)
+        if example.length is None:
+            said = f"{example.tokens} tokens, {example.loss_tokens} with loss"
+        else:  # a pair: its length against the limit is the prompt and its longer reply
+            said = f"{example.tokens} tokens with the longer reply; the two replies' {example.loss_tokens} carry loss"
+        console.print(f"example {i + 1} ({said})", style="bold", highlight=False, markup=False)
         body = Text(overflow="fold")
         for ids, loss, label in example.parts:
             if label:
