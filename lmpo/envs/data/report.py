@@ -134,8 +134,10 @@ def finish(report: LoadReport) -> LoadReport:
     if report.rows == 0:
         raise DataError(report.path, "no rows")
     if report.kept == 0:
+        cut = (", and truncation left nothing to learn from in any (a reply cut to nothing, or two replies cut "
+               "to the same tokens)" if report.overlong == "truncate" else "")
         raise DataError(report.path, f"no examples left: all {report.rows} rows are over {report.limit} "
-                                     f"(overlong='{report.overlong}')")
+                                     f"(overlong='{report.overlong}'){cut}")
     return report
 
 
