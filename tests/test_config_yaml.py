@@ -7,7 +7,8 @@ from typing import Literal
 import pytest
 
 from lmpo.cli.config import ConfigError, build, read_yaml
-from lmpo.cli.main import main, pipeline_options
+from lmpo.cli.main import main
+from lmpo.cli.pipeline import pipeline_options
 
 
 @dataclass

@@ -84,7 +84,7 @@ def test_a_pipeline_run_again_with_another_last_stage_removes_the_earlier_ones(t
 def test_an_interrupted_pipeline_names_its_stage_and_how_to_continue_it(tmp_path):
     """Ctrl-C in a pipeline printed only `lmpo: interrupted`, though its stage had checkpoints
     that `lmpo train cpt --resume DIR/cpt` continues."""
-    from lmpo.cli.main import _pipeline_resume_hint
+    from lmpo.cli.pipeline import _pipeline_resume_hint
 
     out = tmp_path / "pl"
     assert _pipeline_resume_hint(out) == "pipeline interrupted; `lmpo pipeline` again starts every stage afresh"

@@ -141,7 +141,7 @@ def test_an_option_equal_to_its_default_still_beats_the_preset(tmp_path, monkeyp
 def test_a_users_task_file_runs_the_whole_pipeline(tmp_path, capsys, monkeypatch):
     """Acceptance: a task in a user's file, plugged in by `--task path.py:Class`, through CPT,
     SFT and GRPO (tiny budgets), with held-out accuracy and the doctor's reading after each stage."""
-    import lmpo.cli.main as cli
+    import lmpo.cli.pipeline as cli
 
     doctored = []
     monkeypatch.setattr(cli, "_print_findings", lambda result, real=cli._print_findings: (doctored.append(result.name),

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import re
 import sys
 import warnings
 from pathlib import Path
 
-from lmpo.cli.config import ConfigError, add_arguments, build
+from lmpo.cli.config import ConfigError, add_arguments
 from lmpo.cli.errors import RunDirError, one_line, runtime_errors
 from lmpo.cli.parser import Parser
+from lmpo.cli.pipeline import PIPELINE_OWNED, cmd_pipeline
 from lmpo.cli.train import cmd_train
 
 DESCRIPTION = """lmpo — language-model policy optimisation.
@@ -28,123 +28,6 @@ def _quiet_transformers() -> None:
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-
-
-def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
-    from lmpo.trainers.pipeline import run_pipeline
-
-    cfg, explicit = pipeline_options(args.config, flags)
-    from lmpo.trainers.distributed import launched_rank
-
-    try:
-        results = run_pipeline(cfg, explicit=explicit, after_stage=_print_findings)
-    except KeyboardInterrupt:
-        if not launched_rank():
-            print(f"lmpo: {_pipeline_resume_hint(Path(cfg.out))}", file=sys.stderr)
-        raise
-
-    if launched_rank():  # under torchrun the table and the report are rank 0's
-        return 0
-    _print_stage_table(results, Path(cfg.out))
-    from lmpo.reports import write_report
-
-    print(f"report: {write_report(cfg.out)}")
-    return 0
-
-
-def _pipeline_resume_hint(out: Path) -> str:
-    """What an interrupted pipeline leaves: the stage it was in, and how to go on from there."""
-    from lmpo.cli.train import _resume_hint, launcher
-
-    stages = [p for p in sorted(out.glob("*/run.json"), key=lambda p: p.stat().st_mtime)
-              if not (p.parent / "result.json").is_file()]
-    again = f"`{launcher()}lmpo pipeline` again starts every stage afresh"
-    if not stages:
-        return f"pipeline interrupted; {again}"
-    stage = stages[-1].parent
-    try:
-        command = json.loads(stages[-1].read_text()).get("trainer") or stage.name
-    except (OSError, ValueError, AttributeError):
-        command = stage.name
-    return (f"pipeline interrupted in its {stage.name} stage; {_resume_hint(command, stage)} (that stage "
-            f"alone, with its own options; the stages after it are then yours to run); {again}")
-
-
-def pipeline_options(yaml_file: str | None, flags: dict) -> tuple:
-    """(PipelineConfig from defaults, YAML and flags; the dotted options the user set). The
-    preset and task settings are applied under them by `run_pipeline`, as for the Python API."""
-    from lmpo.cli.config import _flatten_dict, _flatten_fields, read_yaml
-    from lmpo.trainers.pipeline import PipelineConfig
-
-    _reject_stage_owned(flags, yaml_file)
-    cfg = build(PipelineConfig, yaml_file=yaml_file, flags=flags)
-    leaves = _flatten_fields(PipelineConfig)
-    explicit = set(flags) | (set(_flatten_dict(read_yaml(yaml_file)[0], leaves)) if yaml_file else set())
-    from lmpo.trainers.pipeline import sections_run
-
-    ran = sections_run(cfg.rl)
-    # a flag for a stage that does not run would be taken in silence (a YAML file may configure
-    # several methods' stages, chosen among by --rl)
-    idle = sorted(k for k in flags if "." in k and k.partition(".")[0] not in ran)
-    if idle:
-        raise ConfigError(f"{', '.join(idle)}: no {' or '.join(sorted({k.partition('.')[0] for k in idle}))} stage "
-                          f"runs with --rl {cfg.rl} (its stages' options: {', '.join(f'--{s}.*' for s in ran)})")
-    return cfg, explicit
-
-
-def _print_findings(result) -> None:
-    """The doctor's reading of a stage that just ended (nothing when it finds nothing)."""
-    from lmpo.reports.doctor import format_findings
-    from lmpo.reports.doctor_runs import diagnose_run
-
-    try:
-        findings = diagnose_run(result.run_dir)
-    except (OSError, ValueError) as err:  # a report never stops a pipeline
-        print(f"[doctor] {result.name}: could not read the metrics: {err}")
-        return
-    text = format_findings(findings, "[doctor] ")
-    if text:
-        print(_as_pipeline_flags(text, result.name))
-
-
-def _as_pipeline_flags(text: str, stage: str) -> str:
-    """The doctor's remedies name a stage's own flags (`--max_new_tokens`); inside the pipeline
-    they are the stage section's (`--rl_stage.max_new_tokens`)."""
-    import dataclasses
-
-    from lmpo.trainers.pipeline import PipelineConfig
-
-    section = {"cpt": "cpt", "sft": "sft", "dpo": "dpo", "kto": "kto", "orpo": "orpo", "online_dpo": "online_dpo",
-               "rft": "rft"}.get(stage, "rl_stage")
-    fields = {f.name: f.type for f in dataclasses.fields(PipelineConfig)}
-    if section not in fields:
-        return text
-    names = {f.name for f in dataclasses.fields(getattr(PipelineConfig(), section))} - set(PIPELINE_OWNED)
-    return re.sub(r"(?<![\w.-])--([a-z_]+)\b(?!\.)",
-                  lambda m: f"--{section}.{m.group(1)}" if m.group(1) in names else m.group(0), text)
-
-
-PIPELINE_OWNED = ("model", "out", "task", "seed", "threads", "resume", "overwrite", "device", "precision")
-
-
-def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:
-    """Inside `lmpo pipeline`, each stage's model/out/task/seed/threads come from the pipeline."""
-    where = {key: f"--{key}" for key in flags}  # each key as the user gave it: a flag, or a file's line
-    if yaml_file:
-        from lmpo.cli.config import _flatten_dict, _flatten_fields, read_yaml
-        from lmpo.trainers.pipeline import PipelineConfig
-
-        data, lines = read_yaml(yaml_file)
-        for key in _flatten_dict(data, _flatten_fields(PipelineConfig)):
-            where.setdefault(key, f"{yaml_file}: line {lines.get(key, '?')}: {key}")
-    for key, said in where.items():
-        section, dot, leaf = key.partition(".")
-        if dot and leaf in ("resume", "overwrite"):
-            raise ConfigError(f"{said}: the pipeline has no --resume and trains every stage afresh; to continue "
-                              f"an interrupted stage, run its own `lmpo train ... --resume` command")
-        if dot and leaf in PIPELINE_OWNED:
-            raise ConfigError(f"{said}: the pipeline sets each stage's {leaf}; use the top-level --{leaf} "
-                              f"(or set it in the stage's own `lmpo train` command)")
 
 
 def cmd_report(args: argparse.Namespace, flags: dict) -> int:
@@ -236,19 +119,6 @@ def _show_preset(name: str, task: str | None) -> int:
             changed = "" if value == getattr(default, option) else f"  (default {getattr(default, option)!r})"
             print(f"  {option:<28} {value!r}{changed}")
     return 0
-
-
-def _print_stage_table(results, out: Path) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"lmpo pipeline — run files in {out}")
-    for column in ("stage", "held-out accuracy", "format accuracy", "time (s)"):
-        table.add_column(column, justify="right" if column != "stage" else "left")
-    for r in results:
-        table.add_row(r.name, f"{100 * r.accuracy:.1f}%", f"{100 * r.format_accuracy:.1f}%", f"{r.seconds:.1f}")
-    Console().print(table)
-    print(f"summary: {out / 'summary.json'}")
 
 
 # Commands that live in a module of their own; each module has `HELP` and `add_parser(subparsers)`,

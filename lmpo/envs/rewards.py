@@ -91,7 +91,7 @@ def chat_rows(reward_model: str) -> dict:
     lmpo_reward_rows.json says so); {} for text rows: prompt, reply and eos, as lmpo trains on a
     task's pairs and on text pairs, and as a reward model without the file is read (one trained
     elsewhere on conversations takes a file {"rows": "chat", "turn_ends": [ids]})."""
-    from lmpo.envs.data.chat import REWARD_ROWS_FILE, chat_reward_row
+    from lmpo.envs.data.reward_rows import REWARD_ROWS_FILE, chat_reward_row
 
     record = Path(reward_model) / REWARD_ROWS_FILE
     try:

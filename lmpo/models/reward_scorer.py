@@ -54,7 +54,7 @@ class RewardModelReward:
         """`encode_prompt(tokenizer, text)`: a prompt's ids as training encoded them (with the
         tokenizer's leading special tokens: `lmpo.envs.data.chat.encode_start`). A reward model
         trained on chat rows gives `encode_row(tokenizer, prompt, completion, terminated,
-        turn_ends)` instead (`lmpo.envs.data.chat.chat_reward_row`): the row as its template
+        turn_ends)` instead (`lmpo.envs.data.reward_rows.chat_reward_row`): the row as its template
         renders it, closed by the end-of-turn token it was trained on (Gemma's `<end_of_turn>`,
         not the tokenizer's eos)."""
         self.path, self.encode_prompt, self.batch_size = path, encode_prompt, batch_size

@@ -19,7 +19,8 @@ from transformers import AutoModelForSequenceClassification
 
 from lmpo.algos import bradley_terry_loss
 from lmpo.envs import make_task
-from lmpo.envs.data.chat import REWARD_ROWS_FILE, turn_end_ids
+from lmpo.envs.data.chat import turn_end_ids
+from lmpo.envs.data.reward_rows import REWARD_ROWS_FILE
 from lmpo.envs.data.preferences import TEXT_SHAPES
 from lmpo.models import is_adapter_dir, is_peft_model, is_preset, load_model, load_tokenizer, preset_config
 from lmpo.models.loading import name_by_path
