@@ -52,13 +52,18 @@ def test_unknown_task_on_the_command_line_says_how_to_plug_one_in(capsys):
     assert "--task path/to/file.py:Class" in capsys.readouterr().err
 
 
-def test_entry_point_group(tmp_path, monkeypatch):
+def _install(tmp_path, monkeypatch, name: str) -> None:
+    """A package installed on the path that declares tests/data/user_task.py's Reverse as task `name`."""
     dist = tmp_path / "my_lmpo_tasks-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-lmpo-tasks\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[lmpo.tasks]\nreverse = user_task:Reverse\n")
+    (dist / "entry_points.txt").write_text(f"[lmpo.tasks]\n{name} = user_task:Reverse\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.syspath_prepend(str(DATA))
+
+
+def test_entry_point_group(tmp_path, monkeypatch):
+    _install(tmp_path, monkeypatch, "reverse")
     assert make_task("reverse").length == 3
     assert make_task("reverse:length=4").length == make_task("reverse?length=4").length == 4
     with pytest.raises(ValueError, match="installed: reverse"):
@@ -68,12 +73,7 @@ def test_entry_point_group(tmp_path, monkeypatch):
 def test_an_entry_point_named_like_a_built_in_task_is_refused_not_shadowed(tmp_path, monkeypatch):
     """An installed task called `calculator` used to lose silently to the built-in one: the user
     trained a task they did not mean. Now the name is refused with both, and the way out."""
-    dist = tmp_path / "my_lmpo_tasks-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-lmpo-tasks\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[lmpo.tasks]\ncalculator = user_task:Reverse\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.syspath_prepend(str(DATA))
+    _install(tmp_path, monkeypatch, "calculator")
     with pytest.raises(ValueError, match="'calculator' is both a built-in task and the installed entry point "
                                          "'user_task:Reverse'.*--task user_task:Reverse"):
         make_task("calculator")
