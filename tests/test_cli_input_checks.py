@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from lmpo.cli.main import main
 from lmpo.envs.data import DataError, load_sft, read_records
@@ -143,3 +144,22 @@ def test_online_dpo_logs_each_round_at_its_own_step_even_without_pairs(start_mod
     rounds = [r for r in rows if "round" in r]
     assert [(r["step"], r["round"]) for r in rounds] == [(1, 1), (2, 2), (3, 3)]
     assert [r["optimizer_steps"] for r in rounds] == [0, 0, 0] and all(r["pairs"] == 0 for r in rounds)
+
+
+def test_online_dpos_pairs_never_choose_a_cut_off_sample():
+    """With a reward model, a completion cut off at the token limit could score best and be the
+    chosen reply: DPO then taught the model not to stop (RFT's kept samples, the same)."""
+    from types import SimpleNamespace
+
+    from lmpo.trainers.online_dpo import best_vs_worst
+
+    rows = [[1], [2], [3], [4], [5], [6], [7], [8]]
+    rollout = SimpleNamespace(completion_token_lists=lambda: rows, prompt_ids=[[0]] * 8)
+    scores = torch.tensor([0.9, 0.5, 0.1, 0.3, 0.2, 0.2, float("nan"), 0.8])
+    ended = torch.tensor([False, True, True, True, False, True, True, False])
+    _, chosen, rejected = best_vs_worst(rollout, scores, 4, ended)
+    # group 1: the cut-off 0.9 is passed over, 0.5 is chosen over 0.1; group 2: only the
+    # ended 0.2 may be chosen, and it does not beat the worst (0.2): no pair
+    assert (chosen, rejected) == ([[2]], [[3]])
+    _, chosen, rejected = best_vs_worst(rollout, scores, 4)  # every sample ended
+    assert (chosen, rejected) == ([[1], [8]], [[3], [5]])

@@ -146,7 +146,8 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
             scores = sum(w * ranked.components[name].float() for name, w in rank_by.weights().items())
             scores = torch.where(ranked.valid, scores, float("nan"))  # unscorable: never chosen nor rejected
             # every process sees every process's pairs, and trains on its share of each batch
-            pairs = [pair for part in run.dist.gather(best_vs_worst(rollout, scores, cfg.samples_per_prompt))
+            pairs = [pair for part in run.dist.gather(best_vs_worst(rollout, scores, cfg.samples_per_prompt,
+                                                                    torch.tensor(terminated)))
                      for pair in zip(*part)]
             reward_sum = run.dist.all_sum(float(scores[ranked.valid].sum())) if ranked.valid.any() else run.dist.all_sum(0.0)
             scorable = run.dist.all_sum(float(ranked.valid.sum()))
@@ -209,19 +210,26 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     return run.finish(policy, tokenizer, result, models_held=held)
 
 
-def best_vs_worst(rollout, scores: torch.Tensor, group: int) -> tuple[list, list, list]:
-    """Per prompt (consecutive groups of `group` samples): the highest- and lowest-scored
-    completions as (prompt ids, chosen ids, rejected ids); prompts whose scores all tie give none.
-    A NaN score (unscorable) takes no part."""
+def best_vs_worst(rollout, scores: torch.Tensor, group: int,
+                  ended: torch.Tensor | None = None) -> tuple[list, list, list]:
+    """Per prompt (consecutive groups of `group` samples): the highest-scored completion that
+    `ended` (None: all did) and the lowest-scored one as (prompt ids, chosen ids, rejected ids);
+    none where the chosen would not score above the rejected. A NaN score (unscorable) takes no
+    part. A sample cut off at the token limit is never chosen: a reward model may score one
+    well, and DPO would then teach the model not to stop."""
     tokens = rollout.completion_token_lists()
+    ended = torch.ones(len(tokens), dtype=torch.bool) if ended is None else ended
     prompts, chosen, rejected = [], [], []
     for start in range(0, len(tokens), group):
         s = scores[start:start + group]
         scorable = ~s.isnan()
-        if scorable.sum() < 2 or s[scorable].max() == s[scorable].min():
+        can_choose = scorable & ended[start:start + group]
+        if not can_choose.any() or scorable.sum() < 2:
             continue
-        best = start + int(torch.where(scorable, s, -math.inf).argmax())
+        best = start + int(torch.where(can_choose, s, -math.inf).argmax())
         worst = start + int(torch.where(scorable, s, math.inf).argmin())
+        if not scores[best] > scores[worst]:
+            continue
         prompts.append(rollout.prompt_ids[best])
         chosen.append(tokens[best])
         rejected.append(tokens[worst])
