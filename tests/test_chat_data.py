@@ -3,6 +3,7 @@
 (Qwen3), and a template given with `--chat_template`."""
 
 import json
+import re
 
 import pytest
 
@@ -320,3 +321,21 @@ def test_the_rm_reward_scores_a_completion_as_the_reward_model_was_trained_on_it
     rm = reward_functions({"rm": 1.0}, str(out / "model"))["rm"]
     scored = rm(None, [Problem("q0", "")] * 2, ["yes", "no"], [True, True])
     assert scored == pytest.approx(trained, abs=1e-5)
+
+
+@pytest.mark.parametrize("text,says", [
+    ('[1, 2]', "expected an object with 'rows': \"chat\" or \"text\", got [1, 2]"),
+    ('{"rows": "chats"}', "expected an object with 'rows'"),
+    ('{"rows": "chat", "turn_ends": "4"}', "'turn_ends' must be a list of token ids, got \"4\""),
+    ('{"rows": "chat"', "not readable JSON"),
+])
+def test_a_bad_reward_rows_file_is_named_not_read_as_text(tmp_path, text, says):
+    """A list, an unknown `rows` or a string of turn ends was taken in silence: scored as text."""
+    from lmpo.envs.data.reward_rows import REWARD_ROWS_FILE
+    from lmpo.envs.rewards import chat_rows
+
+    (tmp_path / REWARD_ROWS_FILE).write_text(text)
+    with pytest.raises(ValueError, match=f"{REWARD_ROWS_FILE}: .*{re.escape(says)}"):
+        chat_rows(str(tmp_path))
+    (tmp_path / REWARD_ROWS_FILE).write_text('{"rows": "text", "turn_ends": []}')
+    assert chat_rows(str(tmp_path)) == {}

@@ -94,14 +94,24 @@ def chat_rows(reward_model: str) -> dict:
     from lmpo.envs.data.reward_rows import REWARD_ROWS_FILE, chat_reward_row
 
     record = Path(reward_model) / REWARD_ROWS_FILE
+    if not record.is_file():
+        return {}
     try:
-        rows = json.loads(record.read_text()) if record.is_file() else {}
-        chat = isinstance(rows, dict) and rows.get("rows") == "chat"
-        turn_ends = [int(t) for t in rows.get("turn_ends", [])] if chat else []
-    except (OSError, ValueError, TypeError, AttributeError) as err:
-        raise ValueError(f"reward_model {reward_model!r}: {REWARD_ROWS_FILE} is not what `lmpo train rm` writes "
-                         f"({{\"rows\": \"chat\" or \"text\", \"turn_ends\": [token ids]}}): {err}") from None
-    if not chat:
+        rows = json.loads(record.read_text())
+    except (OSError, ValueError) as err:
+        rows, problem = None, f"not readable JSON ({err})"
+    else:
+        problem = ""
+    if isinstance(rows, dict) and rows.get("rows") in ("chat", "text"):
+        turn_ends = rows.get("turn_ends", [])
+        if not (isinstance(turn_ends, list) and all(type(t) is int and t >= 0 for t in turn_ends)):
+            problem = f"'turn_ends' must be a list of token ids, got {json.dumps(turn_ends)[:60]}"
+    elif not problem:
+        problem = f"expected an object with 'rows': \"chat\" or \"text\", got {json.dumps(rows)[:60]}"
+    if problem:
+        raise ValueError(f"reward_model {reward_model!r}: {record}: {problem} (what `lmpo train rm` writes: "
+                         f"{{\"rows\": \"chat\" or \"text\", \"turn_ends\": [token ids]}})")
+    if rows["rows"] == "text":
         return {}
     return {"encode_row": chat_reward_row, "turn_ends": turn_ends}
 
