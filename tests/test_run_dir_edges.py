@@ -94,3 +94,29 @@ def test_an_interrupted_pipeline_names_its_stage_and_how_to_continue_it(tmp_path
     hint = _pipeline_resume_hint(out)
     assert hint.startswith("pipeline interrupted in its cpt stage; ")
     assert f"newest complete checkpoint is step_000060; continue with `lmpo train cpt --resume {out / 'cpt'}`" in hint
+
+
+@pytest.mark.parametrize("save_every", [2, 0])
+def test_sigterm_in_a_pipeline_says_where_it_stopped(save_every, tmp_path):
+    """SIGTERM to `lmpo pipeline` ended it with 143 and printed nothing. Now a stage that
+    checkpoints stops after its step with a checkpoint there, as `lmpo train` does; one that does
+    not unwinds as Ctrl-C would; both name the stage and the command that continues it."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "pl"
+    env = {**os.environ, "LMPO_TERM_AT": "step_end:3"}  # after step 3 and its checkpoint decision
+    done = subprocess.run([sys.executable, "-m", "lmpo", "pipeline", "--out", str(out), "--threads", "1",
+                           "--cpt.steps", "6", "--cpt.eval_problems", "2", "--cpt.save_every", str(save_every)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 143, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    if save_every:
+        assert last.startswith(f"lmpo: stopped by SIGTERM after step 4; checkpoint {out / 'cpt'}/checkpoints/"
+                               f"step_000004 written; pipeline interrupted in its cpt stage; "), last
+        assert (out / "cpt" / "checkpoints" / "step_000004" / "COMPLETE").is_file()
+        assert f"continue with `lmpo train cpt --resume {out / 'cpt'}`" in last
+    else:
+        assert last.startswith("lmpo: pipeline interrupted in its cpt stage; "), last
+    assert not (out / "sft").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -17,12 +18,20 @@ def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
 
     cfg, explicit = pipeline_options(args.config, flags)
     from lmpo.trainers.distributed import launched_rank
+    from lmpo.trainers.preemption import Preempted, Terminated, sigterm_interrupts
 
+    one_process = int(os.environ.get("WORLD_SIZE", "1")) == 1  # torchrun: SIGTERM keeps its meaning
     try:
-        results = run_pipeline(cfg, explicit=explicit, after_stage=_print_findings)
-    except KeyboardInterrupt:
+        with sigterm_interrupts(enabled=one_process):
+            results = run_pipeline(cfg, explicit=explicit, after_stage=_print_findings, preemptible=one_process)
+    except Preempted as stop:
+        print(f"lmpo: {stop}; {_pipeline_resume_hint(Path(cfg.out))}", file=sys.stderr)
+        return 143  # 128 + SIGTERM, as if the signal had ended it
+    except KeyboardInterrupt as stop:
         if not launched_rank():
             print(f"lmpo: {_pipeline_resume_hint(Path(cfg.out))}", file=sys.stderr)
+        if isinstance(stop, Terminated):
+            return 143
         raise
 
     if launched_rank():  # under torchrun the table and the report are rank 0's

@@ -21,6 +21,7 @@ from lmpo.trainers.presets import RL_PRESETS, pipeline_preset
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
 from lmpo.trainers.rft import RFTConfig, train_rft
+from lmpo.trainers.preemption import stop_at_next_step
 from lmpo.trainers.preflight import load_prompt_files
 from lmpo.trainers.rl import heldout_and_selection, train_rl
 from lmpo.trainers.rl_config import RLConfig
@@ -129,9 +130,12 @@ def with_options(cfg: Any, values: dict[str, Any]) -> Any:
 
 
 def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
-                 after_stage: Callable[[StageResult], None] | None = None) -> list[StageResult]:
+                 after_stage: Callable[[StageResult], None] | None = None,
+                 preemptible: bool = False) -> list[StageResult]:
     """Run CPT → SFT → the last stage with `resolve_pipeline(cfg, explicit)`; `after_stage` is
-    called with each stage's result (the CLI prints the doctor's findings there)."""
+    called with each stage's result (the CLI prints the doctor's findings there). `preemptible`
+    (the CLI, one process): SIGTERM stops a stage that checkpoints after its current step, with a
+    checkpoint there (`Preempted`), as `lmpo train` does."""
     cfg = resolve_pipeline(cfg, explicit)
     out = Path(cfg.out)
     main = launched_rank() == 0  # under torchrun each stage runs on every process; rank 0 writes and prints
@@ -143,7 +147,7 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
         open_run_dir(out, cfg, "pipeline")
         (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
     try:
-        return _run_stages(cfg, out, main, after_stage)
+        return _run_stages(cfg, out, main, after_stage, preemptible)
     except BaseException:
         if main and created:
             remove_if_only_records(out)
@@ -151,7 +155,7 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
 
 
 def _run_stages(cfg: PipelineConfig, out: Path, main: bool,
-                after_stage: Callable[[StageResult], None] | None) -> list[StageResult]:
+                after_stage: Callable[[StageResult], None] | None, preemptible: bool) -> list[StageResult]:
     # the pipeline has no --resume: run again, it trains every stage afresh, over what an
     # interrupted run of it left in the stages' directories
     shared = {"task": cfg.task, "seed": cfg.seed, "threads": cfg.threads, "device": cfg.device,
@@ -163,12 +167,16 @@ def _run_stages(cfg: PipelineConfig, out: Path, main: bool,
             if after_stage is not None:
                 after_stage(result)
 
-    results = [train_cpt(cpt)]
+    def stage(train, stage_cfg) -> StageResult:
+        with stop_at_next_step(enabled=preemptible and bool(stage_cfg.save_every)):
+            return train(stage_cfg)
+
+    results = [stage(train_cpt, cpt)]
     report(results[-1])
     sft = replace(cfg.sft, model=results[-1].model_dir, out=str(out / "sft"), **shared)
-    results.append(train_sft(sft))
+    results.append(stage(train_sft, sft))
     report(results[-1])
-    result = last_stage(cfg, results[-1].model_dir, out, shared)
+    result = last_stage(cfg, results[-1].model_dir, out, shared, stage)
     result.name = cfg.rl
     results.append(result)
     report(result)
@@ -257,22 +265,23 @@ def _check_sampling_stage(cfg: PipelineConfig, task) -> None:
         raise ValueError(f"{err} (in a pipeline, the option is --{section}.<name>)") from None
 
 
-def last_stage(cfg: PipelineConfig, sft_model: str, out: Path, shared: dict) -> StageResult:
+def last_stage(cfg: PipelineConfig, sft_model: str, out: Path, shared: dict,
+               stage: Callable[[Callable, Any], StageResult] = lambda train, stage_cfg: train(stage_cfg)) -> StageResult:
     """The stage after SFT: an RL preset, offline DPO, KTO or ORPO, online DPO, rejection-sampling fine-tuning,
-    or PPO on a learned reward."""
+    or PPO on a learned reward. `stage(train, cfg)` runs each trainer (the pipeline's arms SIGTERM)."""
     stage_out = str(out / cfg.rl)
     if cfg.rl in OFFLINE_STAGES:
-        return OFFLINE_STAGES[cfg.rl](replace(getattr(cfg, cfg.rl), model=sft_model, out=stage_out, **shared))
+        return stage(OFFLINE_STAGES[cfg.rl], replace(getattr(cfg, cfg.rl), model=sft_model, out=stage_out, **shared))
     if cfg.rl == "online_dpo":
-        return train_online_dpo(replace(cfg.online_dpo, model=sft_model, out=stage_out, **shared))
+        return stage(train_online_dpo, replace(cfg.online_dpo, model=sft_model, out=stage_out, **shared))
     if cfg.rl == "rft":
-        return train_rft(replace(cfg.rft, model=sft_model, out=stage_out, resume="", **shared))
+        return stage(train_rft, replace(cfg.rft, model=sft_model, out=stage_out, resume="", **shared))
     extra = {}
     if cfg.rl == "ppo_rm":
-        rm = train_reward_model(replace(cfg.rm, model=sft_model, out=str(out / "rm"), **shared))
+        rm = stage(train_reward_model, replace(cfg.rm, model=sft_model, out=str(out / "rm"), **shared))
         print(f"[pipeline] reward model: held-out pairwise accuracy {100 * rm.accuracy:.1f}%, {rm.seconds:.1f} s")
         extra = {"rewards": "rm=1.0", "reward_model": rm.model_dir}
-    return train_rl(replace(cfg.rl_stage, model=sft_model, out=stage_out, resume="", **extra, **shared))
+    return stage(train_rl, replace(cfg.rl_stage, model=sft_model, out=stage_out, resume="", **extra, **shared))
 
 
 def _report_stage(result: StageResult) -> None:

@@ -8,6 +8,11 @@ and raises `Preempted`, which the CLI reports with the `--resume` command that c
 run (exit code 143, 128 + SIGTERM). The last step itself is not interrupted: the run finishes.
 A second SIGTERM kills at once, as without this. Under torchrun the processes would have to
 agree on the step first, so there SIGTERM keeps its default meaning.
+
+`lmpo pipeline` runs stages that checkpoint and parts that do not (a stage with `save_every` 0,
+the doctor and report between stages): around the whole pipeline `sigterm_interrupts()` makes
+SIGTERM unwind as Ctrl-C does (`Terminated`, exit 143) so the pipeline can say where it stopped,
+and each stage that checkpoints arms `stop_at_next_step()` inside it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,11 @@ class Preempted(Exception):
         self.step, self.checkpoint = step, checkpoint
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM where no checkpoint was armed: unwinds as Ctrl-C does (every cleanup of an
+    interrupted run applies), and the CLI exits 143 (128 + SIGTERM)."""
+
+
 def stop_requested() -> bool:
     return _requested.is_set()
 
@@ -39,6 +49,25 @@ def _on_sigterm(signum, frame) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         return
     _requested.set()  # no printing here: the signal may land inside a write to the same stream
+
+
+def _raise_terminated(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM, during the unwinding, kills at once
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def sigterm_interrupts(enabled: bool = True):
+    """SIGTERM raises `Terminated` in the main thread (see the module docstring); the handler
+    before is restored after. Not `enabled`, or off the main thread, SIGTERM is left alone."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
