@@ -183,6 +183,16 @@ def test_wrong_type_error_reads_naturally(char_tokenizer, tmp_path):
                                "got str")
 
 
+@pytest.mark.parametrize("chosen, got", [({"text": "a"}, "an object with keys 'text'"), ({}, "{}")])
+def test_a_reply_object_that_is_no_message_says_what_a_message_is(chosen, got, char_tokenizer, tmp_path):
+    """`{"text": ...}` as a reply was refused as "field 'chosen.role': expected one of 'system',
+    ..., got None", which does not say the value should be a message (or a string)."""
+    path = write(tmp_path / "p.jsonl", [{"prompt": "hi", "chosen": chosen, "rejected": "b"}])
+    with pytest.raises(DataError) as info:
+        load_preferences(path, char_tokenizer, max_length=32)
+    assert str(info.value) == f"{path}: row 1: field 'chosen': expected a {{role, content}} message object, got {got}"
+
+
 def test_unsupported_file_and_missing_file(tmp_path):
     (tmp_path / "x.xlsx").write_text("a,b\n")
     with pytest.raises(DataError, match=r"unsupported file type '\.xlsx'.*\.jsonl, \.json .*\.parquet, \.csv or \.tsv"):

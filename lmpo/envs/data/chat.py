@@ -126,6 +126,9 @@ def message(rec: Record, where: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise rec.error(where, "a {role, content} object", type_name(value))
     role, content = value.get("role"), value.get("content")
+    if "role" not in value and "content" not in value:  # {"text": ...}: not a message at all
+        keys = ", ".join(repr(k) for k in list(value)[:5])
+        raise rec.error(where, "a {role, content} message object", f"an object with keys {keys}" if keys else "{}")
     if role not in ROLES:
         raise rec.error(f"{where}.role", "one of 'system', 'user', 'assistant', 'tool'", short_repr(role))
     calls = value.get("tool_calls")
