@@ -104,6 +104,29 @@ def test_every_termination_reason_is_reachable_and_recorded(tok):
     assert "the environment broke" in broken.info["error"]
 
 
+class _Submits(SingleTurnEnv):
+    """The answer arrives as `submit(x)`: the environment reads `x` out of the turn."""
+
+    def step(self, action_text):
+        if action_text.startswith("submit(") and action_text.endswith(")"):
+            return Step(done=True, info={"answer": action_text[len("submit("):-1]})
+        return Step("error: call submit(answer)", info={"parse_error": True})
+
+
+def test_what_the_environment_reads_as_the_answer_is_what_is_graded(tok):
+    """The grader got the last turn's raw text, never the environment's `info["answer"]`:
+    `submit(4)` was graded as "submit(4)", and a hermes answer "\n76" (the environment's "76")
+    as "\n76", both wrong."""
+    (traj,), _ = _run(tok, {"qS": ["oops", "submit(4)"]}, EpisodeLimits(max_turns=3, max_tokens=64), _Submits)
+    assert traj.termination == "answered" and traj.final_text == "4"
+    task = make_task("calculator:tool_format=hermes")
+    env = task.make_env()
+    env.reset(Problem(prompt="37*48 mod 100=?", answer="76"))
+    (traj,), _ = _run(tok, {"qT": ["\n76"]}, EpisodeLimits(max_turns=3, max_tokens=64), lambda: env)
+    assert traj.final_text == "76"
+    assert task.grade(Problem(prompt="37*48 mod 100=?", answer="76"), traj.final_text, traj.terminated).correct
+
+
 def test_malformed_calls_and_tool_errors_continue_the_episode(tok):
     script = {"qA": ["lookup(1", "lookup(2)", "nosuch(1)", "lookup(1)", "11345"]}
     (traj,), _ = _run(tok, script, EpisodeLimits(max_turns=6, max_tokens=200, max_parse_errors=4))

@@ -158,6 +158,8 @@ def _take_turn(ep: _Episode, sample, cap_reason: str, eos_ids: set[int], tokeniz
     for name, n in step.info.get("counts", {}).items():  # an environment's own tallies, e.g. guardrail blocks
         traj.info.setdefault("counts", {})[name] = traj.info.get("counts", {}).get(name, 0) + n
     if step.done:
+        if step.info.get("answer") is not None:  # what the environment read as the answer is what is graded
+            traj.final_text = str(step.info["answer"])
         reason = step.info.get("termination") or (ANSWERED if "answer" in step.info else ENV_DONE)
         ep.end(reason, **{k: v for k, v in step.info.items() if k in ("error", "handoff", "verdict")})
         return False
