@@ -200,3 +200,26 @@ def test_a_template_that_trims_the_models_turn_goes_on_from_the_sampled_ids(bpe_
         assert engine.calls[2] == traj.token_ids[:len(engine.calls[2])]
     finally:
         tok.chat_template = CHATML
+
+
+def test_sft_and_cpt_render_a_tool_task_with_the_tools_its_rl_and_eval_prompts_show(bpe_tokenizer):
+    """SFT demonstrations and CPT documents of a tool task were rendered without the tool schemas
+    a Qwen-style template writes into the system turn; the RL and eval prompts with them. The SFT
+    model then met a prompt at eval it had never seen (800 characters more before the question)."""
+    from lmpo.envs import make_task
+    from lmpo.rollout.render import renderer_for
+    from lmpo.trainers.batches import task_documents, task_examples
+
+    tok = bpe_tokenizer
+    tok.chat_template = ("{% if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t['function']['name'] }}"
+                         "{% endfor %}<|im_end|>\n{% endif %}" + CHATML)
+    try:
+        task = make_task("calculator:tool_format=hermes")
+        demo = task.sft_demonstrations(1, 0)[0]
+        _, prompt = renderer_for(task, tok, [tok.convert_tokens_to_ids("<|im_end|>")]).prompt(demo[:1])
+        assert prompt.startswith("<|im_start|>system\nTools: calculator<|im_end|>\n<|im_start|>user\n")
+        sft = tok.decode(task_examples(tok, [demo], task)[0].input_ids, skip_special_tokens=False)
+        assert sft.startswith(prompt), (sft[:80], prompt[:80])
+        assert task_documents(task, tok, 1, 0)[0].startswith("<|im_start|>system\nTools: calculator<|im_end|>\n")
+    finally:
+        tok.chat_template = CHATML
