@@ -220,3 +220,20 @@ def test_a_grader_that_raises_or_returns_no_grade_stops_in_one_line_naming_the_e
         err = capsys.readouterr().err
         assert "Traceback" not in err and "': Broken.grade() on the completion" in err
         assert said in err
+
+
+def test_online_dpo_takes_a_task_that_declares_its_token_budget(tmp_path, capsys):
+    """A task's `max_tokens` set `eval_max_new_tokens`, which online DPO refuses as unread: every
+    such task (vault, calculator, aftersales, a user's single-turn task with a budget) stopped with
+    "eval_max_new_tokens=48 is not read by online DPO", an option the user never gave."""
+    assert task_settings("vault", "online_dpo") == {"max_new_tokens": 48}
+    assert task_settings("vault", "sft")["eval_max_new_tokens"] == 48
+    task = tmp_path / "budget_task.py"
+    task.write_text(f"import sys; sys.path.insert(0, {str(DATA)!r})\nfrom user_task import Reverse\n\n\n"
+                    "class Budget(Reverse):\n    max_tokens = 6\n")
+    assert main(["train", "online_dpo", "--model", "tiny", "--task", f"{task}:Budget", "--rounds", "1", "--prompts_per_round", "2",
+                 "--samples_per_prompt", "2", "--eval_problems", "2", "--threads", "1",
+                 "--out", str(tmp_path / "od")]) == 0
+    assert json.loads((tmp_path / "od" / "run.json").read_text())["config"]["max_new_tokens"] == 6
+    assert main(["train", "online_dpo", "--model", "tiny", "--task", "vault", "--threads", "1", "--out", str(tmp_path / "v")]) == 2
+    assert "is multi-turn" in capsys.readouterr().err

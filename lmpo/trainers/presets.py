@@ -82,7 +82,8 @@ def task_settings(task_spec: str, stage: str) -> dict:
     settings: dict = {}
     budget = getattr(task, "max_tokens", 0)
     if budget:
-        settings["eval_max_new_tokens"] = budget
+        if stage != "online_dpo":  # its evaluation samples --max_new_tokens, as its rounds do
+            settings["eval_max_new_tokens"] = budget
         if stage in ("rl", "online_dpo"):
             settings["max_new_tokens"] = budget
     settings.update(getattr(task, "pipeline_settings", {}).get(stage, {}))
