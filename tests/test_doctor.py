@@ -136,6 +136,26 @@ def test_synthetic_failures(series, extra, code):
     assert _codes(diagnose(_rows(30), "rl")) == set()
 
 
+def test_agent_runs_get_the_cause_of_their_endings_not_single_turn_advice():
+    """On agent runs the doctor advised "raise --max_new_tokens" for turns cut by the per-turn cap,
+    sent env_error and tool_timeout episodes to reward_failures.jsonl (which has none of them), and
+    said nothing of episodes that all overflowed the context."""
+    rows = _rows(30, truncated_frac=(0.9, 0.9), termination_turn_length=(0.9, 0.9))
+    truncation = next(f for f in diagnose(rows, "rl") if f.code == "truncation")
+    assert "per-turn cap" in truncation.message and truncation.remedy.startswith("raise --max_turn_tokens")
+    rows = _rows(30, termination_context_overflow=(1.0, 1.0))
+    cut = next(f for f in diagnose(rows, "rl") if f.code == "episodes_cut_short")
+    assert "context_overflow" in cut.message and "--max_turns" in cut.remedy
+    rows = _rows(30, termination_env_error=(0.5, 0.5))
+    rows[10].update(unscorable=5, unscorable_termination=4)
+    found = {f.code: f for f in diagnose(rows, "rl")}
+    assert found["episodes_excluded"].value == "4 episodes" and "env_error" in found["episodes_excluded"].message
+    assert "lmpo trajectories" in found["episodes_excluded"].remedy
+    assert found["unscorable"].value == "1 completions"  # the reward functions' own failures
+    rows[10].update(unscorable=4)
+    assert "unscorable" not in _codes(diagnose(rows, "rl"))
+
+
 def test_supervised_stages():
     falling = [{"step": s, "loss": 3.0 - 0.02 * s} for s in range(10, 110, 10)]
     assert [f.code for f in diagnose(falling, "cpt")] == ["loss_still_falling"]

@@ -114,6 +114,50 @@ def check_kl(rows: list[Row], th: Thresholds) -> list[Finding]:
     return []
 
 
+# an agent episode cut off by a limit: what the limit was, and what lifts it
+_CUT_OFF = {
+    "turn_length": ("the model's turns hit the per-turn cap (--max_turn_tokens, or the task's own) before their "
+                    "end-of-turn token: unterminated, so graded wrong",
+                    "raise --max_turn_tokens (the budget --max_new_tokens caps it too), or teach shorter turns "
+                    "in SFT"),
+    "token_budget": ("episodes ran out of their token budget (--max_new_tokens counts every model, template and "
+                     "tool-output token after the prompt) before an answer",
+                     "raise --max_new_tokens (and --eval_max_new_tokens), or lower --max_turns"),
+    "context_overflow": ("the conversation outgrew the model's context before an answer",
+                         "lower --max_turns or --max_new_tokens, shorten the tools' output, or use a model with a "
+                         "longer context"),
+}
+
+
+def _truncation_cause(rows: list[Row]) -> tuple[str, str]:
+    """(what happened, what to do) for truncated completions: for an agent run, by the ending
+    that cut most episodes off in the last tenth (raising --max_new_tokens does not lift a
+    per-turn cap); for a single-turn run, the completion limit."""
+    shares = {ending: _ends(v)[1] for ending in _CUT_OFF if (v := _values(rows, f"termination_{ending}"))}
+    if shares and max(shares.values()) > 0:
+        return _CUT_OFF[max(shares, key=shares.get)]
+    return ("completions hit --max_new_tokens before EOS: they are unterminated, so graded wrong, and their "
+            "length gradient is biased",
+            "raise --max_new_tokens (and --eval_max_new_tokens), or penalise length (--overlong penalty, "
+            "--missing_eos_penalty)")
+
+
+def _cut_short(rows: list[Row], th: Thresholds) -> list[Finding]:
+    """Agent episodes that ended at the turn limit or the context, not on an answer: by default
+    their tokens are masked (trained on neither way), and the truncation share does not count
+    them, since each turn there ended."""
+    remedies = {"max_turns": "raise --max_turns (or the task's own), or train them with "
+                             "--termination_policy max_turns=penalise",
+                "context_overflow": _CUT_OFF["context_overflow"][1]}
+    shares = {e: _ends(v)[1] for e in remedies if (v := _values(rows, f"termination_{e}"))}
+    if not shares or sum(shares.values()) <= th.truncated_frac:
+        return []
+    worst = max(shares, key=shares.get)
+    return [Finding("episodes_cut_short", "warning", f"termination_{worst}", f"{_pct(shares[worst])} (last tenth)",
+                    f"> {_pct(th.truncated_frac)}", f"episodes ended at a limit ({worst}) before an answer; by default "
+                    "they are masked, so they train nothing", remedies[worst])]
+
+
 def check_length(rows: list[Row], th: Thresholds) -> list[Finding]:
     findings = []
     trunc = _values(rows, "truncated_frac")
@@ -121,11 +165,8 @@ def check_length(rows: list[Row], th: Thresholds) -> list[Finding]:
         end = _ends(trunc)[1]
         if end > th.truncated_frac:
             findings.append(Finding("truncation", "warning", "truncated_frac", f"{_pct(end)} (last tenth)",
-                                    f"> {_pct(th.truncated_frac)}",
-                                    "completions hit --max_new_tokens before EOS: they are unterminated, "
-                                    "so graded wrong, and their length gradient is biased",
-                                    "raise --max_new_tokens (and --eval_max_new_tokens), or penalise length "
-                                    "(--overlong penalty, --missing_eos_penalty)"))
+                                    f"> {_pct(th.truncated_frac)}", *_truncation_cause(rows)))
+    findings += _cut_short(rows, th)
     length = _values(rows, "completion_len_mean")
     if len(length) >= 4:
         start, end = _ends(length)

@@ -120,9 +120,19 @@ def check_faults(rows: list[Row], th: Thresholds) -> list[Finding]:
                                 "the learning rate was lowered to x" f"{last.get('lr_scale', 1):g}; start the next run "
                                 "with a lower --lr"))
     findings += _no_updates(rows)
-    unscorable = finite_values(rows, "unscorable")
-    if unscorable and sum(unscorable) > 0:
-        findings.append(Finding("unscorable", "warning", "unscorable", f"{int(sum(unscorable))} completions",
+    excluded = int(sum(finite_values(rows, "unscorable_termination")))  # episodes left out by how they ended
+    unscored = int(sum(finite_values(rows, "unscorable"))) - excluded
+    if excluded > 0:
+        endings = sorted({k.removeprefix("termination_") for r in rows for k in r
+                          if k in ("termination_tool_timeout", "termination_env_error") and as_float(r[k])})
+        findings.append(Finding("episodes_excluded", "warning", "unscorable_termination",
+                                f"{plural(excluded, 'episode')}", "> 0",
+                                f"episodes that ended in {' or '.join(endings) or 'an ending --termination_policy excludes'} "
+                                "(the environment or a tool failed, not the model) were left out of training",
+                                "read each one's error with `lmpo trajectories RUN_DIR` and the run's [env] warnings; "
+                                "fix the environment or tool, or give a slow tool more time"))
+    if unscored > 0:
+        findings.append(Finding("unscorable", "warning", "unscorable", f"{unscored} completions",
                                 "> 0", "a reward function could not score some completions (left out of the "
                                 "baseline, zero advantage)", "read RUN_DIR/reward_failures.jsonl; fix the function "
                                 "or raise --reward_timeout"))
