@@ -33,6 +33,15 @@ def test_a_model_saved_without_its_tokenizer_is_refused(start_model, tmp_path, c
     assert f"{bare} has no tokenizer" in error_line(capsys)
 
 
+def test_a_models_file_given_for_its_directory_says_so(start_model, tmp_path, capsys):
+    """`--model DIR/config.json` said "DIR/config.json is not a Hugging Face model directory: it
+    has no config.json"."""
+    config = Path(start_model) / "config.json"
+    assert main(["eval", "--model", str(config), "--eval_problems", "2"]) == 2
+    assert error_line(capsys) == (f"lmpo: error: {config} is a file; a model is given as its directory "
+                                  f"({start_model})")
+
+
 def test_an_adapter_names_its_base_by_absolute_path_and_a_lost_base_is_named(start_model, tmp_path, monkeypatch,
                                                                               capsys):
     shutil.copytree(start_model, tmp_path / "base")

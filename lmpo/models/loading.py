@@ -280,6 +280,9 @@ def _check_local_path(name_or_path: str, trust_remote_code: bool = False) -> Non
     and again for every copy it loads.)"""
     path = Path(name_or_path)
     looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") >= 2
+    if path.is_file():  # `--model DIR/config.json`, `--model model.safetensors`
+        raise FileNotFoundError(f"{path} is a file; a model is given as its directory"
+                                f"{f' ({path.parent})' if (path.parent / 'config.json').is_file() else ''}")
     if path.exists() and not (path / "config.json").exists() and not is_adapter_dir(path):
         inside = _models_inside(path)
         hint = f"; it holds {'models' if len(inside) > 1 else 'a model'}: {', '.join(map(str, inside))}" if inside else ""
