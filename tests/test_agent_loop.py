@@ -9,7 +9,7 @@ import torch
 from lmpo.envs import Problem, make_task
 from lmpo.envs.env import TERMINATIONS, SingleTurnEnv, Step
 from lmpo.envs.tool_env import ToolEnv
-from lmpo.envs.tools import ToolError, tool
+from lmpo.envs.tools import ToolError, ToolTimeout, tool
 from lmpo.envs.parsing import CompactFormat
 from lmpo.models import build_char_tokenizer, load_model_and_tokenizer
 from lmpo.rollout import ENV, MODEL, PROMPT, EpisodeLimits, Sample, SamplingParams, run_episodes, to_rollout
@@ -59,7 +59,7 @@ def _lookup():
             key: the key.
         """
         if key == "slow":
-            raise ToolError("timeout: the lookup took longer than 1 s")
+            raise ToolTimeout("timeout: the lookup took longer than 1 s")
         if key == "big":
             return "7" * 300
         return {"1": "31415"}.get(key) or (_ for _ in ()).throw(ToolError(f"no key {key!r}"))

@@ -14,7 +14,7 @@ import pytest
 from lmpo.envs import Problem
 from lmpo.envs.parsing import CompactFormat, ToolCall, execute_call
 from lmpo.envs.tool_env import ToolEnv
-from lmpo.envs.tools import ToolCrash, ToolError, tool
+from lmpo.envs.tools import ToolCrash, ToolError, ToolTimeout, tool
 from lmpo.models import build_char_tokenizer
 from lmpo.rollout import EpisodeLimits, SamplingParams, run_episodes
 from lmpo.rollout.render import ChatRenderer
@@ -67,6 +67,47 @@ def test_execute_call_lists_crashes_but_not_refusals():
         ("error: no such key", False)
     assert execute_call(ToolCall("lookup", arguments={"key": "a"}), tools, crashes) == ("1", True)
     assert len(crashes) == 1 and crashes[0].startswith("lookup raised KeyError: 'b'")
+
+
+@tool
+def fetch(key: str) -> str:
+    """Fetch a value over the network.
+
+    Args:
+        key: the key.
+    """
+    if key == "slow":
+        raise TimeoutError("timed out")  # what socket and urllib raise when their deadline passes
+    if key == "limit":
+        raise ToolTimeout("timeout: the fetch took longer than 2 s")
+    if key == "zero":
+        raise ToolError("timeout must be positive")  # a refusal for the model, worded "timeout"
+    return "error: timeout is 30 s in the config"  # a successful result that reads like an error
+
+
+def _fetch_episode(key: str):
+    env = ToolEnv(lambda p: [], lambda p: [fetch], CompactFormat())
+    env.reset(None)
+    return env.step(f"fetch({key})")
+
+
+def test_only_a_tool_that_overran_its_time_limit_ends_the_episode_as_tool_timeout():
+    """Before: any observation starting `error: timeout` ended the episode as tool_timeout
+    (excluded), a successful result or a refusal alike, and a tool's TimeoutError was the model's
+    parse error. Now the tool's ToolTimeout or TimeoutError does, and nothing else."""
+    returned = _fetch_episode("ok")
+    assert not returned.done and returned.messages() == [{"role": "tool", "content": "error: timeout is 30 s in the config"}]
+    assert returned.info["parse_error"] is False
+    refused = _fetch_episode("zero")
+    assert not refused.done and refused.info["parse_error"] is True
+    assert refused.messages() == [{"role": "tool", "content": "error: timeout must be positive"}]
+    for key in ("slow", "limit"):
+        step = _fetch_episode(key)
+        assert step.done and step.info["termination"] == "tool_timeout", key
+    assert _fetch_episode("slow").info["error"].startswith("fetch: timeout: TimeoutError: timed out (")
+    assert _fetch_episode("limit").info["error"] == "fetch: timeout: the fetch took longer than 2 s"
+    with pytest.raises(ToolTimeout):
+        execute_call(ToolCall("fetch", arguments={"key": "slow"}), {"fetch": fetch})
 
 
 def test_a_returned_dict_or_list_reaches_the_model_as_json():

@@ -88,7 +88,7 @@ def test_heldout_problems_never_appear_in_training_data():
 def test_a_tool_timeout_ends_the_episode_as_an_infrastructure_failure():
     from lmpo.envs.parsing import CompactFormat
     from lmpo.envs.tool_env import ToolEnv
-    from lmpo.envs.tools import ToolError, tool
+    from lmpo.envs.tools import ToolTimeout, tool
 
     def slow(x: str) -> str:
         """Never finishes in time.
@@ -96,7 +96,7 @@ def test_a_tool_timeout_ends_the_episode_as_an_infrastructure_failure():
         Args:
             x: anything.
         """
-        raise ToolError("timeout: took longer than 1 s")
+        raise ToolTimeout("timeout: took longer than 1 s")
 
     env = ToolEnv(lambda p: [], lambda p: [tool(slow)], CompactFormat())
     env.reset(None)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from lmpo.envs.tools.schema import Tool, ToolCrash, ToolError, clip
+from lmpo.envs.tools.schema import Tool, ToolCrash, ToolError, ToolTimeout, clip
 
 
 @dataclass(frozen=True)
@@ -139,8 +139,9 @@ def make_format(name: str) -> ToolCallFormat:
 
 def execute_call(call: ToolCall, tools: dict[str, Tool], crashes: list[str] | None = None) -> tuple[str, bool]:
     """Run `call` on `tools`: (observation, ok). An unknown tool, bad arguments or a refusal
-    (ToolError) is an observation starting ``error:`` with ok False, never an exception. A tool
-    that raised something else (ToolCrash) is also appended to `crashes`, for its owner to see."""
+    (ToolError) is an observation starting ``error:`` with ok False. A tool that raised something
+    else (ToolCrash) is also appended to `crashes`, for its owner to see. A tool that overran its
+    time limit (ToolTimeout) is raised on: no observation follows it, the episode ends."""
     chosen = tools.get(call.name)
     if chosen is None:
         return f"error: unknown tool {call.name!r}; available: {', '.join(sorted(tools))}", False
@@ -148,6 +149,8 @@ def execute_call(call: ToolCall, tools: dict[str, Tool], crashes: list[str] | No
         if call.arguments is not None:
             return chosen.call(call.arguments), True
         return chosen.call_text(call.raw_arguments or ""), True
+    except ToolTimeout:
+        raise
     except ToolCrash as error:
         if crashes is not None:
             crashes.append(error.description)

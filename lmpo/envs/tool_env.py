@@ -5,7 +5,9 @@ back to the model as an error observation and is counted; the loop ends the epis
 `max_parse_errors` of them. A tool that raised something other than ToolError is also listed
 in the step's `info["tool_crashes"]`: it may be the tool's bug, which the trainer reports. A
 tool that overruns its time limit ends the episode as `tool_timeout` (an infrastructure
-failure, excluded from training by default)."""
+failure, excluded from training by default): the tool said so by raising ToolTimeout, or its
+function raised Python's TimeoutError. What a tool returns, or a refusal worded `timeout ...`,
+is an observation like any other."""
 
 from __future__ import annotations
 
@@ -14,9 +16,7 @@ from typing import Callable, Sequence
 from lmpo.envs.base import Problem
 from lmpo.envs.env import TOOL_TIMEOUT, Step
 from lmpo.envs.parsing import ToolCallFormat, execute_call
-from lmpo.envs.tools import Tool
-
-TIMEOUT_PREFIX = "error: timeout"  # how execute_call reports a ToolError("timeout: ...")
+from lmpo.envs.tools import Tool, ToolTimeout
 
 
 class ToolEnv:
@@ -40,10 +40,11 @@ class ToolEnv:
             return Step(done=True, info={"answer": parsed.answer if parsed.answer is not None else action_text})
         observations, all_ok, crashes = [], True, []
         for call in parsed.calls:
-            text, ok = execute_call(call, self.tools, crashes)
-            if text.startswith(TIMEOUT_PREFIX):
+            try:
+                text, ok = execute_call(call, self.tools, crashes)
+            except ToolTimeout as error:
                 return Step(done=True, info={"termination": TOOL_TIMEOUT, "tool_calls": len(parsed.calls),
-                                             "error": text})
+                                             "error": f"{call.name}: {error}"})
             observations.append({"role": "tool", "content": text})
             all_ok = all_ok and ok
         reward = self.call_reward if (self.call_reward is not None and all_ok) else None

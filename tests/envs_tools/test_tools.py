@@ -13,8 +13,8 @@ from typing import Literal, Optional
 import pytest
 
 from lmpo.envs.sandbox import SandboxError, SandboxLimits, run_python
-from lmpo.envs.tools import (CALCULATOR, ReadOnlySQL, SearchIndex, Tool, ToolError, calculate, make_python_tool,
-                             make_search_tools, make_sql_tool, tool)
+from lmpo.envs.tools import (CALCULATOR, ReadOnlySQL, SearchIndex, Tool, ToolError, ToolTimeout, calculate,
+                             make_python_tool, make_search_tools, make_sql_tool, tool)
 
 
 def weather(city: str, unit: Literal["c", "f"] = "c", days: int = 1, scale: float = 1.0,
@@ -183,7 +183,7 @@ def test_python_tool_output_errors_and_clipping(python_tool):
 
 def test_python_tool_timeout(python_tool):
     start = time.monotonic()
-    with pytest.raises(ToolError, match="^timeout: the program ran past 1 s"):
+    with pytest.raises(ToolTimeout, match="^timeout: the program ran past 1 s"):
         python_tool.call({"code": "print('started', flush=True)\nwhile True:\n    pass"})
     assert time.monotonic() - start < 5
 
@@ -298,7 +298,7 @@ def test_sql_timeout_stops_a_slow_query(database):
     db = ReadOnlySQL(database, timeout_s=0.3)
     slow = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000000000) SELECT count(*) FROM c"
     start = time.monotonic()
-    with pytest.raises(ToolError, match="^timeout: the query ran past 0.3 s"):
+    with pytest.raises(ToolTimeout, match="^timeout: the query ran past 0.3 s"):
         db.query(slow)
     assert time.monotonic() - start < 2
     assert db.query("SELECT count(*) FROM items") == "count(*)\n120"  # the connection still works

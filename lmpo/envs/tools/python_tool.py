@@ -4,7 +4,7 @@ printed comes back as the observation."""
 from __future__ import annotations
 
 from lmpo.envs.sandbox import SandboxLimits, SandboxResult, run_python
-from lmpo.envs.tools.schema import Tool, ToolError, clip, tool
+from lmpo.envs.tools.schema import Tool, ToolError, ToolTimeout, clip, tool
 
 DEFAULT_LIMITS = SandboxLimits(wall_s=5.0, cpu_s=5.0, memory_mb=512, output_bytes=64 * 1024)
 """Tighter than the sandbox's own defaults: a tool call sits inside an episode's turn."""
@@ -14,9 +14,9 @@ def make_python_tool(limits: SandboxLimits | None = None, max_output_chars: int 
     """The `python` tool: runs `code` (standard library only) under `limits` and returns its
     stdout, and its stderr labelled when there is any, clipped to `max_output_chars`.
 
-    A program that passes the wall-clock deadline, or that the sandbox kills for a resource,
-    gives a ToolError with the reason; a program that raises is an ordinary observation (its
-    traceback is on stderr).
+    A program that passes the wall-clock deadline gives a ToolTimeout (the episode ends as
+    `tool_timeout`), one that the sandbox kills for a resource a ToolError with the reason; a
+    program that raises is an ordinary observation (its traceback is on stderr).
     """
     limits = limits or DEFAULT_LIMITS
     if max_output_chars < 1:
@@ -31,7 +31,7 @@ def make_python_tool(limits: SandboxLimits | None = None, max_output_chars: int 
         result = run_python(code, limits=limits)
         output = _observation(result, max_output_chars)
         if result.timed_out:
-            raise ToolError(f"timeout: the program ran past {limits.wall_s:g} s and was killed"
+            raise ToolTimeout(f"timeout: the program ran past {limits.wall_s:g} s and was killed"
                             + _partial(output))
         if result.killed_reason == "cpu_time":
             raise ToolError(f"killed: the program used more than {limits.cpu_s:g} s of CPU" + _partial(output))

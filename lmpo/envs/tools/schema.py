@@ -24,8 +24,15 @@ def quiet_parse(source: str) -> ast.Expression:
 
 
 class ToolError(Exception):
-    """A tool call the tool refuses (bad arguments, unknown key, timeout...). Its message goes
-    back to the model as an observation; it never crashes the episode."""
+    """A tool call the tool refuses (bad arguments, unknown key...). Its message goes back to
+    the model as an observation; it never crashes the episode."""
+
+
+class ToolTimeout(ToolError):
+    """The tool overran its own time limit (the sandbox's wall clock, the SQL deadline, a
+    network timeout): the tool's infrastructure failed, not the model's call, so the episode
+    ends as `tool_timeout` and is excluded from training. A tool whose function raises Python's
+    TimeoutError gets this too."""
 
 
 class ToolCrash(ToolError):
@@ -75,7 +82,8 @@ class Tool:
 
         Unknown or missing arguments and wrong JSON types raise ToolError naming the argument
         and what was expected (an int is accepted for a float; a numeric string is not
-        converted). Any other exception from the function becomes ``ToolCrash("Type: message")``.
+        converted). A TimeoutError from the function becomes ToolTimeout; any other exception
+        becomes ``ToolCrash("Type: message")``.
         """
         if not isinstance(arguments, dict):
             raise ToolError(f"{self.name}: arguments must be a JSON object, got {_describe_value(arguments)}")
@@ -93,6 +101,8 @@ class Tool:
             result = self.fn(**checked)
         except ToolError:
             raise
+        except TimeoutError as error:  # socket, urllib, concurrent.futures: the tool's own deadline passed
+            raise ToolTimeout(f"timeout: {type(error).__name__}: {error} ({_raised_at(error)})") from error
         except Exception as error:  # the model's input broke the tool, or the tool is broken: tell both
             raise ToolCrash(self.name, error) from error
         return as_text(result)

@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from lmpo.envs.tools.schema import Tool, ToolError, clip, tool
+from lmpo.envs.tools.schema import Tool, ToolError, ToolTimeout, clip, tool
 
 _LEADING_COMMENTS = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
 _ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
@@ -58,7 +58,7 @@ class ReadOnlySQL:
     def query(self, sql: str, *, header: bool = True) -> str:
         """Run one SELECT/WITH statement and return a text table: a ``|``-separated header
         line, then at most `max_rows` rows and a line saying how many more were cut.
-        Anything else, an SQL error or passing `timeout_s` raises ToolError."""
+        Anything else or an SQL error raises ToolError; passing `timeout_s` raises ToolTimeout."""
         statement = _single_select(sql)
         with self._lock:
             deadline = time.monotonic() + self.timeout_s
@@ -78,7 +78,7 @@ class ReadOnlySQL:
                     counted = False  # the deadline passed while counting: the rows shown still stand
             except sqlite3.OperationalError as error:
                 if "interrupted" in str(error):
-                    raise ToolError(f"timeout: the query ran past {self.timeout_s:g} s and was stopped") from None
+                    raise ToolTimeout(f"timeout: the query ran past {self.timeout_s:g} s and was stopped") from None
                 raise ToolError(f"sql error: {error}") from None
             except sqlite3.Error as error:
                 raise ToolError(f"sql error: {error}") from None
