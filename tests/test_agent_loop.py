@@ -71,6 +71,11 @@ class _Raising(SingleTurnEnv):
         raise RuntimeError("the environment broke")
 
 
+class _NoStart(SingleTurnEnv):
+    def reset(self, problem):
+        raise RuntimeError("database not reachable")
+
+
 class _Quits(SingleTurnEnv):
     def step(self, action_text):
         return Step(done=True, info={"handoff": True})
@@ -125,6 +130,19 @@ def test_what_the_environment_reads_as_the_answer_is_what_is_graded(tok):
     (traj,), _ = _run(tok, {"qT": ["\n76"]}, EpisodeLimits(max_turns=3, max_tokens=64), lambda: env)
     assert traj.final_text == "76"
     assert task.grade(Problem(prompt="37*48 mod 100=?", answer="76"), traj.final_text, traj.terminated).correct
+
+
+def test_only_episodes_cut_off_by_a_length_limit_count_as_truncated(tok):
+    """Before: every trajectory whose last turn had no EOS was laid out as finish reason
+    "length", so an environment whose reset raised (no token sampled) made `truncated_frac` 1.0
+    and an overlong filter would mask it; now only a length ending is."""
+    (failed,), _ = _run(tok, {"qI": ["x"]}, EpisodeLimits(max_turns=3, max_tokens=64), _NoStart)
+    (cut,), _ = _run(tok, {"qE": ["lookup(1)"]}, EpisodeLimits(max_turns=3, max_tokens=64, max_turn_tokens=5))
+    (answered,), _ = _run(tok, {"qA": ["lookup(1)", "11345"]}, EpisodeLimits(max_turns=3, max_tokens=64))
+    assert (failed.termination, failed.num_model_tokens, cut.termination) == ("env_error", 0, "turn_length")
+    rollout = to_rollout([failed, cut, answered], tok.pad_token_id)
+    assert rollout.truncated.tolist() == [False, True, False]
+    assert [t.truncated for t in (failed, cut, answered)] == [False, True, False]
 
 
 def test_malformed_calls_and_tool_errors_continue_the_episode(tok):

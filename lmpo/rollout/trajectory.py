@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lmpo.envs.base import Problem
-from lmpo.envs.env import ANSWERED, ENV_DONE
+from lmpo.envs.env import ANSWERED, ENV_DONE, LENGTH_ENDINGS
 from lmpo.rollout.types import FINISH_EOS, FINISH_LENGTH, Rollout
 
 PROMPT, MODEL, TEMPLATE, ENV = 0, 1, 2, 3
@@ -61,6 +61,12 @@ class Trajectory:
         return self.termination in (ANSWERED, ENV_DONE) and self.last_turn_eos
 
     @property
+    def truncated(self) -> bool:
+        """A length limit cut the episode's last turn off before EOS. An episode that never
+        sampled (its environment failed to start) was cut by nothing."""
+        return not self.last_turn_eos and self.termination in LENGTH_ENDINGS
+
+    @property
     def completion_ids(self) -> list[int]:
         return self.token_ids[self.prompt_length:]
 
@@ -100,7 +106,8 @@ class Trajectory:
 def to_rollout(trajectories: list[Trajectory], pad_id: int) -> Rollout:
     """Trajectories laid out for the loss: prompts unpadded, everything after the prompt
     right-padded. `lengths` counts every token after the prompt (observations included), so a
-    trajectory with tool output in the middle is never cut short."""
+    trajectory with tool output in the middle is never cut short. `finish_reasons` is "length"
+    only for a trajectory a length limit cut off (`Trajectory.truncated`)."""
     completions = [t.completion_ids for t in trajectories]
     width = max(1, max(len(c) for c in completions))
     # right-padded as lists, then one tensor each (a tensor per row costs more than its contents)
@@ -111,5 +118,5 @@ def to_rollout(trajectories: list[Trajectory], pad_id: int) -> Rollout:
                              for t, c in zip(trajectories, completions)], dtype=torch.float32)
     return Rollout(prompt_ids=[t.token_ids[:t.prompt_length] for t in trajectories], completion_ids=ids,
                    loss_mask=mask, logprobs=logprobs,
-                   finish_reasons=[FINISH_EOS if t.last_turn_eos else FINISH_LENGTH for t in trajectories],
+                   finish_reasons=[FINISH_LENGTH if t.truncated else FINISH_EOS for t in trajectories],
                    pad_id=pad_id, lengths=torch.tensor([len(c) for c in completions], dtype=torch.long))
