@@ -178,6 +178,26 @@ def test_long_observations_are_clipped_with_a_marker(tok):
     assert observation == "7" * 50 + "...[clipped 250 chars]"
 
 
+def test_an_observation_with_a_lone_surrogate_reaches_the_model_as_a_replacement_character(tok):
+    """Before: a tool's output holding a lone surrogate (a file name from os.listdir that is not
+    UTF-8) reached the tokenizer, whose TypeError took the whole batch down."""
+    with pytest.raises(TypeError):  # what a fast tokenizer does with such text
+        tok("file-\udcff.txt", add_special_tokens=False)
+
+    def listing(key: str) -> str:
+        """Files.
+
+        Args:
+            key: the key.
+        """
+        return {"1": "file-\udcff.txt", "2": "ok \ud83d\ude00"}[key]
+
+    scripts = {"qA": ["listing(1)", "listing(2)", "1"], "qB": ["listing(2)", "1"]}
+    trajs, _ = _run(tok, scripts, EpisodeLimits(max_turns=3, max_tokens=999), _env_with([tool(listing)]))
+    assert [t.termination for t in trajs] == ["answered", "answered"]
+    assert [m["content"] for m in trajs[0].messages if m["role"] == "tool"] == ["file-\ufffd.txt", "ok \U0001f600"]
+
+
 def test_context_overflow_rolls_the_observation_back(tok):
     (traj,), _ = _run(tok, {"qF": ["lookup(big)"]}, EpisodeLimits(max_turns=3, max_tokens=999, max_context=200))
     assert traj.termination == "context_overflow"

@@ -7,8 +7,9 @@ task is the same loop with one turn. Every exit sets a termination reason.
 Budgets: one token budget per trajectory (everything after the prompt: model, template and
 environment tokens); each turn is capped at min(per-turn cap, what remains of the budget, what
 remains of the model's context). Observations longer than `max_observation_chars` are clipped
-with a visible marker; one that would not fit the context (or the budget) is rolled back and
-the episode ends as `context_overflow` (or `token_budget`).
+with a visible marker (after any text that is not valid UTF-8 becomes U+FFFD); one that would
+not fit the context (or the budget) is rolled back and the episode ends as `context_overflow`
+(or `token_budget`).
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ def _append_observation(ep: _Episode, step: Step) -> bool:
     traj, limits = ep.traj, ep.limits
     new = []
     for message in step.messages():
-        content = message.get("content") or ""
+        content = encodable(message.get("content") or "")
         if len(content) > limits.max_observation_chars:
             cut = len(content) - limits.max_observation_chars
             content = content[:limits.max_observation_chars] + CLIP_MARKER.format(n=cut)
@@ -213,6 +214,17 @@ def _append_observation(ep: _Episode, step: Step) -> bool:
     ep.held_text = conversation  # the template's text, which may differ from the ids' (`Suffix.conversation`)
     ep.messages.extend(new)
     return True
+
+
+def encodable(text: str) -> str:
+    """`text` with each lone surrogate (what `os.listdir` or `surrogateescape` give for bytes that
+    are not UTF-8) replaced by U+FFFD, as the sandbox decodes such bytes; a tokenizer refuses text
+    that cannot be encoded as UTF-8, which would take the whole batch down."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:  # utf-16 joins a valid surrogate pair into its character
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _eos_ids(tokenizer) -> set[int]:
