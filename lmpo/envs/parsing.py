@@ -116,6 +116,8 @@ def _hermes_call(body: str) -> ToolCall | str:
         payload = json.loads(body)
     except json.JSONDecodeError as error:
         return f"invalid JSON ({error.msg} at character {error.pos}); {expected}"
+    except RecursionError:  # `[[[[...` thousands deep: the model's malformed turn, not the environment's failure
+        return f"the JSON is nested too deeply to read; {expected}"
     if not isinstance(payload, dict):
         return f"the JSON is not an object; {expected}"
     name = payload.get("name")

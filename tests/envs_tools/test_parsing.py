@@ -77,6 +77,7 @@ def test_hermes_calls():
     ('<tool_call>{"name": "lookup", "arguments": "{\\"key\\": 7}"}</tool_call>', '"arguments" must be a JSON object'),
     ('<tool_call>{"name": "lookup", "arguments": [7]}</tool_call>', '"arguments" must be a JSON object, got list'),
     ('<tool_call>["lookup", 7]</tool_call>', "not an object"),
+    ('<tool_call>{"name": "lookup", "arguments": {"key": ' + "[" * 5000 + "}}</tool_call>", "nested too deeply"),
     ('<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": ', "without a closing")])
 def test_hermes_malformed_calls(text, message):
     turn = HermesFormat().parse(text)
