@@ -178,6 +178,38 @@ def test_long_observations_are_clipped_with_a_marker(tok):
     assert observation == "7" * 50 + "...[clipped 250 chars]"
 
 
+def test_a_task_declares_its_own_observation_cap(tok):
+    """Before: the cap was 512 characters whatever the task (limits_for never set it), so a tool
+    whose own limit was larger (make_python_tool(max_output_chars=4000)) was cut at 512."""
+    from lmpo.rollout.agent_loop import limits_for
+
+    class Plain:
+        max_turns = 3
+
+    class Verbose(Plain):
+        max_observation_chars = 4000
+
+    assert limits_for(Plain(), None, 999).max_observation_chars == 512  # the embedded tasks' cap, unchanged
+    limits = limits_for(Verbose(), None, 9999)
+    assert limits.max_observation_chars == 4000
+
+    def page(key: str) -> str:
+        """A long page.
+
+        Args:
+            key: the key.
+        """
+        return "a" * 1500
+
+    (traj,), _ = _run(tok, {"qA": ["page(1)", "1"]}, limits, _env_with([tool(page)]))
+    assert [m["content"] for m in traj.messages if m["role"] == "tool"] == ["a" * 1500]
+    for wrong in (0, -5, "4000", True):
+        Verbose.max_observation_chars = wrong
+        with pytest.raises(ValueError, match=f"^task Verbose: max_observation_chars must be a positive integer "
+                                             rf"\(the characters of one observation the model sees\), got {wrong!r}$"):
+            limits_for(Verbose(), None, 9999)
+
+
 def test_an_observation_with_a_lone_surrogate_reaches_the_model_as_a_replacement_character(tok):
     """Before: a tool's output holding a lone surrogate (a file name from os.listdir that is not
     UTF-8) reached the tokenizer, whose TypeError took the whole batch down."""

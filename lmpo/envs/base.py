@@ -26,9 +26,10 @@ class Grade:
 class Task(Protocol):
     """A task. Optional attributes a multi-turn task adds (read with defaults where absent):
     `chat = True` (render with the chat template), `make_env()` (a fresh `Env` per episode; else
-    `SingleTurnEnv`), `tool_schemas()` (for the template), `max_turns`, `max_turn_tokens` and
-    `max_tokens` (episode limits), `pipeline_settings` ({stage: {option: value}} it suggests).
-    Such a task's `cpt_corpus` and `sft_demonstrations` return conversations (lists of messages)."""
+    `SingleTurnEnv`), `tool_schemas()` (for the template), `max_turns`, `max_turn_tokens`,
+    `max_tokens` and `max_observation_chars` (episode limits), `pipeline_settings` ({stage:
+    {option: value}} it suggests). Such a task's `cpt_corpus` and `sft_demonstrations` return
+    conversations (lists of messages)."""
 
     name: str
 

@@ -27,6 +27,7 @@ from lmpo.rollout.trajectory import MODEL, PROMPT, Trajectory
 from lmpo.rollout.types import FINISH_EOS, SamplingParams
 
 CLIP_MARKER = "...[clipped {n} chars]"
+MAX_OBSERVATION_CHARS = 512  # a task's `max_observation_chars` when it declares none
 MAX_CRASHES_KEPT = 3  # tool crashes kept in a trajectory's info: enough to show, not one per turn
 
 
@@ -42,8 +43,9 @@ class EpisodeLimits:
     """The model's context length: prompt plus trajectory never exceed it (0: no limit)."""
     max_parse_errors: int = 3
     """Malformed turns (bad call syntax, unknown tool, bad arguments) before the episode ends as `parse_error_limit`."""
-    max_observation_chars: int = 512
-    """Longer observations are clipped, with a marker the model can see."""
+    max_observation_chars: int = MAX_OBSERVATION_CHARS
+    """Longer observations are clipped, with a marker the model can see. This applies after a
+    tool's own limit (the python tool's `max_output_chars`): the smaller of the two wins."""
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_tokens", "max_parse_errors", "max_observation_chars"):
@@ -235,13 +237,18 @@ def _eos_ids(tokenizer) -> set[int]:
 def limits_for(task, model, max_tokens: int, *, max_turns: int = 0, max_turn_tokens: int = 0,
                max_parse_errors: int = 3) -> EpisodeLimits:
     """Episode limits from the run's options, falling back to the task's own (`task.max_turns`,
-    `task.max_turn_tokens`) and the model's context length."""
+    `task.max_turn_tokens`, `task.max_observation_chars`) and the model's context length."""
     from lmpo.models.logprobs import context_length
 
     context = context_length(model) or 0
+    observation_chars = getattr(task, "max_observation_chars", MAX_OBSERVATION_CHARS)
+    if isinstance(observation_chars, bool) or not isinstance(observation_chars, int) or observation_chars < 1:
+        raise ValueError(f"task {type(task).__name__}: max_observation_chars must be a positive integer (the "
+                         f"characters of one observation the model sees), got {observation_chars!r}")
     return EpisodeLimits(max_turns=max_turns or int(getattr(task, "max_turns", 1)), max_tokens=max_tokens,
                          max_turn_tokens=max_turn_tokens or int(getattr(task, "max_turn_tokens", 0)),
-                         max_context=context, max_parse_errors=max_parse_errors)
+                         max_context=context, max_parse_errors=max_parse_errors,
+                         max_observation_chars=observation_chars)
 
 
 @dataclass

@@ -12,7 +12,9 @@ DEFAULT_LIMITS = SandboxLimits(wall_s=5.0, cpu_s=5.0, memory_mb=512, output_byte
 
 def make_python_tool(limits: SandboxLimits | None = None, max_output_chars: int = 2000) -> Tool:
     """The `python` tool: runs `code` (standard library only) under `limits` and returns its
-    stdout, and its stderr labelled when there is any, clipped to `max_output_chars`.
+    stdout, and its stderr labelled when there is any, clipped to `max_output_chars`. The agent
+    loop then clips every observation to the task's `max_observation_chars` (512 unless the task
+    sets it): a task that wants the model to see more than 512 characters sets that too.
 
     A program that passes the wall-clock deadline gives a ToolTimeout (the episode ends as
     `tool_timeout`), one that the sandbox kills for a resource a ToolError with the reason; a
