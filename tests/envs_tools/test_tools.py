@@ -3,6 +3,7 @@ Python tool, BM25 search over a local corpus and read-only SQL."""
 
 import hashlib
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -73,6 +74,23 @@ def test_tool_forms_and_definition_errors():
         def variadic(*xs: int) -> int:
             return 0
         tool(variadic)
+
+
+def test_an_async_function_is_refused_as_a_tool():
+    """Before: `@tool async def` built a tool whose every call returned the coroutine, so the model
+    saw '<coroutine object fetch at 0x...>' as a successful call's result."""
+    async def fetch(url: str) -> str:
+        return url
+
+    async def stream(url: str):
+        yield url
+
+    message = ("tool 'fetch' is an async function; tools must be plain (synchronous) functions that return "
+               "their result (run a coroutine to completion inside one, e.g. asyncio.run)")
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        tool(fetch)
+    with pytest.raises(TypeError, match="^tool 'pages' is an async function"):
+        tool(stream, name="pages")
 
 
 def test_arguments_are_checked():

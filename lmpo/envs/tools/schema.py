@@ -176,7 +176,8 @@ def tool(fn: Callable | None = None, *, name: str | None = None) -> Tool | Calla
 
     JSON types come from the annotations (str, int, float, bool, list[...], dict, Optional /
     ``X | None``, Literal[...] as an enum); parameter descriptions from a Google-style
-    ``Args:`` section of the docstring. A parameter without annotation raises TypeError.
+    ``Args:`` section of the docstring. A parameter without annotation, or an ``async def``
+    function, raises TypeError.
     """
     if fn is None:
         return lambda f: _build(f, name)
@@ -185,6 +186,10 @@ def tool(fn: Callable | None = None, *, name: str | None = None) -> Tool | Calla
 
 def _build(fn: Callable, name: str | None) -> Tool:
     tool_name = name or fn.__name__
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        # called, it returns a coroutine the episode would show the model as `<coroutine object ...>`
+        raise TypeError(f"tool {tool_name!r} is an async function; tools must be plain (synchronous) functions "
+                        "that return their result (run a coroutine to completion inside one, e.g. asyncio.run)")
     try:
         hints = typing.get_type_hints(fn)
     except Exception as error:
