@@ -116,6 +116,7 @@ def test_the_guardrail_blocks_a_refund_of_an_order_never_looked_up(task):
     blocked = steps[-1]
     assert blocked.messages()[0]["content"] == f"blocked: look up {order} first"
     assert blocked.info["counts"] == {"guardrail_blocks": 1} and blocked.reward < 0 and not blocked.done
+    assert blocked.info["tool_calls"] == 1  # the write reached its tool, whose guardrail refused it
     assert env.writes() == set()
 
 
@@ -141,6 +142,8 @@ def test_tool_errors_are_observations(task):
     assert texts[3].startswith("error: unknown tool 'fly_away'")
     assert texts[4].startswith("error: malformed tool call")
     assert all(s.info["parse_error"] and not s.done for s in steps) and env.writes() == set()
+    # only the lookup of an unknown order reached a tool: bad arguments and unknown tools are no calls
+    assert [s.info.get("tool_calls", 0) for s in steps] == [1, 0, 0, 0, 0]
 
 
 # -- every kind, resolved right and wrong ---------------------------------------------------------------------

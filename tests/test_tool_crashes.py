@@ -96,7 +96,8 @@ def test_only_a_tool_that_overran_its_time_limit_ends_the_episode_as_tool_timeou
     (excluded), a successful result or a refusal alike, and a tool's TimeoutError was the model's
     parse error. Now the tool's ToolTimeout or TimeoutError does, and nothing else."""
     returned = _fetch_episode("ok")
-    assert not returned.done and returned.messages() == [{"role": "tool", "content": "error: timeout is 30 s in the config"}]
+    assert not returned.done
+    assert returned.messages() == [{"role": "tool", "content": "error: timeout is 30 s in the config"}]
     assert returned.info["parse_error"] is False
     refused = _fetch_episode("zero")
     assert not refused.done and refused.info["parse_error"] is True
@@ -108,6 +109,33 @@ def test_only_a_tool_that_overran_its_time_limit_ends_the_episode_as_tool_timeou
     assert _fetch_episode("limit").info["error"] == "fetch: timeout: the fetch took longer than 2 s"
     with pytest.raises(ToolTimeout):
         execute_call(ToolCall("fetch", arguments={"key": "slow"}), {"fetch": fetch})
+
+
+def test_tool_calls_count_only_the_calls_that_reached_a_tool():
+    """Before: every call the model wrote counted, `foo(1)` for a tool that does not exist or a
+    call with arguments that do not fit included, so eval's "called a tool" said 100% for a model
+    that never reached one. Now a call counts when the tool's function ran (returned, refused,
+    raised or timed out)."""
+    from lmpo.envs.parsing import HermesFormat
+
+    def block(name: str, arguments: dict) -> str:
+        return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
+
+    env = ToolEnv(lambda p: [], lambda p: [lookup, fetch], HermesFormat())
+    env.reset(None)
+    cases = {  # turn: tool_calls
+        block("foo", {"x": 1}): 0,
+        block("lookup", {"key": 7}) + block("lookup", {"door": "a"}) + block("lookup", {}): 0,
+        block("lookup", {"key": "a"}): 1,
+        block("lookup", {"key": "refused"}) + block("lookup", {"key": "b"}) + block("foo", {}): 2,
+        block("lookup", {"key": "a"}) + block("fetch", {"key": "slow"}): 2,
+    }
+    assert {turn: env.step(turn).info["tool_calls"] for turn in cases} == cases
+    ran: list[str] = []
+    assert execute_call(ToolCall("lookup", arguments={"key": 1}), {"lookup": lookup}, ran=ran) == (
+        "error: lookup: argument 'key' must be a string, got integer 1", False)
+    assert execute_call(ToolCall("lookup", arguments={"key": "a"}), {"lookup": lookup}, ran=ran) == ("1", True)
+    assert ran == ["lookup"]
 
 
 def test_a_returned_dict_or_list_reaches_the_model_as_json():

@@ -39,9 +39,10 @@ class Step:
     `observation`: text for one `tool` message, or a list of chat messages to append (empty
     when `done`). `reward`: this turn's reward (process reward) or None. `info` keys the loop
     reads: `answer` (the final answer text, when the turn answered), `parse_error` (the turn
-    was malformed: bad call syntax, unknown tool or bad arguments), `tool_calls` (calls made
-    this turn), `termination` (a reason from TERMINATIONS when `done` for another reason than
-    an answer), `handoff` (the episode ended by handing over to a human), `verdict` (the
+    was malformed: bad call syntax, unknown tool or bad arguments), `tool_calls` (calls this
+    turn that reached a tool: not those to an unknown tool or with bad arguments),
+    `termination` (a reason from TERMINATIONS when `done` for another reason than an answer),
+    `handoff` (the episode ended by handing over to a human), `verdict` (the
     environment's own judgement of the episode, for a task's `grade_trajectory`), `counts`
     ({name: n} tallies the loop sums over the episode, e.g. guardrail blocks)."""
 

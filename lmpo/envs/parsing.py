@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from lmpo.envs.tools.schema import Tool, ToolCrash, ToolError, ToolTimeout, clip
+from lmpo.envs.tools.schema import BadArguments, Tool, ToolCrash, ToolError, ToolTimeout, clip
 
 
 @dataclass(frozen=True)
@@ -139,23 +139,32 @@ def make_format(name: str) -> ToolCallFormat:
     return FORMATS[name]()
 
 
-def execute_call(call: ToolCall, tools: dict[str, Tool], crashes: list[str] | None = None) -> tuple[str, bool]:
+def execute_call(call: ToolCall, tools: dict[str, Tool], crashes: list[str] | None = None,
+                 ran: list[str] | None = None) -> tuple[str, bool]:
     """Run `call` on `tools`: (observation, ok). An unknown tool, bad arguments or a refusal
     (ToolError) is an observation starting ``error:`` with ok False. A tool that raised something
     else (ToolCrash) is also appended to `crashes`, for its owner to see. A tool that overran its
-    time limit (ToolTimeout) is raised on: no observation follows it, the episode ends."""
+    time limit (ToolTimeout) is raised on: no observation follows it, the episode ends. The call's
+    tool name is appended to `ran` when the call reached the tool's function (it returned,
+    refused, crashed or timed out), not for an unknown tool or arguments that do not fit."""
     chosen = tools.get(call.name)
     if chosen is None:
         return f"error: unknown tool {call.name!r}; available: {', '.join(sorted(tools))}", False
     try:
         if call.arguments is not None:
-            return chosen.call(call.arguments), True
-        return chosen.call_text(call.raw_arguments or ""), True
-    except ToolTimeout:
-        raise
-    except ToolCrash as error:
-        if crashes is not None:
-            crashes.append(error.description)
+            text = chosen.call(call.arguments)
+        else:
+            text = chosen.call_text(call.raw_arguments or "")
+    except BadArguments as error:
         return f"error: {error}", False
     except ToolError as error:
+        if ran is not None:
+            ran.append(call.name)
+        if isinstance(error, ToolTimeout):
+            raise
+        if isinstance(error, ToolCrash) and crashes is not None:
+            crashes.append(error.description)
         return f"error: {error}", False
+    if ran is not None:
+        ran.append(call.name)
+    return text, True

@@ -22,7 +22,7 @@ from lmpo.envs.aftersales.verifier import Verdict, changes, verify
 from lmpo.envs.base import Problem
 from lmpo.envs.env import Step
 from lmpo.envs.parsing import CompactFormat, ToolCallFormat
-from lmpo.envs.tools import ToolCrash, ToolError
+from lmpo.envs.tools import BadArguments, ToolCrash, ToolError
 from lmpo.envs.tools.schema import clip
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class AftersalesEnv:
             reply = parsed.answer if parsed.answer is not None else action_text
             return self._finish(reply.strip(), {"answer": reply})
         # the tally is there when zero too, so that a run without blocks reports 0, not nothing
-        reward, observations, info = 0.0, [], {"tool_calls": len(parsed.calls), "parse_error": False,
+        reward, observations, info = 0.0, [], {"tool_calls": 0, "parse_error": False,
                                                 "counts": {"guardrail_blocks": 0}}
         for call in parsed.calls:
             known = len(self.tools.evidence.orders) + len(self.tools.evidence.policies)
@@ -85,20 +85,25 @@ class AftersalesEnv:
         return Step(observations, reward=reward or None, info=info)
 
     def _run(self, call, info: dict) -> tuple[str, bool, bool]:
-        """(observation, succeeded, blocked by the guardrail); a tool's crash is listed in `info`."""
+        """(observation, succeeded, blocked by the guardrail); a tool's crash is listed in `info`,
+        and a call that reached its tool (not an unknown one, nor one with bad arguments) counted."""
         chosen = self._by_name.get(call.name)
         if chosen is None:
             return f"error: unknown tool {call.name!r}", False, False
         try:
             arguments = call.arguments if call.arguments is not None else compact_arguments(chosen, call.raw_arguments or "")
-            return chosen.call(arguments), True, False
-        except Blocked as err:
-            return str(err), False, True
-        except ToolCrash as err:
-            info.setdefault("tool_crashes", []).append(err.description)
+            text = chosen.call(arguments)
+        except BadArguments as err:
             return f"error: {err}", False, False
-        except ToolError as err:
+        except ToolError as err:  # the tool ran and refused: a guardrail block, a crash, its own refusal
+            info["tool_calls"] += 1
+            if isinstance(err, Blocked):
+                return str(err), False, True
+            if isinstance(err, ToolCrash):
+                info.setdefault("tool_crashes", []).append(err.description)
             return f"error: {err}", False, False
+        info["tool_calls"] += 1
+        return text, True, False
 
     def _finish(self, reply: str | None, info: dict, reward: float = 0.0) -> Step:
         assert self.problem is not None and self.db is not None

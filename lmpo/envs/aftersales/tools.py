@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from lmpo.envs.aftersales.db import get_order, parse_order_ref, policies_of, render_order
 from lmpo.envs.aftersales.tickets import HANDOFF, POLICY_FOR
-from lmpo.envs.tools import SearchIndex, Tool, ToolError, tool
+from lmpo.envs.tools import BadArguments, SearchIndex, Tool, ToolError, tool
 
 READ_TOOLS = ("lookup_order", "lookup_customer", "search_policy")
 WRITE_TOOLS = ("issue_refund", "update_address", "cancel_order", HANDOFF)
@@ -174,7 +174,7 @@ def compact_arguments(chosen: Tool, raw: str) -> dict:
     names = list(chosen.parameters.get("properties", {}))
     parts = [p.strip() for p in raw.split(",", max(len(names) - 1, 0))] if raw.strip() else []
     if len(parts) != len(names):
-        raise ToolError(f"{chosen.name} takes {len(names)} argument(s): {', '.join(names)}")
+        raise BadArguments(f"{chosen.name} takes {len(names)} argument(s): {', '.join(names)}")
     arguments: dict = {}
     for name, text in zip(names, parts):
         kind = chosen.parameters["properties"][name].get("type")
@@ -182,7 +182,7 @@ def compact_arguments(chosen: Tool, raw: str) -> dict:
             try:
                 arguments[name] = float(text.lstrip("$"))
             except ValueError:
-                raise ToolError(f"{chosen.name}: {name} must be a number, got {text[:20]!r}") from None
+                raise BadArguments(f"{chosen.name}: {name} must be a number, got {text[:20]!r}") from None
         else:
             arguments[name] = text
     return arguments

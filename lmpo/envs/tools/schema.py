@@ -28,6 +28,11 @@ class ToolError(Exception):
     the model as an observation; it never crashes the episode."""
 
 
+class BadArguments(ToolError):
+    """The call's arguments do not fit the tool's parameters: refused before the tool's function
+    ran, so the call does not count as one that reached the tool."""
+
+
 class ToolTimeout(ToolError):
     """The tool overran its own time limit (the sandbox's wall clock, the SQL deadline, a
     network timeout): the tool's infrastructure failed, not the model's call, so the episode
@@ -80,21 +85,21 @@ class Tool:
         """Check `arguments` against the parameters, call the function, return its result as text
         (a dict or list as JSON, anything else as ``str``).
 
-        Unknown or missing arguments and wrong JSON types raise ToolError naming the argument
+        Unknown or missing arguments and wrong JSON types raise BadArguments naming the argument
         and what was expected (an int is accepted for a float; a numeric string is not
         converted). A TimeoutError from the function becomes ToolTimeout; any other exception
         becomes ``ToolCrash("Type: message")``.
         """
         if not isinstance(arguments, dict):
-            raise ToolError(f"{self.name}: arguments must be a JSON object, got {_describe_value(arguments)}")
+            raise BadArguments(f"{self.name}: arguments must be a JSON object, got {_describe_value(arguments)}")
         properties: dict = self.parameters.get("properties", {})
         unknown = [key for key in arguments if key not in properties]
         if unknown:
             expected = ", ".join(properties) or "no arguments"
-            raise ToolError(f"{self.name}: unknown argument {unknown[0]!r}; expected: {expected}")
+            raise BadArguments(f"{self.name}: unknown argument {unknown[0]!r}; expected: {expected}")
         for name in self.parameters.get("required", []):
             if name not in arguments:
-                raise ToolError(f"{self.name}: missing required argument {name!r} ({_describe(properties[name])})")
+                raise BadArguments(f"{self.name}: missing required argument {name!r} ({_describe(properties[name])})")
         checked = {key: _validate(value, properties[key], f"{self.name}: argument {key!r}")
                    for key, value in arguments.items()}
         try:
@@ -141,24 +146,24 @@ def _literal_arguments(tool_name: str, text: str, names: list[str]) -> dict:
     try:
         node = quiet_parse(f"_({text})").body
     except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
-        raise ToolError(f"{tool_name}: cannot parse the arguments {clip(text, 80)!r} "
+        raise BadArguments(f"{tool_name}: cannot parse the arguments {clip(text, 80)!r} "
                         f"(expected literals like a=1, b=\"x\"): {error}") from None
     # `_(1), g(2)` parses as a tuple, not a call: the text left its parentheses
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.func.id != "_":
-        raise ToolError(f"{tool_name}: cannot parse the arguments {clip(text, 80)!r}")
+        raise BadArguments(f"{tool_name}: cannot parse the arguments {clip(text, 80)!r}")
     if len(node.args) > len(names):
-        raise ToolError(f"{tool_name}: takes {len(names)} argument(s), got {len(node.args)}")
+        raise BadArguments(f"{tool_name}: takes {len(names)} argument(s), got {len(node.args)}")
     arguments: dict = {}
     pairs = [(names[i], arg) for i, arg in enumerate(node.args)] + [(kw.arg, kw.value) for kw in node.keywords]
     for name, value in pairs:
         if name is None or isinstance(value, ast.Starred):
-            raise ToolError(f"{tool_name}: * and ** are not allowed in arguments")
+            raise BadArguments(f"{tool_name}: * and ** are not allowed in arguments")
         if name in arguments:
-            raise ToolError(f"{tool_name}: argument {name!r} given twice")
+            raise BadArguments(f"{tool_name}: argument {name!r} given twice")
         try:
             arguments[name] = _jsonable(ast.literal_eval(value))
         except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
-            raise ToolError(f"{tool_name}: argument {name!r} must be a literal value "
+            raise BadArguments(f"{tool_name}: argument {name!r} must be a literal value "
                             f"(number, string, True/False/None, list), got {clip(ast.unparse(value), 80)!r}") from None
     return arguments
 
@@ -297,7 +302,7 @@ def _validate(value: Any, schema: dict, where: str) -> Any:
         if kind == "object" and isinstance(value, dict):
             inner = schema.get("additionalProperties", {})
             return {key: _validate(item, inner, f"{where}[{key!r}]") for key, item in value.items()}
-    raise ToolError(f"{where} must be {_describe(schema)}, got {_describe_value(value)}")
+    raise BadArguments(f"{where} must be {_describe(schema)}, got {_describe_value(value)}")
 
 
 _SECTION = re.compile(r"^(\w[\w ]*):\s*$")
