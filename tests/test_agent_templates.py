@@ -223,3 +223,32 @@ def test_sft_and_cpt_render_a_tool_task_with_the_tools_its_rl_and_eval_prompts_s
         assert task_documents(task, tok, 1, 0)[0].startswith("<|im_start|>system\nTools: calculator<|im_end|>\n")
     finally:
         tok.chat_template = CHATML
+
+
+@pytest.mark.parametrize("scheme", ["first", "always"])
+def test_a_sentencepiece_suffix_is_encoded_as_the_whole_conversation_encodes_it(scheme):
+    """With `Metaspace(prepend_scheme="first")` (Mistral, Llama with legacy=False) the suffix
+    encoded alone began with `▁\\n` where the whole conversation has `\\n` after `<|im_end|>`: each
+    turn put a token in the model's context that the template never writes."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from lmpo.rollout import TEMPLATE
+
+    core = Tokenizer(models.BPE(unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=scheme)
+    core.decoder = decoders.Metaspace(replacement="▁", prepend_scheme=scheme)
+    core.train_from_iterator(["get abc fetch(abc) 42 user assistant tool \n hello"] * 50, trainers.BpeTrainer(
+        vocab_size=200, special_tokens=["<unk>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]))
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                  unk_token="<unk>", additional_special_tokens=["<|im_start|>"])
+    tok.chat_template = CHATML
+    renderer = ChatRenderer(tok)
+    talk = [{"role": "user", "content": "get abc"}, {"role": "assistant", "content": "fetch(abc)"}]
+    held = renderer.render(talk[:1], True) + "fetch(abc)<|im_end|>"
+    answer = [{"role": "tool", "content": "hello 42"}]
+    suffix = renderer.suffix(held, talk, answer)
+    whole = tok(renderer.render([*talk, *answer], True), add_special_tokens=False).input_ids
+    assert whole[-len(suffix.ids):] == suffix.ids, tok.convert_ids_to_tokens(suffix.ids)
+    labelled = [tok.convert_ids_to_tokens(i) for i, s in zip(suffix.ids, suffix.sources) if s != TEMPLATE]
+    assert "".join(labelled).replace("▁", " ").strip() == "hello 42"

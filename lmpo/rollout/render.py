@@ -87,11 +87,33 @@ class ChatRenderer:
                                 f"were added (first difference at character {_first_difference(held_text, text)}); "
                                 "it is not prefix-preserving")
         suffix = text[len(base):]
-        encoded = self.tokenizer(suffix, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = self._encode_after(base, suffix)
         spans = self._content_spans(base, messages, new, suffix)
-        sources = [ENV if any(a < end and b > start for a, b in spans) else TEMPLATE
-                   for start, end in encoded["offset_mapping"]]
-        return Suffix(encoded["input_ids"], sources, suffix, text)
+        sources = [ENV if any(a < end and b > start for a, b in spans) else TEMPLATE for start, end in offsets]
+        return Suffix(ids, sources, suffix, text)
+
+    def _encode_after(self, base: str, suffix: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """The suffix's ids (and character offsets) as encoding the whole conversation gives them.
+        Encoded alone, a SentencePiece tokenizer that marks only the first word of a text
+        (`Metaspace(prepend_scheme="first")`: Mistral, Llama with `legacy=False`) writes `▁\n` where,
+        after the turn's closing special token, the whole text has `\n`; so the suffix is encoded
+        after that token and the token's own ids are dropped."""
+        anchor = next((t for t in self._special_texts() if base.endswith(t)), None)
+        if anchor:
+            head = self.tokenizer(anchor, add_special_tokens=False).input_ids
+            both = self.tokenizer(anchor + suffix, add_special_tokens=False, return_offsets_mapping=True)
+            if both["input_ids"][:len(head)] == head:
+                return both["input_ids"][len(head):], [(a - len(anchor), b - len(anchor))
+                                                       for a, b in both["offset_mapping"][len(head):]]
+        encoded = self.tokenizer(suffix, add_special_tokens=False, return_offsets_mapping=True)
+        return encoded["input_ids"], encoded["offset_mapping"]
+
+    def _special_texts(self) -> list[str]:
+        if not hasattr(self, "_specials"):  # longest first: `<|im_end|>` before a shorter token it ends with
+            added = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
+            texts = {t.content for t in added.values() if getattr(t, "special", False)}
+            self._specials = sorted(texts | set(self.tokenizer.all_special_tokens), key=len, reverse=True)
+        return self._specials
 
     def _trimmed_turn(self, held_text: str, messages: list[dict], text: str) -> str | None:
         """Where the template's text of the model's last turn ends, when the template only trimmed
