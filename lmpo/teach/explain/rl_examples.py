@@ -20,13 +20,21 @@ from lmpo.teach.explain.page import Page
 from lmpo.teach.explain.settings import PAPERS, commands, preset_settings, rl_settings
 
 
-def gradient_steps(page: Page, loss, logprobs, mask) -> None:
+def clipped_sentence(page: Page, s: dict) -> dict[str, str]:
+    """What a clipped token receives depends on the policy loss and on a KL term in the loss, so
+    the sentence is put together from those parts of the settings, not written per page."""
+    kl_in_loss = s["beta"] > 0 and s["kl_placement"] == "loss"
+    return {"clipped": page.tx(f"step.gradient.clipped.{s['loss']}"),
+            "kl": page.tx("step.gradient.clipped.kl", beta=s["beta"]) if kl_in_loss else ""}
+
+
+def gradient_steps(page: Page, s: dict, loss, logprobs, mask) -> None:
     """Autograd on the new log-probs: the gradient and the direction each token is pushed."""
     (grad,) = torch.autograd.grad(loss, logprobs)
     page.step("gradient", "∂L/∂log π_θ(y_t) ;  push = −sign(∂L/∂log π_θ)", [
         page.value("grad", "∂L/∂logπ", grad, mask=mask, source="torch.autograd.grad(L, log π_θ)"),
         page.value("push", "−sign", -torch.sign(grad), mask=mask, source="−sign(∂L/∂log π_θ)"),
-    ])
+    ], **clipped_sentence(page, s))
 
 
 def ratio_step(page: Page, method: str, logprobs, old, mask) -> None:
@@ -143,7 +151,7 @@ def sequence_method(method: str, lang: str) -> Explanation:
     logprobs = x.tensor(x.NEW_LOGPROBS_GSPO if method == "gspo" else x.NEW_LOGPROBS).requires_grad_(True)
     ratio_step(page, method, logprobs, old, mask)
     loss = loss_steps(page, s, logprobs, old, adv[:, None], mask, ref=x.tensor(x.REF_LOGPROBS))
-    gradient_steps(page, loss, logprobs, mask)
+    gradient_steps(page, s, loss, logprobs, mask)
     if method in ("grpo", "dr_grpo", "rloo"):
         flat_group_step(page, s)
     add_rl_diagrams(page, method, s)
@@ -173,7 +181,7 @@ def reinforce_pp(lang: str) -> Explanation:
     logprobs = x.tensor(x.NEW_LOGPROBS).requires_grad_(True)
     ratio_step(page, method, logprobs, old, mask)
     loss = loss_steps(page, s, logprobs, old, adv, mask)
-    gradient_steps(page, loss, logprobs, mask)
+    gradient_steps(page, s, loss, logprobs, mask)
     add_rl_diagrams(page, method, s)
     return finish_rl(page, method, s)
 

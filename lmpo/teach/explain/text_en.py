@@ -164,7 +164,11 @@ TEXT: dict[str, str] = {
     "step.gradient.title": "Gradient on each token",
     "step.gradient.text": ("Autograd through the registered functions gives ∂L/∂log π_θ for every token. Gradient descent "
                            "raises the log-probability of tokens with a negative gradient (push +1) and lowers the "
-                           "others; clipped tokens get 0."),
+                           "others; {clipped}{kl}."),
+    "step.gradient.clipped.ppo_clip": "clipped tokens get 0 from the policy term",
+    "step.gradient.clipped.gspo": "every token of a clipped completion gets 0 from the policy term",
+    "step.gradient.clipped.cispo": "clipped tokens still get a gradient from the policy term, with a capped weight",
+    "step.gradient.clipped.kl": "; the KL term (β = {beta}) still moves them",
     "step.flat_group.title": "A group whose rewards are all equal",
     "step.flat_group.text": ("When every completion of a group gets the same reward, the estimator returns 0 for all, "
                              "so the policy term gives those tokens no gradient: the group costs generation and "

@@ -154,7 +154,11 @@ TEXT: dict[str, str] = {
                                                       "各回答的长度：每个词元权重相同，长度也不改变损失的尺度。"),
     "step.gradient.title": "每个词元上的梯度",
     "step.gradient.text": ("对上述注册函数做自动求导，得到每个词元的 ∂L/∂log π_θ。梯度下降会提高梯度为负的词元的对数概率，"
-                           "即 push = +1，并降低其余词元的对数概率；被裁剪的词元梯度为 0。"),
+                           "即 push = +1，并降低其余词元的对数概率；{clipped}{kl}。"),
+    "step.gradient.clipped.ppo_clip": "策略项给被裁剪词元的梯度为 0",
+    "step.gradient.clipped.gspo": "策略项给被裁剪回答的每个词元的梯度都为 0",
+    "step.gradient.clipped.cispo": "被裁剪的词元仍从策略项得到梯度，只是权重被封顶",
+    "step.gradient.clipped.kl": "；KL 项（β = {beta}）仍会移动它们",
     "step.flat_group.title": "奖励全部相同的组",
     "step.flat_group.text": ("组内每个回答奖励相同时，估计量给出的优势全为 0，策略项对这些词元没有梯度：这一组花了生成成本，"
                              "却什么也没教给模型。"),
