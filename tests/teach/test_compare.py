@@ -196,3 +196,22 @@ def test_a_runs_progress_reaches_the_terminal_while_it_trains(tmp_path):
     assert said and all(line.startswith("step ") and line.endswith(" s)") for line in said), said
     steps = [line.split()[1] for line in said]
     assert steps == sorted(set(steps))  # each line newer than the last, none twice
+
+
+@pytest.mark.parametrize("method, per_unit", [("grpo", 64), ("online_dpo", 256), ("dpo", 2)])
+def test_a_budget_below_one_unit_is_refused_naming_the_method(method, per_unit):
+    with pytest.raises(ValueError, match=rf"less than one \w+ of {method}, which uses {per_unit} .*"
+                                         rf"--samples {per_unit} or more"):
+        plan_method(CompareConfig(samples=per_unit - 1), Method.parse(method), seed=0)
+    assert plan_method(CompareConfig(samples=per_unit), Method.parse(method), seed=0).planned_samples == per_unit
+
+
+def test_compare_refuses_a_tiny_budget_before_anything_runs(tmp_path, monkeypatch):
+    from lmpo.teach import compare
+
+    monkeypatch.setattr(compare, "start_model", lambda *a: pytest.fail("a run started"))
+    cfg = CompareConfig(methods="grpo,dpo,online_dpo", seeds="0", samples=128, out=str(tmp_path / "cmp"))
+    with pytest.raises(ValueError) as err:
+        compare.run_compare(cfg, quiet=True)
+    assert "online_dpo, which uses 256" in str(err.value) and "grpo" not in str(err.value).split("online_dpo")[0]
+    assert not (tmp_path / "cmp").exists()

@@ -41,8 +41,14 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
     cfg.validate()
     say = (lambda text: None) if quiet else (lambda text: print(f"[compare] {text}", flush=True))
     methods = [Method.parse(name) for name in cfg.method_names()]
+    problems = []
     for method in methods:  # every method's arithmetic before the first run spends minutes
-        plan_method(cfg, method, cfg.seed_list()[0])
+        try:
+            plan_method(cfg, method, cfg.seed_list()[0])
+        except ValueError as err:
+            problems.append(str(err).removeprefix("compare: "))
+    if problems:
+        raise ValueError("compare: " + "; ".join(problems))
     if cfg.start and not Path(cfg.start).is_dir():
         raise FileNotFoundError(f"--start {cfg.start}: no such model directory")
     if not cfg.start:

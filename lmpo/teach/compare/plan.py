@@ -182,7 +182,11 @@ def plan_method(cfg: CompareConfig, method: Method, seed: int) -> Plan:
         r = base.rl_stage
         section, unit, per_unit = "rl_stage", "steps", r.prompts_per_step * r.group_size
         what = f"{r.prompts_per_step} prompts x {r.group_size} completions per step, sampled by the policy"
-    units = max(1, samples // per_unit)
+    if samples < per_unit:  # rounding up to one unit would spend more than the matched budget
+        raise ValueError(f"compare: a budget of {samples} samples is less than one {unit[:-1]} of {method.name}, "
+                         f"which uses {per_unit} ({what}); a run never uses more than the budget, so give "
+                         f"--samples {per_unit} or more, or leave {method.name} out")
+    units = samples // per_unit
     options = {f"{section}.{unit}": units, f"{section}.max_minutes": minutes}
     if method.loss:
         options[f"{section}.loss"] = method.loss
