@@ -41,7 +41,11 @@ class RLRun:
 
 def rl_run(ctx: Context, name: str, preset: str = "grpo", **overrides: Any) -> RLRun:
     """`lmpo pipeline --rl PRESET`'s RL stage from the SFT start, `RL_STEPS` steps (unless
-    overridden), held-out accuracy at the start and the end."""
+    overridden), held-out accuracy at the start and the end. The run is `NAME_seedS`, S the seed it
+    trains with (`seed=` in the overrides, else the factcheck's): claims that share a run by name
+    share one trained with the same seed."""
+    name = f"{name}_seed{overrides.get('seed', ctx.seed)}"
+
     def train() -> RLRun:
         from lmpo.trainers.rl import train_rl
 

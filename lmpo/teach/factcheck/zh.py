@@ -174,8 +174,8 @@ CLAIMS_ZH: dict[str, dict] = {
                      "{steps:g} 步。熵取最后三分之一步数的平均。若基线的熵比最初十分之一步的下降不超过 {margin:.0%}（没有坍缩可减缓），"
                      "则视情况而定。若每个种子下 clip-higher 的熵都高出 {margin:.0%} 以上，则成立；若每个种子下都低出 "
                      "{margin:.0%} 以上，则不成立；否则视情况而定。",
-        "summary": "熵（最后三分之一）ε_high 0.2 → 0.28：种子 0 {entropy_base_s0:.3f} → {entropy_high_s0:.3f}，种子 1 "
-                   "{entropy_base_s1:.3f} → {entropy_high_s1:.3f}（比值 {ratio_min:.2f}–{ratio_max:.2f}）；裁剪比例 {clip_base:.3f}",
+        "summary": "熵（最后三分之一）ε_high 0.2 → 0.28：种子 {seed_1} {entropy_base_1:.3f} → {entropy_high_1:.3f}，种子 {seed_2} "
+                   "{entropy_base_2:.3f} → {entropy_high_2:.3f}（比值 {ratio_min:.2f}–{ratio_max:.2f}）；裁剪比例 {clip_base:.3f}",
         "notes": {
             "slower": "两个种子下 clip-higher 都保住了 {ratio_mean:.2f} 倍的熵。但前提是每批不止一次更新：lmpo 的 dapo 预设每批只做 "
                       "{dapo_updates_per_batch:g} 次更新，那时没有任何词元被裁剪。",
