@@ -41,6 +41,9 @@ PLANTED = {
     "dpo_loss_log_sigmoid": ("extreme", ["overflows", "logsigmoid"]),
     "bradley_terry_loss_swapped": ("pairs", ["swapped"]),
     "bradley_terry_loss_margin_added": ("margin", ["margin is added instead of subtracted"]),
+    "ppo_clip_loss_mutates_mask": ("clip_grid", ["changes its input `mask` in place"]),
+    "grpo_advantages_inplace_ids": ("unsorted_ids", ["changes its input `group_ids` in place"]),
+    "grpo_advantages_inplace_result": ("worked_example", ["changes its input `rewards` in place"]),
 }
 
 

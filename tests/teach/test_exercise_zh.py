@@ -37,6 +37,9 @@ PLANTED_ZH = {
     "dpo_loss_log_sigmoid": ["会溢出", "logsigmoid"],
     "bradley_terry_loss_swapped": ["被选和被拒弄反了"],
     "bradley_terry_loss_margin_added": ["margin 被加上而不是减去"],
+    "ppo_clip_loss_mutates_mask": ["原地修改了输入 `mask`"],
+    "grpo_advantages_inplace_ids": ["原地修改了输入 `group_ids`"],
+    "grpo_advantages_inplace_result": ["原地修改了输入 `rewards`"],
 }
 
 # the English words of the report's frame: none may remain in a Chinese report

@@ -156,10 +156,16 @@ def run_probe(exercise: Exercise, probe: Probe, fn: Callable, filename: str,
     for case in probe.cases():
         raw_expected, ref_leaves = case.call(exercise.reference, probe.grad)
         expected = exercise.project(raw_expected)
+        passed: dict[str, Any] = {}
         try:
-            raw_got, leaves = case.call(fn, probe.grad)
+            raw_got, leaves = case.call(fn, probe.grad, passed)
         except Exception as err:  # the user's code: reported, not a crash of lmpo
             return user_error(err, filename, probe.name, tr(case.label, lang))
+        changed = case.mutated(passed)
+        if changed is not None:  # before the outputs: a result returned in the caller's tensor looks right
+            return Mismatch(probe.name, msg("mutated", lang, name=changed), tr(case.label, lang), fmt_case(case),
+                            f"{changed} = {fmt(case.value(changed))}", f"{changed} = {fmt(passed[changed])}",
+                            msg("diff.mutated", lang, name=changed))
         got = exercise.project(raw_got)
         diff = difference(expected, got, exercise.outputs, exercise.rtol, exercise.atol)
         if diff is not None:

@@ -33,12 +33,35 @@ class Case:
     def value(self, name: str) -> Any:
         return self.args[name] if name in self.args else self.options[name]
 
-    def call(self, fn: Callable, grad: tuple[str, ...] = ()) -> tuple[Any, dict[str, Tensor]]:
-        """``fn`` on fresh copies of the inputs, those named in ``grad`` as leaves needing grad."""
+    def call(self, fn: Callable, grad: tuple[str, ...] = (),
+             passed: dict[str, Any] | None = None) -> tuple[Any, dict[str, Tensor]]:
+        """``fn`` on fresh copies of the inputs, those named in ``grad`` as leaves needing grad;
+        ``passed``, when given, receives the copies by name (to see what ``fn`` did to them)."""
         leaves = {name: self.value(name).detach().clone().requires_grad_(True) for name in grad}
-        args = [leaves.get(name, _copy(value)) for name, value in self.args.items()]
-        options = {name: leaves.get(name, _copy(value)) for name, value in self.options.items()}
+        inputs = {name: leaves.get(name, _copy(value)) for name, value in (*self.args.items(), *self.options.items())}
+        if passed is not None:
+            passed.update(inputs)
+        args = [inputs[name] for name in self.args]
+        options = {name: inputs[name] for name in self.options}
         return fn(*args, **options), leaves
+
+    def mutated(self, passed: dict[str, Any]) -> str | None:
+        """The first input tensor that differs, after the call, from the case's own (never passed) copy."""
+        for name, after in passed.items():
+            before = self.value(name)
+            if isinstance(before, Tensor) and not _unchanged(before, after):
+                return name
+        return None
+
+
+def _unchanged(before: Tensor, after: Any) -> bool:
+    if not isinstance(after, Tensor) or after.shape != before.shape or after.dtype != before.dtype:
+        return False
+    a, b = after.detach(), before.detach()
+    same = a == b
+    if a.dtype.is_floating_point:
+        same |= a.isnan() & b.isnan()
+    return bool(same.all())
 
 
 def _copy(value: Any) -> Any:

@@ -129,6 +129,13 @@ MESSAGES: dict[str, dict[str, str]] = {
     "generic.ratio": both("your result is the reference times a constant: {ratio}× the reference",
                           "你的结果是参考结果乘以一个常数：为参考结果的 {ratio} 倍"),
     "generic.value": both("your result differs from the reference ({where})", "你的结果与参考实现不同（{where}）"),
+    "mutated": both("your function changes its input `{name}` in place: the caller's tensor is not the same "
+                    "after the call (the trainer may read it again); work on a copy, e.g. "
+                    "`{name}.clone()`, or use operations that return new tensors",
+                    "你的函数原地修改了输入 `{name}`：调用之后调用方的张量变了（训练器之后可能还会再用它）；"
+                    "请在副本上操作（例如 `{name}.clone()`），或使用返回新张量的运算"),
+    "diff.mutated": both("`{name}` after the call (got) against before it (expected)",
+                         "调用之后的 `{name}`（实际）与调用之前（期望）对比"),
     "grad.flows": both("gradient flows through `{name}`, which the reference treats as a constant (missing "
                        "stop-gradient / detach)",
                        "梯度流过了 `{name}`，而参考实现把它当作常数（缺少 stop-gradient / detach）"),
