@@ -143,13 +143,15 @@ def cmd_train(args: argparse.Namespace, flags: dict) -> int:
         return 1
     try:
         runs = train_exercise(exercise, fn, opts, lang=lang)
-    except Exception as err:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as err:  # sys.exit() in the user's code is their failure, not a run that passed
         in_yours = any(frame.filename == str(path) for frame in traceback.extract_tb(err.__traceback__))
         if in_yours:
             error = user_error(err, str(path))
             print(msg("train.user_error", lang, exception=error.exception, location=error.location))
             return 1
-        if report.ok:
+        if report.ok or not isinstance(err, Exception):
             raise  # lmpo's own error, reported by main()
         # what the failed check found (a wrong shape, say) broke the trainer that called your function
         cause = str(err).strip().splitlines()[0] if str(err).strip() else ""

@@ -105,7 +105,9 @@ def user_function(path: Path, exercise: Exercise, lang: str = "en") -> Callable 
         raise ExerciseFileError(f"{path}: no such file (write one with `lmpo exercise start {exercise.name}`)")
     try:
         module = load_module(path)
-    except Exception as err:  # the user's code: reported, not a crash of lmpo
+    except KeyboardInterrupt:
+        raise
+    except BaseException as err:  # the user's code, sys.exit() included: reported, not a crash or exit of lmpo
         return user_error(err, str(path), "import", msg("case.import", lang))
     fn = getattr(module, exercise.function, None)
     if not callable(fn):
@@ -159,7 +161,9 @@ def run_probe(exercise: Exercise, probe: Probe, fn: Callable, filename: str,
         passed: dict[str, Any] = {}
         try:
             raw_got, leaves = case.call(fn, probe.grad, passed)
-        except Exception as err:  # the user's code: reported, not a crash of lmpo
+        except KeyboardInterrupt:
+            raise
+        except BaseException as err:  # the user's code, sys.exit() included: reported, not a crash or exit of lmpo
             return user_error(err, filename, probe.name, tr(case.label, lang))
         changed = case.mutated(passed)
         if changed is not None:  # before the outputs: a result returned in the caller's tensor looks right
@@ -178,7 +182,9 @@ def run_probe(exercise: Exercise, probe: Probe, fn: Callable, filename: str,
         if probe.grad:
             try:
                 finding = _gradient_finding(exercise, probe, case, expected, ref_leaves, got, leaves, lang)
-            except Exception as err:  # a backward through the user's code can raise too
+            except KeyboardInterrupt:
+                raise
+            except BaseException as err:  # a backward through the user's code can raise (or exit) too
                 return user_error(err, filename, probe.name, tr(case.label, lang))
             if finding is not None:
                 return finding
