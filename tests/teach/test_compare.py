@@ -215,3 +215,16 @@ def test_compare_refuses_a_tiny_budget_before_anything_runs(tmp_path, monkeypatc
         compare.run_compare(cfg, quiet=True)
     assert "online_dpo, which uses 256" in str(err.value) and "grpo" not in str(err.value).split("online_dpo")[0]
     assert not (tmp_path / "cmp").exists()
+
+
+def test_a_start_directory_that_holds_no_model_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    from lmpo.teach import compare
+
+    not_a_model = tmp_path / "notes"
+    not_a_model.mkdir()
+    (not_a_model / "README.txt").write_text("no model here")
+    monkeypatch.setattr(compare, "launch", lambda *a: pytest.fail("a run was launched"))
+    cfg = CompareConfig(methods="grpo", seeds="0", samples=64, start=str(not_a_model), out=str(tmp_path / "cmp"))
+    with pytest.raises(FileNotFoundError, match=r"--start: .*notes is not a Hugging Face model directory"):
+        compare.run_compare(cfg, quiet=True)
+    assert not (tmp_path / "cmp").exists()

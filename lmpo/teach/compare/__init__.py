@@ -51,8 +51,10 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
         raise ValueError("compare: " + "; ".join(problems))
     if cfg.start and not Path(cfg.start).is_dir():
         raise FileNotFoundError(f"--start {cfg.start}: no such model directory")
-    if not cfg.start:
-        check_model_source(cfg.model)
+    try:  # what loading would refuse, before the first run is launched
+        check_model_source(cfg.start or cfg.model)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"--start: {err}" if cfg.start else str(err)) from None
     refuse_changed_runs(cfg, methods)
     lock_directory(cfg.out)  # a second compare over this --out would delete the runs in progress as "killed"
     starts: dict[int, float | None] = {}
