@@ -12,12 +12,15 @@ command continues a killed comparison; an unfinished one is started again from s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -85,13 +88,54 @@ def launch(spec: RunSpec, say: Callable[[str], None] | None = None, every_s: flo
     root = str(Path(lmpo.__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     with open(spec.run_dir / LOG, "w") as log:
-        child = subprocess.Popen([sys.executable, "-m", "lmpo.teach.compare.execute", str(spec.run_dir)],
-                                 stdout=log, stderr=subprocess.STDOUT, env=env)
-        code = follow(child, spec.run_dir / LOG, say, every_s)
+        child = subprocess.Popen(child_command(spec.run_dir), stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            code = follow(child, spec.run_dir / LOG, say, every_s)
+        except BaseException:  # SIGTERM (Terminated), Ctrl-C, an error: no run left writing after we are gone
+            stop(child)
+            raise
     if code != 0 or not spec.finished:
         tail = (spec.run_dir / LOG).read_text(errors="replace").strip().splitlines()[-5:]
         raise RuntimeError(f"compare: {spec.method.name} (seed {spec.seed}) failed with exit code {code}; "
                            f"see {spec.run_dir / LOG}:\n  " + "\n  ".join(tail))
+
+
+def child_command(run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "lmpo.teach.compare.execute", str(run_dir)]
+
+
+def stop(child: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Terminate `child` and wait for it (killed if it has not ended after `grace_s`)."""
+    if child.poll() is not None:
+        return
+    child.terminate()
+    try:
+        child.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
+class Terminated(BaseException):
+    """SIGTERM to the comparison, raised where it is waiting so that its run is stopped first."""
+
+
+@contextlib.contextmanager
+def sigterm_raises():
+    """SIGTERM raises `Terminated` in the main thread for the duration (a no-op elsewhere: only
+    the main thread may set a handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 PROGRESS = re.compile(r"\[\w+\] (step|round) (\d+)/(\d+)")
