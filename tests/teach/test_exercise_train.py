@@ -38,6 +38,7 @@ def test_train_runs_the_users_function_then_the_reference(tmp_path, name, regist
     assert yours.run_dir.endswith("yours") and reference.run_dir.endswith("lmpo")
     for run in (yours, reference):
         assert 0.0 <= run.before <= 1.0 and 0.0 <= run.after <= 1.0
+    assert yours.steps and set(yours.steps) == set(reference.steps) and yours.steps[1]["loss"] is not None
 
 
 def test_gae_runs_under_its_own_name_and_is_restored(tmp_path):
@@ -118,3 +119,30 @@ def test_train_after_a_failed_check_says_why_training_broke_and_never_that_it_is
     out = capsys.readouterr().out
     assert "check: FAIL" in out and "yours trains exactly like lmpo's here" in out
     assert "your function failed the check above, so it is not lmpo's function whatever these figures show" in out
+
+
+def _figures(label, after, rewards):
+    from lmpo.teach.exercise.train import RunFigures
+
+    steps = {s: {"reward_mean": r, "loss": 0.1 * s} for s, r in enumerate(rewards, 1)}
+    return RunFigures(label, 0.3, after, 1.0, f"/runs/{label}", steps)
+
+
+def test_same_final_accuracy_with_different_steps_is_not_called_the_same():
+    from lmpo.teach.exercise.train import verdict
+
+    yours, ref = _figures("yours", 0.5, [0.4, 0.45, 0.5]), _figures("lmpo", 0.5, [0.4, 0.6, 0.5])
+    for lang in ("en", "zh"):
+        text = verdict(yours, ref, lang=lang)
+        assert "exactly like" not in text and "完全相同" not in text, text
+        assert "reward_mean" in text and "0.45" in text and "0.6" in text, text
+    assert "step 2" in verdict(yours, ref)
+
+
+def test_same_run_to_float_tolerance_is_the_same():
+    from lmpo.teach.exercise.train import verdict
+
+    ref = _figures("lmpo", 0.5, [0.4, 0.6, 0.5])
+    yours = _figures("yours", 0.5, [0.4 + 1e-9, 0.6, 0.5])
+    assert "exactly like lmpo's" in verdict(yours, ref)
+    assert "完全相同" in verdict(yours, ref, lang="zh")

@@ -177,8 +177,15 @@ MESSAGES: dict[str, dict[str, str]] = {
     "table.accuracy": both("held-out accuracy", "留出集准确率"),
     "table.time": both("time (s)", "用时（秒）"),
     "table.dir": both("run directory", "运行目录"),
-    "verdict.same": both("yours trains exactly like lmpo's here (same held-out accuracy).",
-                         "你的实现在这里与 lmpo 的训练结果完全相同（留出集准确率一致）。"),
+    "verdict.same": both("yours trains exactly like lmpo's here (same held-out accuracy, same metrics at every "
+                         "step).",
+                         "你的实现在这里与 lmpo 的训练结果完全相同（留出集准确率一致，每一步的指标也一致）。"),
+    "verdict.same_accuracy": both("same held-out accuracy, but not the same run: {metric} at step {step} is {yours} "
+                                  "with yours, {ref} with lmpo's. A different function (or rounding that grew over "
+                                  "the steps) can end at the same accuracy; run `lmpo exercise check` on your file.",
+                                  "留出集准确率相同，但训练过程不同：第 {step} 步的 {metric} 在你的实现中为 {yours}，"
+                                  "在 lmpo 的实现中为 {ref}。不同的函数（或随步数累积的舍入误差）也可能得到相同的"
+                                  "准确率；请对你的文件运行 `lmpo exercise check`。"),
     "verdict.no_learning": both("yours does not learn: {gain} points, where lmpo's gains {ref_gain}. "
                                 "Run `lmpo exercise check` on your file.",
                                 "你的实现没有学到东西：{gain} 个百分点，而 lmpo 的实现提升了 {ref_gain} 个百分点。"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -15,6 +15,9 @@ from lmpo.teach.exercise.lang import width as text_width
 from lmpo.teach.exercise.plug import Plug, plugged
 
 PAIRS_PER_STEP = 32  # the DPO stage's batch size: --steps N trains on N × 32 pairs
+STEP_METRICS = ("reward_mean", "loss", "policy_loss", "kl", "margin", "grad_norm", "eval_accuracy")
+"""What the two runs are compared on step by step: what training computed, never a timing."""
+STEP_RTOL, STEP_ATOL = 1e-5, 1e-7
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,8 @@ class RunFigures:
     after: float
     seconds: float
     run_dir: str
+    steps: dict[int, dict[str, float]] = field(default_factory=dict)
+    """Per step, the `STEP_METRICS` its metrics rows recorded."""
 
 
 def stage_settings(plug: Plug, name: str, model_dir: str, out: Path, opts: TrainOptions) -> tuple[str, dict]:
@@ -84,7 +89,31 @@ def run_stage(kind: str, values: dict, label: str):
     started = time.perf_counter()
     result = train(Config(**{k: v for k, v in values.items() if k in known}))
     return RunFigures(label, step0_accuracy(Path(result.run_dir)), float(result.accuracy or 0.0),
-                      time.perf_counter() - started, result.run_dir)
+                      time.perf_counter() - started, result.run_dir, step_metrics(Path(result.run_dir)))
+
+
+def step_metrics(run_dir: Path) -> dict[int, dict[str, float]]:
+    steps: dict[int, dict[str, float]] = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if isinstance(row.get("step"), int):
+            found = {k: float(row[k]) for k in STEP_METRICS if isinstance(row.get(k), (int, float))}
+            steps.setdefault(row["step"], {}).update(found)
+    return steps
+
+
+def first_step_difference(yours: RunFigures, reference: RunFigures) -> dict | None:
+    """The first step metric on which the runs differ beyond float tolerance (or a step only one
+    of them recorded), as message fields; None when every step agrees."""
+    for step in sorted(set(yours.steps) | set(reference.steps)):
+        mine, ref = yours.steps.get(step), reference.steps.get(step)
+        if mine is None or ref is None:
+            return {"metric": "step", "step": step, "yours": "—" if mine is None else "✓",
+                    "ref": "—" if ref is None else "✓"}
+        for key in STEP_METRICS:
+            if key in mine and key in ref and abs(mine[key] - ref[key]) > STEP_ATOL + STEP_RTOL * abs(ref[key]):
+                return {"metric": key, "step": step, "yours": f"{mine[key]:.6g}", "ref": f"{ref[key]:.6g}"}
+    return None
 
 
 def step0_accuracy(run_dir: Path) -> float:
@@ -134,8 +163,9 @@ def figures_table(runs: list[RunFigures], lang: str = "en") -> str:
 def verdict(yours: RunFigures, reference: RunFigures, lang: str = "en") -> str:
     """A plain reading of the two runs (accuracies are deterministic for a seed)."""
     gain, ref_gain = yours.after - yours.before, reference.after - reference.before
+    differs = first_step_difference(yours, reference)
     if abs(yours.after - reference.after) < 1e-9:
-        return msg("verdict.same", lang)
+        return msg("verdict.same", lang) if differs is None else msg("verdict.same_accuracy", lang, **differs)
     points = {"gain": f"{100 * gain:+.1f}", "ref_gain": f"{100 * ref_gain:+.1f}"}
     if gain <= 0 < ref_gain:
         return msg("verdict.no_learning", lang, **points)
