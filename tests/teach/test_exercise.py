@@ -34,6 +34,7 @@ PLANTED = {
     "aggregation_empty_rows": ("empty_row", ["all-padding row counts as a sequence"]),
     "gae_bootstrap_padding": ("padding", ["bootstrap from the value at the padding position"]),
     "gae_discounted_returns": ("one_row", ["discounted sum of rewards", "A + V"]),
+    "gae_walks_tool_tokens": ("tool_tokens", ["treated as time steps", "skipping mask-0 positions"]),
     "k3_flipped": ("values", ["κ has the wrong sign"]),
     "k3_unclamped": ("extreme", ["no clamp on κ"]),
     "dpo_loss_swapped": ("pairs", ["swapped", "wrong sign of h"]),

@@ -30,6 +30,7 @@ PLANTED_ZH = {
     "aggregation_empty_rows": ["全是 padding 的行被算成了一个序列"],
     "gae_bootstrap_padding": ["padding 位置的价值做了自举"],
     "gae_discounted_returns": ["奖励的折扣和", "A + V"],
+    "gae_walks_tool_tokens": ["被当成了时间步"],
     "k3_flipped": ["κ 的符号反了"],
     "k3_unclamped": ["没有对 κ 做截断"],
     "dpo_loss_swapped": ["弄反了", "h 的符号反了"],

@@ -83,9 +83,11 @@ GAPS = both("tokens with mask 0 in the middle of a row (tool output, observation
             "生成的 token 计")
 VARIANTS = (
     (lambda c: _loop(c, returns="discounted"), fixed(RETURNS)),
+    # before TERMINAL: on a row without trailing padding, walking every position is walking the gaps,
+    # and a padded row (where the two differ) is probed earlier, by `padding`
+    (lambda c: _loop(c, gaps_as_steps=True), fixed(GAPS)),
     (lambda c: _loop(c, over_all=True), fixed(TERMINAL)),
     (lambda c: _loop(c, over_all=True, zero_masked=False), fixed(cat(TERMINAL, both("; ", "；"), PADDING_OUT))),
-    (lambda c: _loop(c, gaps_as_steps=True), fixed(GAPS)),
     (lambda c: _loop(c, decay="gamma"),
      fixed(both("your advantage ignores λ: A_t = Σ_l (γλ)^l δ_{t+l}, you use γ^l (λ = 1)",
                 "你的优势忽略了 λ：A_t = Σ_l (γλ)^l δ_{t+l}，你用的是 γ^l（相当于 λ = 1）"))),
