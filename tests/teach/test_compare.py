@@ -228,3 +228,29 @@ def test_a_start_directory_that_holds_no_model_is_refused_before_anything_runs(t
     with pytest.raises(FileNotFoundError, match=r"--start: .*notes is not a Hugging Face model directory"):
         compare.run_compare(cfg, quiet=True)
     assert not (tmp_path / "cmp").exists()
+
+
+def test_a_best_method_below_the_start_is_not_said_to_have_gained():
+    rec = recommend([_method("a", [0.298], 10, 1), _method("b", [0.2], 10, 1)], Spread.of([0.3]))
+    text = "\n".join(rec.lines)
+    assert "gained -" not in text and "gained" not in text
+    assert "No method improved on the SFT start: the best, a, ended 0.2 points below it." in text
+    assert rec.lines[-1].startswith("Recommendation: a") and "none is worth training with" in rec.lines[-1]
+
+
+def test_an_exact_tie_is_not_called_a_lead():
+    rec = recommend([_method("a", [0.5], 10, 1), _method("b", [0.5], 20, 1)], Spread.of([0.3]))
+    text = "\n".join(rec.lines)
+    assert "b: the same accuracy as a." in text and "lead" not in text and "tied with it" in rec.lines[-1]
+    assert "gained +20.0 points over the SFT start" in text
+
+
+def test_the_start_row_names_what_the_runs_started_from():
+    from lmpo.teach.compare.render import Comparison, table_rows
+
+    methods = [_method("a", [0.5], 10, 1)]
+    start = Spread.of([0.3])
+    rec = recommend(methods, start, start_label="start model")
+    assert "(start model: 30.0%)" in rec.lines[0] and "over the start model" in "\n".join(rec.lines)
+    comparison = Comparison("", "sort_digits", {}, [0], start, methods, rec, [], "start model")
+    assert table_rows(comparison)[0][0] == "start model"

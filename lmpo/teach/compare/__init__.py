@@ -129,5 +129,6 @@ def collect(cfg: CompareConfig, command: str = "", start_accuracy: dict[int, flo
     budget = {"kind": cfg.budget, "samples": budget_samples(cfg)}
     if cfg.budget == "time":
         budget["minutes"] = cfg.minutes
-    return Comparison(command, cfg.task, budget, seeds, start, summaries, recommend(summaries, start, cfg.budget),
-                      records)
+    label = "start model" if cfg.start else "SFT start"
+    return Comparison(command, cfg.task, budget, seeds, start, summaries,
+                      recommend(summaries, start, cfg.budget, start_label=label), records, label)

@@ -34,6 +34,8 @@ class Comparison:
     methods: list[MethodSummary]
     recommendation: Recommendation
     runs: list[RunRecord]
+    start_label: str = "SFT start"
+    """The table's first row: the task's SFT start, or the model --start named."""
 
 
 def _num(spread: Spread, digits: int = 0) -> str:
@@ -44,7 +46,7 @@ def _num(spread: Spread, digits: int = 0) -> str:
 
 
 def table_rows(c: Comparison) -> list[list[str]]:
-    rows = [["SFT start", pct(c.start), "", "", "", "", "", "", ""]]
+    rows = [[c.start_label, pct(c.start), "", "", "", "", "", "", ""]]
     for m in c.methods:
         rows.append([m.method, pct(m.accuracy), _num(m.seconds), _num(m.peak_rss_mb), ", ".join(m.models_held),
                      m.reference, _num(m.samples), _num(m.completion_tokens), m.budget_unit])
@@ -105,7 +107,7 @@ def plot(c: Comparison, out: Path, x_key: str) -> Path:
             mean_y = [statistics.fmean(ys[i] for _, ys in curves) for i in range(n)]
             ax.plot(mean_x, mean_y, color=color, linewidth=2.2, marker="o", markersize=3, label=m.method)
     if c.start.mean is not None:
-        ax.axhline(c.start.mean, color="grey", linestyle="--", linewidth=1, label="SFT start")
+        ax.axhline(c.start.mean, color="grey", linestyle="--", linewidth=1, label=c.start_label)
     ax.set_xlabel(label)
     ax.set_ylabel("held-out accuracy")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))

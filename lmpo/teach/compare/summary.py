@@ -78,19 +78,22 @@ def noise(a: Spread, b: Spread) -> float | None:
     return math.sqrt(a.std ** 2 + b.std ** 2)
 
 
-def recommend(methods: list[MethodSummary], start: Spread, budget: str = "samples") -> Recommendation:
+def recommend(methods: list[MethodSummary], start: Spread, budget: str = "samples",
+              start_label: str = "SFT start") -> Recommendation:
+    """`start_label`: what the runs started from, in words (the SFT start, or --start's model)."""
     scored = sorted((m for m in methods if m.accuracy.mean is not None), key=lambda m: -m.accuracy.mean)
     if not scored:
         raise ValueError("compare: no run has a held-out accuracy (eval_problems=0?); nothing to recommend")
     best = scored[0]
     lines = [f"Highest mean held-out accuracy: {best.method}, {pct(best.accuracy)} over {best.accuracy.n} "
-             f"seed(s) (SFT start: {pct(start)})."]
+             f"seed(s) ({start_label}: {pct(start)})."]
     within, beyond, undecided = [best.method], [], []
     for other in scored[1:]:
         gap, spread = best.accuracy.mean - other.accuracy.mean, noise(best.accuracy, other.accuracy)
         if spread is None:
             undecided.append(other.method)
-            lines.append(f"{other.method}: {100 * gap:.1f} points below; one seed, so no spread to judge it by.")
+            lines.append(f"{other.method}: the same accuracy as {best.method}." if gap == 0 else
+                         f"{other.method}: {100 * gap:.1f} points below; one seed, so no spread to judge it by.")
         elif gap > spread:
             beyond.append(other.method)
             lines.append(f"{other.method}: {100 * gap:.1f} points below, more than the seeds' spread "
@@ -100,12 +103,18 @@ def recommend(methods: list[MethodSummary], start: Spread, budget: str = "sample
             lines.append(f"{other.method}: {100 * gap:.1f} points below, within the seeds' spread "
                          f"({100 * spread:.1f} points).")
     start_spread = noise(best.accuracy, start)
+    worse = start.mean is not None and best.accuracy.mean < start.mean
     if start.mean is not None:
         gain = best.accuracy.mean - start.mean
-        if start_spread is not None and gain <= start_spread:
-            lines.append(f"No method beat the SFT start by more than the seeds' spread ({100 * gain:+.1f} points).")
+        if worse:
+            lines.append(f"No method improved on the {start_label}: the best, {best.method}, ended "
+                         f"{100 * -gain:.1f} points below it.")
+        elif start_spread is not None and gain <= start_spread:
+            lines.append(f"No method beat the {start_label} by more than the seeds' spread ({100 * gain:+.1f} points).")
+        elif gain == 0:
+            lines.append(f"{best.method} ended where the {start_label} was ({pct(start)}).")
         else:
-            lines.append(f"{best.method} gained {100 * gain:+.1f} points over the SFT start.")
+            lines.append(f"{best.method} gained {100 * gain:+.1f} points over the {start_label}.")
     tied = [m for m in scored if m.method in within]
     fastest = min(tied, key=lambda m: (m.seconds.mean, m.peak_rss_mb.mean or math.inf))
     with_memory = [m for m in tied if m.peak_rss_mb.mean is not None]
@@ -122,12 +131,19 @@ def recommend(methods: list[MethodSummary], start: Spread, budget: str = "sample
         else:
             lines.append(f"Recommendation: {choice} — as accurate as {best.method} within noise, and {why} of those.")
     elif undecided:
-        lines.append(f"Recommendation: {best.method} on these numbers; rerun with more --seeds to tell whether "
-                     f"its lead over {', '.join(undecided)} is more than noise.")
+        behind = [m.method for m in scored[1:] if m.method in undecided and m.accuracy.mean < best.accuracy.mean]
+        level = [m for m in undecided if m not in behind]
+        tell = ([f"whether its lead over {', '.join(behind)} is more than noise"] if behind else []) + \
+               ([f"it apart from {', '.join(level)}, tied with it here"] if level else [])
+        lines.append(f"Recommendation: {best.method} on these numbers; rerun with more --seeds to tell "
+                     f"{' and '.join(tell)}.")
     elif len(scored) == 1:
         lines.append(f"Recommendation: {best.method} — the only method compared, so none to rank it against.")
     else:
         lines.append(f"Recommendation: {best.method} — ahead of every other method by more than the seeds' spread.")
+    if worse:  # the most accurate method still made the model worse: recommending it needs saying so
+        lines[-1] += (f" But every method ended below the {start_label} at this budget: none is worth training "
+                      f"with as it stands.")
     return Recommendation(best.method, choice, within, beyond, undecided, fastest.method, leanest, lines)
 
 
