@@ -148,3 +148,14 @@ def test_cli_command_is_registered(capsys):
     assert all(claim_texts(c, "zh")["text"] in listed for c in CLAIMS) and "训练实验" in listed
     with pytest.raises(SystemExit):
         main(["factcheck", "--lang", "fr"])
+
+
+def test_one_claim_is_not_called_1_claims(tmp_path):
+    from lmpo.teach.factcheck.report import claims
+    from lmpo.teach.factcheck.texts import UI_EN
+
+    assert (claims(UI_EN, 1), claims(UI_EN, 16)) == ("1 claim", "16 claims")
+    assert (claims(UI_ZH, 1), claims(UI_ZH, 16)) == ("1 条说法", "16 条说法")
+    report = run_factcheck(FactcheckOptions(fast=True, only="gspo_geometric_mean", out=str(tmp_path), threads=1))
+    html = (tmp_path / "factcheck.html").read_text()
+    assert len(report.outcomes) == 1 and "<p>1 claim, each measured" in html and "1 claims" not in html

@@ -72,13 +72,18 @@ def write_outputs(report: Report, out: Path) -> tuple[Path, Path]:
     return json_path, html_path
 
 
+def claims(words: dict[str, str], n: int) -> str:
+    """`1 claim`, `16 claims`, in the report's language."""
+    return words["claims_one"] if n == 1 else words["claims_many"].format(n=n)
+
+
 def render_html(report: Report, records: list[dict]) -> str:
     words = ui(report.lang)
     plots = {o.claim.name: o.plot for o in report.outcomes if o.plot}
     rows = [[cell(r["number"], numeric=True), cell(f'<a href="#{esc(r["name"])}">{esc(r["claim"])}</a>', raw_html=True),
              cell(_badge(r["verdict"], r["verdict_text"]), raw_html=True), cell(f'{r["seconds"]:.1f}', numeric=True)]
             for r in records]
-    body = [f"<p>{esc(fill(words['intro'], {'n': len(records), 'seconds': report.seconds, 'threads': report.threads}))}</p>",
+    body = [f"<p>{esc(fill(words['intro'], {'claims': claims(words, len(records)), 'seconds': report.seconds, 'threads': report.threads}))}</p>",
             table(["#", words["claim"], words["verdict"], words["seconds"]], rows)]
     body += [_section(r, plots.get(r["name"]), words) for r in records]
     return (f'<!DOCTYPE html>\n<html lang="{esc(report.lang)}">\n<head>\n<meta charset="utf-8">\n'
@@ -131,7 +136,7 @@ def print_table(report: Report) -> None:
     from rich.table import Table
 
     words = ui(report.lang)
-    title = fill(words["table_title"], {"n": len(report.outcomes), "seconds": report.seconds,
+    title = fill(words["table_title"], {"claims": claims(words, len(report.outcomes)), "seconds": report.seconds,
                                         "threads": report.threads})
     grid = Table(title=title, show_lines=True)
     grid.add_column("#", justify="right")

@@ -9,10 +9,11 @@ LANGS = ("en", "zh")
 
 UI_EN = {
     "title": "lmpo factcheck: claims the field repeats, measured",
-    "intro": "{n} claims, each measured by a small experiment or an exact computation with lmpo's own functions "
+    "intro": "{claims}, each measured by a small experiment or an exact computation with lmpo's own functions "
              "and trainers; each verdict follows from the numbers by the criterion stated. {seconds:.0f} s, "
              "torch threads: {threads}.",
-    "table_title": "lmpo factcheck — {n} claims, {seconds:.0f} s, torch threads: {threads}",
+    "table_title": "lmpo factcheck — {claims}, {seconds:.0f} s, torch threads: {threads}",
+    "claims_one": "1 claim", "claims_many": "{n} claims",
     "claim": "claim", "verdict": "verdict", "seconds": "s", "criterion": "Criterion:", "source": "Source:",
     "key_numbers": "key numbers", "key_numbers_label": "Key numbers:", "evidence": "All measured values",
     "measure": "measure", "value": "value",

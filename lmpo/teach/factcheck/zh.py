@@ -8,9 +8,10 @@ from lmpo.teach.factcheck.core import DEPENDS, ERROR, FAILS, HOLDS
 
 UI_ZH = {
     "title": "lmpo 事实核查：业内反复流传的说法，逐条实测",
-    "intro": "共 {n} 条说法。每条都用 lmpo 自己的函数和训练器做一个小实验或一次精确计算来检验；结论按列出的判据由测得的数字"
+    "intro": "共 {claims}。每条都用 lmpo 自己的函数和训练器做一个小实验或一次精确计算来检验；结论按列出的判据由测得的数字"
              "算出，不是事先写好的。用时 {seconds:.0f} 秒，{threads} 个线程。",
-    "table_title": "lmpo 事实核查 — {n} 条说法，{seconds:.0f} 秒，{threads} 个线程",
+    "claims_one": "1 条说法", "claims_many": "{n} 条说法",
+    "table_title": "lmpo 事实核查 — {claims}，{seconds:.0f} 秒，{threads} 个线程",
     "claim": "说法", "verdict": "结论", "seconds": "秒", "criterion": "判据：", "source": "出处：",
     "key_numbers": "关键数字", "key_numbers_label": "关键数字：", "evidence": "全部测量值", "measure": "测量项", "value": "数值",
     "fast": "精确计算", "slow": "训练实验",
