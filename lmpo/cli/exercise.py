@@ -85,8 +85,10 @@ def cmd_start(args: argparse.Namespace, flags: dict) -> int:
     out = args.out or f"{exercise.name}.py"
     try:
         path = write_starter(exercise, out, lang=args.lang, force=args.force)
-    except FileExistsError as err:
-        raise ValueError(str(err)) from None
+    except FileExistsError:
+        raise ValueError(msg("start.exists", args.lang, path=out)) from None
+    except FileNotFoundError:
+        raise FileNotFoundError(msg("start.no_dir", args.lang, path=Path(out).parent)) from None
     print(msg("start.wrote", args.lang, path=path, function=exercise.function))
     return 0
 

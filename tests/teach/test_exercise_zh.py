@@ -203,3 +203,16 @@ def test_train_exercise_says_what_it_does_in_chinese(tmp_path):
     assert said[0].startswith("[exercise] dpo_loss：把你的 dpo_loss 用作 DPO 阶段的损失；从 SFT 检查点 tiny 出发训练 1 步")
     assert said[1] == "[exercise] 用 lmpo 的 dpo 跑同样的训练"
     assert yours.label == "你的" and reference.label == "lmpo dpo"
+
+
+def test_start_in_chinese_over_an_existing_file_refuses_in_chinese(tmp_path, capsys):
+    from lmpo.cli.main import main
+
+    out = tmp_path / "mine.py"
+    out.write_text("# my work\n")
+    assert main(["exercise", "start", "gae", "--out", str(out), "--lang", "zh"]) == 2
+    err = capsys.readouterr().err
+    assert "已存在" in err and "--force" in err and "exists;" not in err
+    assert main(["exercise", "start", "gae", "--out", str(tmp_path / "nowhere" / "g.py"), "--lang", "zh"]) == 2
+    assert "目录不存在" in capsys.readouterr().err
+    assert out.read_text() == "# my work\n"

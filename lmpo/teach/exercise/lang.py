@@ -155,6 +155,9 @@ MESSAGES: dict[str, dict[str, str]] = {
     # lmpo exercise start / train
     "start.wrote": both("wrote {path}: write `{function}`, then `lmpo exercise check {path}`",
                         "已写入 {path}：实现 `{function}`，然后运行 `lmpo exercise check {path}`"),
+    "start.exists": both("{path} exists; pass --force to overwrite it (your code in it would be lost)",
+                         "{path} 已存在；如要覆盖请加 --force（其中你写的代码会丢失）"),
+    "start.no_dir": both("{path}: no such directory", "{path}：目录不存在"),
     "train.check_pass": both("check: pass ({n} probes)", "检查：通过（{n} 项检查）"),
     "train.check_fail": both("check: FAIL at {probe}: {symptom}\ntraining anyway, to show what the difference does",
                              "检查：在 {probe} 处失败：{symptom}\n仍然继续训练，看看这个差异会造成什么影响"),
