@@ -97,6 +97,8 @@ def _exercise_for(file: str, name: str | None):
     from lmpo.teach.exercise import EXERCISES, exercise_of_file, get_exercise
 
     path = Path(file)
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory: give your solution's Python file (e.g. {path / 'grpo.py'})")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     return get_exercise(name or exercise_of_file(path, EXERCISES))

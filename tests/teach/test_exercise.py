@@ -199,3 +199,11 @@ def test_train_takes_eval_problems_with_an_underscore_as_every_other_flag_and_th
     for flag in ("--eval_problems", "--eval-problems"):
         args = make_parser().parse_args(["exercise", "train", "f.py", flag, "7"])
         assert args.eval_problems == 7
+
+
+def test_check_of_a_directory_says_it_is_one(tmp_path, capsys):
+    assert main(["exercise", "check", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory" in err and "no such file" not in err
+    with pytest.raises(ExerciseFileError, match="is a directory"):
+        check_file(tmp_path, EXERCISES["gae"])

@@ -101,6 +101,8 @@ def exercise_of_file(path: Path, exercises: dict[str, Exercise]) -> str:
 
 def user_function(path: Path, exercise: Exercise, lang: str = "en") -> Callable | UserCodeError:
     """The user's function from `path`, or the error its import raised."""
+    if path.is_dir():
+        raise ExerciseFileError(f"{path} is a directory: give your solution's Python file")
     if not path.is_file():
         raise ExerciseFileError(f"{path}: no such file (write one with `lmpo exercise start {exercise.name}`)")
     try:
