@@ -38,8 +38,8 @@ def test_eval_grades_a_prompt_file_with_its_task(start_model, tmp_path, capsys):
     probe = tmp_path / "probe.jsonl"
     prompts = [f"{n}=" for n in (31415, 27182, 16180, 14142, 17320, 22360)]
     probe.write_text("".join(json.dumps({"prompt": p, "answer": "x"}) + "\n" for p in prompts))
-    common = ["eval", "--model", start_model, "--task", "exact_match", "--max_new_tokens", "4", "--threads", "1"]
-    assert main([*common, "--eval_prompts", str(probe), "--out", str(tmp_path / "probe")]) == 0
+    common = ["eval", "--model", start_model, "--max_new_tokens", "4", "--threads", "1"]
+    assert main([*common, "--task", "exact_match", "--eval_prompts", str(probe), "--out", str(tmp_path / "probe")]) == 0
     said = {r["prompt"]: "".join(s["text"] for s in r["segments"] if s["source"] == "model")
             for r in read_trajectories(tmp_path / "probe")}
     # a random model never writes EOS, which exact_match demands: a task of this file grades without it
