@@ -60,26 +60,28 @@ def _raise_terminated(signum, frame) -> None:
 def sigterm_interrupts(enabled: bool = True):
     """SIGTERM raises `Terminated` in the main thread (see the module docstring); the handler
     before is restored after. Not `enabled`, or off the main thread, SIGTERM is left alone."""
-    if not enabled or threading.current_thread() is not threading.main_thread():
+    with _sigterm_handler(_raise_terminated, enabled):
         yield
-        return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
 def stop_at_next_step(enabled: bool = True):
     """SIGTERM asks the run to stop after its current step (see the module docstring). Signal
     handlers belong to the main thread: elsewhere, or not `enabled`, SIGTERM is left alone."""
+    try:
+        with _sigterm_handler(_on_sigterm, enabled):
+            yield
+    finally:
+        _requested.clear()
+
+
+@contextlib.contextmanager
+def _sigterm_handler(handler, enabled: bool):
     if not enabled or threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous = signal.signal(signal.SIGTERM, handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-        _requested.clear()
