@@ -6,16 +6,13 @@ an assistant reply with the generation prompt, then the turns through that reply
 diffing the token ids against the whole conversation's. A turn's loss span runs from the
 end of the generation prompt through the last end-of-turn token the template renders in that
 turn (the tokenizer's eos, or another token the model's generation config stops on, such as
-Gemma's `<end_of_turn>`), so formatting the template adds after it (a newline, say) carries no
-loss.
+Gemma's `<end_of_turn>`), so formatting the template adds after it (a newline) carries no loss.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -127,8 +124,8 @@ def message(rec: Record, where: str, value: Any) -> dict[str, Any]:
         raise rec.error(where, "a {role, content} object", type_name(value))
     role, content = value.get("role"), value.get("content")
     if "role" not in value and "content" not in value:  # {"text": ...}: not a message at all
-        keys = ", ".join(repr(k) for k in list(value)[:5])
-        raise rec.error(where, "a {role, content} message object", f"an object with keys {keys}" if keys else "{}")
+        keys = ", ".join(repr(k) for k in list(value)[:5])  # none: `{}`
+        raise rec.error(where, "a {role, content} message object", f"an object with keys {keys}" if value else "{}")
     if role not in ROLES:
         raise rec.error(f"{where}.role", "one of 'system', 'user', 'assistant', 'tool'", short_repr(role))
     calls = value.get("tool_calls")
