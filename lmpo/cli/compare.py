@@ -18,11 +18,11 @@ Finished runs are kept: the same command continues an interrupted comparison. Se
 
 def cmd_compare(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.teach.compare import CompareConfig, run_compare
-    from lmpo.teach.compare.execute import Terminated, sigterm_raises
+    from lmpo.trainers.preemption import Terminated, sigterm_interrupts
 
     cfg = build(CompareConfig, yaml_file=args.config, flags=flags)
     try:
-        with sigterm_raises():
+        with sigterm_interrupts():
             run_compare(cfg, command="lmpo " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     except Terminated:  # the run in progress was stopped and waited for (execute.launch)
         print(f"lmpo compare: terminated (SIGTERM); the unfinished run under {cfg.out} starts again "

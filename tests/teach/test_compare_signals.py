@@ -15,6 +15,7 @@ from lmpo.cli.main import main
 from lmpo.teach import compare
 from lmpo.teach.compare import execute
 from lmpo.teach.compare.plan import CompareConfig, Method
+from lmpo.trainers.preemption import Terminated, sigterm_interrupts
 
 
 def _sleeping_child(monkeypatch, pid_file: Path) -> None:
@@ -50,7 +51,7 @@ def test_sigterm_stops_and_waits_for_the_run(tmp_path, monkeypatch):
     spec = execute.RunSpec(CompareConfig(methods="grpo", seeds="0", samples=64, out=str(tmp_path / "cmp")),
                            Method.parse("grpo"), 0, "start")
     _sigterm_once_started(pid_file)
-    with pytest.raises(execute.Terminated), execute.sigterm_raises():
+    with pytest.raises(Terminated), sigterm_interrupts():
         execute.launch(spec, every_s=0.1)
     assert not _alive(int(pid_file.read_text()))  # terminated and reaped, not orphaned
 

@@ -12,15 +12,12 @@ command continues a killed comparison; an unfinished one is started again from s
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -114,28 +111,6 @@ def stop(child: subprocess.Popen, grace_s: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         child.kill()
         child.wait()
-
-
-class Terminated(BaseException):
-    """SIGTERM to the comparison, raised where it is waiting so that its run is stopped first."""
-
-
-@contextlib.contextmanager
-def sigterm_raises():
-    """SIGTERM raises `Terminated` in the main thread for the duration (a no-op elsewhere: only
-    the main thread may set a handler)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 PROGRESS = re.compile(r"\[\w+\] (step|round) (\d+)/(\d+)")
