@@ -94,9 +94,9 @@ def test_with_one_seed_no_gap_is_judged():
 
 
 def _compare(start_model, out, *extra):
-    argv = ["compare", "--methods", "grpo,dpo", "--seeds", "0", "--samples", "128", "--threads", "1",
-            "--device", "cpu", "--start", start_model, "--out", str(out), *extra]
-    assert main(argv) == 0
+    options = {"--methods": "grpo,dpo", "--seeds": "0", "--samples": "128", "--threads": "1", "--device": "cpu",
+               "--start": start_model, "--out": str(out), **dict(zip(extra[::2], extra[1::2]))}  # extra overrides
+    assert main(["compare", *(part for item in options.items() for part in item)]) == 0
     return json.loads((out / "compare.json").read_text())
 
 
