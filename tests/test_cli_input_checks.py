@@ -28,16 +28,6 @@ def test_compare_refuses_a_seed_given_twice(tmp_path, capsys):
     assert not (tmp_path / "cmp").exists()
 
 
-@pytest.mark.parametrize("argv, flag", [(["train", "sft", "--batch_size", "4", "--batch_size=8"], "--batch_size"),
-                                        (["pipeline", "--sft.epochs", "1", "--sft.epochs", "2"], "--sft.epochs")])
-def test_a_flag_given_twice_is_refused(argv, flag, tmp_path, capsys):
-    """The last one was taken in silence (argparse's way), while a YAML key or a task option given
-    twice is refused."""
-    assert main([*argv, "--out", str(tmp_path / "run")]) == 2
-    assert error_line(capsys) == f"lmpo: error: {flag} is given twice; give it once"
-    assert not (tmp_path / "run").exists()
-
-
 def test_one_method_is_not_said_to_be_ahead_of_others():
     one = MethodSummary("grpo", Spread.of([0.5, 0.52]), Spread.of([10, 10]), Spread.of([100, 100]),
                         Spread.of([64, 64]), Spread.of([500, 500]), ["policy"], "none", "", "")

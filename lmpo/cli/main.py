@@ -288,20 +288,6 @@ NEGATIVE_NUMBER = re.compile(r"^-(inf(inity)?|(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)$
 infinite (`-inf`, as `--accept_threshold -inf`)."""
 
 
-def _refuse_repeated_flags(argv: list[str]) -> None:
-    """`--batch_size 4 ... --batch_size 8` took the last in silence (argparse's way); a YAML key
-    or a task option given twice is refused, and so is this."""
-    seen: set[str] = set()
-    for arg in argv:
-        if arg == "--":
-            return
-        if arg.startswith("--") and len(arg) > 2:
-            name = arg[2:].split("=", 1)[0]
-            if name in seen:
-                raise ConfigError(f"--{name} is given twice; give it once")
-            seen.add(name)
-
-
 def _joined_negatives(argv: list[str]) -> list[str]:
     """`--lr -1e-4` as `--lr=-1e-4`, so the option's own check says what is wrong with the value
     (argparse reads only `-4` and `-0.5` as numbers: `-1e-4` and `-inf` made the option "expected
@@ -318,7 +304,6 @@ def _joined_negatives(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     try:  # Ctrl-C in the first seconds (building the parser imports torch) is said as any other
         argv = _joined_negatives(sys.argv[1:] if argv is None else list(argv))
-        _refuse_repeated_flags(argv)
         args = make_parser(argv[0] if argv else "").parse_args(argv)
         flags = {k: v for k, v in vars(args).items()
                  if k not in ("func", "config_cls", "command", "stage", "config", "run_dir")}
