@@ -68,6 +68,10 @@ class ChatRenderer:
         self.tokenizer, self.tools = tokenizer, list(tools) if tools else None
         self.turn_end: str | None = None
         """The stop token's text the template closes an assistant turn with (`check_prefix_preserving`)."""
+        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        specials = {t.content for t in added.values() if getattr(t, "special", False)} | set(tokenizer.all_special_tokens)
+        self._specials = sorted(specials, key=len, reverse=True)  # `<|im_end|>` before a shorter token it ends with
+        self._anchor_ids: dict[str, list[int]] = {}
 
     def render(self, messages: list[dict], generation_prompt: bool) -> str:
         kwargs = {"tools": self.tools} if self.tools else {}
@@ -98,9 +102,11 @@ class ChatRenderer:
         (`Metaspace(prepend_scheme="first")`: Mistral, Llama with `legacy=False`) writes `▁\n` where,
         after the turn's closing special token, the whole text has `\n`; so the suffix is encoded
         after that token and the token's own ids are dropped."""
-        anchor = next((t for t in self._special_texts() if base.endswith(t)), None)
+        anchor = next((t for t in self._specials if base.endswith(t)), None)
         if anchor:
-            head = self.tokenizer(anchor, add_special_tokens=False).input_ids
+            head = self._anchor_ids.get(anchor)
+            if head is None:  # once per special token: the rollout calls this for every observation
+                head = self._anchor_ids[anchor] = self.tokenizer(anchor, add_special_tokens=False).input_ids
             both = self.tokenizer(anchor + suffix, add_special_tokens=False, return_offsets_mapping=True)
             if both["input_ids"][:len(head)] == head:
                 return both["input_ids"][len(head):], [(a - len(anchor), b - len(anchor))
@@ -108,12 +114,6 @@ class ChatRenderer:
         encoded = self.tokenizer(suffix, add_special_tokens=False, return_offsets_mapping=True)
         return encoded["input_ids"], encoded["offset_mapping"]
 
-    def _special_texts(self) -> list[str]:
-        if not hasattr(self, "_specials"):  # longest first: `<|im_end|>` before a shorter token it ends with
-            added = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
-            texts = {t.content for t in added.values() if getattr(t, "special", False)}
-            self._specials = sorted(texts | set(self.tokenizer.all_special_tokens), key=len, reverse=True)
-        return self._specials
 
     def _trimmed_turn(self, held_text: str, messages: list[dict], text: str) -> str | None:
         """Where the template's text of the model's last turn ends, when the template only trimmed
