@@ -130,3 +130,11 @@ def uses_chat_template(task: Task) -> bool:
     """Multi-turn tasks render their conversations with the tokenizer's chat template; a
     single-turn task's prompt is its text as written (users' chat prompts are rendered when loaded)."""
     return bool(getattr(task, "chat", False))
+
+
+def tool_schemas(task: Task) -> list[dict] | None:
+    """The function schemas a task's chat template shows the model (None: no tools). RL and eval
+    prompts, SFT demonstrations and CPT documents all render with them, so the model learns on
+    the prompt it is later given."""
+    schemas = getattr(task, "tool_schemas", None)
+    return (schemas() or None) if callable(schemas) else None

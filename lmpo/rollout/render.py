@@ -244,12 +244,11 @@ def _closing_stop(renderer: ChatRenderer, candidates: list[str]) -> str:
 def renderer_for(task, tokenizer, stop_ids: Sequence[int] | None = None) -> TextRenderer | ChatRenderer:
     """The task's renderer: its chat template (checked to be prefix-preserving) for conversation
     tasks, else plain text. `stop_ids`: the tokens the engine stops at (default: the tokenizer's EOS)."""
-    from lmpo.envs.env import uses_chat_template
+    from lmpo.envs.env import tool_schemas, uses_chat_template
 
     if not uses_chat_template(task):
         return TextRenderer(tokenizer)
-    schemas = getattr(task, "tool_schemas", None)
-    renderer = ChatRenderer(tokenizer, schemas() if callable(schemas) else None)
+    renderer = ChatRenderer(tokenizer, tool_schemas(task))
     if renderer.tools and "<tool_call>" in str(tokenizer.chat_template) \
             and getattr(getattr(task, "fmt", None), "name", None) == "compact":
         warnings.warn(f"the chat template shows the tools with <tool_call> blocks (hermes), but task "

@@ -10,7 +10,7 @@ import torch
 
 from lmpo.envs.data import Record, TokenizedExample
 from lmpo.envs.data.chat import encode_conversation, starting
-from lmpo.envs.env import uses_chat_template
+from lmpo.envs.env import tool_schemas, uses_chat_template
 from lmpo.rollout import right_pad
 
 
@@ -112,17 +112,10 @@ def task_documents(task, tokenizer, n: int, seed: int) -> list[str]:
     """The task's CPT corpus as text; a conversation task's traces are rendered with the chat template."""
     docs = task.cpt_corpus(n, seed)
     if uses_chat_template(task):
-        tools = task_tool_schemas(task)
+        tools = tool_schemas(task)
         return [tokenizer.apply_chat_template(conversation, tokenize=False, **({"tools": tools} if tools else {}))
                 for conversation in docs]
     return docs
-
-
-def task_tool_schemas(task) -> list[dict] | None:
-    """The tools a task's template shows the model, as its RL and eval prompts show them: SFT
-    and CPT render its conversations the same way, or the model learns on another prompt."""
-    schemas = getattr(task, "tool_schemas", None)
-    return (schemas() or None) if callable(schemas) else None
 
 
 def task_document_ids(task, tokenizer, n: int, seed: int) -> list[list[int]]:
@@ -138,7 +131,7 @@ def task_examples(tokenizer, demonstrations: list, task=None) -> list[TokenizedE
     """Prompt (no loss) + answer + EOS (loss), in the task's own layout; a conversation task's
     demonstrations are rendered with the chat template, with loss on every assistant turn."""
     if task is not None and uses_chat_template(task):
-        tools = task_tool_schemas(task)
+        tools = tool_schemas(task)
         row = {"tools": tools} if tools else {}
         return [TokenizedExample(*encode_conversation(Record(f"task {task.name}", i + 1, row), "messages", tokenizer, c))
                 for i, c in enumerate(demonstrations)]
