@@ -22,6 +22,7 @@ from lmpo.envs.env import (ANSWERED, CONTEXT_OVERFLOW, ENV_DONE, ENV_ERROR, MAX_
                            TERMINATIONS, TOKEN_BUDGET, TURN_LENGTH, EnvFactory, Step, check_opening,
                            check_step)
 from lmpo.rollout.engines import Engine
+from lmpo.rollout.env_workers import EnvWorkers
 from lmpo.rollout.render import TemplateError
 from lmpo.rollout.trajectory import MODEL, PROMPT, Trajectory
 from lmpo.rollout.types import FINISH_EOS, SamplingParams
@@ -55,14 +56,29 @@ class EpisodeLimits:
             raise ValueError("max_turn_tokens and max_context must be >= 0 (0 = no separate limit)")
 
 
+def _open(make_env: EnvFactory, problem: Problem) -> tuple:
+    """A new environment, reset on `problem`: (env, opening messages, None) or (env, None, what it raised)."""
+    env = make_env()
+    try:
+        return env, check_opening(env, env.reset(problem)), None
+    except Exception as err:  # noqa: BLE001 -- as in `step`: the episode ends as env_error, the batch goes on
+        return env, None, f"{type(err).__name__}: {err}"
+
+
+def _step(env, text: str) -> tuple[Step | None, str | None]:
+    """The environment's answer to the model's turn: (step, None) or (None, what it raised)."""
+    try:
+        return check_step(env, env.step(text)), None
+    except Exception as err:  # an environment bug must not take the batch down; it is excluded from training
+        return None, f"{type(err).__name__}: {err}"
+
+
 class _Episode:
-    def __init__(self, problem: Problem, env, renderer, limits: EpisodeLimits):
-        self.env, self.renderer, self.limits = env, renderer, limits
-        try:
-            self.messages = check_opening(env, env.reset(problem))  # the record of the conversation, shared
-            failed = None
-        except Exception as err:  # noqa: BLE001 -- as in `step`: the episode ends as env_error, the batch goes on
-            self.messages, failed = [{"role": "user", "content": problem.prompt}], f"{type(err).__name__}: {err}"
+    def __init__(self, problem: Problem, opened: tuple, renderer, limits: EpisodeLimits, slot: int):
+        self.env, opening, failed = opened
+        self.renderer, self.limits, self.slot = renderer, limits, slot  # slot: which worker runs its env
+        # the record of the conversation, shared
+        self.messages = opening if failed is None else [{"role": "user", "content": problem.prompt}]
         ids, self.held_text = renderer.prompt(self.messages)
         self.pending_ids: list[int] = []
         if not ids:
@@ -70,7 +86,7 @@ class _Episode:
         self.traj = Trajectory(problem, len(ids), list(ids), [PROMPT] * len(ids), [0.0] * len(ids),
                                messages=self.messages)
         if failed:
-            self.end(ENV_ERROR, error=f"{type(env).__name__}.reset raised {failed}")
+            self.end(ENV_ERROR, error=f"{type(self.env).__name__}.reset raised {failed}")
 
     @property
     def used(self) -> int:
@@ -93,10 +109,19 @@ class _Episode:
 
 
 def run_episodes(engine: Engine, make_env: EnvFactory, problems: Sequence[Problem], params: SamplingParams,
-                 limits: EpisodeLimits, renderer, tokenizer) -> list[Trajectory]:
-    """Run one episode per problem (repeat a problem G times for a group); trajectories in problem order."""
+                 limits: EpisodeLimits, renderer, tokenizer, env_workers: int = 1) -> list[Trajectory]:
+    """Run one episode per problem (repeat a problem G times for a group); trajectories in problem
+    order. `env_workers`: environments created, reset and stepped at once, each episode's on one
+    thread of its own (see `EnvWorkers`)."""
+    with EnvWorkers(env_workers) as workers:
+        return _run(engine, make_env, problems, params, limits, renderer, tokenizer, workers)
+
+
+def _run(engine: Engine, make_env: EnvFactory, problems: Sequence[Problem], params: SamplingParams,
+         limits: EpisodeLimits, renderer, tokenizer, workers: EnvWorkers) -> list[Trajectory]:
     eos_ids = set(getattr(engine, "eos_ids", None) or _eos_ids(tokenizer))  # the engine's stop tokens
-    episodes = [_Episode(p, make_env(), renderer, limits) for p in problems]
+    opened = workers.run([(i, lambda p=p: _open(make_env, p)) for i, p in enumerate(problems)])
+    episodes = [_Episode(p, o, renderer, limits, slot) for slot, (p, o) in enumerate(zip(problems, opened))]
     live = []
     for ep in episodes:
         cap, reason = ep.turn_cap()
@@ -115,19 +140,21 @@ def run_episodes(engine: Engine, make_env: EnvFactory, problems: Sequence[Proble
         caps = [ep.turn_cap() for ep in live]
         samples = engine.generate([ep.traj.token_ids for ep in live], params,
                                   max_new_tokens=[c for c, _ in caps])
+        acting = [(ep, text) for ep, sample, (_, cap_reason) in zip(live, samples, caps)
+                  if (text := _take_turn(ep, sample, cap_reason, eos_ids, tokenizer)) is not None]
+        answers = workers.run([(ep.slot, lambda ep=ep, text=text: _step(ep.env, text)) for ep, text in acting])
         still = []
-        for ep, sample, (cap, cap_reason) in zip(live, samples, caps):
-            if _take_turn(ep, sample, cap_reason, eos_ids, tokenizer, last=turn + 1 == limits.max_turns):
+        for (ep, _), answer in zip(acting, answers):
+            if _answer(ep, *answer, tokenizer, last=turn + 1 == limits.max_turns):
                 cap, reason = ep.turn_cap()
                 still.append(ep) if cap > 0 else ep.end(reason)
         live = still
     return [ep.traj for ep in episodes]
 
 
-def _take_turn(ep: _Episode, sample, cap_reason: str, eos_ids: set[int], tokenizer, last: bool = False) -> bool:
-    """Append the model's turn, let the environment answer; True when the episode goes on. On the
-    `last` turn the environment still carries the turn out (a write it makes counts), but its
-    answer is not appended: no turn would read it."""
+def _take_turn(ep: _Episode, sample, cap_reason: str, eos_ids: set[int], tokenizer) -> str | None:
+    """Append the model's turn; its text for the environment to answer, or None when the turn
+    ended the episode (no EOS: cut off by `cap_reason`)."""
     traj = ep.traj
     start = len(traj.token_ids)
     traj.token_ids += sample.token_ids
@@ -144,12 +171,18 @@ def _take_turn(ep: _Episode, sample, cap_reason: str, eos_ids: set[int], tokeniz
     if not ended:
         traj.turn_rewards.append(None)
         ep.end(cap_reason)
-        return False
-    try:
-        step = check_step(ep.env, ep.env.step(text))
-    except Exception as err:  # an environment bug must not take the batch down; it is excluded from training
+        return None
+    return text
+
+
+def _answer(ep: _Episode, step: Step | None, error: str | None, tokenizer, last: bool = False) -> bool:
+    """Take in the environment's answer to the turn; True when the episode goes on. On the `last`
+    turn the environment still carried the turn out (a write it makes counts), but its answer is
+    not appended: no turn would read it."""
+    traj = ep.traj
+    if step is None:
         traj.turn_rewards.append(None)
-        ep.end(ENV_ERROR, error=f"{type(err).__name__}: {err}")
+        ep.end(ENV_ERROR, error=error)
         return False
     traj.turn_rewards.append(step.reward)
     traj.tool_calls += int(step.info.get("tool_calls", 0))
@@ -251,6 +284,16 @@ def limits_for(task, model, max_tokens: int, *, max_turns: int = 0, max_turn_tok
                          max_observation_chars=observation_chars)
 
 
+def env_workers_of(task) -> int:
+    """The task's `env_workers`: how many of its environments run at once, each episode's on a
+    thread of its own (1, the default: one after another in the trainer's thread)."""
+    workers = getattr(task, "env_workers", 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"task {type(task).__name__}: env_workers must be a positive integer (environments "
+                         f"stepped at once, each episode's on a thread of its own), got {workers!r}")
+    return workers
+
+
 @dataclass
 class EpisodeRunner:
     """Everything needed to run a task's episodes with one engine: what RL, online DPO and
@@ -262,10 +305,11 @@ class EpisodeRunner:
     limits: EpisodeLimits
     tokenizer: object
     params: SamplingParams
+    env_workers: int = 1
 
     def run(self, problems: Sequence[Problem]) -> list[Trajectory]:
         return run_episodes(self.engine, self.make_env, problems, self.params, self.limits, self.renderer,
-                            self.tokenizer)
+                            self.tokenizer, self.env_workers)
 
     @classmethod
     def for_task(cls, task, model, tokenizer, params: SamplingParams, *, generator=None, max_turns: int = 0,
@@ -281,4 +325,5 @@ class EpisodeRunner:
                             max_parse_errors=max_parse_errors)
         stops = getattr(engine, "eos_ids", None)  # the tokenizer's EOS first: the check's default
         stops = [tokenizer.eos_token_id, *sorted(set(stops) - {tokenizer.eos_token_id})] if stops else None
-        return cls(engine, env_factory(task), renderer_for(task, tokenizer, stops), limits, tokenizer, params)
+        return cls(engine, env_factory(task), renderer_for(task, tokenizer, stops), limits, tokenizer, params,
+                   env_workers_of(task))
