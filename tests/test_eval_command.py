@@ -137,3 +137,24 @@ class FirstCharacter:
 
     def is_heldout(self, problem):
         return False
+
+
+def test_eval_shows_a_long_prompts_end_and_trajectories_shows_it_whole(start_model, tmp_path, capsys, monkeypatch):
+    """A chat template's system turn with tool schemas is ~800 characters in every episode; eval
+    printed it whole for each episode shown, burying the question. (The test model's context is
+    128 tokens, so the cap is lowered from its 300 characters to 20.)"""
+    import lmpo.cli.evaluate
+
+    monkeypatch.setattr(lmpo.cli.evaluate, "SHOWN_PROMPT_CHARS", 20)
+    probe = tmp_path / "long.jsonl"
+    prompt = "S" * 60 + "Q" * 14 + "31415="
+    probe.write_text(json.dumps({"prompt": prompt, "answer": "x"}) + "\n")
+    capsys.readouterr()
+    assert main(["eval", "--model", start_model, "--max_new_tokens", "4", "--threads", "1", "--task", "exact_match",
+                 "--eval_prompts", str(probe), "--out", str(tmp_path / "e"), "--show", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "[60 earlier characters of the prompt not shown]…" + "Q" * 14 + "31415=" in printed
+    assert "SQ" not in printed
+    assert main(["trajectories", str(tmp_path / "e"), "--last", "0"]) == 0
+    printed = capsys.readouterr().out
+    assert "S" * 60 + "Q" * 14 in printed and "not shown" not in printed

@@ -12,6 +12,9 @@ accuracy and how the episodes ended, then the first episodes (failed ones first)
 and every episode to DIR/trajectories.jsonl (`lmpo trajectories DIR --failed`). The task's suggested budgets (an
 agent task's turns and tokens) apply, under --config and flags."""
 
+# a prompt's last characters shown per episode: its question, not a chat template's system turn with
+# the tools' schemas (~800 characters, the same in every episode; `lmpo trajectories` shows it whole)
+SHOWN_PROMPT_CHARS = 300
 # the task's suggestions for the RL stage that an evaluation takes, by the eval option they set
 SUGGESTED = {"eval_max_new_tokens": "max_new_tokens", "max_turns": "max_turns", "max_turn_tokens": "max_turn_tokens",
              "max_parse_errors": "max_parse_errors"}
@@ -44,7 +47,7 @@ def cmd_eval(args: argparse.Namespace, flags: dict) -> int:
         print(f"eval: figures in {cfg.out}/eval.json, every episode in {cfg.out}/trajectories.jsonl")
     if cfg.show:
         shown = sorted(run.rows, key=lambda row: row["correct"] is True)[: cfg.show]  # failed first, in order
-        render_terminal(shown, Console(highlight=False))
+        render_terminal(shown, Console(highlight=False), prompt_chars=SHOWN_PROMPT_CHARS)
     return 0
 
 

@@ -271,12 +271,16 @@ def legend(plain: bool) -> Text:
     return out
 
 
-def render_terminal(rows: list[Row], console: Console, *, width: int | None = None) -> None:
+def render_terminal(rows: list[Row], console: Console, *, width: int | None = None,
+                    prompt_chars: int | None = None) -> None:
     """Print a legend, then each trajectory: a header line and its text, the
     sources styled as in :data:`STYLES`; when the console has no colour, model
     and environment text are wrapped in :data:`MARKERS` instead, and (unless
     ``width`` is given) lines are not re-wrapped, so the text stays exact. Control characters
-    in the logged text (an ESC from a tool's output) are shown escaped, never sent to the terminal."""
+    in the logged text (an ESC from a tool's output) are shown escaped, never sent to the terminal.
+    `prompt_chars`: show only the last that many characters of a longer prompt (a chat
+    template's system turn with its tool schemas, the same in every episode), saying how many
+    were left out."""
     plain = _colourless(console)
     soft = plain and width is None
     console.print(legend(plain), width=width, soft_wrap=soft)
@@ -292,8 +296,12 @@ def render_terminal(rows: list[Row], console: Console, *, width: int | None = No
             head.append(page.show_controls(text), style=_HEADER_STYLES[kind])
         console.print(head, width=width, soft_wrap=soft)
         body = Text(overflow="fold")
-        for seg in row["segments"]:
-            text = page.show_controls(seg["text"])
+        for i, seg in enumerate(row["segments"]):
+            text = seg["text"]
+            if i == 0 and seg["source"] == "prompt" and prompt_chars is not None and len(text) > prompt_chars:
+                body.append(f"[{len(text) - prompt_chars} earlier characters of the prompt not shown]…", style="dim")
+                text = text[len(text) - prompt_chars:]
+            text = page.show_controls(text)
             body.append(_segment_text(seg["source"], text, plain), style=STYLES[seg["source"]])
         console.print(body, width=width, soft_wrap=soft)
 
