@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -68,6 +71,37 @@ class ExerciseFileError(ValueError):
     """A file that cannot be checked: missing, or without the exercise's function."""
 
 
+CALL_SECONDS = 10.0
+"""Time allowed to one call of the user's code (an import, a call of the function, a backward
+through it): the probes' inputs are small, so a call that takes longer is stuck in a loop."""
+
+
+class TimeLimit(BaseException):
+    """The user's code ran past CALL_SECONDS. Not an Exception, so that the user's own `except
+    Exception` cannot swallow it."""
+
+
+@contextmanager
+def time_limit(lang: str = "en", seconds: float | None = None):
+    """Raise TimeLimit in the code running under it after `seconds` (CALL_SECONDS). Off outside
+    the main thread, where no signal can reach it."""
+    seconds = CALL_SECONDS if seconds is None else seconds
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(signum, frame):
+        raise TimeLimit(msg("timeout", lang, seconds=f"{seconds:g}"))
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def load_module(path: Path) -> ModuleType:
     """Import the user's file under a name of its own (exceptions propagate to the caller)."""
     name = f"lmpo_exercise_user_{abs(hash(str(path)))}"
@@ -106,7 +140,8 @@ def user_function(path: Path, exercise: Exercise, lang: str = "en") -> Callable 
     if not path.is_file():
         raise ExerciseFileError(f"{path}: no such file (write one with `lmpo exercise start {exercise.name}`)")
     try:
-        module = load_module(path)
+        with time_limit(lang):
+            module = load_module(path)
     except KeyboardInterrupt:
         raise
     except BaseException as err:  # the user's code, sys.exit() included: reported, not a crash or exit of lmpo
@@ -162,7 +197,8 @@ def run_probe(exercise: Exercise, probe: Probe, fn: Callable, filename: str,
         expected = exercise.project(raw_expected)
         passed: dict[str, Any] = {}
         try:
-            raw_got, leaves = case.call(fn, probe.grad, passed)
+            with time_limit(lang):
+                raw_got, leaves = case.call(fn, probe.grad, passed)
         except KeyboardInterrupt:
             raise
         except BaseException as err:  # the user's code, sys.exit() included: reported, not a crash or exit of lmpo
@@ -183,7 +219,8 @@ def run_probe(exercise: Exercise, probe: Probe, fn: Callable, filename: str,
                             fmt(got), tr(diff.where, lang))
         if probe.grad:
             try:
-                finding = _gradient_finding(exercise, probe, case, expected, ref_leaves, got, leaves, lang)
+                with time_limit(lang):
+                    finding = _gradient_finding(exercise, probe, case, expected, ref_leaves, got, leaves, lang)
             except KeyboardInterrupt:
                 raise
             except BaseException as err:  # a backward through the user's code can raise (or exit) too

@@ -105,6 +105,7 @@ MESSAGES: dict[str, dict[str, str]] = {
     "report.pass": both("pass: {function} agrees with {reference} on every probe",
                         "通过：{function} 在每一项检查上都与 {reference} 一致"),
     "case.import": both("importing the file", "导入文件时"),
+    "timeout": both("did not return within {seconds} s (an endless loop?)", "{seconds} 秒内没有返回（死循环？）"),
     "probe.random": both("{n} random inputs of varied sizes", "{n} 组大小各异的随机输入"),
     # how outputs differ (core.difference)
     "diff.count": both("expected {n} output(s) ({names}), got {got}", "应有 {n} 个输出（{names}），实际为 {got} 个"),
