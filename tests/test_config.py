@@ -129,8 +129,9 @@ def test_pipeline_rejects_stage_options_it_owns(tmp_path, capsys):
     f.write_text("rl_stage:\n  seed: 3\n")
     assert main(["pipeline", "--config", str(f)]) == 2
     assert f"{f}: line 2: rl_stage.seed: the pipeline sets each stage's seed" in capsys.readouterr().err
-    assert main(["pipeline", "--rl_stage.overwrite", "false"]) == 2  # the pipeline always starts afresh
-    assert "rl_stage.overwrite: the pipeline has no --resume and trains every stage afresh" in capsys.readouterr().err
+    assert main(["pipeline", "--rl_stage.overwrite", "false"]) == 2  # the pipeline resumes or starts its stages
+    assert "rl_stage.overwrite: the pipeline resumes or starts its stages itself; `lmpo pipeline --resume DIR` " \
+           "continues an interrupted pipeline" in capsys.readouterr().err
 
 
 def test_missing_model_directory_is_a_clear_error(tmp_path, capsys):

@@ -83,17 +83,18 @@ def test_a_pipeline_run_again_with_another_last_stage_removes_the_earlier_ones(t
 
 def test_an_interrupted_pipeline_names_its_stage_and_how_to_continue_it(tmp_path):
     """Ctrl-C in a pipeline printed only `lmpo: interrupted`, though its stage had checkpoints
-    that `lmpo train cpt --resume DIR/cpt` continues."""
+    that `lmpo pipeline --resume DIR` continues."""
     from lmpo.cli.pipeline import _pipeline_resume_hint
 
     out = tmp_path / "pl"
-    assert _pipeline_resume_hint(out) == "pipeline interrupted; `lmpo pipeline` again starts every stage afresh"
+    again = (f"continue it with `lmpo pipeline --resume {out}` (its finished stages are kept); `lmpo pipeline` "
+             f"without --resume starts every stage afresh")
+    assert _pipeline_resume_hint(out) == f"pipeline interrupted; {again}"
     (out / "cpt" / "checkpoints" / "step_000060").mkdir(parents=True)
     (out / "cpt" / "checkpoints" / "step_000060" / "COMPLETE").write_text("ok\n")
     (out / "cpt" / "run.json").write_text('{"trainer": "cpt", "command": null, "config": {}}')
-    hint = _pipeline_resume_hint(out)
-    assert hint.startswith("pipeline interrupted in its cpt stage; ")
-    assert f"newest complete checkpoint is step_000060; continue with `lmpo train cpt --resume {out / 'cpt'}`" in hint
+    assert _pipeline_resume_hint(out) == (f"pipeline interrupted in its cpt stage (its newest complete checkpoint "
+                                          f"is step_000060); {again}")
 
 
 @pytest.mark.parametrize("save_every", [2, 0])
@@ -114,9 +115,10 @@ def test_sigterm_in_a_pipeline_says_where_it_stopped(save_every, tmp_path):
     last = done.stderr.strip().splitlines()[-1]
     if save_every:
         assert last.startswith(f"lmpo: stopped by SIGTERM after step 4; checkpoint {out / 'cpt'}/checkpoints/"
-                               f"step_000004 written; pipeline interrupted in its cpt stage; "), last
+                               f"step_000004 written; pipeline interrupted in its cpt stage (its newest complete "
+                               f"checkpoint is step_000004); "), last
         assert (out / "cpt" / "checkpoints" / "step_000004" / "COMPLETE").is_file()
-        assert f"continue with `lmpo train cpt --resume {out / 'cpt'}`" in last
+        assert f"continue it with `lmpo pipeline --resume {out}`" in last
     else:
-        assert last.startswith("lmpo: pipeline interrupted in its cpt stage; "), last
+        assert last.startswith("lmpo: pipeline interrupted in its cpt stage ("), last
     assert not (out / "sft").exists()

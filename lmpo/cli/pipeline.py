@@ -4,7 +4,6 @@ reading after each stage, the table at the end, and what an interrupted pipeline
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -45,20 +44,19 @@ def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
 
 def _pipeline_resume_hint(out: Path) -> str:
     """What an interrupted pipeline leaves: the stage it was in, and how to go on from there."""
-    from lmpo.cli.train import _resume_hint, launcher
+    from lmpo.cli.train import launcher
+    from lmpo.trainers.run_dir import complete_checkpoints
 
     stages = [p for p in sorted(out.glob("*/run.json"), key=lambda p: p.stat().st_mtime)
               if not (p.parent / "result.json").is_file()]
-    again = f"`{launcher()}lmpo pipeline` again starts every stage afresh"
+    again = (f"continue it with `{launcher()}lmpo pipeline --resume {out}` (its finished stages are kept); "
+             f"`{launcher()}lmpo pipeline` without --resume starts every stage afresh")
     if not stages:
         return f"pipeline interrupted; {again}"
     stage = stages[-1].parent
-    try:
-        command = json.loads(stages[-1].read_text()).get("trainer") or stage.name
-    except (OSError, ValueError, AttributeError):
-        command = stage.name
-    return (f"pipeline interrupted in its {stage.name} stage; {_resume_hint(command, stage)} (that stage "
-            f"alone, with its own options; the stages after it are then yours to run); {again}")
+    newest = complete_checkpoints(stage)
+    where = f"its newest complete checkpoint is {newest[-1].name}" if newest else "it has no complete checkpoint yet"
+    return f"pipeline interrupted in its {stage.name} stage ({where}); {again}"
 
 
 def pipeline_options(yaml_file: str | None, flags: dict) -> tuple:
@@ -71,6 +69,13 @@ def pipeline_options(yaml_file: str | None, flags: dict) -> tuple:
     cfg = build(PipelineConfig, yaml_file=yaml_file, flags=flags)
     leaves = _flatten_fields(PipelineConfig)
     explicit = set(flags) | (set(_flatten_dict(read_yaml(yaml_file)[0], leaves)) if yaml_file else set())
+    if cfg.resume and not yaml_file:  # `--resume DIR` alone: the interrupted pipeline's own options, as resolved
+        from lmpo.trainers.run_dir import saved_config
+
+        saved = {k: v for k, v in _flatten_dict(saved_config(cfg.resume), leaves).items() if k in leaves}
+        saved.pop("resume", None)
+        cfg = build(PipelineConfig, preset=saved, flags=flags)
+        explicit = set(leaves) - ({"out"} - set(flags))  # nothing more is resolved: each option is the run's
     from lmpo.trainers.pipeline import sections_run
 
     ran = sections_run(cfg.rl)
@@ -131,8 +136,9 @@ def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:
     for key, said in where.items():
         section, dot, leaf = key.partition(".")
         if dot and leaf in ("resume", "overwrite"):
-            raise ConfigError(f"{said}: the pipeline has no --resume and trains every stage afresh; to continue "
-                              f"an interrupted stage, run its own `lmpo train ... --resume` command")
+            raise ConfigError(f"{said}: the pipeline resumes or starts its stages itself; `lmpo pipeline --resume "
+                              f"DIR` continues an interrupted pipeline (its finished stages kept, the interrupted "
+                              f"one from its newest checkpoint)")
         if dot and leaf in PIPELINE_OWNED:
             raise ConfigError(f"{said}: the pipeline sets each stage's {leaf}; use the top-level --{leaf} "
                               f"(or set it in the stage's own `lmpo train` command)")

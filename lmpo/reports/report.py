@@ -53,7 +53,8 @@ def _write(run_dir: Path, seen: frozenset[Path]) -> Report:
         stages = sorted(p.parent.name for p in run_dir.glob(f"*/{METRICS_FILE}"))
         if _trainer(run_dir) == "pipeline" and stages:
             raise FileNotFoundError(f"{run_dir} is a pipeline that has not finished (no {SUMMARY_FILE}); report "
-                                    f"its stages: {', '.join(f'lmpo report {run_dir / s}' for s in stages)}")
+                                    f"its stages: {', '.join(f'lmpo report {run_dir / s}' for s in stages)}; if "
+                                    f"it was interrupted, `lmpo pipeline --resume {run_dir}` continues it")
         raise FileNotFoundError(
             f"{run_dir} has neither {METRICS_FILE} nor {SUMMARY_FILE}; nothing to report"
         )

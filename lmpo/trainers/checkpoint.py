@@ -244,9 +244,11 @@ def resume_training(cfg, out: Path, name: str, model, optimizer, scheduler,
 
 
 def check_same_config(saved: dict, current: dict, run_dir: str | Path) -> None:
-    """A resumed run must train what the interrupted one did; only `RESUME_MAY_CHANGE` may differ."""
+    """A resumed run must train what the interrupted one did; only `RESUME_MAY_CHANGE` may differ
+    (in a pipeline's stage sections too: `rl_stage.save_every`)."""
+    saved, current = _dotted(saved), _dotted(current)
     changed = sorted(k for k in saved.keys() | current.keys()
-                     if k not in RESUME_MAY_CHANGE and saved.get(k) != current.get(k))
+                     if k.rpartition(".")[2] not in RESUME_MAY_CHANGE and saved.get(k) != current.get(k))
     if changed:
         parts = ", ".join(f"{k}={current.get(k)!r} (was {saved.get(k)!r})" for k in changed)
         if (Path(run_dir) / "result.json").is_file():  # a resume repeats a finished run; it does not extend it
@@ -254,6 +256,18 @@ def check_same_config(saved: dict, current: dict, run_dir: str | Path) -> None:
                              f"to train its model further start a new run from it (--model {Path(run_dir) / 'model'})")
         raise ValueError(f"--resume {run_dir}: options differ from the interrupted run: {parts}; "
                          f"repeat the run's own options")
+
+
+def _dotted(options: dict) -> dict:
+    """A pipeline's stage sections (the only options that are mappings) as dotted options:
+    `rl_stage.lr`, so that each is compared, and named, on its own."""
+    out = {}
+    for key, value in options.items():
+        if isinstance(value, dict):
+            out.update({f"{key}.{inner}": v for inner, v in value.items()})
+        else:
+            out[key] = value
+    return out
 
 
 def _tied_keys(model) -> set[str]:

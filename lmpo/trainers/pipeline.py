@@ -21,6 +21,7 @@ from lmpo.trainers.presets import RL_PRESETS, pipeline_preset
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
 from lmpo.trainers.rft import RFTConfig, train_rft
+from lmpo.trainers.pipeline_resume import continued_stage, finished_stage, resumed_pipeline
 from lmpo.trainers.preemption import stop_at_next_step
 from lmpo.trainers.preflight import load_prompt_files
 from lmpo.trainers.rl import heldout_and_selection, train_rl
@@ -35,6 +36,8 @@ from lmpo.trainers.supervised import (CPTConfig, SFTConfig, heldout_problems, re
 class PipelineConfig:
     out: str = "runs/pipeline"
     """Run directory: one sub-directory per stage, summary.json and the report."""
+    resume: str = ""
+    """Directory of an interrupted pipeline to continue with its options: its finished stages are kept, the interrupted stage resumes from its newest checkpoint, and the stages after it run."""
     model: str = "tiny"
     """Model preset (fresh weights) or Hugging Face model directory for the first stage."""
     task: str = "sort_digits"
@@ -136,7 +139,10 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
     called with each stage's result (the CLI prints the doctor's findings there). `preemptible`
     (the CLI, one process): SIGTERM stops a stage that checkpoints after its current step, with a
     checkpoint there (`Preempted`), as `lmpo train` does."""
+    given = set(explicit) if explicit is not None else set(changed_options(cfg, PipelineConfig()))
     cfg = resolve_pipeline(cfg, explicit)
+    if cfg.resume:
+        cfg = resumed_pipeline(cfg, given)
     out = Path(cfg.out)
     main = launched_rank() == 0  # under torchrun each stage runs on every process; rank 0 writes and prints
     if cfg.rl not in LAST_STAGES:
@@ -144,8 +150,9 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
     validate_stages(cfg)  # every stage's arithmetic, before anything is written
     created = not out.exists()
     if main:
-        open_run_dir(out, cfg, "pipeline")
-        (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
+        open_run_dir(out, cfg, "pipeline")  # on --resume: refuses options other than the pipeline's
+        if not cfg.resume:
+            (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
     try:
         return _run_stages(cfg, out, main, after_stage, preemptible)
     except BaseException:
@@ -156,8 +163,8 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
 
 def _run_stages(cfg: PipelineConfig, out: Path, main: bool,
                 after_stage: Callable[[StageResult], None] | None, preemptible: bool) -> list[StageResult]:
-    # the pipeline has no --resume: run again, it trains every stage afresh, over what an
-    # interrupted run of it left in the stages' directories
+    # run again, the pipeline trains every stage afresh over what an interrupted run of it left in
+    # the stages' directories; with --resume it goes on from there (`pipeline_resume`)
     shared = {"task": cfg.task, "seed": cfg.seed, "threads": cfg.threads, "device": cfg.device,
               "precision": cfg.precision, "overwrite": True}
     cpt = replace(cfg.cpt, model=cfg.model, out=str(out / "cpt"), **shared)
@@ -167,7 +174,16 @@ def _run_stages(cfg: PipelineConfig, out: Path, main: bool,
             if after_stage is not None:
                 after_stage(result)
 
+    continuing = [bool(cfg.resume)]  # every stage so far was kept: the next may be kept or resumed
+
     def stage(train, stage_cfg) -> StageResult:
+        if continuing[0]:
+            kept = finished_stage(stage_cfg)
+            if kept is not None:
+                print(f"[pipeline] {Path(stage_cfg.out).name}: finished earlier with these options; kept")
+                return kept
+            continuing[0] = False
+            stage_cfg = continued_stage(stage_cfg)
         with stop_at_next_step(enabled=preemptible and bool(stage_cfg.save_every)):
             return train(stage_cfg)
 

@@ -228,8 +228,8 @@ def test_a_pipeline_is_finished_by_its_summary_and_its_stages_resume_by_their_tr
     (pipe / "cpt" / "checkpoints" / "step_000010").mkdir(parents=True)
     (pipe / "cpt" / "checkpoints" / "step_000010" / "COMPLETE").write_text("ok\n")
     assert lmpo(["report", str(pipe)]) == 2
-    assert f"is a pipeline that has not finished (no summary.json); report its stages: lmpo report {pipe / 'cpt'}" \
-        in capsys.readouterr().err
+    assert f"is a pipeline that has not finished (no summary.json); report its stages: lmpo report {pipe / 'cpt'}; " \
+           f"if it was interrupted, `lmpo pipeline --resume {pipe}` continues it" in capsys.readouterr().err
     assert lmpo(["report", str(pipe / "cpt")]) == 0
     assert f"`lmpo train cpt --resume {pipe / 'cpt'}`" in capsys.readouterr().out
     (pipe / "summary.json").write_text('{"stages": []}')
