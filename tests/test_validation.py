@@ -123,3 +123,27 @@ def test_min_lr_ratio_with_a_constant_schedule_is_refused(stage, capsys):
     assert main(["train", stage, "--lr_schedule", "constant", "--min_lr_ratio", "0.5", "--out", "unused"]) == 2
     assert "min_lr_ratio=0.5 is where a cosine or linear decay ends, and lr_schedule=constant does not decay" in \
         capsys.readouterr().err
+
+
+@pytest.mark.parametrize("samples,horizon,smallest", [((4, 2), 1, 2), ((5, 2), 2, 3), ((4, 4), 3, 4)])
+def test_a_kl_horizon_that_can_make_beta_negative_is_refused(samples, horizon, smallest, capsys):
+    """The adaptive KL controller multiplies beta by 1 + clip(KL / target - 1, ±0.2) x samples / horizon:
+    `--target_kl 5 --kl_horizon 1` with 4x2 samples per step ran with beta 0.05 -> -0.03 -> 0.018."""
+    prompts, group = samples
+    argv = ["train", "ppo", "--model", NO_MODEL, "--out", "unused", "--prompts_per_step", str(prompts), "--group_size",
+            str(group), "--eval_problems", "0", "--threads", "1", "--target_kl", "5", "--kl_horizon", str(horizon)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"kl_horizon={horizon} is too short for {prompts * group} samples per step (prompts_per_step x " \
+           f"group_size)" in err and f"--kl_horizon must be >= {smallest}" in err
+    options = dict(prompts_per_step=prompts, group_size=group, beta=0.05, target_kl=5.0)
+    RLConfig(**options, kl_horizon=smallest).validate()
+    RLConfig(prompts_per_step=prompts, group_size=group, beta=0.05, kl_horizon=10_000).validate()  # no controller
+
+
+def test_the_kl_controller_refuses_a_horizon_that_zeroes_beta():
+    from lmpo.algos import adaptive_kl_coef
+
+    with pytest.raises(ValueError, match=r"n_steps / horizon must be < 5 .*n_steps=10, horizon=2"):
+        adaptive_kl_coef(0.05, 0.0, 5.0, 2, 10)
+    assert adaptive_kl_coef(0.05, 0.0, 5.0, 3, 10) == pytest.approx(0.05 * (1 - 0.2 * 10 / 3))

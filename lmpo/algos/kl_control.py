@@ -15,8 +15,9 @@ def adaptive_kl_coef(
     ``e = clip(observed_kl / target_kl - 1, -0.2, 0.2)``, ``beta <- beta * (1 + e * n_steps /
     horizon)``: beta grows when the KL is above target, shrinks when below. ``n_steps`` is the
     number of samples (or steps) since the last update, ``horizon`` the controller's time
-    constant in the same unit (10000 samples in the paper). Keep ``n_steps`` well below
-    ``5 * horizon``: beyond it one update with e = -0.2 would drive beta to 0 or below.
+    constant in the same unit (10000 samples in the paper). ``n_steps`` must stay below
+    ``horizon / 0.2`` (a ValueError otherwise): at or beyond it one update with e = -0.2 would
+    drive beta to 0 or below.
     """
     if not target_kl > 0:
         raise ValueError(f"target_kl must be > 0, got {target_kl}")
@@ -24,5 +25,8 @@ def adaptive_kl_coef(
         raise ValueError(f"horizon must be > 0, got {horizon}")
     if n_steps < 0:
         raise ValueError(f"n_steps must be >= 0, got {n_steps}")
+    if not 1.0 - KL_ERROR_CLIP * n_steps / horizon > 0:
+        raise ValueError(f"n_steps / horizon must be < {1 / KL_ERROR_CLIP:g} (or beta can reach 0 or below), "
+                         f"got n_steps={n_steps}, horizon={horizon}")
     error = min(max(observed_kl / target_kl - 1.0, -KL_ERROR_CLIP), KL_ERROR_CLIP)
     return float(beta * (1.0 + error * n_steps / horizon))

@@ -94,7 +94,7 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptF
     target_kl: float = 0.0
     """Adapt beta toward this per-token KL (Ziegler et al. 2019); 0 = fixed beta."""
     kl_horizon: int = 10_000
-    """Horizon, in samples, of the adaptive KL controller."""
+    """Horizon, in samples, of the adaptive KL controller; more than 0.2 x prompts_per_step x group_size, else one step could turn beta negative."""
     gamma: float = 1.0
     """Discount of token-level returns (gae, reinforce_pp)."""
     gae_lambda: float = 0.95
@@ -205,7 +205,7 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptF
         if self.overlong == "penalty" and not 0 < self.overlong_cache <= self.max_new_tokens:
             problems.append(f"overlong_cache={self.overlong_cache} must be in 1..max_new_tokens={self.max_new_tokens}")
         problems += at_least(self, 0, "missing_eos_penalty", "beta", "target_kl")  # beta < 0 rewards leaving π_ref
-        problems += at_least(self, 1, "kl_horizon")
+        problems += at_least(self, 1, "kl_horizon") + kl_horizon_problems(self)
         problems += reward_problems(self) + optimizer_problems(self) + checkpoint_problems(self)
         problems += at_least(self, 1, "prompts_per_step", "eval_every", "max_new_tokens", "max_nonfinite_steps")
         problems += at_least(self, 0, "eval_problems", "select_problems", "max_unscorable_steps", "micro_batch_tokens")
@@ -232,6 +232,32 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptF
 
 
 ENGINES = ("auto", "local", "vllm")
+
+
+def smallest_kl_horizon(samples: int) -> int:
+    """The smallest horizon for which the adaptive KL controller, updated after `samples` samples,
+    keeps beta > 0: its factor 1 - KL_ERROR_CLIP x samples / horizon (KL far below target) > 0."""
+    from lmpo.algos.kl_control import KL_ERROR_CLIP
+
+    horizon = max(1, int(KL_ERROR_CLIP * samples))
+    while 1.0 - KL_ERROR_CLIP * samples / horizon <= 0:
+        horizon += 1
+    return horizon
+
+
+def kl_horizon_problems(cfg: RLConfig) -> list[str]:
+    """`kl_horizon` too short for one step's samples: beta would turn 0 or negative (rewarding
+    distance from the reference) at the first step whose KL is well below target_kl."""
+    from lmpo.algos.kl_control import KL_ERROR_CLIP
+
+    samples = cfg.prompts_per_step * cfg.group_size
+    smallest = smallest_kl_horizon(samples)
+    if not cfg.target_kl > 0 or cfg.kl_horizon < 1 or cfg.kl_horizon >= smallest:
+        return []
+    return [f"kl_horizon={cfg.kl_horizon} is too short for {samples} samples per step (prompts_per_step x "
+            f"group_size): the adaptive KL controller multiplies beta by 1 - {KL_ERROR_CLIP:g} x "
+            f"{samples}/{cfg.kl_horizon} when the KL is below target_kl, which is <= 0 (beta would reward leaving "
+            f"the reference); --kl_horizon must be >= {smallest} (Ziegler et al. use 10000)"]
 
 
 def ptx_problems(cfg: RLConfig) -> list[str]:
