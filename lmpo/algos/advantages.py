@@ -3,7 +3,9 @@
 Every estimator has the signature ``fn(rewards: Tensor[N], group_ids: Tensor[N], **options)
 -> Tensor[N]``. A group is the set of completions sampled for one prompt; groups may have
 different sizes and ``group_ids`` may be any integers (not necessarily contiguous or sorted).
-Statistics are computed in float64 and the result is cast back to ``rewards.dtype``.
+Statistics are computed in float64 and the result is cast back to ``rewards.dtype`` when that is
+floating point; integer or bool rewards (0/1 correctness) give advantages in the default float
+dtype (float32), never truncated to integers.
 
 A group whose rewards are all equal gets advantage exactly 0 for every member (it carries no
 policy-gradient signal); this is enforced explicitly, because ``x - mean(x, x, x)`` is not
@@ -29,6 +31,11 @@ def _check(rewards: Tensor, group_ids: Tensor) -> None:
         )
     if group_ids.dtype.is_floating_point or group_ids.dtype == torch.bool:
         raise ValueError(f"group_ids must be an integer tensor, got {group_ids.dtype}")
+
+
+def _float_dtype(t: Tensor) -> torch.dtype:
+    """The dtype of an advantage computed from `t`: its own if floating point, else the default float."""
+    return t.dtype if t.dtype.is_floating_point else torch.get_default_dtype()
 
 
 def _group_index(group_ids: Tensor) -> tuple[Tensor, int]:
@@ -70,7 +77,7 @@ def _std(squared_dev_sum: Tensor, count: Tensor, std: str) -> Tensor:
 def group_means(rewards: Tensor, group_ids: Tensor) -> Tensor:
     """Per sequence, the mean reward of its group: ``mean_{j in group(i)} R_j`` (shape [N])."""
     _, index, _, means = _group_stats(rewards, group_ids)
-    return means[index].to(rewards.dtype)
+    return means[index].to(_float_dtype(rewards))
 
 
 def zero_variance_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:
@@ -121,7 +128,7 @@ def grpo(
     else:
         raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
     flat = _zero_variance(r, index, counts.numel())[index]
-    return torch.where(flat, 0.0, advantages).to(rewards.dtype)
+    return torch.where(flat, 0.0, advantages).to(_float_dtype(rewards))
 
 
 @ADVANTAGES.register("dr_grpo")
@@ -132,7 +139,7 @@ def dr_grpo(rewards: Tensor, group_ids: Tensor) -> Tensor:
     """
     r, index, counts, means = _group_stats(rewards, group_ids)
     flat = _zero_variance(r, index, counts.numel())[index]
-    return torch.where(flat, 0.0, r - means[index]).to(rewards.dtype)
+    return torch.where(flat, 0.0, r - means[index]).to(_float_dtype(rewards))
 
 
 @ADVANTAGES.register("rloo")
@@ -146,7 +153,7 @@ def rloo(rewards: Tensor, group_ids: Tensor) -> Tensor:
     n = counts[index]
     others_mean = (means[index] * n - r) / (n - 1.0).clamp_min(1.0)
     flat = _zero_variance(r, index, counts.numel())[index] | (n < 2)
-    return torch.where(flat, 0.0, r - others_mean).to(rewards.dtype)
+    return torch.where(flat, 0.0, r - others_mean).to(_float_dtype(rewards))
 
 
 def advantages_of_valid(estimator, rewards: Tensor, group_ids: Tensor, valid: Tensor, **options) -> Tensor:
@@ -158,7 +165,7 @@ def advantages_of_valid(estimator, rewards: Tensor, group_ids: Tensor, valid: Te
     _check(rewards, group_ids)
     if valid.shape != rewards.shape or valid.dtype != torch.bool:
         raise ValueError(f"valid must be a bool tensor of shape {tuple(rewards.shape)}")
-    out = torch.zeros_like(rewards)
+    out = torch.zeros_like(rewards, dtype=_float_dtype(rewards))
     if valid.any():
         out[valid] = estimator(rewards[valid], group_ids[valid], **options)
     return out
@@ -179,7 +186,8 @@ def whiten_sequences(
     whitens over tokens as ``(x - mu) / sqrt(var + eps)``). ``valid`` (bool [N], default all)
     selects the sequences that enter the statistics; the others get exactly 0.
     ``unbiased=True`` uses Bessel's n-1 (a single sequence has std 0). Float64 inside, result in
-    ``advantages.dtype``; an empty selection gives all zeros. Not differentiable (detached).
+    ``advantages.dtype`` (the default float dtype for integer or bool input); an empty selection
+    gives all zeros. Not differentiable (detached).
     """
     if advantages.dim() != 1:
         raise ValueError(f"advantages must be 1-D [N], got shape {tuple(advantages.shape)}")
@@ -196,4 +204,4 @@ def whiten_sequences(
     std = _std(centered.square().sum(), count, "sample" if unbiased else "population")
     denom = std + eps
     out = torch.where(valid & (denom > 0), centered / torch.where(denom > 0, denom, 1.0), 0.0)
-    return out.to(advantages.dtype)
+    return out.to(_float_dtype(advantages))

@@ -218,3 +218,24 @@ def test_whiten_sequences_reference_and_valid():
     assert whiten_sequences(torch.ones(4), eps=0.0).abs().sum() == 0
     with pytest.raises(ValueError, match="1-D"):
         whiten_sequences(adv[None])
+
+
+@pytest.mark.parametrize("dtype", [torch.long, torch.int32, torch.bool])
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo"])
+def test_integer_and_bool_rewards_give_float_advantages(name, dtype):
+    """0/1 correctness as an integer tensor: grpo gave [1, 0, 0, 0, 0, 0, -1, 0] (truncated toward 0),
+    dr_grpo all zeros, and bool rewards bool advantages."""
+    from lmpo.algos import advantages_of_valid
+
+    fn = ADVANTAGES.get(name)
+    rewards, ids = torch.tensor([1, 0, 0, 0, 1, 1, 0, 1]), torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    expected = fn(rewards.float(), ids)
+    out = fn(rewards.to(dtype), ids)
+    assert out.dtype == torch.get_default_dtype() and torch.equal(out, expected)
+    valid = torch.tensor([True] * 7 + [False])
+    masked = advantages_of_valid(fn, rewards.to(dtype), ids, valid)
+    assert masked.dtype == torch.get_default_dtype()
+    assert torch.equal(masked, advantages_of_valid(fn, rewards.float(), ids, valid))
+    assert torch.equal(group_means(rewards.to(dtype), ids), torch.tensor([0.25] * 4 + [0.75] * 4))
+    assert whiten_sequences(rewards.to(dtype)).dtype == torch.get_default_dtype()
+    assert fn(rewards.double(), ids).dtype == torch.float64  # floating dtypes are kept
