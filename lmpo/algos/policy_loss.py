@@ -2,8 +2,9 @@
 
 Every loss has the signature ``fn(logprobs, old_logprobs, advantages, mask, **options)
 -> (loss [B,T], indicators)``: ``logprobs`` are log pi_theta of the sampled tokens (with grad),
-``old_logprobs`` those of the behaviour policy pi_old, ``advantages`` [B,T] (or [B,1],
-broadcast), ``mask`` [B,T] with nonzero on loss tokens. ``indicators`` maps names to per-token
+``old_logprobs`` those of the behaviour policy pi_old, ``advantages`` [B,T] per token, or one
+per row as [B] (what the sequence estimators return) or [B,1], broadcast over the row's tokens
+(any other shape is a ValueError), ``mask`` [B,T] with nonzero on loss tokens. ``indicators`` maps names to per-token
 float 0/1 tensors, always including ``"clipped"``; all are 0 where mask is 0.
 
 Where mask is 0 the loss and its gradient are exactly 0, even if the log-probs there are
@@ -36,9 +37,20 @@ def _prepare(
         if t.shape != logprobs.shape:
             raise ValueError(f"{name} shape {tuple(t.shape)} != logprobs {tuple(logprobs.shape)}")
     valid = mask != 0
-    adv = torch.where(valid, advantages.detach().expand_as(logprobs), 0.0).to(logprobs.dtype)
+    adv = torch.where(valid, _per_token(advantages, logprobs).detach(), 0.0).to(logprobs.dtype)
     rho = (logprobs - old_logprobs.detach()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     return valid, torch.where(valid, rho, 0.0), adv
+
+
+def _per_token(advantages: Tensor, logprobs: Tensor) -> Tensor:
+    """Advantages [B,T], [B,1] or [B] (one per row, never broadcast along T) as [B,T]."""
+    batch, length = logprobs.shape
+    if advantages.shape == (batch,):
+        advantages = advantages.unsqueeze(-1)
+    if advantages.shape not in ((batch, length), (batch, 1)):
+        raise ValueError(f"advantages must be [B, T] = [{batch}, {length}], [B, 1] or [B] = [{batch}] (one per row), "
+                         f"got shape {tuple(advantages.shape)} for logprobs {tuple(logprobs.shape)}")
+    return advantages.expand(batch, length)
 
 
 def _check_eps(clip_eps_low: float, clip_eps_high: float) -> None:

@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 import torch
@@ -231,3 +232,28 @@ def test_extreme_ratio_with_zero_advantage_is_finite():
     for name in POLICY_LOSSES.names():
         loss, _ = POLICY_LOSSES.get(name)(logprobs, old, adv, mask)
         assert torch.isfinite(loss).all() and torch.isfinite(_grad(loss, logprobs)).all()
+
+
+@pytest.mark.parametrize("name", ["ppo_clip", "gspo", "gspo_token", "cispo"])
+@pytest.mark.parametrize("length", [3, 5])  # B == T and B != T
+def test_one_advantage_per_row_is_broadcast_over_the_rows_tokens(name, length):
+    """`[B]` advantages (what the sequence estimators return) with B == T were broadcast along T:
+    row 0 took the advantages of rows 0, 1, 2 token by token; with B != T, a raw torch expand error."""
+    gen = torch.Generator().manual_seed(2)
+    logprobs = (-torch.rand(3, length, generator=gen, dtype=torch.float64) - 0.1).requires_grad_(True)
+    old = logprobs.detach() - 0.05 * torch.rand(3, length, generator=gen, dtype=torch.float64)
+    mask = torch.ones(3, length, dtype=torch.float64)
+    mask[2, -1] = 0
+    per_row = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    fn = POLICY_LOSSES.get(name)
+    loss, _ = fn(logprobs, old, per_row, mask)
+    expected, _ = fn(logprobs, old, per_row[:, None].expand(3, length), mask)
+    assert torch.equal(loss, expected)
+    torch.testing.assert_close(fn(logprobs, old, per_row[:, None], mask)[0], expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (1, 5), (5,), (), (3, 5, 1), (1, 1)])
+def test_advantages_of_another_shape_are_refused_naming_the_shapes(shape):
+    logprobs = torch.zeros(3, 5)
+    with pytest.raises(ValueError, match=re.escape(f"got shape {shape} for logprobs (3, 5)")):
+        ppo_clip(logprobs, logprobs, torch.ones(shape), torch.ones(3, 5))
