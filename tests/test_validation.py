@@ -147,3 +147,14 @@ def test_the_kl_controller_refuses_a_horizon_that_zeroes_beta():
     with pytest.raises(ValueError, match=r"n_steps / horizon must be < 5 .*n_steps=10, horizon=2"):
         adaptive_kl_coef(0.05, 0.0, 5.0, 2, 10)
     assert adaptive_kl_coef(0.05, 0.0, 5.0, 3, 10) == pytest.approx(0.05 * (1 - 0.2 * 10 / 3))
+
+
+@pytest.mark.parametrize("preset,option", [("ppo", "gae_lambda"), ("reinforce_pp", "gamma"), ("ppo", "gamma")])
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "nan"])
+def test_a_discount_outside_0_1_is_refused_before_the_model_loads(preset, option, value, capsys):
+    """`--gae_lambda 1.5` failed only after the models loaded and a rollout ran, as
+    "gamma and lam must be in [0, 1], got gamma=1.0, lam=1.5"."""
+    assert main(["train", preset, "--model", NO_MODEL, "--out", "unused", "--eval_problems", "0", "--threads", "1",
+                 f"--{option}", value]) == 2
+    assert f"{option}={float(value)} must be in [0, 1]" in capsys.readouterr().err
+    RLConfig(advantage="gae", critic="head", gamma=0.0, gae_lambda=1.0).validate()  # the ends are allowed

@@ -225,6 +225,8 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptF
                                 f"and termination_policy gives none (e.g. max_turns=penalise)")
         except ValueError as err:
             problems.append(str(err))
+        problems += [f"{name}={getattr(self, name)} must be in [0, 1]" for name in ("gamma", "gae_lambda")
+                     if not 0 <= getattr(self, name) <= 1]  # a discount and GAE's trace decay
         if self.dual_clip and self.dual_clip <= 1:
             problems.append(f"dual_clip={self.dual_clip} must be > 1 (or 0 = off)")
         problems += engine_problems(self) + ptx_problems(self)
