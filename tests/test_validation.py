@@ -158,3 +158,21 @@ def test_a_discount_outside_0_1_is_refused_before_the_model_loads(preset, option
                  f"--{option}", value]) == 2
     assert f"{option}={float(value)} must be in [0, 1]" in capsys.readouterr().err
     RLConfig(advantage="gae", critic="head", gamma=0.0, gae_lambda=1.0).validate()  # the ends are allowed
+
+
+def test_a_conflict_the_preset_made_says_so_and_how_to_undo_it(capsys, tmp_path):
+    """`lmpo train ppo --advantage grpo` said "critic=separate is only used by advantage=gae", as if
+    the user had asked for the critic: the ppo preset sets it."""
+    base = ["--model", NO_MODEL, "--out", "unused", "--eval_problems", "0", "--threads", "1"]
+    assert main(["train", "ppo", *base, "--advantage", "grpo"]) == 2
+    assert "invalid RL config: critic=separate is only used by advantage=gae (the ppo preset sets " \
+           "critic=separate; pass --critic none)" in capsys.readouterr().err
+    assert main(["train", "rl", "--preset", "ppo", *base, "--advantage", "rloo", "--gamma", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "(the ppo preset sets critic=separate; pass --critic none); gamma=0.5 is not used by advantage=rloo " \
+           "(rloo takes: none of these options)" in err and "preset sets gamma" not in err
+    for given in (["--critic", "head"], ["--config", str(tmp_path / "c.yaml")]):  # the user's own: no hint
+        (tmp_path / "c.yaml").write_text("critic: head\n")
+        assert main(["train", "ppo", *base, "--advantage", "grpo", *given]) == 2
+        err = capsys.readouterr().err
+        assert "critic=head is only used by advantage=gae" in err and "preset" not in err

@@ -42,6 +42,11 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
         if resumed_from and not args.config:  # continue with the interrupted run's own options
             preset.update(_saved_options(resumed_from, required=kind not in NOT_RL))
         cfg = build(cls, preset=preset, yaml_file=args.config, flags=flags)
+        if kind not in TRAINERS and not (resumed_from and not args.config):  # an RL preset's settings
+            from lmpo.trainers.presets import preset_problems
+            from lmpo.trainers.validation import raise_if_any
+
+            raise_if_any("RL", preset_problems(cfg, command, set_options(args.config, flags)))
         from lmpo.trainers.distributed import launched_rank
         from lmpo.trainers.preemption import Preempted, stop_at_next_step
 

@@ -69,6 +69,35 @@ def rl_preset(name: str) -> Preset:
     return RL_PRESETS[name]
 
 
+def preset_problems(cfg, name: str, given: set[str]) -> list[str]:
+    """`cfg.problems()`, each that a setting of the RL preset `name` causes (and the user did not
+    give) saying so, with the option that undoes it: `lmpo train ppo --advantage grpo` is refused
+    because the preset sets critic=separate, not because the user did. A setting causes a problem
+    when the problem goes away with that option at its default, which the hint then suggests."""
+    from dataclasses import replace
+
+    problems = cfg.problems()
+    if not problems:
+        return []
+    defaults = type(cfg)()
+    causes: dict[str, list[str]] = {}
+    for key, value in rl_preset(name).settings.items():
+        default = getattr(defaults, key)
+        if key in given or getattr(cfg, key) != value or value == default:
+            continue
+        remaining = set(replace(cfg, **{key: default}).problems())
+        for problem in problems:
+            if problem not in remaining:
+                causes.setdefault(problem, []).append(key)
+    return [problem + (f" (the {name} preset sets {', '.join(f'{k}={_flag_value(getattr(cfg, k))}' for k in keys)}; "
+                       f"pass {' '.join(f'--{k} {_flag_value(getattr(defaults, k))}' for k in keys)})"
+                       if (keys := causes.get(problem)) else "") for problem in problems]
+
+
+def _flag_value(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def task_settings(task_spec: str, stage: str) -> dict:
     """Options a task suggests for one stage ("cpt", "sft", "rl", ...): its episode token budget
     for sampling and evaluation, and any `pipeline_settings` it names for that stage. They sit

@@ -180,6 +180,10 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptF
 
     def validate(self) -> None:
         """Fail before any model loads when the batch arithmetic cannot work."""
+        raise_if_any("RL", self.problems())
+
+    def problems(self) -> list[str]:
+        """Every value, or combination of values, that cannot work (what `validate` refuses)."""
         batch = self.prompts_per_step * self.group_size
         problems = []
         if self.group_size < 2 and (self.advantage in ("grpo", "dr_grpo", "rloo") or self.dynamic_sampling):
@@ -229,8 +233,7 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptF
                      if not 0 <= getattr(self, name) <= 1]  # a discount and GAE's trace decay
         if self.dual_clip and self.dual_clip <= 1:
             problems.append(f"dual_clip={self.dual_clip} must be > 1 (or 0 = off)")
-        problems += engine_problems(self) + ptx_problems(self)
-        raise_if_any("RL", problems)
+        return problems + engine_problems(self) + ptx_problems(self)
 
 
 ENGINES = ("auto", "local", "vllm")
