@@ -1,8 +1,8 @@
 """Dropout is off in the policy (and reference, and critic) unless asked for: on a GPT-2 that
 ships with dropout 0.1, the first on-policy RL step has KL and clip fraction exactly 0 and a policy
 loss of 0, and the first DPO loss is ln 2. `--keep_dropout` keeps the model's own dropout: the KL
-of the first step is then not 0, while its ratio stays exactly 1 with one update per batch (π_old is
-the loss forward's own) and moves off 1 with two (π_old is an earlier forward, with other dropout)."""
+of the first step is then not 0, while the ratio of its first update stays exactly 1 (π_old is the loss
+forward's own) and that of a second update moves off 1 (π_old is an earlier forward, with other dropout)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_first_on_policy_step_has_no_kl_and_no_clipping(gpt2_with_dropout, tmp_p
     elif iterations == 1:  # train-mode dropout: a KL to the eval-mode reference at once, the ratio still 1
         assert step["kl"] > 1e-4 and step["loss"] > step["policy_loss"] + 1e-6
         assert step["clip_frac"] == 0.0 and abs(step["policy_loss"]) < 1e-6
-    else:  # π_old is an earlier forward's, under other dropout: the ratio of the first update is not 1
+    else:  # the second update's π_old is the first's forward, under other dropout: its ratio is not 1
         assert step["kl"] > 1e-4 and abs(step["policy_loss"]) > 1e-6
 
 

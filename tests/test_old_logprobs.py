@@ -1,5 +1,6 @@
-"""π_old of an RL update: with one update per batch, the loss forward's own (the ratio is exactly 1,
-tests/test_packed.py); with several, the trainer's forward before the first update."""
+"""π_old of an RL update: for a batch's first update (the only one, or the first minibatch of the
+first pass), the loss forward's own (the ratio is exactly 1, tests/test_packed.py); for the later
+ones, the trainer's forward before the first update (the first minibatch's rows keep their own)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,75 @@ def test_several_updates_take_pi_old_from_the_trainers_forward(iterations, minib
     once = Batch(prompt, prompt_mask, completion, loss_mask, sampler.clone(), on_policy=True)
     old_log_probs_and_values(once, None, None, model, RLConfig(beta=0.0))  # one update: its own forward serves
     assert torch.equal(once.old_logprobs, sampler) and once.policy_logprobs is None
+
+
+@pytest.mark.parametrize("preset,options", [("ppo", {}), ("ppo", {"critic": "head"}),
+                                            ("grpo", {"num_minibatches": 2, "beta": 0.0}),
+                                            ("ppo", {"micro_batch_tokens": 64})])
+def test_the_first_minibatch_of_several_updates_has_a_ratio_of_exactly_one(preset, options, start_model, tmp_path,
+                                                                          monkeypatch):
+    """The first minibatch trains the weights that sampled the batch: its π_old is its own forward and
+    its ratio exactly 1. It took the log-prob pass's, which laid the whole batch out with its prompts
+    packed once while the 4-row minibatch ran padded: the ppo preset (separate critic) saw
+    |log ratio| up to 4.8e-7 there. The later passes keep that π_old for those rows."""
+    from lmpo.algos import POLICY_LOSSES
+    from lmpo.trainers.presets import RL_PRESETS
+    from lmpo.trainers.rl import train_rl
+    from lmpo.trainers.rl_config import RLConfig
+
+    seen = []
+
+    class Watched:
+        @staticmethod
+        def get(name):
+            loss = POLICY_LOSSES.get(name)
+
+            def watched(new, old, advantages, mask, **kw):
+                seen.append((new.detach() - old)[mask != 0])
+                return loss(new, old, advantages, mask, **kw)
+            watched.__signature__ = __import__("inspect").signature(loss)
+            return watched
+
+    monkeypatch.setattr("lmpo.trainers.rl_update.POLICY_LOSSES", Watched)
+    settings = {**RL_PRESETS[preset].settings, **options}
+    train_rl(RLConfig(**settings, model=start_model, out=str(tmp_path / "run"), steps=1, prompts_per_step=2,
+                      group_size=4, prompt_pool=64, max_new_tokens=6, eval_problems=0, save_every=0, threads=1))
+    updates = settings.get("num_iterations", 1) * settings.get("num_minibatches", 1)
+    calls_per_update = len(seen) // updates
+    first = torch.cat(seen[:calls_per_update])
+    assert len(seen) == calls_per_update * updates and first.numel() and first.abs().max() == 0
+
+
+@pytest.mark.parametrize("micro_batch_tokens", [0, 40])
+def test_later_passes_keep_the_first_minibatchs_pi_old(micro_batch_tokens):
+    """With the weights held still, every pass over the batch sees a ratio of exactly 1: the second
+    takes for π_old what the first one's forward gave, not the log-prob pass's (here 1e-3 off)."""
+    from lmpo.trainers.rl_batch import Batch
+    from lmpo.trainers.rl_config import RLConfig
+    from lmpo.trainers.rl_update import LossParts, update
+
+    model = tiny(Qwen2ForCausalLM, Qwen2Config, False, "sdpa")
+    prompt, prompt_mask, completion, lengths = batch()
+    loss_mask = (torch.arange(9) < lengths[:, None]).float()
+    before = completion_outputs(model, prompt, prompt_mask, completion).logprobs.detach() + 1e-3
+    part = Batch(prompt, prompt_mask, completion, loss_mask, before.clone(), advantages=torch.randn(5, 9),
+                 on_policy=True)
+    cfg = RLConfig(beta=0.0, num_iterations=2, micro_batch_tokens=micro_batch_tokens)
+    parts = LossParts.from_config(cfg)
+    seen = []
+    loss = parts.policy_loss
+    parts.policy_loss = lambda new, old, adv, mask, **k: seen.append((new - old).detach()[mask != 0]) or \
+        loss(new, old, adv, mask, **k)
+
+    class Still:  # an optimizer step that leaves the weights as they are
+        skipped, lr = 0, 0.0
+
+        def zero(self):
+            model.zero_grad()
+
+        def apply(self, finite):
+            return True, 0.0
+
+    update(model, Still(), part, cfg, parts, 0.0)
+    assert len(seen) >= 2 and torch.cat(seen).numel() == 2 * loss_mask.sum() and (torch.cat(seen) == 0).all()
+    assert not torch.equal(part.old_logprobs, before)  # π_old is the first update's forward now

@@ -323,9 +323,9 @@ def old_log_probs_and_values(batch: Batch, reference, critic, policy, cfg: RLCon
     if isinstance(critic, ValueModel):
         batch.old_values = critic(*inputs).float().cpu()
     if several_updates and batch.policy_logprobs is not None:
-        # π_old for every update of the batch: the trainer's forward before the first one. The
-        # sampler's log-probs differ from it by float error (much more in bf16), which the ratio
-        # of the first update would otherwise show and clip.
+        # π_old for the updates after the first (whose π_old is its own forward's): the trainer's
+        # forward before the first one. The sampler's log-probs differ from it by float error
+        # (much more in bf16), which the ratio would otherwise show and clip.
         batch.old_logprobs = batch.policy_logprobs
 
 

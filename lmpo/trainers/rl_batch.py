@@ -77,8 +77,9 @@ class Batch:
     tis_weights: torch.Tensor | None = None
     """Truncated importance weights min(π_trainer / π_sampler, C) per token, when another engine sampled [B, T]."""
     on_policy: bool = False
-    """Sampled this step by the weights being trained, so `old_logprobs` are theirs up to float error: a single
-    update per batch then takes π_old from its own forward, detached, and the ratio is exactly 1."""
+    """Sampled this step by the weights being trained, so `old_logprobs` are theirs up to float error: the
+    batch's first update (the first minibatch of the first pass) then takes π_old from its own forward, detached,
+    and its ratio is exactly 1."""
 
     def select(self, index: torch.Tensor) -> "Batch":
         return Batch(**{k: (v[index] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()})

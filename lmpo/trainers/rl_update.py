@@ -53,12 +53,18 @@ def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossPar
     mb_size = size // cfg.num_minibatches
     sums: dict[str, float] = {}
     skipped_before = updater.skipped
-    on_policy = batch.on_policy and cfg.num_iterations * cfg.num_minibatches == 1
+    several = cfg.num_iterations * cfg.num_minibatches > 1
     order_gen = torch.Generator().manual_seed(cfg.seed)
-    for _ in range(cfg.num_iterations):
+    for iteration in range(cfg.num_iterations):
         order = torch.randperm(size, generator=order_gen) if cfg.num_minibatches > 1 else torch.arange(size)
         for start in range(0, size, mb_size):
-            minibatch = batch.select(order[start:start + mb_size])
+            rows_of_batch = order[start:start + mb_size]
+            minibatch = batch.select(rows_of_batch)
+            # the first minibatch runs on the weights that sampled the batch: its π_old is its own
+            # forward, so its ratio is exactly 1 (the log-prob pass batches the rows otherwise)
+            on_policy = batch.on_policy and iteration == 0 and start == 0
+            micro_rows = micro_batch_rows(minibatch, cfg)
+            taken: list[torch.Tensor] | None = [] if on_policy and several else None
             # global counts over processes, divided by their number: DDP averages the gradients
             counts = {"num_sequences": ctx.all_sum(int((minibatch.loss_mask.sum(dim=1) > 0).sum())) / ctx.world,
                       "num_tokens": ctx.all_sum(minibatch.loss_mask.sum().item()) / ctx.world,
@@ -66,10 +72,14 @@ def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossPar
             updater.zero()
             with autocast():
                 shares = [micro_step(policy, minibatch.select(torch.tensor(rows)), cfg, parts, counts, beta,
-                                     on_policy)
-                          for rows in micro_batch_rows(minibatch, cfg)]
+                                     on_policy, taken)
+                          for rows in micro_rows]
                 if ptx is not None and cfg.ptx_coef:
                     shares.append({"ptx_loss": ptx_backward(policy, next(ptx), cfg.ptx_coef, ctx)})
+            if taken is not None:  # the later passes take the same π_old for these rows
+                batch.old_logprobs = batch.old_logprobs.clone()
+                for rows, old in zip(micro_rows, taken):
+                    batch.old_logprobs[rows_of_batch[rows], :old.size(1)] = old.to(batch.old_logprobs)
             finite = all(math.isfinite(v) for s in shares for key, v in s.items() if key in ("loss", "ptx_loss"))
             applied, grad_norm = updater.apply(ctx.all_true(finite))
             if not applied:  # a non-finite loss or gradient never reaches the weights
@@ -96,11 +106,12 @@ def micro_batch_rows(minibatch: Batch, cfg: RLConfig) -> list[list[int]]:
 
 
 def micro_step(policy, part: Batch, cfg: RLConfig, parts: LossParts, counts: dict, beta: float,
-               on_policy: bool = False) -> dict:
+               on_policy: bool = False, taken: list | None = None) -> dict:
     """Forward, loss and backward for one micro-batch; returns its share of the figures.
 
-    `on_policy` (one update of a batch the current weights sampled): π_old is this forward's own
-    log-probs, detached, so the ratio is exactly 1 (the sampler's differ only by float error)."""
+    `on_policy` (the first update of a batch the current weights sampled): π_old is this forward's
+    own log-probs, detached, so the ratio is exactly 1 (the sampler's, and those of the log-prob
+    pass, which lays the whole batch out otherwise, differ by float error); `taken` receives them."""
     head_on_trunk = isinstance(unwrap(parts.critic), ValueHead)
     part = part.to(next(policy.parameters()).device)
     if cfg.micro_batch_tokens:  # the budget counts trimmed rows; without one, shapes stay as sampled
@@ -110,6 +121,8 @@ def micro_step(policy, part: Batch, cfg: RLConfig, parts: LossParts, counts: dic
                              chunk_tokens=cfg.logprob_chunk_tokens, lengths=part.real_completion_lengths())
     mask = part.loss_mask
     old = out.logprobs.detach() if on_policy else part.old_logprobs
+    if on_policy and taken is not None:
+        taken.append(old.cpu())
     token_loss, info = parts.policy_loss(out.logprobs, old, part.advantages, mask,
                                          **options_for(parts.policy_loss, parts.options))
     if part.tis_weights is not None:  # only the policy-gradient term is the sampler's to correct
