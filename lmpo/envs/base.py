@@ -9,9 +9,16 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class Problem:
+    """`prompt` is the text the policy continues. A prompt file's row given as a list of messages
+    keeps them in `messages` (and its `tools` column's schemas in `tools`), `prompt` being their
+    rendering with the policy's chat template: a chat reward model renders them with its own, as
+    it was trained, rather than reading the rendered text as one user turn."""
+
     prompt: str
     answer: str
     meta: dict = field(default_factory=dict, compare=False)
+    messages: list | None = field(default=None, compare=False)
+    tools: list | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

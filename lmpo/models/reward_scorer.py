@@ -53,8 +53,8 @@ class RewardModelReward:
                  encode_row: Callable[..., list[int]] | None = None, turn_ends: Sequence[int] = ()):
         """`encode_prompt(tokenizer, text)`: a prompt's ids as training encoded them (with the
         tokenizer's leading special tokens: `lmpo.envs.data.chat.encode_start`). A reward model
-        trained on chat rows gives `encode_row(tokenizer, prompt, completion, terminated,
-        turn_ends)` instead (`lmpo.envs.data.reward_rows.chat_reward_row`): the row as its template
+        trained on chat rows gives `encode_row(tokenizer, prompt or messages, completion, terminated,
+        turn_ends, tools)` instead (`lmpo.envs.data.reward_rows.chat_reward_row`): the row as its template
         renders it, closed by the end-of-turn token it was trained on (Gemma's `<end_of_turn>`,
         not the tokenizer's eos)."""
         self.path, self.encode_prompt, self.batch_size = path, encode_prompt, batch_size
@@ -103,17 +103,27 @@ class RewardModelReward:
         return {"path": self.path, "encode_prompt": self.encode_prompt, "batch_size": self.batch_size, "model": None,
                 "tokenizer": None, "encode_row": self.encode_row, "turn_ends": self.turn_ends}
 
+    def rows(self, problems: Sequence, completions: Sequence[str], terminated: Sequence[bool]) -> list[list[int]]:
+        """The token ids scored for each completion, as training encoded its rows. A chat reward
+        model renders a prompt given as messages (`problem.messages`, with `problem.tools`) with its
+        own template, once, as `lmpo train rm` rendered them; `problem.prompt` is then the policy's
+        rendering, which read as one user turn would be wrapped in a second template."""
+        self.setup()
+        tok = self.tokenizer
+        if self.encode_row is not None:
+            ends = self.turn_ends or [tok.eos_token_id]
+            return [self.encode_row(tok, getattr(p, "messages", None) or p.prompt, c, t, ends,
+                                    getattr(p, "tools", None)) for p, c, t in zip(problems, completions, terminated)]
+        # prompt and reply tokenised apart, as in training (lmpo.trainers.pairs.scoring_rows)
+        return [self.encode_prompt(tok, p.prompt) + tok(c, add_special_tokens=False).input_ids
+                + ([tok.eos_token_id] if t else []) for p, c, t in zip(problems, completions, terminated)]
+
     @torch.no_grad()
     def __call__(self, task, problems: Sequence, completions: Sequence[str],
                  terminated: Sequence[bool]) -> list[float]:
         self.setup()
         tok, scores = self.tokenizer, []
-        if self.encode_row is not None:
-            ends = self.turn_ends or [tok.eos_token_id]
-            ids = [self.encode_row(tok, p.prompt, c, t, ends) for p, c, t in zip(problems, completions, terminated)]
-        else:  # prompt and reply tokenised apart, as in training (lmpo.trainers.pairs.scoring_rows)
-            ids = [self.encode_prompt(tok, p.prompt) + tok(c, add_special_tokens=False).input_ids
-                   + ([tok.eos_token_id] if t else []) for p, c, t in zip(problems, completions, terminated)]
+        ids = self.rows(problems, completions, terminated)
         context = context_length(self.model)
         longest = max(range(len(ids)), key=lambda i: len(ids[i]), default=None)
         if context is not None and longest is not None and len(ids[longest]) > context:

@@ -255,7 +255,7 @@ def render(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, msgs: li
            *, generation_prompt: bool) -> str:
     if not has_chat_template(tokenizer):
         raise rec.error(field, "a tokenizer with a chat template to render messages", "a tokenizer without one")
-    tools = _tools(rec)
+    tools = row_tools(rec)
     try:
         return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=generation_prompt,
                                              **({"tools": tools} if tools else {}))
@@ -264,7 +264,7 @@ def render(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, msgs: li
                         row=rec.row, field=rec.named(field)) from e
 
 
-def _tools(rec: Record) -> list[dict] | None:
+def row_tools(rec: Record) -> list[dict] | None:
     """The row's `tools` column: function schemas the template shows the model (None without one)."""
     tools = rec.get("tools")
     if tools is None:

@@ -23,8 +23,9 @@ def load_prompts(path: str | Path, *, prompt_field: str = "prompt", answer_field
                  unknown: dict[str, Unknown] | None = None) -> list[Problem]:
     """Problems from `path` (see `read_records`). The prompt field is a string, used as it
     is, or a list of messages rendered with `tokenizer`'s chat template and its generation
-    prompt (all rows alike). `answer` is the answer field as a string (a number is written out,
-    `42.0` as `42`; absent, null or NaN gives "", or an error with `require_answer`). Every other column
+    prompt (all rows alike), the messages kept in `Problem.messages` (and the row's `tools` in
+    `Problem.tools`) for a chat reward model to render as it was trained. `answer` is the answer
+    field as a string (a number is written out, `42.0` as `42`; absent, null or NaN gives "", or an error with `require_answer`). Every other column
     goes to `Problem.meta`. With `max_prompt_tokens` (and a tokenizer), a longer prompt is an
     error naming its row (`context` says where the limit comes from). With `unknown` (and a
     tokenizer), the tokenizer's unknown tokens in the prompts are counted into its key
@@ -49,7 +50,7 @@ def load_prompts(path: str | Path, *, prompt_field: str = "prompt", answer_field
             if least is not None:  # before rendering and tokenizing a huge row
                 raise rec.error(prompt_field, f"a prompt of at most {max_prompt_tokens} tokens{context}",
                                 f"at least {least} tokens")
-        prompt = _prompt(rec, prompt_field, tokenizer, shapes)
+        prompt, msgs = _prompt(rec, prompt_field, tokenizer, shapes)
         if tokenizer is not None and (max_prompt_tokens is not None or counts is not None):
             n = len(chat.starting(tokenizer, _encode_counting(tokenizer, prompt, counts and counts["prompt"], rec)))
             if max_prompt_tokens is not None and n > max_prompt_tokens:
@@ -59,7 +60,8 @@ def load_prompts(path: str | Path, *, prompt_field: str = "prompt", answer_field
             if counts is not None:
                 _encode_counting(tokenizer, _answer(rec, answer_field), counts["answer"], rec)
         meta = {k: v for k, v in rec.fields.items() if k not in (prompt_field, answer_field)}
-        problems.append(Problem(prompt, _answer(rec, answer_field), meta))
+        problems.append(Problem(prompt, _answer(rec, answer_field), meta, messages=msgs,
+                                tools=chat.row_tools(rec) if msgs else None))
     return problems
 
 
@@ -73,7 +75,9 @@ def _encode_counting(tokenizer, text: str, unknown: Unknown | None, rec: Record)
     return ids
 
 
-def _prompt(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase | None, shapes: ShapeCheck) -> str:
+def _prompt(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase | None,
+            shapes: ShapeCheck) -> tuple[str, list[dict] | None]:
+    """The prompt's text, and its messages when the row gives a list of them (None for a text)."""
     value = rec.get(field)
     if isinstance(value, list):
         shapes.check(rec, "messages", field)
@@ -86,7 +90,7 @@ def _prompt(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase | None, 
             raise rec.error(f"{field}[{len(msgs) - 1}].{key}", "a prompt that ends with a turn for the model to answer "
                                                              "(user, tool or system)",
                             "'assistant' (a reply: drop it from the prompt, or make it the row's answer)")
-        return chat.render(rec, field, tokenizer, msgs, generation_prompt=True)
+        return chat.render(rec, field, tokenizer, msgs, generation_prompt=True), msgs
     if value is None:
         hint = ""
         if field == "prompt":
@@ -97,7 +101,7 @@ def _prompt(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase | None, 
     if not isinstance(value, str):
         raise rec.error(field, "a string or a list of messages", type_name(value))
     shapes.check(rec, "text", field)
-    return rec.require_str(field)
+    return rec.require_str(field), None
 
 
 def _answer(rec: Record, field: str) -> str:
