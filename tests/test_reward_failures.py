@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -314,3 +316,49 @@ def test_a_reward_function_given_as_a_file_scores_in_its_worker(tmp_path, start_
         reward_functions(parse_reward_weights(f"{path}:nothing=1"))
     with pytest.raises(ValueError, match="does not exist"):
         reward_functions(parse_reward_weights(f"{tmp_path}/absent.py:digits=1"))
+
+
+@pytest.mark.parametrize("labels, named", [(None, "(config.json names none: transformers' default)"),
+                                           ({0: "bad", 1: "neutral", 2: "good"}, "(bad, neutral, good)")])
+def test_a_classifier_with_several_labels_is_refused_as_a_reward_model(start_model, tmp_path, capsys, labels, named):
+    """QA: a two-label sequence classifier given as --reward_model was accepted, its reward label
+    0's logit in silence. Now its labels are checked before training, as the error for another
+    kind of model promised ("any ...ForSequenceClassification model with one label"); one whose
+    config names no architecture is refused when its worker loads it, and the scorer itself
+    refuses a head of several labels."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from lmpo.cli.main import main
+    from lmpo.models.reward_scorer import last_token_scores
+
+    count = len(labels) if labels else 2
+    extra = {"id2label": labels} if labels else {}
+    model = AutoModelForSequenceClassification.from_pretrained(start_model, num_labels=count, **extra)
+    model.save_pretrained(tmp_path / "cls")
+    shutil.copy(Path(start_model) / "tokenizer.json", tmp_path / "cls")
+    shutil.copy(Path(start_model) / "tokenizer_config.json", tmp_path / "cls")
+    argv = ["train", "grpo", "--model", start_model, "--rewards", "rm=1.0", "--steps", "1", "--prompts_per_step", "2",
+            "--group_size", "2", "--max_new_tokens", "4", "--eval_problems", "0", "--threads", "1", "--save_every", "0"]
+    assert main([*argv, "--reward_model", str(tmp_path / "cls"), "--out", str(tmp_path / "a")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"lmpo: error: reward_model {str(tmp_path / 'cls')!r} is a LlamaForSequenceClassification with {count} labels "
+        f"{named}, not a reward model: a reward is one score, and read as one its reward would be the first label's "
+        "logit alone; give a directory written by `lmpo train rm` (or any ...ForSequenceClassification model with "
+        "one label)")
+    assert not (tmp_path / "a").exists()
+    config = json.loads((tmp_path / "cls" / "config.json").read_text())
+    del config["architectures"]
+    (tmp_path / "cls" / "config.json").write_text(json.dumps(config))
+    if labels:  # its labels named: refused before training all the same
+        assert main([*argv, "--reward_model", str(tmp_path / "cls"), "--out", str(tmp_path / "b")]) == 2
+        assert "is a sequence classifier with 3 labels (bad, neutral, good)" in capsys.readouterr().err
+    else:  # nothing says what it is: refused when the worker loads it, with transformers' two labels
+        assert main([*argv, "--reward_model", str(tmp_path / "cls"), "--out", str(tmp_path / "b")]) == 1
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"lmpo: error: the worker for reward function rm ({tmp_path / 'cls'}) could not start: ValueError: reward "
+            f"model {tmp_path / 'cls'}: a classifier with 2 labels (LABEL_0, LABEL_1), not one score; give a directory "
+            "written by `lmpo train rm` (or any ...ForSequenceClassification model with one label)")
+    ids = torch.tensor([[5, 6, 7]])
+    with pytest.raises(ValueError, match=f"has {count} labels, not one"):
+        last_token_scores(model, ids, torch.ones_like(ids))

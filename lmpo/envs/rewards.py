@@ -118,15 +118,28 @@ def chat_rows(reward_model: str) -> dict:
 
 def _check_scoring_head(reward_model: str) -> None:
     """A directory saved as another kind of model (a causal LM, say) loads as a sequence
-    classifier with a freshly initialised head: its rewards would be noise, with no error."""
+    classifier with a freshly initialised head: its rewards would be noise, with no error. A
+    classifier with several labels (`config.json`'s `id2label`) would be read as its first
+    label's logit."""
     try:
-        architectures = json.loads((Path(reward_model) / "config.json").read_text()).get("architectures") or []
+        config = json.loads((Path(reward_model) / "config.json").read_text())
+        architectures = config.get("architectures") or []
     except (OSError, ValueError, AttributeError):
         return  # the loader says what is wrong with it
     if architectures and not any(str(a).endswith("ForSequenceClassification") for a in architectures):
         raise ValueError(f"reward_model {reward_model!r} is a {architectures[0]}, not a reward model: loaded as one it "
                          f"would score with an untrained head, so its rewards would be noise; give a directory "
                          f"written by `lmpo train rm` (or any ...ForSequenceClassification model with one label)")
+    labels = config.get("id2label")  # absent: transformers' default, two labels (not written out)
+    count = len(labels) if isinstance(labels, dict) else config.get("num_labels", 2 if architectures else None)
+    if type(count) is int and count != 1:
+        kind = architectures[0] if architectures else "sequence classifier"
+        names = (", ".join(map(str, labels.values())) if isinstance(labels, dict) else
+                 "config.json names none: transformers' default" if "num_labels" not in config else "num_labels")
+        raise ValueError(f"reward_model {reward_model!r} is a {kind} with {count} labels ({names[:80]}), not a reward "
+                         f"model: a reward is one score, and read as one its reward would be the first label's logit "
+                         f"alone; give a directory written by `lmpo train rm` (or any ...ForSequenceClassification "
+                         f"model with one label)")
 
 
 def _check_reward_adapter(reward_model: str) -> None:

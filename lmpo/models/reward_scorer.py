@@ -21,6 +21,10 @@ def last_token_scores(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     Llama 3 base: the usual fallback), that is the token before a row's closing EOS, so a reward
     model trained at the EOS was evaluated and used one token early. The head's output at every
     position is taken on its way out of the head (a forward hook), so the model runs as it is."""
+    labels = getattr(getattr(model, "config", None), "num_labels", 1)
+    if labels != 1:  # per_token[..., 0] would read the first label's logit as the score
+        raise ValueError(f"reward model {getattr(model, 'name_or_path', '') or type(model).__name__} has {labels} "
+                         f"labels, not one: a reward model gives one score per sequence")
     head = _score_head(model)
     if head is None:  # not a transformers sequence classifier: its own pooling
         return model(input_ids=input_ids, attention_mask=attention_mask).logits[:, 0].float()
@@ -78,6 +82,11 @@ class RewardModelReward:
                 raise ValueError(f"reward model {self.path}: its checkpoint has no "
                                  f"{', '.join(sorted(info['missing_keys'])[:3])}: loaded as a reward model it would "
                                  f"score with an untrained head; give a directory written by `lmpo train rm`")
+        labels = getattr(model.config, "id2label", None) or {}
+        if model.config.num_labels != 1:  # its score would be the first label's logit alone
+            raise ValueError(f"reward model {self.path}: a classifier with {model.config.num_labels} labels "
+                             f"({', '.join(map(str, labels.values()))[:80]}), not one score; give a directory "
+                             f"written by `lmpo train rm` (or any ...ForSequenceClassification model with one label)")
         self.model = model.eval().requires_grad_(False)
         self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=False)
         if self.tokenizer.pad_token_id is None:
