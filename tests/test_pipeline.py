@@ -23,8 +23,12 @@ def test_small_pipeline_end_to_end_through_the_cli(rl, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "held-out accuracy" in printed and "summary.json" in printed
     summary = json.loads((out / "summary.json").read_text())
-    assert [s["name"] for s in summary["stages"]] == ["cpt", "sft", rl]  # the last stage is named after the preset
+    # the last stage is named after the preset; ppo_rm's reward model is a stage before it
+    assert [s["name"] for s in summary["stages"]] == ["cpt", "sft", *(["rm"] if rl == "ppo_rm" else []), rl]
     for stage in summary["stages"]:
+        if stage["kind"] == "reward_model":
+            assert 0 <= stage["pairwise_accuracy"] <= 1 and stage["seconds"] > 0
+            continue
         assert 0 <= stage["accuracy"] <= 1 and stage["seconds"] > 0
         model_dir = out / stage["run_dir"] / "model"
         model = AutoModelForCausalLM.from_pretrained(model_dir)  # plain transformers, no lmpo code
@@ -111,3 +115,40 @@ def test_the_doctors_remedies_inside_the_pipeline_name_its_section_flags():
                                                 "more --sft.epochs; --threads 1; --rl_stage.lr")
     assert _as_pipeline_flags("→ more --epochs", "sft") == "→ more --sft.epochs"
     assert _as_pipeline_flags("→ lower --beta", "dpo") == "→ lower --dpo.beta"
+
+
+def test_ppo_rms_reward_model_is_a_stage_of_the_summary_trained_or_kept(tmp_path, capsys):
+    """QA: `--rl ppo_rm` said its reward model's accuracy in one line and left the stage out of
+    summary.json (stages cpt, sft, ppo_rm; total_seconds without its time), the table and the
+    report. Now it is the stage `rm`, kind reward_model, its held-out pairwise accuracy as
+    `pairwise_accuracy` (not `accuracy`: answers it has none), and a resumed pipeline that kept
+    it lists it all the same."""
+    import re
+
+    out = tmp_path / "pipe"
+    assert main(["pipeline", "--out", str(out), "--rl", "ppo_rm", "--threads", "1", "--adaptive", "false",
+                 "--cpt.steps", "4", "--cpt.corpus_documents", "600", "--cpt.eval_problems", "4",
+                 "--sft.epochs", "1", "--sft.demonstrations", "16", "--sft.eval_problems", "4", "--rm.pairs", "48",
+                 "--rm.heldout_pairs", "16", "--rm.epochs", "1", "--rl_stage.steps", "1",
+                 "--rl_stage.prompts_per_step", "2", "--rl_stage.group_size", "2",
+                 "--rl_stage.eval_problems", "4"]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["name"] for s in summary["stages"]] == ["cpt", "sft", "rm", "ppo_rm"]
+    rm = summary["stages"][2]
+    assert (rm["kind"], rm["accuracy"], rm["run_dir"]) == ("reward_model", None, "rm")
+    assert 0 <= rm["pairwise_accuracy"] <= 1 and rm["seconds"] > 0
+    assert [s["kind"] for s in summary["stages"]] == ["policy", "policy", "reward_model", "policy"]
+    assert summary["total_seconds"] == pytest.approx(sum(s["seconds"] for s in summary["stages"]), abs=0.05)
+    pct = f"{100 * rm['pairwise_accuracy']:.1f}%"
+    assert f"[pipeline] rm (reward model): held-out pairwise accuracy {pct}" in printed
+    assert re.search(rf"rm \(reward model\) *│ *{re.escape(pct)} pairwise *│ *n/a", printed), printed
+    html = (out / "report" / "report.html").read_text()
+    assert f'<td>rm (reward model)</td><td class="num">{pct} pairwise</td>' in html
+    (out / "summary.json").unlink()  # as if the pipeline had been stopped in its last stage
+    (out / "ppo_rm" / "result.json").unlink()
+    assert main(["pipeline", "--resume", str(out)]) == 0
+    assert "[pipeline] rm: finished earlier with these options; kept" in capsys.readouterr().out
+    again = json.loads((out / "summary.json").read_text())
+    assert [s["name"] for s in again["stages"]] == ["cpt", "sft", "rm", "ppo_rm"]
+    assert again["stages"][2] == rm

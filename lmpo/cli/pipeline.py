@@ -111,7 +111,7 @@ def _as_pipeline_flags(text: str, stage: str) -> str:
     from lmpo.trainers.pipeline import PipelineConfig
 
     section = {"cpt": "cpt", "sft": "sft", "dpo": "dpo", "kto": "kto", "orpo": "orpo", "online_dpo": "online_dpo",
-               "rft": "rft"}.get(stage, "rl_stage")
+               "rft": "rft", "rm": "rm"}.get(stage, "rl_stage")
     fields = {f.name: f.type for f in dataclasses.fields(PipelineConfig)}
     if section not in fields:
         return text
@@ -144,14 +144,23 @@ def _reject_stage_owned(flags: dict, yaml_file: str | None) -> None:
                               f"(or set it in the stage's own `lmpo train` command)")
 
 
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
 def _print_stage_table(results, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from lmpo.trainers.pipeline import REWARD_MODEL_STAGE
 
     table = Table(title=f"lmpo pipeline — run files in {out}")
     for column in ("stage", "held-out accuracy", "format accuracy", "time (s)"):
         table.add_column(column, justify="right" if column != "stage" else "left")
     for r in results:
-        table.add_row(r.name, f"{100 * r.accuracy:.1f}%", f"{100 * r.format_accuracy:.1f}%", f"{r.seconds:.1f}")
+        if r.name == REWARD_MODEL_STAGE:  # its accuracy: the chosen reply scored above the rejected one
+            table.add_row(f"{r.name} (reward model)", f"{_pct(r.accuracy)} pairwise", "n/a", f"{r.seconds:.1f}")
+        else:
+            table.add_row(r.name, _pct(r.accuracy), _pct(r.format_accuracy), f"{r.seconds:.1f}")
     Console().print(table)
     print(f"summary: {out / 'summary.json'}")

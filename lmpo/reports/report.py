@@ -267,9 +267,10 @@ def _stage_table(
             run = page.link(_rel(sub.html, out_dir), s.run_dir or "report")
         else:
             run = page.esc(s.run_dir or "")
+        pairwise = s.kind == "reward_model"  # its accuracy: the chosen reply scored above the rejected one
         rows.append([
-            page.cell(s.name),
-            page.cell(fmt_pct(s.accuracy), numeric=True),
+            page.cell(s.label),
+            page.cell(f"{fmt_pct(s.pairwise_accuracy)} pairwise" if pairwise else fmt_pct(s.accuracy), numeric=True),
             page.cell(fmt_pct(s.format_accuracy), numeric=True),
             page.cell(fmt_seconds(s.seconds), numeric=True),
         ])

@@ -22,6 +22,13 @@ class Stage:
     format_accuracy: float | None = None
     seconds: float | None = None
     run_dir: str | None = None
+    pairwise_accuracy: float | None = None
+    """A reward model's held-out pairwise accuracy (``kind`` "reward_model": ppo_rm's ``rm`` stage)."""
+    kind: str = "policy"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} (reward model)" if self.kind == "reward_model" else self.name
 
 
 def read_summary(path: Path) -> tuple[list[Stage], dict[str, Any]]:
@@ -50,6 +57,8 @@ def _parse_stage(path: Path, index: int, raw: Any) -> Stage:
         format_accuracy=_finite(raw.get("format_accuracy")),
         seconds=_finite(raw.get("seconds")),
         run_dir=str(run_dir) if run_dir else None,
+        pairwise_accuracy=_finite(raw.get("pairwise_accuracy")),
+        kind=str(raw.get("kind") or "policy"),
     )
 
 
@@ -70,7 +79,8 @@ def fmt_seconds(x: float | None) -> str:
 
 def render_stages(stages: list[Stage], out_dir: Path) -> Path | None:
     """Write ``stages.png``: accuracies per stage and seconds per stage."""
-    has_acc = any(s.accuracy is not None or s.format_accuracy is not None for s in stages)
+    has_acc = any(s.accuracy is not None or s.format_accuracy is not None or s.pairwise_accuracy is not None
+                  for s in stages)
     has_sec = any(s.seconds is not None for s in stages)
     if not stages or not (has_acc or has_sec):
         return None
@@ -85,16 +95,20 @@ def render_stages(stages: list[Stage], out_dir: Path) -> Path | None:
 
 
 def _accuracy_bars(ax: Axes, stages: list[Stage]) -> None:
-    series = [("accuracy", [s.accuracy for s in stages])]
+    policies = [s.kind != "reward_model" for s in stages]  # a reward model has no answers to score
+    series = [("accuracy", [s.accuracy for s in stages], policies)]
     fmt = [s.format_accuracy for s in stages]
     if any(v is not None for v in fmt):
-        series.append(("format accuracy", fmt))
+        series.append(("format accuracy", fmt, policies))
+    pairwise = [s.pairwise_accuracy for s in stages]
+    if any(v is not None for v in pairwise):
+        series.append(("pairwise accuracy (reward model)", pairwise, [not p for p in policies]))
     width = 0.8 / len(series)
-    for j, (label, values) in enumerate(series):
+    for j, (label, values, shown) in enumerate(series):
         xs = [i + (j - (len(series) - 1) / 2) * width for i in range(len(stages))]
         heights = [v if v is not None else 0.0 for v in values]
-        bars = ax.bar(xs, heights, width, label=label, color=f"C{j}")
-        ax.bar_label(bars, labels=[fmt_pct(v) for v in values], fontsize=8, padding=2)
+        bars = ax.bar(xs, heights, width, label=label, color=f"C{j if j < 2 else 3}")
+        ax.bar_label(bars, labels=[fmt_pct(v) if on else "" for v, on in zip(values, shown)], fontsize=8, padding=2)
     ax.set_ylim(0, 1.3)
     ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
     ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
@@ -116,5 +130,5 @@ def _seconds_bars(ax: Axes, stages: list[Stage]) -> None:
 def _stage_ticks(ax: Axes, stages: list[Stage]) -> None:
     ax.set_xticks(range(len(stages)))
     rotation = 30 if len(stages) > 6 else 0
-    ax.set_xticklabels([s.name for s in stages], rotation=rotation, ha="right" if rotation else "center")
+    ax.set_xticklabels([s.label for s in stages], rotation=rotation, ha="right" if rotation else "center")
     ax.grid(True, axis="y", alpha=0.3)

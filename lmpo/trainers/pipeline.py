@@ -192,13 +192,17 @@ def _run_stages(cfg: PipelineConfig, out: Path, main: bool,
     sft = replace(cfg.sft, model=results[-1].model_dir, out=str(out / "sft"), **shared)
     results.append(stage(train_sft, sft))
     report(results[-1])
-    result = last_stage(cfg, results[-1].model_dir, out, shared, stage)
+    def earlier(result: StageResult) -> None:  # the reward model of ppo_rm: a stage of its own
+        results.append(result)
+        report(result)
+
+    result = last_stage(cfg, results[-1].model_dir, out, shared, stage, earlier)
     result.name = cfg.rl
     results.append(result)
     report(result)
     if main:
         write_summary(out, results)
-        _remove_earlier_stages(out, {"cpt", "sft", cfg.rl, *(("rm",) if cfg.rl == "ppo_rm" else ())})
+        _remove_earlier_stages(out, {"cpt", "sft", cfg.rl, *((REWARD_MODEL_STAGE,) if cfg.rl == "ppo_rm" else ())})
         _report_kinds(results)
     return results
 
@@ -207,11 +211,17 @@ def _remove_earlier_stages(out: Path, ran: set[str]) -> None:
     """An earlier pipeline's stage directories that this one did not write (another --rl): left,
     `lmpo doctor` and `lmpo report` read them as this pipeline's. Removed at the end, since one
     of them may have held an input of this run (a reward model, a start model)."""
-    for stage in sorted({"rm", *LAST_STAGES} - ran):
+    for stage in sorted({REWARD_MODEL_STAGE, *LAST_STAGES} - ran):
         path = out / stage
         if path.is_dir() and not path.is_symlink() and (path / RUN_RECORD).is_file():
             shutil.rmtree(path, ignore_errors=True)
             print(f"[pipeline] {path}: removed, a stage of the earlier pipeline in {out}")
+
+
+REWARD_MODEL_STAGE = "rm"
+"""The stage `--rl ppo_rm` trains its reward model in: its accuracy is held-out pairwise accuracy
+(the chosen reply scored above the rejected one), not answer accuracy; summary.json gives it as
+`pairwise_accuracy`, with `kind` "reward_model" (the others' kind is "policy")."""
 
 
 OFFLINE_STAGES = {"dpo": train_preference, "kto": train_kto, "orpo": train_orpo}  # the section is the name
@@ -282,9 +292,12 @@ def _check_sampling_stage(cfg: PipelineConfig, task) -> None:
 
 
 def last_stage(cfg: PipelineConfig, sft_model: str, out: Path, shared: dict,
-               stage: Callable[[Callable, Any], StageResult] = lambda train, stage_cfg: train(stage_cfg)) -> StageResult:
+               stage: Callable[[Callable, Any], StageResult] = lambda train, stage_cfg: train(stage_cfg),
+               earlier: Callable[[StageResult], None] | None = None) -> StageResult:
     """The stage after SFT: an RL preset, offline DPO, KTO or ORPO, online DPO, rejection-sampling fine-tuning,
-    or PPO on a learned reward. `stage(train, cfg)` runs each trainer (the pipeline's arms SIGTERM)."""
+    or PPO on a learned reward. `stage(train, cfg)` runs each trainer (the pipeline's arms SIGTERM);
+    `earlier` gets the result of a stage the last one needs (ppo_rm's reward model, `REWARD_MODEL_STAGE`),
+    trained or kept, which is otherwise said in one line."""
     stage_out = str(out / cfg.rl)
     if cfg.rl in OFFLINE_STAGES:
         return stage(OFFLINE_STAGES[cfg.rl], replace(getattr(cfg, cfg.rl), model=sft_model, out=stage_out, **shared))
@@ -294,13 +307,21 @@ def last_stage(cfg: PipelineConfig, sft_model: str, out: Path, shared: dict,
         return stage(train_rft, replace(cfg.rft, model=sft_model, out=stage_out, resume="", **shared))
     extra = {}
     if cfg.rl == "ppo_rm":
-        rm = stage(train_reward_model, replace(cfg.rm, model=sft_model, out=str(out / "rm"), **shared))
-        print(f"[pipeline] reward model: held-out pairwise accuracy {100 * rm.accuracy:.1f}%, {rm.seconds:.1f} s")
+        rm = stage(train_reward_model, replace(cfg.rm, model=sft_model, out=str(out / REWARD_MODEL_STAGE), **shared))
+        rm.name = REWARD_MODEL_STAGE
+        if earlier is not None:
+            earlier(rm)
+        else:
+            _report_stage(rm)
         extra = {"rewards": "rm=1.0", "reward_model": rm.model_dir}
     return stage(train_rl, replace(cfg.rl_stage, model=sft_model, out=stage_out, resume="", **extra, **shared))
 
 
 def _report_stage(result: StageResult) -> None:
+    if result.name == REWARD_MODEL_STAGE:
+        print(f"[pipeline] {result.name} (reward model): held-out pairwise accuracy "
+              f"{100 * (result.accuracy or 0):.1f}%, {result.seconds:.1f} s")
+        return
     agent = f", tool-call rate {100 * result.tool_call_rate:.1f}%" if result.tool_call_rate else ""
     if result.terminations and set(result.terminations) != {"answered"}:
         ordered = sorted(result.terminations.items(), key=lambda kv: -kv[1])
@@ -319,6 +340,7 @@ def _report_kinds(results: list[StageResult]) -> None:
     kinds = sorted({k for r in results for k in (r.breakdown or {}).get("by_kind", {})})
     if not kinds:
         return
+    results = [r for r in results if r.name != REWARD_MODEL_STAGE]
     print("[pipeline] held-out success per kind: " + " | ".join(r.name for r in results))
     for kind in kinds:
         cells = []
@@ -329,7 +351,9 @@ def _report_kinds(results: list[StageResult]) -> None:
 
 
 def write_summary(out: Path, results: list[StageResult]) -> Path:
-    stages = [{"name": r.name, "accuracy": r.accuracy, "format_accuracy": r.format_accuracy,
+    """summary.json: every stage in the order it ran, ppo_rm's reward model included, whose
+    held-out pairwise accuracy is its `pairwise_accuracy` (its `accuracy`, answer accuracy, null)."""
+    stages = [{"name": r.name, **_accuracies(r), "format_accuracy": r.format_accuracy,
                "seconds": round(r.seconds, 2), "run_dir": Path(r.run_dir).name, "model_dir": r.model_dir,
                **({"tool_call_rate": r.tool_call_rate, "terminations": r.terminations} if r.terminations else {}),
                **({"breakdown": r.breakdown} if r.breakdown else {})}
@@ -338,3 +362,9 @@ def write_summary(out: Path, results: list[StageResult]) -> Path:
     path.write_text(json.dumps({"stages": stages, "total_seconds": round(sum(r.seconds for r in results), 2),
                                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=2))
     return path
+
+
+def _accuracies(result: StageResult) -> dict[str, Any]:
+    if result.name == REWARD_MODEL_STAGE:
+        return {"kind": "reward_model", "accuracy": None, "pairwise_accuracy": result.accuracy}
+    return {"kind": "policy", "accuracy": result.accuracy}
