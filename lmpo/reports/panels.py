@@ -166,6 +166,20 @@ PAIR_ACCURACY = Panel("accuracy", "Accuracy", (
     Axis("Format accuracy", (Curve("eval_format_accuracy", "held-out eval", sparse=True),), percent=True),
 ))
 
+# A reward model's run (`lmpo train rm`, run.json's trainer "rm"; a pipeline's rm stage) logs both
+# `accuracy` and `eval_accuracy` as pairwise accuracy, on training pairs and held-out pairs: it
+# answers no problems, so nothing of it is answer accuracy.
+REWARD_MODEL_TRAINER = "rm"
+REWARD_MODEL_ACCURACY = Panel("accuracy", "Pairwise accuracy (reward model)", (
+    Axis("Pairwise accuracy (chosen scored above rejected)", (
+        Curve("accuracy", "train pairs"),
+        Curve("eval_accuracy", "held-out pairs", sparse=True),
+    ), percent=True),
+))
+REWARD_MODEL_KEYS = {"accuracy": "accuracy (pairwise, train pairs)",
+                     "eval_accuracy": "eval_accuracy (pairwise, held-out pairs)"}
+"""How the HTML table of final values names a reward model's accuracies."""
+
 # Order of rows in the HTML table of final values; other keys follow, sorted.
 MAIN_KEYS: tuple[str, ...] = (
     "loss", "eval_loss", "reward_mean", "reward_std", "accuracy",
@@ -218,11 +232,14 @@ def termination_panel(keys: Iterable[str]) -> Panel | None:
     return Panel("termination", "How episodes ended", tuple(axes)) if axes else None
 
 
-def panels_for(keys: Iterable[str]) -> list[Panel]:
-    """:data:`PANELS` (with :data:`PAIR_ACCURACY` for a run of preference pairs) plus, when
+def panels_for(keys: Iterable[str], trainer: str | None = None) -> list[Panel]:
+    """:data:`PANELS` (with :data:`PAIR_ACCURACY` for a run of preference pairs, and
+    :data:`REWARD_MODEL_ACCURACY` for a reward model's run, `trainer` "rm") plus, when
     termination keys exist, the termination panel (placed after the observation-token panel)."""
     keys = set(keys)
-    panels = [PAIR_ACCURACY if p.name == "accuracy" and PAIR_MARKER in keys else p for p in PANELS]
+    accuracy = (REWARD_MODEL_ACCURACY if trainer == REWARD_MODEL_TRAINER else
+                PAIR_ACCURACY if PAIR_MARKER in keys else None)
+    panels = [accuracy if p.name == "accuracy" and accuracy is not None else p for p in PANELS]
     extra = termination_panel(keys)
     if extra is None:
         return panels

@@ -14,7 +14,7 @@ from lmpo.trainers.run_dir import RUN_RECORD, complete_checkpoints
 
 from . import page
 from .metrics import Row, Series, all_series, as_float, read_metrics
-from .panels import MAIN_KEYS, Panel, panels_for
+from .panels import MAIN_KEYS, REWARD_MODEL_KEYS, REWARD_MODEL_TRAINER, Panel, panels_for
 from .plots import render_panel
 from .rollbacks import read_rollbacks, rollback_section, without_rollbacks
 from .stages import Stage, fmt_pct, fmt_seconds, read_summary, render_stages
@@ -84,8 +84,9 @@ def _metrics_section(metrics: Path, report: Report) -> list[str]:
             *rollback_section(rollbacks)]
     if not data:
         return body + [page.paragraph("No numeric metrics logged yet.", "note")]
-    body.append(_final_values_table(data))
-    for panel in _panel_order(data):
+    trainer = _trainer(metrics.parent)
+    body.append(_final_values_table(data, REWARD_MODEL_KEYS if trainer == REWARD_MODEL_TRAINER else {}))
+    for panel in _panel_order(data, trainer):
         png = render_panel(panel, data, report.html.parent, rollbacks)
         if png is not None:
             report.images.append(png)
@@ -93,9 +94,9 @@ def _metrics_section(metrics: Path, report: Report) -> list[str]:
     return body
 
 
-def _panel_order(data: dict[str, Series]) -> list[Panel]:
+def _panel_order(data: dict[str, Series], trainer: str | None = None) -> list[Panel]:
     """Panels in display order; in an RL run the policy loss is a side show."""
-    panels = panels_for(data)
+    panels = panels_for(data, trainer)
     if "reward_mean" not in data:
         return panels
     return [p for p in panels if p.name != "loss"] + [p for p in panels if p.name == "loss"]
@@ -155,12 +156,12 @@ def _fmt_step(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-def _final_values_table(data: dict[str, Series]) -> str:
+def _final_values_table(data: dict[str, Series], names: dict[str, str] | None = None) -> str:
     rows = []
     for key in _ordered_keys(data):
         xs, ys = data[key]
         rows.append([
-            page.cell(key),
+            page.cell((names or {}).get(key, key)),
             page.cell(fmt_value(ys[-1]), numeric=True),
             page.cell(_fmt_step(xs[-1]), numeric=True),
             page.cell(fmt_value(min(ys)), numeric=True),

@@ -162,6 +162,33 @@ def test_a_preference_run_plots_pair_accuracy_and_its_rewards(tmp_path: Path, rh
     assert rl.axes[0].title == "Answer accuracy"  # RL's accuracy is answer accuracy
 
 
+def test_a_reward_model_run_plots_its_held_out_pairwise_accuracy_as_such(tmp_path: Path, rh: SimpleNamespace) -> None:
+    """QA: `lmpo report` on a reward model's run drew its held-out pairwise accuracy (logged as
+    `eval_accuracy`) in the panel "Answer accuracy", legend "held-out eval". A run whose run.json
+    says trainer "rm" now has one pairwise-accuracy axis, train and held-out pairs, in the PNG and
+    the HTML; a DPO run's `eval_accuracy` stays answer accuracy."""
+    import json
+
+    from lmpo.reports.panels import panels_for
+
+    rows = [{"step": s, "loss": 0.7 - 0.005 * s, "accuracy": min(1.0, 0.5 + 0.01 * s), "margin": 0.02 * s,
+             "grad_norm": 1.0, "lr": 1e-3} for s in range(1, 40, 3)]
+    rows.append({"step": 37, "eval_accuracy": 0.68})
+    rh.write_jsonl(tmp_path / "rm" / "metrics.jsonl", rows)
+    (tmp_path / "rm" / "run.json").write_text(json.dumps({"trainer": "rm", "command": "rm", "config": {}}))
+    html = write_report(tmp_path / "rm")
+    text = html.read_text()
+    assert 'alt="Pairwise accuracy (reward model)"' in text and "Answer accuracy" not in text
+    assert "<td>eval_accuracy (pairwise, held-out pairs)</td>" in text
+    rh.assert_png(html.parent / "accuracy.png")
+    keys = {k for row in rows for k in row}
+    (axis,) = next(p for p in panels_for(keys, "rm") if p.name == "accuracy").axes
+    assert axis.title.startswith("Pairwise accuracy") and [(c.key, c.label) for c in axis.curves] == [
+        ("accuracy", "train pairs"), ("eval_accuracy", "held-out pairs")]
+    answer = next(p for p in panels_for(keys, "dpo") if p.name == "accuracy").axes[1]
+    assert answer.title == "Answer accuracy" and [c.key for c in answer.curves] == ["eval_accuracy"]
+
+
 def test_a_ppo_run_plots_its_critic(tmp_path: Path, rh: SimpleNamespace) -> None:
     """value_loss, value_mean and value_clip_frac were logged by PPO and never plotted."""
     rows = rh.rl_rows(20)
