@@ -88,10 +88,13 @@ class NonFiniteUpdates(RuntimeError):
 class Updater:
     """Turns losses into optimizer steps. A step whose loss or gradient norm is not finite never
     reaches the weights: its gradients are dropped and it is counted; `patience` consecutive
-    skipped steps stop the run with an error naming the metrics file."""
+    skipped steps stop the run with an error naming the metrics file. `step_schedule=False`: the
+    trainer moves the schedule itself (online DPO, by rounds), an update leaves it where it is."""
 
-    def __init__(self, optimizer, scheduler, grad_clip: float, patience: int, where: str, unit: str = "steps"):
+    def __init__(self, optimizer, scheduler, grad_clip: float, patience: int, where: str, unit: str = "steps",
+                 step_schedule: bool = True):
         self.optimizer, self.scheduler, self.grad_clip = optimizer, scheduler, grad_clip
+        self.step_schedule = step_schedule
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.patience, self.where, self.unit = patience, where, unit
         self.skipped = self.streak = 0
@@ -108,7 +111,8 @@ class Updater:
             self.streak += 1
             return False, grad_norm
         self.optimizer.step()
-        self.scheduler.step()
+        if self.step_schedule:
+            self.scheduler.step()
         self.streak = 0
         return True, grad_norm
 

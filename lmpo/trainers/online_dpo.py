@@ -28,7 +28,7 @@ from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_options import RewardOptions
 from lmpo.trainers.reward_watch import note_episodes, watch_rewards
 from lmpo.trainers.validation import at_least, raise_if_any, reward_problems, sampling_problems
-from lmpo.trainers.runtime import make_optimizer, make_scheduler, options_for
+from lmpo.trainers.runtime import make_optimizer, make_scheduler, options_for, schedule_at
 from lmpo.trainers.preflight import load_prompt_files
 
 SAMPLER_STRIDE = 1_000_003  # each data-parallel process samples from its own stream
@@ -44,6 +44,8 @@ class OnlineDPOConfig(PreferenceLoss, RewardOptions, PromptFileOptions):
     """Prompts sampled each round."""
     samples_per_prompt: int = 4
     """Completions per prompt; the best and the worst form a pair."""
+    warmup_steps: int = 5
+    """Rounds of linear learning-rate warm-up. The schedule counts rounds, not updates: every update of a round takes the rate of the round's place in it, so the decay reaches min_lr_ratio in the last round however many pairs the rounds form."""
     temperature: float = 1.0
     """Sampling temperature."""
     max_new_tokens: int = 12
@@ -112,10 +114,12 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     if runner.limits.max_turns > 1:
         raise ValueError(f"online DPO pairs whole completions; task {task.name!r} is multi-turn (tool output "
                          "inside the completion would be trained as the model's); use an RL preset for it")
-    max_steps = cfg.rounds * cfg.epochs * -(-cfg.prompts_per_round // cfg.batch_size)
     optimizer = make_optimizer(policy, cfg.lr, cfg.weight_decay)
-    scheduler = make_scheduler(optimizer, cfg.warmup_steps, max_steps, cfg.lr_schedule, cfg.min_lr_ratio)
-    updater = Updater(optimizer, scheduler, cfg.grad_clip, cfg.max_nonfinite_steps, f"online_{cfg.loss}")
+    # indexed by rounds (round r at position r - 1, the last at the end of the decay): a round forms
+    # anywhere from no pair to one per prompt, so a count of updates cannot be planned
+    scheduler = make_scheduler(optimizer, cfg.warmup_steps, cfg.rounds - 1, cfg.lr_schedule, cfg.min_lr_ratio)
+    updater = Updater(optimizer, scheduler, cfg.grad_clip, cfg.max_nonfinite_steps, f"online_{cfg.loss}",
+                      step_schedule=False)
     options = options_for(loss_fn, preference_options(cfg))
     resumed = resume_training(cfg, run.out, "online_dpo", policy, optimizer, scheduler, {"sampler": sampler},
                               rank=run.dist.rank)
@@ -135,6 +139,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     trained = run.trained(policy)
     with run.progress(cfg.rounds, initial=start_round, label=f"online_{cfg.loss}") as progress:
         for round_ in range(start_round + 1, cfg.rounds + 1):
+            schedule_at(scheduler, round_ - 1)
             first_prompt = stream.position
             mine = run.dist.shard(stream.take(cfg.prompts_per_round), "prompts per round")
             problems = [p for p in mine for _ in range(cfg.samples_per_prompt)]
@@ -153,7 +158,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
             scorable = run.dist.all_sum(float(ranked.valid.sum()))
             fault_point("after_rollout", round_)
             row = {"step": round_, "round": round_, "reward_mean": reward_sum / scorable if scorable else 0.0,
-                   "pairs": len(pairs), "tie_frac": 1 - len(pairs) / cfg.prompts_per_round,
+                   "pairs": len(pairs), "tie_frac": 1 - len(pairs) / cfg.prompts_per_round, "lr": updater.lr,
                    "samples": len(problems) * run.dist.world,
                    "completion_tokens": int(run.dist.all_sum(float(rollout.lengths.sum()))),
                    "unscorable": int(len(problems) * run.dist.world - scorable), "prompts": [first_prompt, stream.position]}

@@ -43,7 +43,7 @@ from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_options import RewardOptions
 from lmpo.trainers.reward_watch import note_episodes, watch_rewards
 from lmpo.trainers.rl_config import ENGINES, RLConfig
-from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
+from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler, schedule_at
 from lmpo.trainers.sampler_mismatch import samples_with_trainer_forward, sync_and_probe
 from lmpo.trainers.supervised import _step as sft_step
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
@@ -99,7 +99,7 @@ class RFTConfig(RunOptions, RewardOptions, PromptFileOptions):
     warmup_steps: int = 0
     """SFT steps of linear learning-rate warm-up."""
     lr_schedule: Schedule = "constant"
-    """Decay over all rounds' SFT steps after warm-up: cosine, linear or constant."""
+    """Decay over all rounds' SFT steps after warm-up: cosine, linear or constant. The schedule follows rounds: round K's steps take places (K-1)·sft_steps_per_round on, so a round that keeps nothing (or skips an update) still moves it on, and the decay ends in the last round."""
     min_lr_ratio: float = 0.1
     """Final learning rate as a fraction of the peak (cosine/linear)."""
     weight_decay: float = 0.0
@@ -251,10 +251,11 @@ def train_rft(cfg: RFTConfig) -> StageResult:
                                cfg.min_lr_ratio)
     updater = Updater(optimizer, scheduler, cfg.grad_clip, cfg.max_nonfinite_steps, "rft")
     hard: list[int] = []
-    start_round = 0
+    start_round = updates = 0  # updates: the optimizer steps applied so far
     resumed = run.resume(policy, optimizer, scheduler, {"sampler": sampler})
     if resumed is not None:
         start_round, stream.position, hard = resumed.step, resumed.state["prompt_position"], resumed.state["hard"]
+        updates = resumed.state.get("updates", scheduler.last_epoch)  # before the schedule followed rounds: the same
         updater.load_state(resumed.state)
     probe_ids = default_probe_ids(tokenizer)
     if external:
@@ -284,11 +285,13 @@ def train_rft(cfg: RFTConfig) -> StageResult:
             tick = time.perf_counter()
             examples = [kept_example(samples.trajectories[i]) for i in samples.kept]
             if examples:
-                row.update(fine_tune(run, trained, updater, examples, tokenizer.pad_token_id, cfg, round_))
+                figures = fine_tune(run, trained, updater, examples, tokenizer.pad_token_id, cfg, round_)
+                updates += figures.pop("applied")
+                row.update(figures)
                 run.sync(policy)
                 if external:
                     sync_and_probe(engine, run.plain(policy), probe_ids, PROBE_TOLERANCE)
-            row["time_train"], row["updates"] = time.perf_counter() - tick, scheduler.last_epoch
+            row["time_train"], row["updates"] = time.perf_counter() - tick, updates
             if heldout and (round_ % cfg.eval_every == 0 or round_ == cfg.rounds):
                 last_eval = evaluate(run.plain(policy), tokenizer, task, heldout,
                                      max_new_tokens=cfg.eval_max_new_tokens)
@@ -299,11 +302,12 @@ def train_rft(cfg: RFTConfig) -> StageResult:
                             **({"eval": last_eval.accuracy} if last_eval else {}))
             if run.checkpoint_due(round_, cfg.rounds):
                 run.checkpoint(round_, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
-                               {"prompt_position": stream.position, "hard": hard, **updater.state()})
+                               {"prompt_position": stream.position, "hard": hard, "updates": updates,
+                                **updater.state()})
             fault_point("step_end", round_)
     rewards.close()
     getattr(engine, "close", lambda: None)()
-    if scheduler.last_epoch == 0:
+    if updates == 0:
         run.say("warning: no sample was accepted in any round, so nothing was fine-tuned and the saved model is the "
                 "start model; lower --accept_threshold, keep the best with --keep_top_k N, or sample more")
     result = StageResult(name="rft", seconds=0.0, model_dir="", run_dir=str(run.out))
@@ -316,19 +320,23 @@ def train_rft(cfg: RFTConfig) -> StageResult:
 
 def fine_tune(run: Run, model, updater: Updater, examples: list[TokenizedExample], pad_id: int, cfg: RFTConfig,
               round_: int) -> dict:
-    """`sft_steps_per_round` SFT steps on the kept samples; the round's mean loss and last figures."""
+    """`sft_steps_per_round` SFT steps on the kept samples, the schedule at the round's place in it
+    (round K's steps from (K-1)·sft_steps_per_round); the round's mean loss, last figures and how
+    many updates were `applied` (a non-finite one is skipped)."""
     batches = SFTBatches(examples, pad_id, min(cfg.batch_size, len(examples)), epochs=cfg.sft_steps_per_round,
                          seed=cfg.seed * ROUND_ORDER_STRIDE + round_)
+    schedule_at(updater.scheduler, (round_ - 1) * cfg.sft_steps_per_round)
     model.train()
-    losses, row = [], {}
+    losses, row, applied = [], {}, 0
     for _, batch in zip(range(cfg.sft_steps_per_round), batches):
         row, updated = sft_step(run, model, updater, batch, updater.scheduler.last_epoch + 1)
+        applied += updated
         if not updated:
             updater.check(round_)
         losses.append(row["loss"])
     finite = [x for x in losses if math.isfinite(x)]
     return {"loss": sum(finite) / max(len(finite), 1), "lr": row.get("lr", updater.lr),
-            "grad_norm": row.get("grad_norm", 0.0), "skipped_updates": updater.skipped}
+            "grad_norm": row.get("grad_norm", 0.0), "skipped_updates": updater.skipped, "applied": applied}
 
 
 def round_figures(samples: RoundSamples, cfg: RFTConfig, retried: int, hard: int) -> dict:

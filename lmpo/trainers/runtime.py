@@ -72,6 +72,18 @@ def make_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, total_st
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def schedule_at(scheduler: torch.optim.lr_scheduler.LambdaLR, position: int) -> None:
+    """Put a `make_scheduler` schedule at `position`: the learning rate of its position-th step,
+    however many updates ran before. Trainers whose updates per round vary (rounds without pairs
+    or kept samples, skipped updates) index the schedule by rounds with it, so the decay ends at
+    the last round; a pure function of the round, so a resumed run sets the same rate."""
+    scheduler.last_epoch = position
+    groups = scheduler.optimizer.param_groups
+    for group, base, factor in zip(groups, scheduler.base_lrs, scheduler.lr_lambdas):
+        group["lr"] = base * factor(position)
+    scheduler._last_lr = [group["lr"] for group in groups]  # what get_last_lr() reports
+
+
 def grad_norm_and_clip(params, max_norm: float) -> float:
     """Clip gradients of `params` (a module or an iterable of parameters) to `max_norm`
     (0 = no clipping) and return the norm before clipping."""
