@@ -14,7 +14,6 @@ Each trainer keeps only its loop body: batches, the loss, its figures.
 from __future__ import annotations
 
 import math
-import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -33,6 +32,7 @@ from lmpo.trainers.inputs import input_fingerprints
 from lmpo.trainers.preemption import Preempted, stop_requested
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
+from lmpo.trainers.run_clock import STATE_KEY, RunClock
 from lmpo.trainers.run_dir import check_resume, open_run_dir, replace_directory, staging_directory
 from lmpo.trainers.runtime import MetricsLog, grad_norm_and_clip, setup_torch
 from lmpo.trainers.trackers import Trackers
@@ -89,7 +89,7 @@ class Updater:
     """Turns losses into optimizer steps. A step whose loss or gradient norm is not finite never
     reaches the weights: its gradients are dropped and it is counted; `patience` consecutive
     skipped steps stop the run with an error naming the metrics file. `step_schedule=False`: the
-    trainer moves the schedule itself (online DPO, by rounds), an update leaves it where it is."""
+    trainer moves the schedule itself (online DPO, by rounds)."""
 
     def __init__(self, optimizer, scheduler, grad_clip: float, patience: int, where: str, unit: str = "steps",
                  step_schedule: bool = True):
@@ -173,7 +173,7 @@ class Run:
     def __init__(self, cfg, name: str):
         self.device, self.dist = preflight_run(cfg, name)  # before the run directory is touched
         self.cfg, self.name = cfg, name
-        self.started = time.perf_counter()
+        self.clock = RunClock()  # a resumed run's goes on from its checkpoint's time (`clock.resume`)
         self.out = Path(cfg.resume or cfg.out)
         self.lora = _lora_options(cfg)
         self.fsdp = bool(cfg.fsdp)
@@ -260,6 +260,7 @@ class Run:
                                   extra_modules, rank=self.dist.rank)
         if resumed is not None:
             self.sync(model)  # FSDP: sample from the resumed weights
+        self.clock.resume(resumed)
         self.open_log(resumed.step if resumed else None)
         return resumed
 
@@ -277,14 +278,16 @@ class Run:
         return StageProgress(label or self.name, total, initial, quiet=not self.dist.is_main, unit=unit)
 
     def elapsed(self) -> float:
-        """Seconds since the run started (model loading included), as `result.json`'s `seconds`."""
-        return round(time.perf_counter() - self.started, 3)
+        """Seconds since the run started (model loading included; a resumed run's counted from its
+        checkpoint's), as `result.json`'s `seconds`."""
+        return round(self.clock.seconds(), 3)
 
     def out_of_time(self, max_minutes: float) -> bool:
-        """True once a wall-time cap of `max_minutes` (0 = none) has passed; rank 0's clock decides for all."""
+        """True once a wall-time cap of `max_minutes` (0 = none) has passed, the time before a resume
+        included; rank 0's clock decides for all."""
         if not max_minutes:
             return False
-        return bool(self.dist.broadcast(time.perf_counter() - self.started >= 60 * max_minutes))
+        return bool(self.dist.broadcast(self.clock.seconds() >= 60 * max_minutes))
 
     def say(self, text: str) -> None:
         if self.dist.is_main:
@@ -320,7 +323,8 @@ class Run:
             self.dist.barrier()
         if self.dist.is_main:
             save_checkpoint(self.out, step, unwrap(model), tokenizer, optimizer, scheduler, generators,
-                            {**(state or {}), "config": asdict(self.cfg), "inputs": self.inputs},
+                            {**(state or {}), STATE_KEY: self.clock.seconds(), "config": asdict(self.cfg),
+                             "inputs": self.inputs},
                             self.cfg.keep_checkpoints, extra_modules,
                             data_state, rank_rng=rng if self.dist.active else None, sharded=sharded)
         self.dist.barrier()
@@ -347,7 +351,7 @@ class Run:
                 write(self.out)
         result = result or StageResult(name=self.name, seconds=0.0, model_dir="", run_dir=str(self.out))
         result.model_dir, result.run_dir = str(model_dir), str(self.out)
-        result.seconds = time.perf_counter() - self.started
+        result.seconds = self.clock.seconds()
         memory = {"peak_rss_mb": round(peak_rss_mb(), 1)}
         if self.device.type == "cuda":
             memory["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)

@@ -79,7 +79,7 @@ class OfflineConfig(RunOptions):
     overlong: Literal["error", "skip", "truncate"] = "error"
     """What to do with a longer pair from `data`: stop with an error naming it, skip it, or truncate the replies."""
     max_minutes: float = 0.0
-    """Wall-time cap in minutes: stop after the first step past it and evaluate that model (0 = none)."""
+    """Wall-time cap in minutes: stop after the first step past it and evaluate that model (0 = none); a resumed run counts the time it trained before."""
 
 
 def offline_problems(cfg: OfflineConfig) -> list[str]:
@@ -157,17 +157,17 @@ def train_offline(run: Run, cfg: OfflineConfig, policy, tokenizer, task, batches
             row["step"] = step
             if updater.streak:
                 row["skipped_updates"] = updater.skipped
-            out_of_time = run.out_of_time(cfg.max_minutes)
+            out_of_time = run.out_of_time(cfg.max_minutes) and step < len(batches)
             if step % cfg.log_every == 0 or step == len(batches) or updater.streak or out_of_time:
                 run.write(row)
             updater.check(step)
             progress.update(step, loss=row["loss"], **{short: row[k] for k, short in SHOWN.items() if k in row})
-            if run.checkpoint_due(step, len(batches)):
+            if run.checkpoint_due(step, len(batches)) and not out_of_time:  # capped: it finishes (SIGTERM too)
                 run.checkpoint(step, policy, tokenizer, optimizer, scheduler, state=updater.state())
             if step % per_epoch == 0:
                 fault_point("epoch_end", step)
             fault_point("step_end", step)
-            if out_of_time and step < len(batches):
+            if out_of_time:
                 reason = f"the wall-time cap of {cfg.max_minutes:g} minutes"
                 run.say(f"stopping at step {step} of {len(batches)}: {reason}")
                 run.write({"step": step, "stopped": reason})

@@ -124,6 +124,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     resumed = resume_training(cfg, run.out, "online_dpo", policy, optimizer, scheduler, {"sampler": sampler},
                               rank=run.dist.rank)
     start_round, step = (resumed.step, resumed.state["updates"]) if resumed else (0, 0)
+    run.clock.resume(resumed)  # --max_minutes counts the time trained before
     if resumed:
         run.sync(policy)
         stream.position = resumed.state["prompt_position"]
@@ -196,7 +197,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
             run.write(row)
             progress.update(round_, reward=row["reward_mean"], pairs=row["pairs"],
                             **({"eval": last_eval.accuracy} if last_eval else {}))
-            if run.checkpoint_due(round_, cfg.rounds):
+            if run.checkpoint_due(round_, cfg.rounds) and not out_of_time:  # capped: it finishes (SIGTERM too)
                 run.checkpoint(round_, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
                                {"updates": step, "prompt_position": stream.position, **updater.state()})
             fault_point("step_end", round_)

@@ -12,13 +12,13 @@ and ends with them, so the next stage starts from the best model.
 from __future__ import annotations
 
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from lmpo.models import save_model
+from lmpo.trainers.run_clock import RunClock
 
 
 @dataclass
@@ -28,7 +28,7 @@ class StoppingOptions:
     stop_min_delta: float = 0.0
     """The smallest change in the held-out score that counts as an improvement."""
     max_minutes: float = 0.0
-    """Wall-time cap of the stage in minutes: stop at the first evaluation past it, keeping the best model (0 = none)."""
+    """Wall-time cap of the stage in minutes: stop at the first evaluation past it, keeping the best model (0 = none); a resumed stage counts the time it trained before."""
 
 
 def stopping_problems(cfg: StoppingOptions) -> list[str]:
@@ -53,7 +53,8 @@ class StopRule:
     waited: int = 0
     mark: float | None = None
     """The score the last improvement by more than `min_delta` reached: patience counts from it."""
-    started: float = field(default_factory=time.perf_counter)
+    clock: RunClock = field(default_factory=RunClock)
+    """The cap's clock, from the rule's making; kept in `state()`, so a resumed run goes on from it."""
 
     @classmethod
     def from_options(cls, cfg: StoppingOptions, higher_is_better: bool) -> "StopRule":
@@ -85,16 +86,18 @@ class StopRule:
         if self.patience and self.waited >= self.patience:
             return (f"no improvement over {self.mark:.4g} by more than {self.min_delta:g} in {self.waited} "
                     f"evaluations (best {self.best:.4g} at step {self.best_step})")
-        if self.max_seconds and time.perf_counter() - self.started >= self.max_seconds:
+        if self.max_seconds and self.clock.seconds() >= self.max_seconds:
             return f"the wall-time cap of {self.max_seconds / 60:g} minutes"
         return None
 
     def state(self) -> dict:
-        return {"best": self.best, "best_step": self.best_step, "waited": self.waited, "mark": self.mark}
+        return {"best": self.best, "best_step": self.best_step, "waited": self.waited, "mark": self.mark,
+                "seconds": self.clock.seconds()}
 
     def load_state(self, state: dict) -> None:
         self.best, self.best_step, self.waited = state.get("best"), state.get("best_step", 0), state.get("waited", 0)
         self.mark = state.get("mark", self.best)
+        self.clock.go_on_from(state.get("seconds"))  # the cap counts the time trained before the resume
 
 
 class BestWeights:
