@@ -29,6 +29,22 @@ def test_accepted_samples_by_threshold_distinct_and_top_k():
     assert accepted_samples(torch.full((4,), nan), completions[:4], 4, float("-inf")) == []  # unscorable: never
 
 
+def test_a_cut_off_sample_is_not_counted_as_accepted():
+    """RAFT's recipe (-inf, the best of each prompt) accepts every scorable sample that ended: a
+    sample cut off at the token limit is never kept, so it is not accepted either."""
+    from types import SimpleNamespace
+
+    from lmpo.trainers.rft import RoundSamples, round_figures
+
+    ended = [True, False, False, True, False, False, False, False]
+    samples = RoundSamples(problems=[object(), object()], trajectories=[SimpleNamespace(terminated=e) for e in ended],
+                           scores=torch.ones(8), kept=[0, 3])
+    figures = round_figures(samples, RFTConfig(accept_threshold=float("-inf"), keep_top_k=1), retried=0, hard=0)
+    assert figures["acceptance_rate"] == 2 / 8 and figures["cut_off_rate"] == 6 / 8 and figures["kept"] == 2
+    figures = round_figures(samples, RFTConfig(accept_threshold=2.0), retried=0, hard=2)
+    assert figures["acceptance_rate"] == 0.0 and figures["solved_rate"] == 0.0
+
+
 def _rows(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
@@ -70,7 +86,9 @@ def test_rounds_keep_exactly_the_accepted_samples_and_retry_the_hard_prompts(sta
             if prompt in [h["prompt"] for h in hard]:
                 assert not any("7" in s["completion"] and s["ended"] for s in samples[4 * j:4 * j + 4])
         assert row["kept"] == sum(s["kept"] for s in samples) and row["hard_prompts"] == len(hard)
-        assert row["acceptance_rate"] == sum("7" in s["completion"] for s in samples) / 24
+        # accepted: what RFT may keep, a 7 in a sample that ended (repeats count, as before `distinct`)
+        assert row["acceptance_rate"] == sum("7" in s["completion"] and s["ended"] for s in samples) / 24
+        assert row["cut_off_rate"] == sum(not s["ended"] for s in samples) / 24
         assert prompts[:len(previous_hard[:3])] == previous_hard[:3]  # retry_hard 0.5: up to 3 of 6 retried
         previous_hard = [h["prompt"] for h in hard]
         cut_off_with_a_7 += sum("7" in s["completion"] and not s["ended"] for s in samples)

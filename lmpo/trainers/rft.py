@@ -10,7 +10,8 @@ best-of-n fine-tuning): rounds of
 The prompts with no accepted sample go to `RUN_DIR/round_K/hard_prompts.jsonl` and, up to
 `retry_hard` of the next round's prompts, are tried again there; every sample of the round, with
 its reward and whether it was kept, goes to `RUN_DIR/round_K/samples.jsonl`. One row per round in
-metrics.jsonl: acceptance rate, kept samples, hard prompts, the SFT loss, held-out accuracy.
+metrics.jsonl: acceptance rate (a cut-off sample is never accepted), the cut-off share, kept
+samples, hard prompts, the SFT loss, held-out accuracy.
 A checkpoint after each round holds everything the next one reads (prompt position, the hard
 prompts, the sampler's state), so `--resume` continues exactly.
 """
@@ -340,10 +341,13 @@ def fine_tune(run: Run, model, updater: Updater, examples: list[TokenizedExample
 
 
 def round_figures(samples: RoundSamples, cfg: RFTConfig, retried: int, hard: int) -> dict:
+    """A round's row. Accepted: what RFT may train on, a reward at least the threshold in a sample
+    that ended (`sample_round`: a cut-off one is never kept); `cut_off_rate` is the share cut off."""
     n = len(samples.trajectories)
-    accepted = samples.scores >= cfg.accept_threshold
+    ended = torch.tensor([t.terminated for t in samples.trajectories], dtype=torch.bool)
+    accepted = (samples.scores >= cfg.accept_threshold) & ended
     scorable = samples.scores[~samples.scores.isnan()]
-    return {"acceptance_rate": int(accepted.sum()) / max(n, 1),
+    return {"acceptance_rate": int(accepted.sum()) / max(n, 1), "cut_off_rate": int((~ended).sum()) / max(n, 1),
             "solved_rate": 1 - hard / max(len(samples.problems), 1),
             "kept": len(samples.kept), "hard_prompts": hard, "retried_prompts": retried,
             "reward_mean": float(scorable.mean()) if len(scorable) else 0.0, "unscorable": n - len(scorable)}
