@@ -4,6 +4,8 @@ directory."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from lmpo.cli.main import main
@@ -122,3 +124,62 @@ def test_sigterm_in_a_pipeline_says_where_it_stopped(save_every, tmp_path):
     else:
         assert last.startswith("lmpo: pipeline interrupted in its cpt stage ("), last
     assert not (out / "sft").exists()
+
+
+RFT_RUN = ["--prompts_per_round", "4", "--samples_per_prompt", "3", "--max_new_tokens", "6", "--prompt_pool", "20",
+           "--rewards", "reward_fns:count_sevens=1.0", "--reward_timeout", "0", "--sft_steps_per_round", "1",
+           "--batch_size", "2", "--eval_problems", "0", "--threads", "1"]
+
+
+def _rounds(run) -> list[str]:
+    return sorted(p.name for p in run.glob("round_*"))
+
+
+def test_a_new_run_removes_an_earlier_rft_runs_rounds_and_only_them(tmp_path):
+    """`round_3/`..`round_5/` of a 5-round RFT run stayed beside a 2-round run's `round_1/`,
+    `round_2/` (and under another trainer's run), read as this run's by whoever opened them."""
+    from lmpo.trainers.rft import HARD_PROMPTS, SAMPLES
+    from lmpo.trainers.run_dir import RFT_ROUND_FILES, _clear_earlier_run
+
+    assert {HARD_PROMPTS, SAMPLES} == RFT_ROUND_FILES
+    run = tmp_path / "run"
+    for k in (1, 2, 3):
+        (run / f"round_{k}").mkdir(parents=True)
+        (run / f"round_{k}" / SAMPLES).write_text("{}\n")
+        (run / f"round_{k}" / HARD_PROMPTS).write_text("")
+    (run / "round_4").mkdir()  # created, killed before its files: RFT's too
+    (run / "round_5").mkdir()
+    (run / "round_5" / "notes.txt").write_text("mine")  # not RFT's files: not its round
+    (run / "round_x").mkdir()
+    (run / "round_6").write_text("a file")
+    (run / "run.json").write_text('{"trainer": "rft"}')
+    (run / "result.json").write_text("{}")
+    _clear_earlier_run(run, "rft", overwrite=False)
+    assert _rounds(run) == ["round_5", "round_6", "round_x"]
+    other = tmp_path / "other"  # no run.json: nothing says a run wrote them, nothing is removed
+    (other / "round_1").mkdir(parents=True)
+    _clear_earlier_run(other, "rft", overwrite=False)
+    assert _rounds(other) == ["round_1"]
+
+
+def test_rft_rounds_go_with_the_run_they_belong_to_and_stay_on_resume(start_model, tmp_path, capsys):
+    run = tmp_path / "rft"
+    train = ["train", "rft", "--model", start_model, *RFT_RUN]
+    assert main([*train, "--rounds", "3", "--out", str(run)]) == 0
+    assert _rounds(run) == ["round_1", "round_2", "round_3"]
+    assert main([*train, "--rounds", "1", "--seed", "1", "--out", str(run)]) == 0  # a finished run replaced
+    assert "replacing the finished run there" in capsys.readouterr().out and _rounds(run) == ["round_1"]
+
+    assert main([*train, "--rounds", "3", "--out", str(run)]) == 0  # interrupted in round 3, resumed
+    first = (run / "round_1" / "samples.jsonl").read_text()
+    shutil.rmtree(run / "model")
+    shutil.rmtree(run / "checkpoints" / "step_000002")
+    (run / "result.json").unlink()
+    assert main(["train", "rft", "--resume", str(run)]) == 0
+    assert _rounds(run) == ["round_1", "round_2", "round_3"] and (run / "round_1" / "samples.jsonl").read_text() == first
+
+    (run / "result.json").unlink()  # interrupted again, then a fresh start with --overwrite
+    assert main([*train, "--rounds", "2", "--out", str(run), "--overwrite", "true"]) == 0
+    assert _rounds(run) == ["round_1", "round_2"]
+    assert main(["train", "sft", "--model", start_model, "--out", str(run), *SFT_RUN]) == 0  # another trainer
+    assert _rounds(run) == []

@@ -14,8 +14,8 @@
   the RL loop) and the command that started it (`run.json`), and refuses with the list of
   differences: a resumed run must train what the interrupted one did.
 - on a fresh start, clears what an earlier run left there: a finished run's checkpoints,
-  `result.json` and the files it wrote (metrics, trajectories, report, kept best model; see
-  `EARLIER_RUN_FILES`) are removed (said in one line), so that a later `--resume` can only
+  `result.json` and the files it wrote (metrics, trajectories, report, kept best model, RFT's
+  `round_K/`; see `EARLIER_RUN_FILES`) are removed (said in one line), so that a later `--resume` can only
   continue this run and no report or doctor reads the earlier run as this one; an interrupted
   run's checkpoints are work that `--resume` would continue, so a fresh start over them is
   refused unless `overwrite` is set.
@@ -180,7 +180,8 @@ def _clear_earlier_run(path: Path, name: str, overwrite: bool) -> None:
         raise RunDirError(f"--out {path}: holds an interrupted run (its newest complete checkpoint: {done[-1].name}); "
                           f"continue it with --resume {path} and that run's options, start afresh there with "
                           f"--overwrite true (deletes its checkpoints), or choose another --out")
-    earlier = [path / f for f in EARLIER_RUN_FILES if (path / f).exists()] if (path / RUN_RECORD).is_file() else []
+    earlier = ([path / f for f in EARLIER_RUN_FILES if (path / f).exists()] + _rft_rounds(path)
+               if (path / RUN_RECORD).is_file() else [])
     if done or earlier:
         kind = "finished" if finished else "interrupted" if done else "earlier"
         what = f"its {len(done)} checkpoint(s) and its files deleted" if done else "its files deleted"
@@ -202,8 +203,20 @@ EARLIER_RUN_FILES = ("metrics.jsonl", "config.json", "trajectories.jsonl", "rewa
                      "reward_failures.jsonl", "summary.json", "eval.json", "critic.safetensors", "report", "best",
                      "best.tmp", "tensorboard")
 """What a run writes in its directory beside checkpoints/, result.json and model/, removed when a new run
-starts there (only where `run.json` says an earlier run wrote them). model/ may be the new run's input
-(`--model RUN/model`): it stays until the new run's model replaces it whole (`Run.finish`)."""
+starts there (only where `run.json` says an earlier run wrote them), with RFT's `round_K/` (`_rft_rounds`).
+model/ may be the new run's input (`--model RUN/model`): it stays until the new run's model replaces it
+whole (`Run.finish`)."""
+
+
+RFT_ROUND_FILES = frozenset({"samples.jsonl", "hard_prompts.jsonl"})  # lmpo.trainers.rft's SAMPLES, HARD_PROMPTS
+
+
+def _rft_rounds(path: Path) -> list[Path]:
+    """An RFT run's `round_K/` directories (K digits, holding nothing but its round files), removed
+    with the run's other files: a later run of fewer rounds would otherwise sit beside them."""
+    rounds = [d for d in path.glob("round_*") if d.name[len("round_"):].isdigit()
+              and d.is_dir() and not d.is_symlink()]
+    return sorted(d for d in rounds if {f.name for f in d.iterdir()} <= RFT_ROUND_FILES)
 
 
 def staging_directory(target: Path) -> Path:
