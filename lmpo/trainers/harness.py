@@ -185,7 +185,8 @@ class Run:
         self.precision = choose_precision(self.device, cfg.precision)
         self._plain: dict[int, torch.nn.Module] = {}
         self.log: MetricsLog | None = None
-        self.trackers = Trackers.start(cfg.report_to, self.out, name, asdict(cfg)) if self.dist.is_main else None
+        self.trackers = Trackers.start(cfg.report_to, self.out, name, asdict(cfg),
+                                       resume=bool(cfg.resume)) if self.dist.is_main else None
 
     # --- models ---------------------------------------------------------------------------
     def load_policy(self, tokenizer, keep_dropout: bool = True) -> torch.nn.Module:
@@ -267,6 +268,8 @@ class Run:
     def open_log(self, resumed_step: int | None, key: str = "step") -> None:
         if self.dist.is_main:
             self.log = MetricsLog(self.out / "metrics.jsonl", resume_from_step=resumed_step, key=key)
+            if self.trackers is not None:  # the interrupted run's tracker run, from the checkpoint on
+                self.trackers.resumed_from(resumed_step)
 
     def write(self, row: dict) -> None:
         if self.log is not None:

@@ -4,15 +4,25 @@ Biases, trackio — each an optional package, imported only when asked for.
 Each tracker receives the numeric fields of every metrics row, keyed by the row's `step`.
 A tracker that is asked for but not installed is an error before training starts, naming the
 package to install, never a silent no-op.
+
+`--resume` continues the interrupted run's tracker run rather than opening another: the W&B run
+id is kept in the run directory (`trackers.json`) and passed back with `resume="allow"`; trackio
+resumes the run of the same name (`resume="allow"`); TensorBoard's writer is opened with
+`purge_step` just after the checkpoint, hiding what the interrupted process logged after it.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import secrets
+import string
 import sys
 from pathlib import Path
 
 KNOWN = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
+IDS_FILE = "trackers.json"
+"""In the run directory: the tracker run ids a `--resume` continues (W&B's)."""
 
 
 class Trackers:
@@ -20,14 +30,24 @@ class Trackers:
         self.sinks = sinks
 
     @classmethod
-    def start(cls, spec: str, run_dir: Path, name: str, config: dict) -> "Trackers | None":
+    def start(cls, spec: str, run_dir: Path, name: str, config: dict, resume: bool = False) -> "Trackers | None":
+        """Open the trackers `spec` names; with `resume`, continue the run directory's tracker runs."""
         names = [n.strip() for n in spec.split(",") if n.strip()]
         if not names:
             return None
         unknown = [n for n in names if n not in KNOWN]
         if unknown:
             raise ValueError(f"report_to: unknown tracker(s) {unknown}; choose from {', '.join(KNOWN)}")
-        return cls([_open(n, run_dir, name, config) for n in names])
+        return cls([_open(n, run_dir, name, config, resume) for n in names])
+
+    def resumed_from(self, step: int | None) -> None:
+        """The run continues after the checkpoint of `step` (None: a fresh run): what the interrupted
+        process logged after it is logged again, and TensorBoard hides its first copy."""
+        if step is None:
+            return
+        for sink in self.sinks:
+            if isinstance(sink, _TensorBoard):
+                sink.purge_step = step + 1
 
     def write(self, row: dict) -> None:
         step = int(row.get("step", 0))
@@ -63,17 +83,38 @@ def _missing(name: str) -> ImportError:
                        f"`pip install {KNOWN[name]}` in this environment, or drop it from --report_to")
 
 
-def _open(name: str, run_dir: Path, stage: str, config: dict):
+def _open(name: str, run_dir: Path, stage: str, config: dict, resume: bool):
     if name == "tensorboard":
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as err:
             raise _missing(name) from err
-        return _TensorBoard(SummaryWriter(log_dir=str(run_dir / "tensorboard")))
+        return _TensorBoard(SummaryWriter, run_dir / "tensorboard")
     module = _import(name)
-    run = module.init(project="lmpo", name=f"{run_dir.name}-{stage}", config=config,
-                      **({"dir": str(run_dir)} if name == "wandb" else {}))
+    options = {"resume": "allow"} if resume else {}  # trackio: the run of the same name (the run dir's)
+    if name == "wandb":
+        options = {"dir": str(run_dir), "id": _run_id(run_dir, name, resume), **options}
+    run = module.init(project="lmpo", name=f"{run_dir.name}-{stage}", config=config, **options)
     return _LogCall(module, run)
+
+
+def _run_id(run_dir: Path, name: str, resume: bool) -> str:
+    """The tracker run id kept in the run directory: the interrupted run's with `resume`, else a new one."""
+    path = run_dir / IDS_FILE
+    try:
+        ids = json.loads(path.read_text())
+    except (OSError, ValueError):
+        ids = {}
+    if not isinstance(ids, dict):
+        ids = {}
+    if resume and isinstance(ids.get(name), str) and ids[name]:
+        return ids[name]
+    alphabet = string.ascii_lowercase + string.digits
+    ids[name] = "".join(secrets.choice(alphabet) for _ in range(8))  # W&B's own id shape
+    tmp = path.with_name(f"{IDS_FILE}.tmp")
+    tmp.write_text(json.dumps(ids, indent=2))
+    tmp.replace(path)
+    return ids[name]
 
 
 def _import(name: str):
@@ -84,16 +125,23 @@ def _import(name: str):
 
 
 class _TensorBoard:
-    def __init__(self, writer):
-        self.writer = writer
+    """The writer opens at the first row, once a resumed run has said where its checkpoint was."""
+
+    def __init__(self, writer_class, log_dir: Path):
+        self.writer_class, self.log_dir = writer_class, log_dir
+        self.writer = None
+        self.purge_step: int | None = None
 
     def log(self, scalars: dict, step: int) -> None:
+        if self.writer is None:
+            self.writer = self.writer_class(log_dir=str(self.log_dir), purge_step=self.purge_step)
         for key, value in scalars.items():
             self.writer.add_scalar(key, value, step)
         self.writer.flush()
 
     def close(self) -> None:
-        self.writer.close()
+        if self.writer is not None:
+            self.writer.close()
 
 
 class _LogCall:
