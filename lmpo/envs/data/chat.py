@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 from lmpo.envs.data import formats
 from lmpo.envs.data.records import DataError, Record, short_repr, type_name
+from lmpo.envs.data.long_text import LONG_TEXT_CHARS, encode_long
 
 try:
     from jinja2 import TemplateError  # what templates raise for messages they refuse
@@ -41,7 +42,16 @@ def encode(tokenizer: PreTrainedTokenizerBase, text: str, count: bool = True) ->
     A fast tokenizer's Rust backend is called directly: transformers' own call costs ~10x the
     encoding itself per text (a 300,000-row file: 15 s of 16 s to load). Its first
     `CHECKED_CALLS` texts are encoded both ways, and any difference sends this tokenizer back to
-    transformers' call for good, so no tokenizer's ids change."""
+    transformers' call for good, so no tokenizer's ids change. A very long text is encoded in
+    pieces where that gives the same ids (`long_text`): memory for its ids, not a 5 MB encoding."""
+    if len(text) > LONG_TEXT_CHARS:
+        ids = encode_long(tokenizer, text, lambda piece: _encode(tokenizer, piece, count))
+        if ids is not None:
+            return ids
+    return _encode(tokenizer, text, count)
+
+
+def _encode(tokenizer: PreTrainedTokenizerBase, text: str, count: bool) -> list[int]:
     state = _backend_state(tokenizer)
     # see lmpo.envs.data.unknown; `count=False` for text whose tokens are counted elsewhere
     unknown = getattr(tokenizer, "_lmpo_unknown", None) if count else None
