@@ -56,10 +56,10 @@ def test_eval_refuses_sampling_options_without_samples(capsys):
 
 def test_overlong_rows_name_the_cli_flag(tmp_path, char_tokenizer):
     short = _jsonl(tmp_path / "short.jsonl", [{"prompt": "1" * 40, "completion": "2"}])
-    with pytest.raises(DataError, match="pass --overlong skip or --overlong truncate"):
+    with pytest.raises(DataError, match="pass a larger --max_length, or --overlong skip or --overlong truncate"):
         load_sft(short, char_tokenizer, max_length=16)
     huge = _jsonl(tmp_path / "huge.jsonl", [{"prompt": "1" * 5000, "completion": "2"}])
-    with pytest.raises(DataError, match="rejected before tokenizing \\(pass --overlong skip"):
+    with pytest.raises(DataError, match="rejected before tokenizing \\(pass a larger --max_length, or --overlong skip"):
         load_sft(huge, char_tokenizer, max_length=16)
 
 

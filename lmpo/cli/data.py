@@ -85,7 +85,8 @@ def add_parser(sub) -> None:
                    help="how it is read: sft (SFT, CPT), pairs (DPO and kin, ORPO, the reward model), kto, prompts "
                         "(RL, online DPO, RFT, --eval_prompts); auto: from the first row's fields")
     p.add_argument("--show", type=int, default=2, metavar="N", help="examples to print (default 2)")
-    p.add_argument("--max_length", type=int, default=1024, help="the trainers' --max_length (default 1024)")
+    p.add_argument("--max_length", type=int, default=1024,
+                   help="the trainers' --max_length (default 1024; CPT applies none unless given one)")
     p.add_argument("--max_new_tokens", type=int, default=12,
                    help="with --kind prompts: the trainers' --max_new_tokens, kept free of the context (default 12)")
     p.add_argument("--overlong", choices=("error", "skip", "truncate"), default="error",

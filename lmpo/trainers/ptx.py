@@ -27,7 +27,8 @@ def ptx_examples(cfg, task, tokenizer) -> list[TokenizedExample]:
     """The ptx data as examples with their loss masks; errors name the file, row and field."""
     if cfg.ptx_data:
         max_length, limit_name = example_limit(cfg.model, tokenizer, cfg.ptx_max_length, "ptx_max_length")
-        examples, report = load_sft(cfg.ptx_data, tokenizer, max_length=max_length, limit_name=limit_name)
+        examples, report = load_sft(cfg.ptx_data, tokenizer, max_length=max_length,
+                                    limit_name=limit_name or f"ptx_max_length {max_length}")
         print(f"[ptx] {report.summary()}")
         if not examples:
             raise ValueError(f"ptx_data {cfg.ptx_data}: no examples to train on")

@@ -18,6 +18,7 @@ from lmpo.algos import masked_cross_entropy
 from lmpo.envs import make_task
 from lmpo.rollout.evaluation import evaluate
 from lmpo.envs.data import TokenizedExample, load_sft
+from lmpo.envs.data.report import NO_LIMIT
 from lmpo.models import load_tokenizer
 from lmpo.trainers.batches import CPTBatches, SFTBatches, task_document_ids, task_examples
 from lmpo.trainers.faults import fault_point
@@ -75,7 +76,7 @@ class SupervisedConfig(RunOptions, PromptColumns):
     data: str = ""
     """Train on this file instead of the task's data: JSONL, JSON, CSV/TSV (every value text), Parquet (the text formats also .gz/.bz2/.xz) or a saved `datasets` directory (`DIR::split`)."""
     max_length: int = 1024
-    """Longest example from `data`, in tokens; for SFT, the model's context where that is shorter (CPT cuts documents into `seq_len` rows, which must fit the context)."""
+    """Longest example from `data`, in tokens; the model's context where that is shorter."""
     overlong: Literal["error", "skip", "truncate"] = "error"
     """What to do with a longer example from `data`: stop with an error naming it, skip it, or truncate it."""
     eval_prompts: str = ""
@@ -96,10 +97,17 @@ class CPTConfig(SupervisedConfig, StoppingOptions):
     """Documents generated from another seed for the held-out loss that the stopping rule reads."""
     eval_loss_every: int = 25
     """Measure the held-out loss every this many steps when a stopping rule is on."""
+    max_length: int = 0
+    """0: documents from `data` of any length, each cut into `seq_len` rows with the rest (which must fit the model's context); N: documents over N tokens are handled as --overlong says (stop, skip, truncate)."""
+    overlong: Literal["error", "skip", "truncate"] = "error"
+    """With --max_length N: what to do with a longer document: stop with an error naming it, skip it, or truncate it."""
 
     def validate(self) -> None:
         problems = supervised_problems(self) + at_least(self, 1, "steps", "corpus_documents", "heldout_documents",
                                                         "eval_loss_every") + at_least(self, 2, "seq_len")
+        if not self.max_length and self.overlong != "error":
+            problems.append(f"overlong={self.overlong} acts on documents over --max_length, and CPT has none by "
+                            "default (documents of any length are cut into seq_len rows); give --max_length N too")
         problems += stopping_problems(self)
         if (self.stop_patience or self.max_minutes) and self.data:
             problems.append("a stopping rule reads the held-out loss of the task's corpus; with --data it has none")
@@ -124,7 +132,8 @@ class SFTConfig(SupervisedConfig):
 
 
 def supervised_problems(cfg: SupervisedConfig) -> list[str]:
-    problems = at_least(cfg, 1, "batch_size", "log_every", "max_nonfinite_steps", "max_length")
+    problems = at_least(cfg, 1, "batch_size", "log_every", "max_nonfinite_steps")
+    problems += at_least(cfg, 0 if isinstance(cfg, CPTConfig) else 1, "max_length")  # CPT: 0 = no limit
     problems += at_least(cfg, 0, "eval_problems") + optimizer_problems(cfg) + checkpoint_problems(cfg)
     problems += data_option_problems(cfg)
     if cfg.overlong not in ("error", "skip", "truncate"):
@@ -154,7 +163,8 @@ def train_cpt(cfg: CPTConfig) -> StageResult:
     def prepare(tok):
         check_cpt_rows(cfg.model, tok, cfg.seq_len)
         if cfg.data:
-            examples = _load_data(cfg, tok)  # documents longer than the context are cut into rows anyway
+            # documents of any length are cut into rows with the rest: a limit only where --max_length sets one
+            examples = _load_data(cfg, tok, cfg.max_length or NO_LIMIT)
             stream = [t for e in examples for t in e.input_ids]
         else:
             stream = [t for ids in task_document_ids(task, tok, cfg.corpus_documents, cfg.seed) for t in ids]

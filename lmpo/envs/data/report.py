@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generic, Literal, TypeVar, get_args
@@ -10,6 +12,8 @@ from lmpo.envs.data.records import DataError, LoadProgress, Record, ShapeCheck, 
 from lmpo.envs.data.unknown import Unknown, counting_unknown
 
 Overlong = Literal["error", "skip", "truncate"]
+NO_LIMIT = sys.maxsize
+"""`max_length` for examples of any length (CPT's documents by default)."""
 T = TypeVar("T")
 
 
@@ -40,7 +44,9 @@ class LoadReport:
     def summary(self) -> str:
         decided = f" (field '{self.shape_field}')" if self.shape_field else ""
         unknown = self.unknown.summary()
-        if self.overlong == "error":  # a trainer stops at the first; `lmpo data` counts them all
+        if self.max_length >= NO_LIMIT and not self.limit_name:
+            over = "no length limit"
+        elif self.overlong == "error":  # a trainer stops at the first; `lmpo data` counts them all
             n = self.skipped_overlong
             over = f"over {self.limit}: {n} row{'s' * (n != 1)}" if n else f"over {self.limit}: none"
         else:
@@ -124,9 +130,19 @@ def check_options(max_length: int, overlong: str) -> None:
 
 
 def overlong_error(rec: Record, field: str, length: int, limit: str) -> DataError:
-    return DataError(rec.path, f"{length} tokens, over {limit} "
-                               "(pass --overlong skip or --overlong truncate, overlong='skip' or 'truncate' from "
-                               "Python, to load such rows)", row=rec.row, field=rec.named(field))
+    return DataError(rec.path, f"{length} tokens, over {limit} ({_remedies(limit)})", row=rec.row,
+                     field=rec.named(field))
+
+
+def _remedies(limit: str, drop_only: bool = False) -> str:
+    """What lets such a row load: a larger --max_length where the limit is that option ("max_length
+    1024", not the model's context), or the overlong policy."""
+    option = re.fullmatch(r"(\w*max_length) \d+", limit)
+    larger = f"a larger --{option[1]}, or " if option else ""
+    if drop_only:
+        return f"pass {larger}--overlong skip, overlong='skip' from Python, to drop such rows"
+    return (f"pass {larger}--overlong skip or --overlong truncate, overlong='skip' or 'truncate' from Python, "
+            "to load such rows")
 
 
 def finish(report: LoadReport) -> LoadReport:
@@ -183,8 +199,7 @@ def overlong_before_tokenizing(rec: Record, least: int, limit: str) -> DataError
     """Names the row's longest field, where the text that makes it over the limit is."""
     field = max(rec.fields, key=lambda name: text_chars(rec.fields[name]))
     return DataError(rec.path, f"at least {least} tokens ({text_chars(rec.get(field))} characters in this field), "
-                               f"over {limit}; rejected before tokenizing (pass --overlong skip, overlong='skip' from "
-                               "Python, to drop such rows)",
+                               f"over {limit}; rejected before tokenizing ({_remedies(limit, drop_only=True)})",
                      row=rec.row, field=rec.named(field))
 
 
