@@ -94,6 +94,26 @@ def test_eval_options_with_data_and_no_eval_prompts_are_refused(config):
     config(eval_problems=10).validate()
 
 
+@pytest.mark.parametrize("trainer", ["dpo", "orpo", "kto"])
+def test_offline_eval_options_with_data_are_refused(trainer, tmp_path, capsys):
+    """DPO, ORPO and KTO have no held-out evaluation with --data (nor an --eval_prompts to give one):
+    --eval_problems 40 --eval_max_new_tokens 20 were accepted, the run said `held-out accuracy n/a`
+    and config.json recorded eval_problems 40. Refused as SFT refuses them; defaults and 0 pass."""
+    from lmpo.trainers.kto import KTOConfig
+    from lmpo.trainers.orpo import ORPOConfig
+
+    config = {"dpo": PreferenceConfig, "orpo": ORPOConfig, "kto": KTOConfig}[trainer]
+    with pytest.raises(ValueError, match="eval_problems=40 shapes the held-out evaluation, and with --data there is "
+                                         "none .*eval_max_new_tokens=20 shapes"):
+        config(data="pairs.jsonl", eval_problems=40, eval_max_new_tokens=20).validate()
+    config(data="pairs.jsonl").validate()
+    config(data="pairs.jsonl", eval_problems=0).validate()
+    config(eval_problems=40, eval_max_new_tokens=20).validate()
+    out = tmp_path / "run"
+    assert main(["train", trainer, "--data", "pairs.jsonl", "--eval_problems", "40", "--out", str(out)]) == 2
+    assert "eval_problems=40 shapes the held-out evaluation" in capsys.readouterr().err and not out.exists()
+
+
 def test_a_negative_thread_count_is_refused(capsys):
     """`--threads -1` ran with one thread per core, as 0 does, though the help gives 0 for that."""
     assert main(["train", "sft", "--threads", "-1", "--out", "unused"]) == 2

@@ -20,7 +20,8 @@ from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
-from lmpo.trainers.validation import at_least, checkpoint_problems, data_option_problems, optimizer_problems
+from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, no_heldout_problems,
+                                      optimizer_problems)
 
 T = TypeVar("T")
 SHOWN = {"accuracy": "acc", "kl": "kl"}  # figures the progress line shows beside the loss, when a loss has them
@@ -88,7 +89,7 @@ def offline_problems(cfg: OfflineConfig) -> list[str]:
     problems += at_least(cfg, 0, "eval_problems", "max_minutes") + optimizer_problems(cfg) + checkpoint_problems(cfg)
     if not cfg.beta > 0:
         problems.append(f"beta={cfg.beta} must be > 0")
-    return problems + data_option_problems(cfg)
+    return problems + data_option_problems(cfg) + no_heldout_problems(cfg)
 
 
 def ordered_batches(run: Run, cfg: OfflineConfig, items: Sequence[T], encode: Callable[[list], object],

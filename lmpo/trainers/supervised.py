@@ -28,8 +28,8 @@ from lmpo.trainers.harness import Run, RunOptions, Updater, preflight_run
 from lmpo.trainers.stopping import BestWeights, StoppingOptions, StopRule, stopping_problems
 from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
 from lmpo.trainers.result import StageResult
-from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
-                                     raise_if_any)
+from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, no_heldout_problems,
+                                      optimizer_problems, raise_if_any)
 
 
 HELDOUT_SEED_OFFSET = 1_000_003  # CPT's held-out documents come from another seed of the same generator
@@ -138,12 +138,7 @@ def supervised_problems(cfg: SupervisedConfig) -> list[str]:
     problems += data_option_problems(cfg)
     if cfg.overlong not in ("error", "skip", "truncate"):
         problems.append(f"overlong={cfg.overlong!r} must be error, skip or truncate")
-    if cfg.data and not cfg.eval_prompts:  # no held-out evaluation: a task's set says nothing of --data
-        defaults = type(cfg)()
-        problems += [f"{name}={getattr(cfg, name)} shapes the held-out evaluation, and with --data there is none "
-                     f"unless --eval_prompts FILE gives its prompts" for name in ("eval_problems", "eval_max_new_tokens")
-                     if getattr(cfg, name) not in (getattr(defaults, name), 0)]  # 0: no evaluation, as it is
-    return problems
+    return problems + no_heldout_problems(cfg)
 
 
 def require_task_data(task, method: str, what: str, flag: str) -> None:

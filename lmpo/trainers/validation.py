@@ -267,6 +267,20 @@ def data_option_problems(cfg) -> list[str]:
     return problems
 
 
+def no_heldout_problems(cfg) -> list[str]:
+    """With --data and no --eval_prompts there is no held-out evaluation (a task's held-out set says
+    nothing of a user's data): `eval_problems` or `eval_max_new_tokens` given a value of one's own
+    would shape nothing, and config.json would record it. Defaults and 0 (no evaluation) pass."""
+    if not getattr(cfg, "data", "") or getattr(cfg, "eval_prompts", ""):
+        return []
+    defaults = type(cfg)()
+    unless = (" unless --eval_prompts FILE gives its prompts" if hasattr(cfg, "eval_prompts") else
+              " (this trainer reads no --eval_prompts; lmpo eval --model RUN/model --eval_prompts FILE grades its model)")
+    return [f"{name}={getattr(cfg, name)} shapes the held-out evaluation, and with --data there is none{unless}"
+            for name in ("eval_problems", "eval_max_new_tokens")
+            if hasattr(cfg, name) and getattr(cfg, name) not in (getattr(defaults, name), 0)]
+
+
 def single_turn_problems(cfg, task) -> list[str]:
     """`max_turns` and `max_parse_errors` given for a task whose episodes end at their first answer
     (no `make_env`): they would be ignored. `max_turn_tokens` still caps that one turn."""
