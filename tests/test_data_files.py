@@ -76,3 +76,18 @@ def test_compressed_files_read_as_their_contents(module, suffix, char_tokenizer,
     inner.write_bytes(compress(b"x"))
     with pytest.raises(DataError, match=rf"unsupported file type '.txt' inside the {suffix} file"):
         read_records(inner)
+
+
+def test_a_gzip_file_named_without_gz_is_named_as_such(tmp_path):
+    """It read `not valid UTF-8 (invalid start byte at byte 1)` and no more."""
+    import gzip
+
+    from lmpo.envs.data import DataError, read_records
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(gzip.compress(b'{"text": "a b"}\n'))
+    with pytest.raises(DataError, match=r"corpus\.jsonl: row 1: not valid UTF-8 .*; the file is gzip-compressed "
+                                        r"\(it starts with gzip's bytes 1f 8b\) .*name it 'corpus\.jsonl\.gz'"):
+        read_records(path)
+    path.rename(tmp_path / "corpus.jsonl.gz")
+    assert read_records(tmp_path / "corpus.jsonl.gz")[0].get("text") == "a b"

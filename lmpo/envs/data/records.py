@@ -201,7 +201,7 @@ def _read_jsonl(path: Path, label: str) -> list[Record]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise DataError(label, _not_utf8(e, raw if line_no == 1 else b""), row=line_no) from None
+                raise DataError(label, _not_utf8(e, raw if line_no == 1 else b"", path), row=line_no) from None
             if line_no == 1:
                 line = line.removeprefix("\ufeff")
             if not line.strip():
@@ -227,9 +227,14 @@ def _array_hint(path: Path) -> str:
             "read it as one")
 
 
-def _not_utf8(err: UnicodeDecodeError, start: bytes) -> str:
-    """The decoding error, and what to do when the file is UTF-16 (Windows' "Unicode" text)."""
+def _not_utf8(err: UnicodeDecodeError, start: bytes, path: Path | None = None) -> str:
+    """The decoding error, and what to do when the file is UTF-16 (Windows' "Unicode" text), or
+    gzip-compressed under a name without `.gz`."""
     message = f"not valid UTF-8 ({err.reason} at byte {err.start})"
+    if start.startswith(b"\x1f\x8b"):
+        name = f"{path.name}.gz" if path is not None else "FILE.gz"
+        return (f"{message}; the file is gzip-compressed (it starts with gzip's bytes 1f 8b) and its name does not "
+                f"end in .gz: name it {name!r} and lmpo decompresses it as it reads")
     if start.startswith((b"\xff\xfe", b"\xfe\xff")):
         message += ("; the file is UTF-16 (it starts with a UTF-16 byte-order mark), and lmpo reads UTF-8: "
                     "save it as UTF-8, e.g. `iconv -f UTF-16 -t UTF-8 FILE > NEW`")
@@ -256,7 +261,7 @@ def _read_json(path: Path, label: str) -> list[Record]:
     try:
         value = json.loads(data.decode("utf-8").removeprefix("\ufeff"))
     except UnicodeDecodeError as e:
-        raise DataError(label, _not_utf8(e, data[:2])) from None
+        raise DataError(label, _not_utf8(e, data[:2], path)) from None
     except json.JSONDecodeError as e:
         raise DataError(label, f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     for i, row in enumerate(value, start=1):
@@ -290,7 +295,7 @@ def _read_csv(path: Path, label: str, delimiter: str) -> list[Record]:
                                            f"{len(reader.fieldnames)} columns (file line {reader.line_num})", row=row)
                 records.append(Record(label, row, {k: (v if v != "" else None) for k, v in values.items()}))
         except UnicodeDecodeError as e:
-            raise DataError(label, _not_utf8(e, _read_bytes(path, label, 2))) from None
+            raise DataError(label, _not_utf8(e, _read_bytes(path, label, 2), path)) from None
         except csv.Error as e:
             raise DataError(label, f"not valid CSV ({e}, file line {reader.line_num})") from None
     return records
