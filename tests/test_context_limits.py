@@ -41,15 +41,15 @@ def test_an_example_past_the_context_is_refused_under_the_default_max_length(gpt
                   + [{"prompt": "9" * 60, "completion": "9" * 30}])
     argv = ["train", "sft", "--model", gpt2, "--data", data, *RUN]
     assert main([*argv, "--out", str(tmp_path / "a")]) == 2
-    assert error_line(capsys).endswith("sft.jsonl: row 9: field 'prompt': 91 tokens, over the model's context of 64 "
-                                       "tokens (max_length 1024 is longer) (pass --overlong skip or --overlong "
+    assert error_line(capsys).endswith("sft.jsonl: row 9: fields 'prompt' (60 characters) + 'completion' (30 characters): "
+                                       "91 tokens together, over the model's context of 64 tokens (max_length 1024 is longer) (pass --overlong skip or --overlong "
                                        "truncate, overlong='skip' or 'truncate' from Python, to load such rows)")
     assert main([*argv, "--out", str(tmp_path / "b"), "--overlong", "skip"]) == 0
     assert "kept 8; over the model's context of 64 tokens (max_length 1024 is longer) (skip): 1 skipped" \
         in capsys.readouterr().out
     # a max_length under the context is the limit, named as before
     assert main([*argv, "--out", str(tmp_path / "c"), "--max_length", "32"]) == 2
-    assert "91 tokens, over max_length 32 (pass" in error_line(capsys)
+    assert "91 tokens together, over max_length 32 (pass" in error_line(capsys)
 
 
 def test_cpt_rows_longer_than_the_context_are_refused(gpt2, tmp_path, capsys):

@@ -206,7 +206,8 @@ def test_overlong_policies_and_report_counts(char_tokenizer, tmp_path):
     rows = [{"prompt": "ab", "completion": "cd"}, {"prompt": "abcd", "completion": "efgh"},
             {"prompt": "abcdefgh", "completion": "x"}]
     path = write(tmp_path / "long.jsonl", rows)
-    with pytest.raises(DataError, match=r"long\.jsonl: row 2: field 'prompt': 9 tokens, over max_length 6"):
+    with pytest.raises(DataError, match=r"long\.jsonl: row 2: fields 'prompt' \(4 characters\) \+ 'completion' "
+                                        r"\(4 characters\): 9 tokens together, over max_length 6"):
         load_sft(path, char_tokenizer, max_length=6)
     kept, report = load_sft(path, char_tokenizer, max_length=6, overlong="skip")
     assert len(kept) == 1 and (report.rows, report.kept, report.skipped_overlong, report.truncated) == (3, 1, 2, 0)
@@ -222,7 +223,8 @@ def test_overlong_preference_pairs_keep_the_prompt(char_tokenizer, tmp_path):
     rows = [{"prompt": "ab", "chosen": "cdex", "rejected": "cdey"},
             {"prompt": "ab", "chosen": "xyz", "rejected": "xyw"}]
     path = write(tmp_path / "p.jsonl", rows)
-    with pytest.raises(DataError, match="row 1: field 'prompt': 7 tokens, over max_length 5"):
+    with pytest.raises(DataError, match=r"row 1: fields 'prompt' \(2 characters\) \+ 'chosen' \(4 characters\): 7 tokens together, "
+                                        "over max_length 5"):
         load_preferences(path, char_tokenizer, max_length=5)
     pairs, report = load_preferences(path, char_tokenizer, max_length=5, overlong="truncate")
     # row 1's replies become identical once cut to 3 tokens, so it is skipped

@@ -70,7 +70,8 @@ def test_one_kind_only_is_refused_saying_what_is_missing(char_tokenizer, tmp_pat
 def test_overlong_rows_error_skip_or_truncate_the_completion(char_tokenizer, tmp_path):
     rows = [*ROWS, {"prompt": "3+3=", "completion": "6666666", "label": True}]
     path = write(tmp_path / "long.jsonl", rows)
-    with pytest.raises(DataError, match=r"long\.jsonl: row 3: field 'prompt': 12 tokens, over max_length 8"):
+    with pytest.raises(DataError, match=r"long\.jsonl: row 3: fields 'prompt' \(4 characters\) \+ 'completion' "
+                                        r"\(7 characters\): 12 tokens together, over max_length 8"):
         load_unpaired(path, char_tokenizer, max_length=8)
     kept, report = load_unpaired(path, char_tokenizer, max_length=8, overlong="skip")
     assert len(kept) == 2 and report.skipped_overlong == 1

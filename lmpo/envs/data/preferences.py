@@ -191,4 +191,9 @@ def _truncate(pair: PreferencePair, max_length: int) -> PreferencePair | None:
     return PreferencePair(pair.prompt_ids, pair.chosen_ids[:room], pair.rejected_ids[:room])
 
 
-PAIRS = RowFormat(_shape, _least_tokens, _tokenize, _length, _truncate)
+def _fields(shape: str, pair: PreferencePair) -> tuple[str, ...]:
+    """The fields a pair's length adds up: the prompt's and the longer reply's."""
+    return (*prompt_fields(shape), "chosen" if len(pair.chosen_ids) >= len(pair.rejected_ids) else "rejected")
+
+
+PAIRS = RowFormat(_shape, _least_tokens, _tokenize, _length, _truncate, _fields)

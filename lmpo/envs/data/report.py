@@ -66,6 +66,9 @@ class RowFormat(Generic[T]):
     tokenize: Callable[[Record, str, Any], T]
     length: Callable[[T], int]
     truncate: Callable[[T, int], T | None]
+    fields: Callable[[str, T], tuple[str, ...]] | None = None
+    """The fields a row of a shape renders into its example's length, which an over-long row's
+    error names (`prompt` + `completion`); None: the field that decided the shape."""
 
 
 def load_rows(path: str | Path, tokenizer, max_length: int, overlong: Overlong,
@@ -113,7 +116,7 @@ def _example(rec: Record, tokenizer, max_length: int, overlong: Overlong, fmt: R
     length = fmt.length(example)
     if length > max_length:
         if overlong == "error":
-            raise overlong_error(rec, shape_field, length, report.limit)
+            raise overlong_error(rec, shape_field, length, report.limit, fmt.fields(shape, example) if fmt.fields else ())
         example = fmt.truncate(example, max_length) if overlong == "truncate" else None
         if example is None:
             report.skipped_overlong += 1
@@ -129,9 +132,16 @@ def check_options(max_length: int, overlong: str) -> None:
         raise ValueError(f"overlong must be one of {', '.join(get_args(Overlong))}, got {overlong!r}")
 
 
-def overlong_error(rec: Record, field: str, length: int, limit: str) -> DataError:
-    return DataError(rec.path, f"{length} tokens, over {limit} ({_remedies(limit)})", row=rec.row,
-                     field=rec.named(field))
+def overlong_error(rec: Record, field: str, length: int, limit: str, fields: tuple[str, ...] = ()) -> DataError:
+    """`fields`: those the row's length adds up (the row's own among them), named together where
+    there are several, so a short prompt is not blamed for a long completion."""
+    present = [f for f in fields if rec.get(f) is not None]
+    if len(present) < 2:
+        return DataError(rec.path, f"{length} tokens, over {limit} ({_remedies(limit)})", row=rec.row,
+                         field=rec.named(present[0] if present else field))
+    named = " + ".join(f"'{rec.named(f)}' ({text_chars(rec.get(f))} characters)" for f in present)
+    return DataError(rec.path, f"fields {named}: {length} tokens together, over {limit} ({_remedies(limit)})",
+                     row=rec.row)
 
 
 def _remedies(limit: str, drop_only: bool = False) -> str:

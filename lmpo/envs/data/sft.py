@@ -161,4 +161,5 @@ def _least_tokens(rec: Record, shape: str, max_length: int, tokenizer: PreTraine
     return certainly_overlong(rec, SHAPE_FIELDS.get(shape, ("prompt", "completion")), max_length, tokenizer)
 
 
-EXAMPLES = RowFormat(sft_shape, _least_tokens, _tokenize, len, _truncate)
+EXAMPLES = RowFormat(sft_shape, _least_tokens, _tokenize, len, _truncate,
+                     lambda shape, example: SHAPE_FIELDS.get(shape, ("prompt", "completion")))

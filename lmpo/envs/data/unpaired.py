@@ -49,9 +49,14 @@ def load_unpaired(path: str | Path, tokenizer: PreTrainedTokenizerBase, *, max_l
     return examples, report
 
 
-def _least_tokens(rec: Record, shape: str, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:
+def _fields(shape: str) -> tuple[str, ...]:
+    """The fields an example's length adds up: its prompt's and its reply's."""
     reply = () if shape.endswith("(ShareGPT)") else ("output",) if shape.endswith("(Alpaca)") else ("completion",)
-    return certainly_overlong(rec, (*prompt_fields(shape), *reply), max_length, tokenizer)
+    return (*prompt_fields(shape), *reply)
+
+
+def _least_tokens(rec: Record, shape: str, max_length: int, tokenizer: PreTrainedTokenizerBase) -> int | None:
+    return certainly_overlong(rec, _fields(shape), max_length, tokenizer)
 
 
 def _length(example: UnpairedExample) -> int:
@@ -144,4 +149,4 @@ def _require_both_kinds(examples: list[UnpairedExample], path: str) -> None:
                               f"completions, so it needs rows with label {missing} too")
 
 
-EXAMPLES = RowFormat(_shape, _least_tokens, _tokenize, _length, _truncate)
+EXAMPLES = RowFormat(_shape, _least_tokens, _tokenize, _length, _truncate, lambda shape, example: _fields(shape))
