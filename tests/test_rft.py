@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -156,3 +157,20 @@ def test_rft_raises_the_sft_checkpoints_accuracy(tmp_path):
     start = sft_start(seed=0, threads=1)
     result = train_rft(RFTConfig(model=start.model_dir, out=str(tmp_path / "rft"), threads=1))
     assert result.accuracy >= start.sft_accuracy + 0.4
+
+
+@pytest.mark.parametrize("trainer", ["rft", "online_dpo"])
+def test_progress_lines_show_eval_only_on_rounds_that_evaluated(trainer, start_model, tmp_path, capsys):
+    """With --eval_every 2 the lines of rounds 1 and 3 repeated round 0's (then round 2's)
+    held-out accuracy as if just measured (`eval 0.35`)."""
+    from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
+
+    if trainer == "rft":
+        train_rft(_config(start_model, tmp_path / "run", rounds=4, eval_every=2))
+    else:
+        train_online_dpo(OnlineDPOConfig(model=start_model, out=str(tmp_path / "run"), rounds=4, prompts_per_round=4,
+                                         samples_per_prompt=3, batch_size=4, max_new_tokens=6, rewards=VERIFIER,
+                                         reward_timeout=0, eval_problems=8, eval_every=2, threads=1))
+    lines = [line for line in capsys.readouterr().err.splitlines() if re.search(r"\] \w+ \d/4 ", line)]
+    assert len(lines) == 4
+    assert ["eval" in line for line in lines] == [False, True, False, True]

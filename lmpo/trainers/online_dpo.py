@@ -196,7 +196,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
                 row["stopped"] = f"the wall-time cap of {cfg.max_minutes:g} minutes"
             run.write(row)
             progress.update(round_, reward=row["reward_mean"], pairs=row["pairs"],
-                            **({"eval": last_eval.accuracy} if last_eval else {}))
+                            **({"eval": row["eval_accuracy"]} if "eval_accuracy" in row else {}))  # this round's only
             if run.checkpoint_due(round_, cfg.rounds) and not out_of_time:  # capped: it finishes (SIGTERM too)
                 run.checkpoint(round_, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
                                {"updates": step, "prompt_position": stream.position, **updater.state()})

@@ -300,7 +300,7 @@ def train_rft(cfg: RFTConfig) -> StageResult:
                 row.update(last_eval.metrics())
             run.write(row)
             progress.update(round_, accept=row["acceptance_rate"], kept=row["kept"],
-                            **({"eval": last_eval.accuracy} if last_eval else {}))
+                            **({"eval": row["eval_accuracy"]} if "eval_accuracy" in row else {}))  # this round's only
             if run.checkpoint_due(round_, cfg.rounds):
                 run.checkpoint(round_, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
                                {"prompt_position": stream.position, "hard": hard, "updates": updates,

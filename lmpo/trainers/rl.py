@@ -224,7 +224,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
                 step = back.step
                 continue
             progress.update(step, reward=row["reward_mean"], acc=row["accuracy"],
-                            **({"eval": last_eval.accuracy} if last_eval else {}))
+                            **({"eval": row["eval_accuracy"]} if "eval_accuracy" in row else {}))  # this step's only
             if reason:
                 run.say(f"stopping at step {step}: {reason}; keeping the model of step {stop.best_step}")
                 run.write({"step": step, "stopped": reason, "best_step": stop.best_step})
