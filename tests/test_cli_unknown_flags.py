@@ -67,3 +67,16 @@ def test_pipeline_help_offers_no_stage_option_it_refuses(capsys):
     assert not any(f"--{s}.{o} " in text for s in ("cpt", "sft", "rl_stage") for o in ("out", "model", "resume", "seed"))
     assert main(["pipeline", "--sft.out", "x"]) == 2
     assert "sft.out: the pipeline sets each stage's out" in capsys.readouterr().err
+
+
+def test_online_dpo_help_lists_no_option_it_refuses(capsys):
+    """`lmpo train online_dpo --help` listed --max_length and --overlong (a pair file's options),
+    which online DPO, sampling its own pairs, always refuses. Hidden; still refused by name."""
+    from lmpo.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "online_dpo", "--help"])
+    text = capsys.readouterr().out
+    assert "--max_length" not in text and "--overlong" not in text and "--max_new_tokens" in text
+    assert main(["train", "online_dpo", "--max_length", "5", "--out", "unused"]) == 2
+    assert "max_length=5 is only read with --data FILE" in capsys.readouterr().err

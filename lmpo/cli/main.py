@@ -198,7 +198,8 @@ def _add_training_commands(sub) -> None:
 
     text = "online (iterative) DPO: sample, rank by verifier or reward model, best vs worst pairs, train, repeat"
     sp = train_sub.add_parser("online_dpo", help=text, description=text)
-    add_arguments(sp, OnlineDPOConfig, unlisted=lambda name: name in UNREAD or name == "data")
+    # --data and the options of its rows (refused: online DPO samples its own pairs) are parsed, not listed
+    add_arguments(sp, OnlineDPOConfig, unlisted=lambda name: name in UNREAD or name in ("data", "max_length", "overlong"))
     sp.set_defaults(func=cmd_train("online_dpo"), config_cls=OnlineDPOConfig)
     from lmpo.trainers.rft import RFTConfig
 
