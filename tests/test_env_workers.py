@@ -3,6 +3,7 @@ with the same trajectories as one after another."""
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import threading
 import _thread
@@ -135,6 +136,8 @@ def test_ctrl_c_ends_the_run_while_a_tool_never_returns(tok):
         release.wait(60)
         return "late"
 
+    # Ctrl-C as a run gets it: Python's own handler (a library earlier in the suite may have set another)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.5, _thread.interrupt_main)
     timer.start()
     try:
@@ -143,6 +146,7 @@ def test_ctrl_c_ends_the_run_while_a_tool_never_returns(tok):
     finally:
         timer.cancel()
         release.set()
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.parametrize("value", [0, -2, 1.5, True, "4"])

@@ -13,7 +13,6 @@ Each trainer keeps only its loop body: batches, the loss, its figures.
 
 from __future__ import annotations
 
-import math
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -34,8 +33,9 @@ from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.run_clock import STATE_KEY, RunClock
 from lmpo.trainers.run_dir import check_resume, open_run_dir, replace_directory, staging_directory
-from lmpo.trainers.runtime import MetricsLog, grad_norm_and_clip, setup_torch
+from lmpo.trainers.runtime import MetricsLog, setup_torch
 from lmpo.trainers.trackers import Trackers
+from lmpo.trainers.updater import NonFiniteUpdates, Updater  # noqa: F401 (the harness's API)
 from lmpo.trainers.validation import raise_if_any, run_option_problems
 
 
@@ -79,71 +79,6 @@ class RunOptions:
     """A JSON object of the chat template's variables, e.g. '{"enable_thinking": false}' for Qwen3 without thinking: written into the template (a `{% set %}` per key at its top), so the data, the prompts, the rollouts and the saved model all render with them."""
     overwrite: bool = False
     """Start afresh in an --out that holds an interrupted run's checkpoints, deleting them; without it such a start is refused (continue that run with --resume). A finished run in --out is replaced either way."""
-
-
-class NonFiniteUpdates(RuntimeError):
-    """`max_nonfinite_steps` consecutive steps had a non-finite loss or gradient, all skipped."""
-
-
-class Updater:
-    """Turns losses into optimizer steps. A step whose loss or gradient norm is not finite never
-    reaches the weights: its gradients are dropped and it is counted; `patience` consecutive
-    skipped steps stop the run with an error naming the metrics file. `step_schedule=False`: the
-    trainer moves the schedule itself (online DPO, by rounds)."""
-
-    def __init__(self, optimizer, scheduler, grad_clip: float, patience: int, where: str, unit: str = "steps",
-                 step_schedule: bool = True):
-        self.optimizer, self.scheduler, self.grad_clip = optimizer, scheduler, grad_clip
-        self.step_schedule = step_schedule
-        self.params = [p for group in optimizer.param_groups for p in group["params"]]
-        self.patience, self.where, self.unit = patience, where, unit
-        self.skipped = self.streak = 0
-
-    def zero(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
-
-    def apply(self, loss_finite: bool = True) -> tuple[bool, float]:
-        """Clip, then step (or skip a non-finite update); returns (applied, norm before clipping)."""
-        grad_norm = grad_norm_and_clip(self.params, self.grad_clip)
-        if not (loss_finite and math.isfinite(grad_norm)):
-            self.zero()
-            self.skipped += 1
-            self.streak += 1
-            return False, grad_norm
-        self.optimizer.step()
-        if self.step_schedule:
-            self.scheduler.step()
-        self.streak = 0
-        return True, grad_norm
-
-    def step(self, loss: torch.Tensor) -> tuple[bool, float]:
-        """zero → backward → clip → step (or skip) for one loss."""
-        self.zero()
-        loss.backward()
-        return self.apply(math.isfinite(loss.item()))
-
-    @property
-    def lr(self) -> float:
-        return self.scheduler.get_last_lr()[0]
-
-    def check(self, step: int, streak: int | None = None) -> None:
-        """Raise once `patience` consecutive steps were skipped (`streak` when a trainer counts
-        its own steps, e.g. RL steps of several updates)."""
-        streak = self.streak if streak is None else streak
-        if streak >= self.patience:
-            lr = self.optimizer.param_groups[0]["lr"]
-            peak = (getattr(self.scheduler, "base_lrs", None) or [lr])[0]
-            raise NonFiniteUpdates(f"[{self.where}] step {step}: the loss or gradients were not finite in {streak} "
-                                   f"consecutive {self.unit}; every update was skipped, so the weights are unchanged "
-                                   f"since step {step - streak}. The learning rate was {lr:g} (--lr {peak:g}): a "
-                                   "lower --lr is the usual remedy (the metrics file's rows show where the loss left "
-                                   "the finite range)")
-
-    def state(self) -> dict:
-        return {"skipped_updates": self.skipped, "nonfinite_streak": self.streak}
-
-    def load_state(self, state: dict) -> None:
-        self.skipped, self.streak = state.get("skipped_updates", 0), state.get("nonfinite_streak", 0)
 
 
 def preflight_run(cfg, name: str) -> tuple[torch.device, Distributed]:
