@@ -80,3 +80,8 @@ def test_online_dpo_help_lists_no_option_it_refuses(capsys):
     assert "--max_length" not in text and "--overlong" not in text and "--max_new_tokens" in text
     assert main(["train", "online_dpo", "--max_length", "5", "--out", "unused"]) == 2
     assert "max_length=5 is only read with --data FILE" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # nor does the pipeline's online DPO stage
+        main(["pipeline", "--help"])
+    text = capsys.readouterr().out
+    assert not any(f"--online_dpo.{o} " in text for o in ("max_length", "overlong", "data", "pairs", "log_every"))
+    assert "--online_dpo.rounds " in text and "--dpo.max_length " in text

@@ -163,6 +163,7 @@ TRAIN_HELP = "run one training stage"
 
 
 def _add_training_commands(sub) -> None:
+    from lmpo.trainers.online_dpo import unlisted as online_dpo_unlisted
     from lmpo.trainers.pipeline import PipelineConfig
     from lmpo.trainers.presets import RL_PRESETS
     from lmpo.trainers.rl_config import RLConfig
@@ -170,8 +171,10 @@ def _add_training_commands(sub) -> None:
 
     p = sub.add_parser("pipeline", help=PIPELINE_HELP,
                        description="Run continued pre-training, SFT and an RL preset; write summary.json and a report.")
-    # the options the pipeline sets for every stage are refused inside a section: not offered either
-    add_arguments(p, PipelineConfig, unlisted=lambda name: name.partition(".")[2] in PIPELINE_OWNED)
+    # the options the pipeline sets for every stage are refused inside a section: not offered either,
+    # nor those the online DPO stage refuses
+    add_arguments(p, PipelineConfig, unlisted=lambda name: name.partition(".")[2] in PIPELINE_OWNED or (
+        name.partition(".")[0] == "online_dpo" and online_dpo_unlisted(name.partition(".")[2])))
     p.set_defaults(func=cmd_pipeline, config_cls=PipelineConfig)
 
     train = sub.add_parser("train", help=TRAIN_HELP, description="Run one training stage.")
@@ -194,12 +197,11 @@ def _add_training_commands(sub) -> None:
     sp = train_sub.add_parser("dpo", help=text, description=text)
     add_arguments(sp, PreferenceConfig)
     sp.set_defaults(func=cmd_train("dpo"), config_cls=PreferenceConfig)
-    from lmpo.trainers.online_dpo import UNREAD, OnlineDPOConfig
+    from lmpo.trainers.online_dpo import OnlineDPOConfig
 
     text = "online (iterative) DPO: sample, rank by verifier or reward model, best vs worst pairs, train, repeat"
     sp = train_sub.add_parser("online_dpo", help=text, description=text)
-    # --data and the options of its rows (refused: online DPO samples its own pairs) are parsed, not listed
-    add_arguments(sp, OnlineDPOConfig, unlisted=lambda name: name in UNREAD or name in ("data", "max_length", "overlong"))
+    add_arguments(sp, OnlineDPOConfig, unlisted=online_dpo_unlisted)  # parsed, so that the refusal says why
     sp.set_defaults(func=cmd_train("online_dpo"), config_cls=OnlineDPOConfig)
     from lmpo.trainers.rft import RFTConfig
 

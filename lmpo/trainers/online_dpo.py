@@ -78,6 +78,12 @@ UNREAD = {"pairs": "the pairs are the policy's own samples, --prompts_per_round 
 """Options online DPO shares with offline DPO's config but does not read: refused, and not listed in its --help."""
 
 
+def unlisted(name: str) -> bool:
+    """An option kept out of online DPO's --help (and the pipeline's `--online_dpo.*`): one it does
+    not read, or `--data` and its rows' options (refused: online DPO samples its own pairs)."""
+    return name in UNREAD or name in ("data", "max_length", "overlong")
+
+
 def round_means(updates: list[tuple[int, dict]]) -> dict:
     """A round's figures from its updates: each figure's mean weighted by the update's pairs (the
     learning rate, the last update's), so the row speaks for every pair the round trained on."""
