@@ -196,3 +196,17 @@ def test_a_conflict_the_preset_made_says_so_and_how_to_undo_it(capsys, tmp_path)
         assert main(["train", "ppo", *base, "--advantage", "grpo", *given]) == 2
         err = capsys.readouterr().err
         assert "critic=head is only used by advantage=gae" in err and "preset" not in err
+
+
+def test_a_conflict_the_pipelines_preset_made_names_the_stage_flag(capsys, tmp_path):
+    """`lmpo pipeline --rl ppo --rl_stage.advantage grpo` gave the bare conflict, as `lmpo train`
+    did before: the ppo preset sets the critic, and the flag that undoes it is the stage's."""
+    out = tmp_path / "pl"
+    assert main(["pipeline", "--rl", "ppo", "--rl_stage.advantage", "grpo", "--out", str(out)]) == 2
+    assert "invalid RL config: critic=separate is only used by advantage=gae (the ppo preset sets critic=separate; " \
+           "pass --rl_stage.critic none)" in capsys.readouterr().err
+    assert main(["pipeline", "--rl", "ppo", "--rl_stage.advantage", "grpo", "--rl_stage.critic", "head",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "critic=head is only used by advantage=gae" in err and "preset" not in err
+    assert not out.exists()

@@ -17,7 +17,7 @@ from lmpo.trainers.kto import KTOConfig, train_kto
 from lmpo.trainers.online_dpo import OnlineDPOConfig, train_online_dpo
 from lmpo.trainers.orpo import ORPOConfig, train_orpo
 from lmpo.trainers.preference import PreferenceConfig, train_preference
-from lmpo.trainers.presets import RL_PRESETS, pipeline_preset
+from lmpo.trainers.presets import RL_PRESETS, pipeline_preset, preset_problems
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
 from lmpo.trainers.rft import RFTConfig, train_rft
@@ -30,6 +30,7 @@ from lmpo.trainers.run_dir import RUN_RECORD, open_run_dir, remove_if_only_recor
 from lmpo.trainers.stopping import StopRule
 from lmpo.trainers.supervised import (CPTConfig, SFTConfig, heldout_problems, require_task_data, train_cpt,
                                       train_sft)
+from lmpo.trainers.validation import raise_if_any
 
 
 @dataclass
@@ -147,7 +148,7 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
     main = launched_rank() == 0  # under torchrun each stage runs on every process; rank 0 writes and prints
     if cfg.rl not in LAST_STAGES:
         raise ValueError(f"unknown last stage --rl {cfg.rl!r}; choose one of: {', '.join(LAST_STAGES)}")
-    validate_stages(cfg)  # every stage's arithmetic, before anything is written
+    validate_stages(cfg, given)  # every stage's arithmetic, before anything is written
     created = not out.exists()
     if main:
         open_run_dir(out, cfg, "pipeline")  # on --resume: refuses options other than the pipeline's
@@ -236,7 +237,9 @@ def sections_run(rl: str) -> tuple[str, ...]:
     return ("cpt", "sft", *last)
 
 
-def validate_stages(cfg: PipelineConfig) -> None:
+def validate_stages(cfg: PipelineConfig, given: Iterable[str] = ()) -> None:
+    """Every stage's options, before anything runs; `given`: the dotted options the caller set (a
+    conflict that the last stage's preset made, and the caller did not, says so)."""
     cfg.cpt.validate()
     cfg.sft.validate()
     from lmpo.envs import make_task
@@ -266,7 +269,8 @@ def validate_stages(cfg: PipelineConfig) -> None:
             cfg.rm.validate()
             replace(cfg.rl_stage, rewards="rm=1.0", reward_model="(trained by the pipeline)").validate()
         else:
-            cfg.rl_stage.validate()
+            own = {key.partition(".")[2] for key in given if key.startswith("rl_stage.")}
+            raise_if_any("RL", preset_problems(cfg.rl_stage, cfg.rl, own, flag_prefix="rl_stage."))
     _check_sampling_stage(cfg, task)
 
 

@@ -69,11 +69,12 @@ def rl_preset(name: str) -> Preset:
     return RL_PRESETS[name]
 
 
-def preset_problems(cfg, name: str, given: set[str]) -> list[str]:
+def preset_problems(cfg, name: str, given: set[str], flag_prefix: str = "") -> list[str]:
     """`cfg.problems()`, each that a setting of the RL preset `name` causes (and the user did not
     give) saying so, with the option that undoes it: `lmpo train ppo --advantage grpo` is refused
     because the preset sets critic=separate, not because the user did. A setting causes a problem
-    when the problem goes away with that option at its default, which the hint then suggests."""
+    when the problem goes away with that option at its default, which the hint then suggests
+    (`flag_prefix`: the pipeline's section, `rl_stage.`)."""
     from dataclasses import replace
 
     problems = cfg.problems()
@@ -90,7 +91,7 @@ def preset_problems(cfg, name: str, given: set[str]) -> list[str]:
             if problem not in remaining:
                 causes.setdefault(problem, []).append(key)
     return [problem + (f" (the {name} preset sets {', '.join(f'{k}={_flag_value(getattr(cfg, k))}' for k in keys)}; "
-                       f"pass {' '.join(f'--{k} {_flag_value(getattr(defaults, k))}' for k in keys)})"
+                       f"pass {' '.join(f'--{flag_prefix}{k} {_flag_value(getattr(defaults, k))}' for k in keys)})"
                        if (keys := causes.get(problem)) else "") for problem in problems]
 
 
