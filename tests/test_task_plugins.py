@@ -99,7 +99,7 @@ def _captured_config(monkeypatch) -> dict:
     class Stop(Exception):
         pass
 
-    def capture(cfg):
+    def capture(cfg, given=()):
         seen["cfg"] = asdict(cfg)
         raise Stop
 
