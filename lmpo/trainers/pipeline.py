@@ -75,13 +75,19 @@ class PipelineConfig:
     """The last stage when --rl rft (the pipeline sets model, out, task, seed and threads)."""
 
 
+def options_given(cfg: PipelineConfig, explicit: Iterable[str] | None) -> set[str]:
+    """The dotted options the caller set: `explicit`, or (the Python API) every option that
+    differs from its default."""
+    return set(explicit) if explicit is not None else set(changed_options(cfg, PipelineConfig()))
+
+
 def resolve_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None) -> PipelineConfig:
     """The configuration a pipeline runs with, for the Python API and the CLI alike: defaults <
     the stopping rules of `adaptive_budgets` < the task's suggested settings < the last stage's
     preset (`pipeline_preset`) < the options the caller set. `explicit` names those options as
     dotted keys (`rl_stage.beta`); without it, every option that differs from its default counts
     as set by the caller."""
-    given = set(explicit) if explicit is not None else set(changed_options(cfg, PipelineConfig()))
+    given = options_given(cfg, explicit)
     current = flat_options(cfg)
     layers = {**adaptive_budgets(cfg), **pipeline_preset(cfg.task, cfg.rl)}
     return with_options(cfg, {k: v for k, v in layers.items() if k in current and k not in given})
@@ -140,7 +146,7 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
     called with each stage's result (the CLI prints the doctor's findings there). `preemptible`
     (the CLI, one process): SIGTERM stops a stage that checkpoints after its current step, with a
     checkpoint there (`Preempted`), as `lmpo train` does."""
-    given = set(explicit) if explicit is not None else set(changed_options(cfg, PipelineConfig()))
+    given = options_given(cfg, explicit)
     cfg = resolve_pipeline(cfg, explicit)
     if cfg.resume:
         cfg = resumed_pipeline(cfg, given)

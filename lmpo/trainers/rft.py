@@ -151,6 +151,13 @@ class RoundSamples:
     kept: list[int]
     """The samples trained on, in sampling order."""
 
+    @property
+    def ended(self) -> torch.Tensor:
+        """Which samples ended (EOS) rather than being cut off at the token limit: only those may
+        be kept, since a cut-off one kept as a demonstration would teach the model not to stop,
+        however a reward model scores it."""
+        return torch.tensor([t.terminated for t in self.trajectories], dtype=torch.bool)
+
 
 def accepted_samples(scores: torch.Tensor, completions: list[list[int]], group: int, threshold: float,
                      top_k: int = 0, distinct: bool = True) -> list[int]:
@@ -213,13 +220,11 @@ def sample_round(runner: EpisodeRunner, task, problems: list, rewards, cfg: RFTC
     judged = rewards.score(task, [t.problem for t in trajectories], [t.final_text for t in trajectories],
                            [t.terminated for t in trajectories], grade_all(task, trajectories))
     total = sum(w * judged.components[name].float() for name, w in rewards.weights().items())
-    scores = torch.where(judged.valid, total, float("nan"))
-    # a sample cut off at the token limit never ends: kept as a demonstration it would teach the
-    # model not to stop, however a reward model scores it
-    ended = torch.tensor([t.terminated for t in trajectories])
-    kept = accepted_samples(torch.where(ended, scores, float("nan")), [t.completion_ids for t in trajectories],
-                            group, cfg.accept_threshold, cfg.keep_top_k, cfg.distinct)
-    return RoundSamples(problems, trajectories, scores, kept)
+    samples = RoundSamples(problems, trajectories, torch.where(judged.valid, total, float("nan")), [])
+    samples.kept = accepted_samples(torch.where(samples.ended, samples.scores, float("nan")),
+                                    [t.completion_ids for t in trajectories], group, cfg.accept_threshold,
+                                    cfg.keep_top_k, cfg.distinct)
+    return samples
 
 
 def train_rft(cfg: RFTConfig) -> StageResult:
@@ -344,7 +349,7 @@ def round_figures(samples: RoundSamples, cfg: RFTConfig, retried: int, hard: int
     """A round's row. Accepted: what RFT may train on, a reward at least the threshold in a sample
     that ended (`sample_round`: a cut-off one is never kept); `cut_off_rate` is the share cut off."""
     n = len(samples.trajectories)
-    ended = torch.tensor([t.terminated for t in samples.trajectories], dtype=torch.bool)
+    ended = samples.ended
     accepted = (samples.scores >= cfg.accept_threshold) & ended
     scorable = samples.scores[~samples.scores.isnan()]
     return {"acceptance_rate": int(accepted.sum()) / max(n, 1), "cut_off_rate": int((~ended).sum()) / max(n, 1),
