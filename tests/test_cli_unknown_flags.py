@@ -71,7 +71,8 @@ def test_pipeline_help_offers_no_stage_option_it_refuses(capsys):
 
 def test_online_dpo_help_lists_no_option_it_refuses(capsys):
     """`lmpo train online_dpo --help` listed --max_length and --overlong (a pair file's options),
-    which online DPO, sampling its own pairs, always refuses. Hidden; still refused by name."""
+    which online DPO, sampling its own pairs, always refuses. Hidden; still refused by name, with
+    online DPO's reason (it said "only read with --data FILE", an option online DPO refuses too)."""
     from lmpo.cli.main import main
 
     with pytest.raises(SystemExit):
@@ -79,7 +80,7 @@ def test_online_dpo_help_lists_no_option_it_refuses(capsys):
     text = capsys.readouterr().out
     assert "--max_length" not in text and "--overlong" not in text and "--max_new_tokens" in text
     assert main(["train", "online_dpo", "--max_length", "5", "--out", "unused"]) == 2
-    assert "max_length=5 is only read with --data FILE" in capsys.readouterr().err
+    assert "max_length=5 is not read by online DPO" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # nor does the pipeline's online DPO stage
         main(["pipeline", "--help"])
     text = capsys.readouterr().out

@@ -58,7 +58,8 @@ class OnlineDPOConfig(PreferenceLoss, RewardOptions, PromptFileOptions):
     """Write a resumable checkpoint every this many rounds (0 = only the final model); checkpoints/step_N is round N."""
 
     def validate(self) -> None:
-        problems = preference_problems(self) + at_least(self, 1, "rounds", "prompts_per_round", "eval_every",
+        unread = tuple(f"{name}=" for name in UNREAD)  # said below, with online DPO's reason
+        problems = [p for p in preference_problems(self) if not p.startswith(unread)] + at_least(self, 1, "rounds", "prompts_per_round", "eval_every",
                                                         "max_new_tokens")
         if self.samples_per_prompt < 2:
             problems.append(f"samples_per_prompt={self.samples_per_prompt}: a pair is the best and the worst of a "
@@ -74,14 +75,16 @@ class OnlineDPOConfig(PreferenceLoss, RewardOptions, PromptFileOptions):
 
 UNREAD = {"pairs": "the pairs are the policy's own samples, --prompts_per_round of them a round",
           "eval_max_new_tokens": "its held-out evaluation samples --max_new_tokens, as its rounds do",
-          "log_every": "a metrics row is written every round"}
+          "log_every": "a metrics row is written every round",
+          "max_length": "its pairs are the policy's own samples, cut at --max_new_tokens",
+          "overlong": "its pairs are the policy's own samples, cut at --max_new_tokens"}
 """Options online DPO shares with offline DPO's config but does not read: refused, and not listed in its --help."""
 
 
 def unlisted(name: str) -> bool:
     """An option kept out of online DPO's --help (and the pipeline's `--online_dpo.*`): one it does
     not read, or `--data` and its rows' options (refused: online DPO samples its own pairs)."""
-    return name in UNREAD or name in ("data", "max_length", "overlong")
+    return name in UNREAD or name == "data"
 
 
 def round_means(updates: list[tuple[int, dict]]) -> dict:
