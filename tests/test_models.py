@@ -45,6 +45,18 @@ def test_saved_model_loads_with_plain_transformers(tmp_path):
         assert torch.allclose(model(ids).logits, plain(ids).logits, atol=1e-6)
 
 
+def test_saving_a_model_draws_no_progress_bar_and_leaves_the_setting_as_it_was(tmp_path, capfd):
+    """The Python API printed transformers' "Writing model shards" bar at every save (every
+    checkpoint of a run); the CLI, which turns the bars off for its process, did not."""
+    from transformers.utils import logging
+
+    model, tokenizer = load_model_and_tokenizer("tiny")
+    logging.enable_progress_bar()
+    save_model(model, tokenizer, tmp_path / "m")
+    assert "Writing model shards" not in capfd.readouterr().err
+    assert logging.is_progress_bar_enabled()  # a caller's own setting is kept
+
+
 def test_users_local_hf_model_directory_loads_through_the_same_path(tiny_qwen2, char_tokenizer, tmp_path):
     tiny_qwen2.save_pretrained(tmp_path)
     char_tokenizer.save_pretrained(tmp_path)

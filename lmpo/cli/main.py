@@ -193,7 +193,8 @@ def _add_training_commands(sub) -> None:
     sp.set_defaults(func=cmd_train("rm"), config_cls=RewardModelConfig)
     from lmpo.trainers.preference import PreferenceConfig
 
-    text = "offline preference optimisation (--loss dpo|cdpo|ipo|simpo) on the task's preference pairs"
+    text = ("offline preference optimisation (--loss dpo|ipo|simpo|..., 16 losses and weighted sums of them) "
+            "on the task's preference pairs")
     sp = train_sub.add_parser("dpo", help=text, description=text)
     add_arguments(sp, PreferenceConfig)
     sp.set_defaults(func=cmd_train("dpo"), config_cls=PreferenceConfig)

@@ -2,7 +2,7 @@
 
 from lmpo.models.compile import check_compiler, compile_blocks, uncompiled_blocks
 from lmpo.models.device import (Precision, autocast, choose_precision, cpu_has_native_bf16, peak_rss_mb,
-                                resolve_device, without_cpu_hub_kernels)
+                                resolve_device, reuse_freed_host_memory, without_cpu_hub_kernels)
 from lmpo.models.loading import (check_model_source, count_parameters, disable_dropout, is_preset, load_model, load_model_and_tokenizer,
                                  load_tokenizer, save_model)
 from lmpo.models.logprobs import TokenOutputs, completion_logprobs, completion_outputs, positions_from_mask
@@ -19,5 +19,5 @@ __all__ = ["PRESETS", "AdapterDisabled", "LoraOptions", "ParameterCounts", "Prec
            "completion_logprobs", "completion_outputs", "count_parameters", "cpu_has_native_bf16", "disable_dropout",
            "enable_gradient_checkpointing", "is_adapter_dir", "is_peft_model", "is_preset", "load_model",
            "load_model_and_tokenizer", "load_tokenizer", "merged_copy", "micro_batches", "parameter_bytes",
-           "parameter_counts", "peak_rss_mb", "positions_from_mask", "preset_config", "reference_logprobs", "resolve_device",
+           "parameter_counts", "peak_rss_mb", "positions_from_mask", "preset_config", "reference_logprobs", "resolve_device", "reuse_freed_host_memory",
            "save_lora", "save_model", "trainable_parameters", "uncompiled_blocks", "without_cpu_hub_kernels"]

@@ -195,6 +195,21 @@ def original_dropout(model: torch.nn.Module):
             setattr(config, name, 0.0)
 
 
+@contextlib.contextmanager
+def no_progress_bars():
+    """transformers' progress bars off for a block (a run saves a model at every checkpoint:
+    one "Writing model shards" bar each in a Python caller's output), then as they were."""
+    from transformers.utils import logging
+
+    was_on = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            logging.enable_progress_bar()
+
+
 def load_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int = 0,
                dtype: torch.dtype = torch.float32, keep_dropout: bool = True,
                lora: LoraOptions | None = None, resume_adapter: str | None = None,
@@ -360,7 +375,7 @@ def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_d
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        with original_dropout(model.get_base_model() if is_peft_model(model) else model):
+        with original_dropout(model.get_base_model() if is_peft_model(model) else model), no_progress_bars():
             if is_peft_model(model):
                 save_lora(model, tokenizer, out)
             else:
