@@ -91,3 +91,28 @@ def test_a_gzip_file_named_without_gz_is_named_as_such(tmp_path):
         read_records(path)
     path.rename(tmp_path / "corpus.jsonl.gz")
     assert read_records(tmp_path / "corpus.jsonl.gz")[0].get("text") == "a b"
+
+
+def test_a_csv_quote_never_closed_names_the_line_it_opens(char_tokenizer, tmp_path):
+    """An unterminated quote took every later line into one value, silently: 4 rows read as 2
+    prompts, and `--kind sft` blamed a missing 'completion'. Values quoted over lines still read."""
+    path = tmp_path / "u.csv"
+    path.write_text('prompt,answer\n1=,1\n"3=,3\n4=,4\n5=,5\n')
+    never_closed = r"u\.csv: line 3: a quoted value opened here is never closed: it would take in the rest of the file"
+    with pytest.raises(DataError, match=never_closed + r" \(lines 3 to 5\); end it with a \""):
+        load_prompts(path)
+    with pytest.raises(DataError, match=never_closed):
+        load_sft(path, char_tokenizer, max_length=64)
+    path.write_text('prompt,answer\n"two\nlines=","say ""hi""\n"\n\n3=,"3\n4=,4')  # opened in the second column
+    with pytest.raises(DataError, match=r"u\.csv: line 6: .* never closed: .* \(lines 6 to 7\)"):
+        read_records(path)
+    path.write_text('prompt,answer\n"two\nlines=","say ""hi""\n"\n')
+    assert [r.fields for r in read_records(path)] == [{"prompt": "two\nlines=", "answer": 'say "hi"\n'}]
+    tsv = tmp_path / "u.tsv"
+    tsv.write_text('prompt\tanswer\r\n1=\t1\r\n2=\t"2\r\n')
+    with pytest.raises(DataError, match=r"u\.tsv: line 3: .* never closed: .* \(its last line\)"):
+        read_records(tsv)
+    path.write_text('prompt,answer\n1=,1\n"3=" ,3\n')
+    with pytest.raises(DataError, match=r"u\.csv: line 3: text after the closing quote of a quoted value"):
+        read_records(path)
+
