@@ -131,6 +131,17 @@ def test_malformed_tool_calls_name_the_field(hermes_tokenizer, tmp_path, bad, wh
                  max_length=512)
 
 
+@pytest.mark.parametrize("row, where", [
+    ({"messages": tool_conversation('{"id": "\\ud800"}')}, r"messages\[1\]\.tool_calls\[0\]\.function\.arguments\.id"),
+    ({"messages": tool_conversation({"id": 1}), "tools": '[{"name": "l\\udc00"}]'}, r"tools\[0\]\.name"),
+])
+def test_a_lone_surrogate_in_json_text_of_a_tool_field_names_the_field(hermes_tokenizer, tmp_path, row, where):
+    """Arguments and schemas given as JSON text are parsed after the row: a `\\ud800` escape in
+    them reached the tokenizer, a TypeError traceback."""
+    with pytest.raises(DataError, match=rf"row 1: field '{where}': not valid Unicode \(a lone surrogate"):
+        load_sft(write(tmp_path / "t.jsonl", [row]), hermes_tokenizer, max_length=512)
+
+
 def test_reasoning_content_is_trained_where_the_template_writes_it_and_refused_where_not(hermes_tokenizer,
                                                                                         char_tokenizer, tmp_path):
     turn = {"role": "assistant", "content": "4", "reasoning_content": "2 and 2"}

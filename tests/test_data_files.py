@@ -116,3 +116,28 @@ def test_a_csv_quote_never_closed_names_the_line_it_opens(char_tokenizer, tmp_pa
     with pytest.raises(DataError, match=r"u\.csv: line 3: text after the closing quote of a quoted value"):
         read_records(path)
 
+
+@pytest.mark.parametrize("row, field, at", [
+    ({"prompt": "12=\ud800", "answer": "12"}, "prompt", r"\\ud800 at character 3, after '12='"),
+    ({"prompt": "12=", "completion": "x\udfff"}, "completion", r"\\udfff at character 1, after 'x'"),
+    ({"prompt": "1", "chosen": "a", "rejected": "\udc80b"}, "rejected", r"\\udc80 at character 0:"),
+    ({"text": "ok", "meta": {"tags": ["a", "b\ud800"]}}, r"meta\.tags\[1\]", r"\\ud800 at character 1"),
+    ({"messages": [{"role": "user", "content": "hi\udc80"}]}, r"messages\[0\]\.content", r"\\udc80 at character 2"),
+])
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_a_lone_surrogate_in_a_json_row_names_its_field(tmp_path, row, field, at, suffix):
+    """JSON's `\\ud800` escape decodes to half a UTF-16 pair, which no tokenizer encodes: `lmpo
+    data` and the trainers stopped with a tokenizers TypeError traceback."""
+    path = tmp_path / f"s{suffix}"
+    text = json.dumps(row) if suffix == ".jsonl" else json.dumps([{"prompt": "1=", "answer": "1"}, row])
+    path.write_text(text + "\n")
+    with pytest.raises(DataError, match=rf"s{suffix}: row {1 if suffix == '.jsonl' else 2}: field '{field}': "
+                                        rf"not valid Unicode \(a lone surrogate {at}"):
+        read_records(path)
+
+
+def test_paired_surrogate_escapes_and_escaped_backslashes_are_text(char_tokenizer, tmp_path):
+    path = tmp_path / "ok.jsonl"
+    path.write_text('{"prompt": "\\ud83d\\ude00=", "completion": "\\\\ud800"}\n')
+    (example,), _ = load_sft(path, char_tokenizer, max_length=64)
+    assert read_records(path)[0].fields == {"prompt": "\U0001F600=", "completion": "\\ud800"}

@@ -93,3 +93,15 @@ def test_trust_remote_code_takes_a_value_as_the_trainers_do(tmp_path, capsys):
     path = _write(tmp_path / "d.jsonl", [{"prompt": "2+2=", "answer": "4"}])
     code, out, _ = run(capsys, path, "--trust_remote_code", "false", "--show", "0")
     assert code == 0 and out.startswith("prompts: ")
+
+
+def test_a_data_file_error_is_the_loaders_not_a_traceback(tmp_path, capsys):
+    """An unclosed CSV quote read 4 rows as 2 prompts; a lone surrogate was a tokenizers TypeError."""
+    csv = tmp_path / "u.csv"
+    csv.write_text('prompt,answer\n1=,1\n"3=,3\n4=,4\n5=,5\n')
+    code, _, err = run(capsys, str(csv), "--show", "3")
+    assert code == 2 and "u.csv: line 3: a quoted value opened here is never closed" in err
+    surrogate = tmp_path / "s.jsonl"
+    surrogate.write_text('{"prompt":"12=\\ud800","answer":"12"}\n')
+    code, _, err = run(capsys, str(surrogate))
+    assert code == 2 and "s.jsonl: row 1: field 'prompt': not valid Unicode (a lone surrogate \\ud800 at character 3" in err

@@ -107,6 +107,7 @@ def tool_calls(rec: Record, where: str, value: Any) -> list[dict[str, Any]]:
             arguments = {}
         if not isinstance(arguments, dict):
             raise rec.error(f"{at_function}.arguments", "a JSON object (or its JSON text)", type_name(arguments))
+        rec.refuse_lone_surrogates(at_function, {"name": name, "arguments": arguments})
         out: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": arguments}}
         if isinstance(call.get("id"), str):
             out["id"] = call["id"]
@@ -202,6 +203,7 @@ def row_tools(rec: Record) -> list[dict] | None:
                             short_repr(tools)) from None
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise rec.error("tools", "a list of function schemas (JSON objects, or their JSON text)", type_name(tools))
+    rec.refuse_lone_surrogates("tools", tools)
     return tools or None
 
 

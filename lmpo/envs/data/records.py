@@ -18,6 +18,8 @@ from typing import Any
 SUPPORTED = (".jsonl, .json (an array of rows, or JSON Lines), .parquet, .csv or .tsv (a header row; every value "
              "text), each but .parquet also compressed (.gz, .bz2, .xz), or a directory saved with datasets' "
              "save_to_disk ('dir::split' for a DatasetDict)")
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # the JSON escapes of UTF-16 surrogates, paired or not
+SURROGATE = re.compile("[\ud800-\udfff]")  # in a decoded string only a lone one: json.loads joins a pair
 COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}  # read through the standard library's module
 
 
@@ -91,6 +93,11 @@ class Record:
         if field in self.fields:  # there, but null (a JSON null, or a Parquet row without the column)
             return self.error(field, expected, f"null (the row's other fields: {self.present()})")
         return self.error(field, expected, f"no such field (the row has: {self.present()})")
+
+    def refuse_lone_surrogates(self, where: str, value: Any) -> None:
+        """Refuse `value`, parsed from JSON text in the row's field `where` (tool calls' arguments,
+        tool schemas), if it holds a lone UTF-16 surrogate, as the readers refuse one in a row."""
+        _refuse_lone_surrogates(self.path, self.row, value, self.named(where))
 
     def require_str(self, field: str) -> str:
         """A non-empty string field."""
@@ -216,6 +223,8 @@ def _read_jsonl(path: Path, label: str) -> list[Record]:
                                 row=line_no) from None
             if not isinstance(value, dict):
                 raise DataError(label, f"expected a JSON object, got {type_name(value)}{hint}", row=line_no)
+            if SURROGATE_ESCAPE.search(raw):
+                _refuse_lone_surrogates(label, line_no, value)
             records.append(Record(label, line_no, value))
     return records
 
@@ -265,10 +274,37 @@ def _read_json(path: Path, label: str) -> list[Record]:
         raise DataError(label, _not_utf8(e, data[:2], path)) from None
     except json.JSONDecodeError as e:
         raise DataError(label, f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    escapes = SURROGATE_ESCAPE.search(data)
     for i, row in enumerate(value, start=1):
         if not isinstance(row, dict):
             raise DataError(label, f"expected a JSON object, got {type_name(row)}", row=i)
+        if escapes:
+            _refuse_lone_surrogates(label, i, row)
     return [Record(label, i, row) for i, row in enumerate(value, start=1)]
+
+
+def _refuse_lone_surrogates(label: str, row: int, value: Any, where: str = "") -> None:
+    """A DataError for the first string in a row's `value` (at field path `where`) holding a lone
+    UTF-16 surrogate, which JSON's escapes can write (`"\\ud800"`) and no tokenizer encodes."""
+    if isinstance(value, str) and SURROGATE.search(value):
+        raise DataError(label, _not_unicode(value), row=row, field=where or None)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if SURROGATE.search(key):
+                raise DataError(label, f"a field name, {ascii(key)}, is {_not_unicode(key)}", row=row,
+                                field=where or None)
+            _refuse_lone_surrogates(label, row, item, f"{where}.{key}" if where else key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _refuse_lone_surrogates(label, row, item, f"{where}[{i}]")
+
+
+def _not_unicode(text: str) -> str:
+    found = SURROGATE.search(text)
+    before = text[max(0, found.start() - 20):found.start()]
+    return (f"not valid Unicode (a lone surrogate {ascii(found[0])[1:-1]} at character {found.start()}"
+            f"{f', after {before!r}' if before else ''}: a \\u escape for half of a UTF-16 pair, without its other "
+            "half)")
 
 
 def _read_parquet(path: Path, label: str) -> list[Record]:
