@@ -95,6 +95,29 @@ def test_trust_remote_code_takes_a_value_as_the_trainers_do(tmp_path, capsys):
     assert code == 0 and out.startswith("prompts: ")
 
 
+def test_a_prompt_file_is_checked_as_the_trainer_of_its_task_checks_it(tmp_path, capsys):
+    """A row without an answer passed `lmpo data` ("2 prompts", rc 0), and `lmpo train grpo --task
+    exact_match` then refused the file. Without --task the rows lacking an answer are a warning
+    (unless none has one: a task with its own grader); --task exact_match refuses as its trainer."""
+    path = _write(tmp_path / "p.jsonl", [{"prompt": "12=", "answer": "12"}, {"prompt": "34="}])
+    refused = ("p.jsonl: row 2: field 'answer': expected the answer the grader compares completions with "
+               "(task exact_match; ")
+    code, out, _ = run(capsys, path, "--show", "0")
+    assert code == 0 and "2 prompts" in out
+    assert "warning: 1 of 2 rows have no answer: a task that grades against answers refuses the file " \
+           "(--task exact_match checks it as its trainer does): " in out and refused in out
+    code, _, err = run(capsys, path, "--task", "exact_match:extract=last_number", "--show", "0")
+    assert code == 2 and refused in err
+    code, out, _ = run(capsys, path, "--task", "sort_digits", "--show", "0")
+    assert code == 0 and "warning" not in out
+    code, out, _ = run(capsys, _write(tmp_path / "none.jsonl", [{"prompt": "12="}]), "--show", "0")
+    assert code == 0 and "warning" not in out
+    code, _, err = run(capsys, path, "--task", "exact_match:extract=nope")
+    assert code == 2 and "exact_match: extract must be one of" in err
+    code, _, err = run(capsys, path, "--task", "exact_match", "--kind", "sft")
+    assert code == 2 and "--task: only prompt files are read with a task (--kind prompts), not --kind sft" in err
+
+
 def test_a_data_file_error_is_the_loaders_not_a_traceback(tmp_path, capsys):
     """An unclosed CSV quote read 4 rows as 2 prompts; a lone surrogate was a tokenizers TypeError."""
     csv = tmp_path / "u.csv"

@@ -14,6 +14,7 @@ limit), tokens per example against the limit, and the first examples decoded, th
 def cmd_data(args: argparse.Namespace, flags: dict) -> int:
     from rich.console import Console
 
+    from lmpo.envs.registry import make_task
     from lmpo.models import load_tokenizer
     from lmpo.reports.data_view import counts_line, guess_kind, load_shown, render
     from lmpo.trainers.preflight import example_limit
@@ -30,8 +31,12 @@ def cmd_data(args: argparse.Namespace, flags: dict) -> int:
     if kind == "prompts" and args.overlong != "error":
         raise ValueError(f"--overlong {args.overlong}: the prompt trainers have no such option: they refuse a prompt "
                          "over the limit")
-    shown, summary, over = load_shown(args.file, kind, tokenizer, max_length, limit_name, args.prompt_field,
-                                      args.answer_field, columns, args.overlong)
+    if args.task:
+        if kind != "prompts":
+            raise ValueError(f"--task: only prompt files are read with a task (--kind prompts), not --kind {kind}")
+        make_task(args.task)  # an unknown task or a bad option is refused as the trainers refuse it
+    shown, summary, over, note = load_shown(args.file, kind, tokenizer, max_length, limit_name, args.prompt_field,
+                                            args.answer_field, columns, args.overlong, args.task)
     limit = limit_name or f"max_length {max_length}"
     if kind == "prompts":
         limit, over = prompt_limit(args.model, tokenizer, args.max_new_tokens, shown)
@@ -43,6 +48,8 @@ def cmd_data(args: argparse.Namespace, flags: dict) -> int:
     elif over and args.overlong == "error":
         console.print(f"warning: {over} rows are over {limit}: a trainer stops at the "
                       "first of them unless given --overlong skip or truncate", style="yellow", markup=False)
+    if note:
+        console.print(note, style="yellow", markup=False, soft_wrap=True)
     console.print(counts_line(shown, limit), markup=False, soft_wrap=True)
     render(shown, tokenizer, console, args.show)
     return 0
@@ -84,6 +91,9 @@ def add_parser(sub) -> None:
     p.add_argument("--kind", choices=("auto", *KINDS), default="auto",
                    help="how it is read: sft (SFT, CPT), pairs (DPO and kin, ORPO, the reward model), kto, prompts "
                         "(RL, online DPO, RFT, --eval_prompts); auto: from the first row's fields")
+    p.add_argument("--task", default="", metavar="TASK",
+                   help="with --kind prompts: check the rows as the trainers' --task TASK does (exact_match: every "
+                        "row has an answer); without it, rows lacking an answer among rows with one are a warning")
     p.add_argument("--show", type=int, default=2, metavar="N", help="examples to print (default 2)")
     p.add_argument("--max_length", type=int, default=1024,
                    help="the trainers' --max_length (default 1024; CPT applies none unless given one)")

@@ -6,13 +6,14 @@ where the model should learn them."""
 
 from __future__ import annotations
 
+import functools
 import statistics
 from dataclasses import dataclass
 
 from rich.console import Console
 from rich.text import Text
 
-from lmpo.envs.data import load_preferences, load_prompts, load_sft, read_records
+from lmpo.envs.data import DataError, load_preferences, load_prompts, load_sft, read_records
 from lmpo.envs.data.unpaired import load_unpaired
 from lmpo.reports.trajectories import MARKERS, STYLES
 from lmpo.rollout.render import TextRenderer
@@ -55,12 +56,12 @@ def guess_kind(path: str, columns: dict[str, str] | None = None) -> str:
 
 def load_shown(path: str, kind: str, tokenizer, max_length: int, limit_name: str = "", prompt_field: str = "prompt",
                answer_field: str = "answer", columns: dict[str, str] | None = None,
-               overlong: str = "error") -> tuple[list[Shown], str, int]:
+               overlong: str = "error", task: str = "") -> tuple[list[Shown], str, int, str]:
     """Every example of `path` read as `kind` under the trainers' `overlong` policy, except that
     "error" counts the rows over `max_length` and leaves them out instead of stopping; the
-    loader's summary line, and how many rows were over (skipped or cut to nothing). `columns`:
-    pairs' and KTO rows' other columns read as lmpo's names ({column: name}), as the trainers'
-    options give."""
+    loader's summary line, how many rows were over (skipped or cut to nothing), and a warning or "".
+    `columns`: pairs' and KTO rows' other columns read as lmpo's names ({column: name}), as the
+    trainers' options give; `task`: prompts' rows checked as the trainers' --task does."""
     policy = "skip" if overlong == "error" else overlong
     if kind == "sft":
         examples, report = load_sft(path, tokenizer, max_length=max_length, overlong=policy,
@@ -77,16 +78,39 @@ def load_shown(path: str, kind: str, tokenizer, max_length: int, limit_name: str
         shown = [Shown([(e.prompt_ids, False, ""), (e.completion_ids, True, "desirable" if e.desirable else "undesirable")])
                  for e in examples]
     else:
-        problems = load_prompts(path, prompt_field=prompt_field, answer_field=answer_field, tokenizer=tokenizer)
+        problems, note = _prompts(path, prompt_field, answer_field, tokenizer, task)
         renderer = TextRenderer(tokenizer)  # as the agent loop reads a prompt file's rows
         shown = [Shown([(renderer.prompt([{"role": "user", "content": p.prompt}])[0], False, ""),
                         ([], False, f"answer: {p.answer!r}" if p.answer else "")]) for p in problems]
         summary = f"{path}: {len(problems)} prompts, as the policy reads them (sampling writes the rest)"
         if any(p.answer for p in problems):  # SFT reads the same rows as demonstrations
             summary += "; --kind sft shows them as SFT trains on them, the answer as the completion"
-        return shown, summary, 0
+        return shown, summary, 0, note
     report.overlong = overlong
-    return shown, report.summary(), report.skipped_overlong
+    return shown, report.summary(), report.skipped_overlong, ""
+
+
+def _prompts(path: str, prompt_field: str, answer_field: str, tokenizer, task: str) -> tuple[list, str]:
+    """The prompts as the trainers read them with `task` (their --task); without one, a warning
+    when some rows have an answer and others none, which a task that grades against answers refuses."""
+    from lmpo.trainers.preflight import grades_against_answers
+
+    read = functools.partial(load_prompts, path, prompt_field=prompt_field, answer_field=answer_field,
+                             tokenizer=tokenizer)
+    if task:
+        return read(require_answer=grades_against_answers(task)), ""
+    try:
+        return read(require_answer=True), ""
+    except DataError as err:
+        if err.field != answer_field:
+            raise
+        refused = err
+    problems = read()
+    missing = sum(not p.answer.strip() for p in problems)
+    if missing == len(problems):  # a prompt set for a task with its own grader
+        return problems, ""
+    return problems, (f"warning: {missing} of {len(problems)} rows have no answer: a task that grades against answers "
+                      f"refuses the file (--task exact_match checks it as its trainer does): {refused}")
 
 
 def _runs(ids: list[int], mask: list[int]) -> list[tuple[list[int], bool, str]]:

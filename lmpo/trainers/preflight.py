@@ -94,6 +94,12 @@ def say_shared_prompts(shared: list[str], heldout: int, train_path: str, eval_pa
               f"(e.g. {example!r}): held-out accuracy on them measures what training saw", flush=True)
 
 
+def grades_against_answers(task: str) -> bool:
+    """Whether the task of a --task spec compares completions with each prompt row's answer, so
+    that its trainer refuses a prompt file with a row without one."""
+    return task.partition(":")[0] == "exact_match"
+
+
 def prompts_within_context(cfg, path: str, tokenizer, new_tokens: int, flag: str, what: str) -> list:
     """The prompts of `path` (`cfg.task` exact_match: each with an answer), each refused unless it
     fits the context of `cfg.model` with `new_tokens` (the option `flag`) to spare."""
@@ -109,7 +115,7 @@ def prompts_within_context(cfg, path: str, tokenizer, new_tokens: int, flag: str
 
             raise ConfigError(f"invalid {what} config: {flag}={new_tokens} leaves no room for a prompt in the "
                               f"model's context of {context} tokens")
-    exact = cfg.task.partition(":")[0] == "exact_match"
+    exact = grades_against_answers(cfg.task)
     unknown: dict = {}
     problems = load_prompts(path, prompt_field=cfg.prompt_field, answer_field=cfg.answer_field, tokenizer=tokenizer,
                             require_answer=exact, max_prompt_tokens=limit, context=where, unknown=unknown)
