@@ -196,8 +196,8 @@ def train_rl(cfg: RLConfig) -> StageResult:
                    "beta": beta, "lr": updater.lr, **figures, **stats, **mismatch, **times}
             saved.write(step, "train", scored.trajectories, task, scored.rewards.tolist(), scored.valid.tolist())
             row["prompts"], row["prompt_digest"] = [first_prompt, stream.position], prompt_digest(scored.problems)
-            if cfg.target_kl > 0 and reference is not None:
-                observed = figures.get("kl_reward", stats.get("kl", 0.0))
+            observed = figures.get("kl_reward", stats.get("kl"))  # None: no trained token to measure it on
+            if cfg.target_kl > 0 and reference is not None and observed is not None:
                 beta = adaptive_kl_coef(beta, observed, cfg.target_kl, cfg.kl_horizon, cfg.prompts_per_step * cfg.group_size)
             if heldout and (step % cfg.eval_every == 0 or step == cfg.steps):
                 row.update(held_out_eval(step))
@@ -376,6 +376,6 @@ def _local_step_figures(scored: Scored, batch: Batch) -> dict:
                "prompt_len_mean": sum(len(p) for p in rollout.prompt_ids) / max(len(rollout.prompt_ids), 1),
                "completion_len_max": int(rollout.lengths.max()),
                "truncated_frac": rollout.truncated.float().mean().item()}
-    if batch.old_values is not None:
-        figures["value_mean"] = (batch.old_values * batch.loss_mask).sum().item() / batch.loss_mask.sum().clamp(min=1).item()
+    if batch.old_values is not None and batch.loss_mask.any():
+        figures["value_mean"] = (batch.old_values * batch.loss_mask).sum().item() / batch.loss_mask.sum().item()
     return figures

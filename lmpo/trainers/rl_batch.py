@@ -276,6 +276,6 @@ def compute_advantages(batch: Batch, scored: Scored, cfg: RLConfig, beta: float)
     elif cfg.whiten_advantages:
         batch.advantages = masked_whiten(batch.advantages, mask, eps=cfg.whiten_eps, unbiased=cfg.whiten_std == "sample")
     figures = {}
-    if kl_penalty is not None:
-        figures["kl_reward"] = (kl_penalty.sum() / mask.sum().clamp(min=1)).item()
+    if kl_penalty is not None and mask.any():
+        figures["kl_reward"] = (kl_penalty.sum() / mask.sum()).item()
     return figures

@@ -20,6 +20,9 @@ from lmpo.trainers.harness import Updater
 from lmpo.trainers.ptx import ptx_backward
 from lmpo.trainers.runtime import options_for
 
+# means over the trained tokens (or aggregates of them): undefined where a minibatch has none
+TOKEN_FIGURES = ("loss", "policy_loss", "value_loss", "clip_frac", "value_clip_frac", "entropy", "kl")
+
 
 @dataclass
 class LossParts:
@@ -47,11 +50,15 @@ def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossPar
     share of it when several train: the token and sequence counts are global, so the update is
     the one-process update on the whole batch; with several minibatches each process shuffles
     its own share, so a minibatch is every process's random part of its share). Figures are
-    means over the applied updates. `ptx` (PPO-ptx, with `ptx_coef` > 0): batches of which each
-    optimizer step adds `ptx_coef` × the next one's NLL."""
+    means over the applied updates; a figure over the trained tokens (loss, entropy, KL, clip
+    fractions) only over the updates that had some, and absent when none had: with every episode
+    masked it would read 0, which is no measurement (an "entropy collapse" to the collapse guard).
+    `trained_tokens` counts the batch's loss tokens. `ptx` (PPO-ptx, with `ptx_coef` > 0): batches
+    of which each optimizer step adds `ptx_coef` × the next one's NLL."""
     size = batch.completion_ids.size(0)
     mb_size = size // cfg.num_minibatches
     sums: dict[str, float] = {}
+    with_tokens = 0
     skipped_before = updater.skipped
     several = cfg.num_iterations * cfg.num_minibatches > 1
     order_gen = torch.Generator().manual_seed(cfg.seed)
@@ -84,13 +91,17 @@ def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossPar
             applied, grad_norm = updater.apply(ctx.all_true(finite))
             if not applied:  # a non-finite loss or gradient never reaches the weights
                 continue
+            with_tokens += counts["num_tokens"] > 0  # the same on every process: the count is global
             for share in shares:
+                if counts["num_tokens"] == 0:
+                    share = {key: value for key, value in share.items() if key not in TOKEN_FIGURES}
                 for key, value in share.items():  # the ptx loss is a mean over processes already
                     sums[key] = sums.get(key, 0.0) + (value if key == "ptx_loss" else ctx.all_sum(value) / ctx.world)
             sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
     skipped = updater.skipped - skipped_before
     applied = cfg.num_iterations * cfg.num_minibatches - skipped
-    return {**{k: v / max(applied, 1) for k, v in sums.items()}, "skipped_updates": skipped}
+    return {**{k: v / max(with_tokens if k in TOKEN_FIGURES else applied, 1) for k, v in sums.items()},
+            "skipped_updates": skipped, "trained_tokens": int(ctx.all_sum(batch.loss_mask.sum().item()))}
 
 
 def micro_batch_rows(minibatch: Batch, cfg: RLConfig) -> list[list[int]]:

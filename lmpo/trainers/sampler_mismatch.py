@@ -51,7 +51,7 @@ def correct_for_sampler(batch_old_logprobs: Tensor, trainer_logprobs: Tensor, ma
         weights, clipped = valid, 0.0
     figures = {"mismatch_kl": kl.k3.item(), "mismatch_kl_k1": kl.k1.item(),
                "tis_weight_mean": ((weights * valid).sum() / tokens).item(), "tis_clipped_frac": clipped}
-    return trainer_logprobs, weights, figures
+    return trainer_logprobs, weights, figures if valid.any() else {}  # means over no token are no figures
 
 
 @torch.no_grad()
