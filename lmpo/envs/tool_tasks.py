@@ -42,6 +42,9 @@ def grade_digits(problem: Problem, completion: str, terminated: bool) -> Grade:
     return Grade(correct=well_formed and completion == problem.answer, well_formed=well_formed)
 
 
+TURN_SLACK = 8  # beyond the longest call: the end-of-turn token and some room (the compact caps leave 3 to 7)
+
+
 class _ToolTask:
     """What both tasks share: chat rendering, a split by hash, traces, demonstrations, the env."""
 
@@ -114,6 +117,24 @@ class _ToolTask:
         rng = random.Random(f"{self.kind}:sft:{seed}")
         return [self._trace(self._sample(rng, False, easy=True), rng, False) for _ in range(n)]
 
+    def demonstration_calls(self) -> list[str]:
+        """The call turns of the task's own CPT traces and SFT demonstrations (a sample of each)."""
+        conversations = self.cpt_corpus(16, 0) + self.sft_demonstrations(16, 0)
+        return [m["content"] for c in conversations for m in c
+                if m["role"] == "assistant" and self.fmt.parse(m["content"]).calls]
+
+    def _fit_budget_to_calls(self) -> None:
+        """The class's turn cap and episode budget are the compact format's. A hermes call is five
+        times as long (a calculator call is 85 characters, 17 in compact form), and a turn cut at
+        the compact cap is never a call: the cap becomes the longest demonstration call in
+        characters (a bound on its tokens under character and byte-level BPE tokenizers) plus
+        some slack, and the episode budget grows by as much."""
+        if self.fmt.name == "compact":
+            return
+        compact_turn, compact_episode = type(self).max_turn_tokens, type(self).max_tokens
+        self.max_turn_tokens = max(len(call) for call in self.demonstration_calls()) + TURN_SLACK
+        self.max_tokens = compact_episode + self.max_turn_tokens - compact_turn
+
     def _call(self, name: str, arguments: str) -> dict:
         if self.fmt.name == "compact":
             call = ToolCall(name, raw_arguments=arguments)
@@ -142,6 +163,7 @@ class Vault(_ToolTask):
             raise ValueError(f"skip_rate must be in [0, 1], got {skip_rate}")
         self.length, self.rows, self.skip_rate = length, rows, skip_rate
         self.name = f"vault(length={length})"
+        self._fit_budget_to_calls()
 
     def _draw(self, rng: random.Random, heldout: bool, easy: bool = False) -> Problem:
         keys = rng.sample(string.ascii_lowercase, self.rows)
@@ -198,6 +220,7 @@ class Calculator(_ToolTask):
     def __init__(self, flaw_rate: float = 0.6, heldout_share: float = 0.1, tool_format: str = "compact"):
         super().__init__(flaw_rate, heldout_share, tool_format)
         self.name = "calculator"
+        self._fit_budget_to_calls()
 
     def _draw(self, rng: random.Random, heldout: bool, easy: bool = False) -> Problem:
         while True:

@@ -14,6 +14,7 @@ not fit the context (or the budget) is rolled back and the episode ends as `cont
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -323,7 +324,23 @@ class EpisodeRunner:
             engine = LocalEngine(model, stop_token_ids(model, tokenizer), tokenizer.pad_token_id, generator=generator)
         limits = limits_for(task, model, params.max_new_tokens, max_turns=max_turns, max_turn_tokens=max_turn_tokens,
                             max_parse_errors=max_parse_errors)
+        warn_if_calls_overrun(task, tokenizer, limits)
         stops = getattr(engine, "eos_ids", None)  # the tokenizer's EOS first: the check's default
         stops = [tokenizer.eos_token_id, *sorted(set(stops) - {tokenizer.eos_token_id})] if stops else None
         return cls(engine, env_factory(task), renderer_for(task, tokenizer, stops), limits, tokenizer, params,
                    env_workers_of(task))
+
+
+def warn_if_calls_overrun(task, tokenizer, limits: EpisodeLimits) -> None:
+    """Warn when the task's own demonstration calls (`task.demonstration_calls()`, where it has
+    them) do not fit the turn cap under this tokenizer: every such call would end the episode as
+    turn_length, which reads as a model that cannot call tools."""
+    calls = getattr(task, "demonstration_calls", lambda: [])()
+    if not calls or not limits.max_turn_tokens:
+        return
+    longest = max(len(tokenizer(call, add_special_tokens=False).input_ids) for call in calls)
+    if longest + 1 > limits.max_turn_tokens:  # and its end-of-turn token
+        warnings.warn(f"task {getattr(task, 'name', '')!r}: its demonstration tool calls take up to {longest} tokens "
+                      f"and the end-of-turn token, more than the turn cap of {limits.max_turn_tokens} "
+                      f"(--max_turn_tokens, or the task's own): such calls are cut off and end as turn_length; "
+                      f"raise --max_turn_tokens to at least {longest + 1}", stacklevel=3)

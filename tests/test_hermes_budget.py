@@ -1,0 +1,55 @@
+"""`tool_format=hermes` gets a turn cap and an episode budget that hold one of the task's own
+calls. Before, calculator and vault kept the compact format's (20 and 16 tokens a turn, 48 an
+episode), which a hermes call (85 characters) overruns: every call was cut off as turn_length,
+accuracy 0, and nothing said why."""
+
+from __future__ import annotations
+
+import random
+import warnings
+from types import SimpleNamespace
+
+import pytest
+
+from lmpo.envs import make_task
+from lmpo.models import build_char_tokenizer
+from lmpo.rollout import SamplingParams, run_episodes
+from lmpo.rollout.agent_loop import limits_for, warn_if_calls_overrun
+from lmpo.rollout.render import renderer_for
+
+from test_agent_loop import ScriptedEngine
+
+TINY_CONTEXT = SimpleNamespace(max_position_embeddings=256)  # the tiny preset's
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_char_tokenizer()
+
+
+@pytest.mark.parametrize("spec", ["calculator:tool_format=hermes", "vault:tool_format=hermes"])
+def test_a_demonstrated_hermes_episode_fits_the_tasks_own_limits(tok, spec):
+    task = make_task(spec)
+    problem = task.train_problems(1, 0)[0]
+    turns = [m["content"] for m in task._trace(problem, random.Random(0), flawed=False) if m["role"] == "assistant"]
+    assert turns[0].startswith("<tool_call>")
+    limits = limits_for(task, TINY_CONTEXT, task.max_tokens)
+    (episode,) = run_episodes(ScriptedEngine(tok, {problem.prompt: turns}), task.make_env, [problem],
+                              SamplingParams(max_new_tokens=task.max_tokens), limits, renderer_for(task, tok), tok)
+    assert (episode.termination, episode.tool_calls) == ("answered", 1)  # was turn_length, no call
+    assert task.grade(problem, episode.final_text, episode.terminated).correct
+
+
+def test_the_compact_format_keeps_its_limits():
+    assert [(make_task(s).max_turn_tokens, make_task(s).max_tokens) for s in ("calculator", "vault")] == \
+        [(20, 48), (16, 48)]
+
+
+def test_a_turn_cap_too_short_for_the_tasks_calls_is_said_at_start_up(tok):
+    task = make_task("calculator:tool_format=hermes")
+    with pytest.warns(UserWarning, match=r"calls take up to 85 tokens .* turn cap of 20 .* at least 86"):
+        warn_if_calls_overrun(task, tok, limits_for(task, TINY_CONTEXT, 200, max_turn_tokens=20))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_calls_overrun(task, tok, limits_for(task, TINY_CONTEXT, task.max_tokens))
+        warn_if_calls_overrun(make_task("calculator"), tok, limits_for(make_task("calculator"), TINY_CONTEXT, 48))
