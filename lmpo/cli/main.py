@@ -61,7 +61,7 @@ def cmd_trajectories(args: argparse.Namespace, flags: dict) -> int:
 def cmd_doctor(args: argparse.Namespace, flags: dict) -> int:
     """What limits training in a run: each finding with its metric, value, threshold and remedy."""
     from lmpo.reports.doctor import format_findings
-    from lmpo.reports.doctor_runs import diagnose_run
+    from lmpo.reports.doctor_runs import diagnose_run, unfinished_notes
 
     findings = diagnose_run(args.run_dir)
     text = format_findings(findings)
@@ -69,6 +69,8 @@ def cmd_doctor(args: argparse.Namespace, flags: dict) -> int:
     healthy = [stage for stage, items in findings.items() if not items]
     if text and healthy:
         print(f"nothing to report in: {', '.join(healthy)}")
+    for stage, note in unfinished_notes(args.run_dir).items():
+        print(f"note: {stage}: {note}")
     return 0
 
 

@@ -8,25 +8,44 @@ from pathlib import Path
 
 from .doctor import Finding, diagnose
 from .metrics import read_metrics
+from .run_records import unfinished_pipeline_stages
 
 
 def diagnose_run(path: str | Path) -> dict[str, list[Finding]]:
     """Findings per stage of a pipeline directory, per run of a directory that holds runs further
     in (`lmpo compare`'s SEED/METHOD/STAGE, `lmpo factcheck`'s runs/NAME, or a mix of those and
     runs of its own), or of one stage directory."""
-    path = Path(path)
+    path = _run_dir(Path(path))
+    return {label: diagnose_stage(d) for label, d in labelled_runs(path).items()}
+
+
+def unfinished_notes(path: str | Path) -> dict[str, str]:
+    """`lmpo report`'s note on each run `diagnose_run` reads that has not finished (no
+    result.json), by the same labels: its findings cover only the steps it logged so far."""
+    from .report import unfinished_note
+
+    notes = {label: unfinished_note(d) for label, d in labelled_runs(_run_dir(Path(path))).items()}
+    return {label: note for label, note in notes.items() if note}
+
+
+def labelled_runs(path: Path) -> dict[str, Path]:
+    """The run directories `diagnose_run` reads, by the label it gives each."""
+    if (path / "summary.json").is_file() or not (path / "metrics.jsonl").is_file():
+        runs = run_dirs(path)
+        if not runs:
+            raise ValueError(f"{path}: no metrics.jsonl here nor in the run directories under it")
+        return {d.relative_to(path).as_posix(): d for d in runs}
+    return {path.name: path}
+
+
+def _run_dir(path: Path) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
     if path.is_file():
         if path.name != "metrics.jsonl":
             raise ValueError(f"{path} is a file, not a run directory (the directory holding it is {path.parent})")
-        path = path.parent
-    if (path / "summary.json").is_file() or not (path / "metrics.jsonl").is_file():
-        runs = run_dirs(path)
-        if not runs:
-            raise ValueError(f"{path}: no metrics.jsonl here nor in the run directories under it")
-        return {d.relative_to(path).as_posix(): diagnose_stage(d) for d in runs}
-    return {path.name: diagnose_stage(path)}
+        return path.parent
+    return path
 
 
 def run_dirs(path: Path) -> list[Path]:
@@ -53,11 +72,12 @@ def diagnose_stage(stage_dir: Path) -> list[Finding]:
 
 
 def _ordered(path: Path, stages: list[Path]) -> list[Path]:
-    """Stages in the pipeline's order when summary.json says it."""
+    """Stages in the pipeline's order when summary.json says it, or, before the pipeline wrote
+    it, in the order they started."""
     try:
         names = [s["run_dir"] for s in json.loads((path / "summary.json").read_text())["stages"]]
     except (OSError, ValueError, KeyError, TypeError):
-        return stages
+        names = [stage.name for stage in unfinished_pipeline_stages(path)]
     rank = {n: i for i, n in enumerate(names)}
     return sorted(stages, key=lambda d: rank.get(d.name, len(rank)))
 

@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lmpo.trainers.run_dir import RUN_RECORD, complete_checkpoints
+from lmpo.trainers.run_dir import complete_checkpoints
 
 from . import page
 from .metrics import Row, Series, all_series, as_float, read_metrics
 from .panels import MAIN_KEYS, REWARD_MODEL_KEYS, REWARD_MODEL_TRAINER, Panel, panels_for
 from .plots import render_panel
 from .rollbacks import read_rollbacks, rollback_section, without_rollbacks
+from .run_records import trainer_of, unfinished_pipeline_stages
 from .stages import Stage, fmt_pct, fmt_seconds, read_summary, render_stages
 from .trajectories import TRAJECTORIES_FILE, html_section
 
@@ -50,8 +51,8 @@ def _write(run_dir: Path, seen: frozenset[Path]) -> Report:
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory does not exist: {run_dir}")
     if not metrics.is_file() and not summary.is_file():
-        stages = sorted(p.parent.name for p in run_dir.glob(f"*/{METRICS_FILE}"))
-        if _trainer(run_dir) == "pipeline" and stages:
+        stages = [stage.name for stage in unfinished_pipeline_stages(run_dir) if (stage / METRICS_FILE).is_file()]
+        if stages:
             raise FileNotFoundError(f"{run_dir} is a pipeline that has not finished (no {SUMMARY_FILE}); report "
                                     f"its stages: {', '.join(f'lmpo report {run_dir / s}' for s in stages)}; if "
                                     f"it was interrupted, `lmpo pipeline --resume {run_dir}` continues it")
@@ -84,7 +85,7 @@ def _metrics_section(metrics: Path, report: Report) -> list[str]:
             *rollback_section(rollbacks)]
     if not data:
         return body + [page.paragraph("No numeric metrics logged yet.", "note")]
-    trainer = _trainer(metrics.parent)
+    trainer = trainer_of(metrics.parent)
     body.append(_final_values_table(data, REWARD_MODEL_KEYS if trainer == REWARD_MODEL_TRAINER else {}))
     for panel in _panel_order(data, trainer):
         png = render_panel(panel, data, report.html.parent, rollbacks)
@@ -109,7 +110,7 @@ def _run_overview(metrics: Path, rows: list[Row]) -> str:
 def unfinished_note(run_dir: Path) -> str | None:
     """What to say of a training run that has not finished (no result.json): interrupted, or
     still running; None for a finished run or a directory no trainer made (no run.json)."""
-    started = _trainer(run_dir, command=True)
+    started = trainer_of(run_dir, command=True)
     if started in (None, "pipeline") or (run_dir / "result.json").is_file():  # a pipeline ends in summary.json
         return None
     command = None if started == "?" else started
@@ -120,20 +121,6 @@ def unfinished_note(run_dir: Path) -> str | None:
     resume = f"`lmpo train {command} --resume {run_dir}`" if command else f"its command with --resume {run_dir}"
     return (f"This run has not finished (no result.json): it is still running, or it was interrupted. Its "
             f"newest complete checkpoint is {done[-1].name}; {resume} continues an interrupted run from it.")
-
-
-def _trainer(run_dir: Path, command: bool = False) -> str | None:
-    """The trainer that made `run_dir` by its run.json (with `command`, the `lmpo train` command
-    that started it where recorded: a pipeline's stages record none); None: no run.json; "?": unreadable."""
-    try:
-        record = json.loads((run_dir / RUN_RECORD).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return "?"
-    if not isinstance(record, dict):
-        return "?"
-    return (command and record.get("command")) or record.get("trainer") or "?"
 
 
 def _unfinished(run_dir: Path) -> list[str]:

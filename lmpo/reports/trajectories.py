@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from . import page
+from .run_records import unfinished_pipeline_stages
 from .metrics import json_error
 
 TRAJECTORIES_FILE = "trajectories.jsonl"
@@ -165,9 +166,9 @@ def last_trajectories(path_or_run_dir: str | Path, last: int, **where) -> tuple[
 def find_trajectories(run_dir: str | Path, stage: str | None = None) -> Path:
     """The ``trajectories.jsonl`` to show for ``run_dir``.
 
-    A run directory's own file; for a pipeline directory (``summary.json``),
-    that of the stage named ``stage``, or else of the last stage that has one; a trajectories
-    file given itself (``lmpo eval --out`` writes one too).
+    A run directory's own file; for a pipeline directory (``summary.json``, or an unfinished
+    pipeline's ``run.json``), that of the stage named ``stage``, or else of the last stage that
+    has one; a trajectories file given itself (``lmpo eval --out`` writes one too).
     """
     run_dir = Path(run_dir)
     if run_dir.is_file() and stage is None:
@@ -177,15 +178,19 @@ def find_trajectories(run_dir: str | Path, stage: str | None = None) -> Path:
     own, summary = run_dir / TRAJECTORIES_FILE, run_dir / "summary.json"
     if stage is None and own.is_file():
         return own
-    if not summary.is_file():
+    unfinished = unfinished_pipeline_stages(run_dir)
+    if not summary.is_file() and not unfinished:
         if stage is not None:
             raise FileNotFoundError(f"--stage {stage}: {run_dir} is not a pipeline directory "
-                                    f"(no {summary})")
+                                    f"(no {summary}, and its run.json names no pipeline)")
         raise FileNotFoundError(f"no trajectories file: {own}")
-    from .stages import read_summary
+    if unfinished:
+        dirs: list[tuple[str, Path | None]] = [(d.name, d) for d in unfinished]
+        summary = f"the stage directories of {run_dir}, a pipeline without summary.json yet"
+    else:
+        from .stages import read_summary
 
-    stages = read_summary(summary)[0]
-    dirs = [(s.name, _stage_dir(run_dir, s.run_dir)) for s in stages]
+        dirs = [(s.name, _stage_dir(run_dir, s.run_dir)) for s in read_summary(summary)[0]]
     if stage is not None:
         matches = [d for name, d in dirs if name == stage]
         if not matches:
