@@ -177,6 +177,10 @@ def test_long_observations_are_clipped_with_a_marker(tok):
                                                                        max_observation_chars=50))
     observation = next(m["content"] for m in traj.messages if m["role"] == "tool")
     assert observation == "7" * 50 + "...[clipped 250 chars]"
+    (traj,), _ = _run(tok, {"qA": ["lookup(big)", "1"]}, EpisodeLimits(max_turns=3, max_tokens=999,
+                                                                       max_observation_chars=290))
+    observation = next(m["content"] for m in traj.messages if m["role"] == "tool")
+    assert observation == "7" * 300  # not 290 and a 22-character marker for 10 characters
 
 
 def test_a_task_declares_its_own_observation_cap(tok):

@@ -128,3 +128,12 @@ def test_a_data_file_error_is_the_loaders_not_a_traceback(tmp_path, capsys):
     surrogate.write_text('{"prompt":"12=\\ud800","answer":"12"}\n')
     code, _, err = run(capsys, str(surrogate))
     assert code == 2 and "s.jsonl: row 1: field 'prompt': not valid Unicode (a lone surrogate \\ud800 at character 3" in err
+
+
+def test_the_token_counts_share_one_number_format():
+    """A median of 2000000 was printed as 2e+06 beside min 2000000 (`:g`)."""
+    from lmpo.reports.data_view import Shown, counts_line
+
+    long = [Shown([], length=2_000_000)]
+    assert counts_line(long, "none").startswith("tokens per example: min 2000000, median 2000000, p95 2000000,")
+    assert ", median 3.5, " in counts_line([Shown([], length=3), Shown([], length=4)], "none")

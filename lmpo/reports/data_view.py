@@ -130,7 +130,9 @@ def counts_line(shown: list[Shown], limit: str) -> str:
         return "no examples"
     p95 = tokens[min(len(tokens) - 1, round(0.95 * (len(tokens) - 1)))]
     share = f"; {100 * loss / max(sum(_all(s) for s in shown), 1):.1f}% of the tokens carry loss" if loss else ""
-    return (f"tokens per example: min {tokens[0]}, median {statistics.median(tokens):g}, p95 {p95}, max {tokens[-1]}; "
+    median = statistics.median(tokens)  # x.5 between two middle counts
+    median_text = f"{median:.0f}" if median == int(median) else f"{median:.1f}"
+    return (f"tokens per example: min {tokens[0]}, median {median_text}, p95 {p95}, max {tokens[-1]}; "
             f"limit: {limit}{share}")
 
 

@@ -229,8 +229,8 @@ def _append_observation(ep: _Episode, step: Step) -> bool:
     new = []
     for message in step.messages():
         content = encodable(message.get("content") or "")
-        if len(content) > limits.max_observation_chars:
-            cut = len(content) - limits.max_observation_chars
+        cut = len(content) - limits.max_observation_chars
+        if cut > len(CLIP_MARKER.format(n=cut)):  # a marker no shorter than the cut would only lengthen it
             content = content[:limits.max_observation_chars] + CLIP_MARKER.format(n=cut)
         new.append({**message, "content": content})
     try:

@@ -98,11 +98,13 @@ def train_rl(cfg: RLConfig) -> StageResult:
 
     guard = CollapseGuard(cfg) if cfg.collapse_guard else None
     start_step = nonfinite_streak = 0
+    env_rewards = False  # the environment has given a reward in this run: reward_env is logged every step
     resumed = run.resume(policy, optimizer, scheduler, {"sampler": sampler}, extra_modules)
     if resumed is not None:
         start_step, stream.position = resumed.step, resumed.state["prompt_position"]
         beta = resumed.state.get("beta", beta)
         nonfinite_streak = resumed.state.get("nonfinite_steps", 0)
+        env_rewards = resumed.state.get("env_rewards", False)
         stop.load_state(resumed.state.get("stopping", {}))
         if guard is not None:
             guard.load_state(resumed.state.get("guard", {}))
@@ -145,6 +147,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     def write_checkpoint(step: int) -> None:
         run.checkpoint(step, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
                        {"prompt_position": stream.position, "beta": beta, "nonfinite_steps": nonfinite_streak,
+                        "env_rewards": env_rewards,
                         "stopping": stop.state(), **({"guard": guard.state()} if guard else {})},
                        extra_modules, data_state=ptx_state(ptx))
 
@@ -194,6 +197,9 @@ def train_rl(cfg: RLConfig) -> StageResult:
             row = {"step": step, **step_figures(scored, batch, run.dist),
                    **agent_figures(scored.trajectories, runner.limits),
                    "beta": beta, "lr": updater.lr, **figures, **stats, **mismatch, **times}
+            env_rewards = env_rewards or "reward_env" in row
+            if env_rewards:  # a step whose episodes all ended before any reward: 0, not a gap in the curve
+                row.setdefault("reward_env", 0.0)
             saved.write(step, "train", scored.trajectories, task, scored.rewards.tolist(), scored.valid.tolist())
             row["prompts"], row["prompt_digest"] = [first_prompt, stream.position], prompt_digest(scored.problems)
             observed = figures.get("kl_reward", stats.get("kl"))  # None: no trained token to measure it on

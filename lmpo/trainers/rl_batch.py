@@ -189,7 +189,7 @@ def score(trajectories: list[Trajectory], group_ids: torch.Tensor, pad_id: int, 
     components = scores.components
     total = sum(weight * components[name] for name, weight in rewards.weights().items())
     env_rewards = torch.tensor([sum(r for r in t.turn_rewards if r is not None) for t in trajectories])
-    if env_rewards.any():
+    if any(r is not None for t in trajectories for r in t.turn_rewards):  # the env gave rewards, 0 too
         components["env"] = env_rewards
         total = total + env_rewards
     if cfg.overlong == "penalty":

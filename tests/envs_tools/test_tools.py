@@ -346,3 +346,11 @@ def test_importing_the_tools_loads_no_ml_library():
             "print([m for m in ('torch', 'transformers', 'numpy', 'lmpo.models', 'lmpo.rollout') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_clip_never_lengthens_what_it_clips():
+    """`clip` replaced 2 characters with an 18-character marker ('…[clipped 2 chars]')."""
+    from lmpo.envs.tools.schema import clip
+
+    assert clip("x" * 30, 28) == "x" * 30
+    assert clip("x" * 100, 28) == "x" * 28 + "…[clipped 72 chars]"

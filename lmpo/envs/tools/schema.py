@@ -61,10 +61,12 @@ def _raised_at(error: BaseException) -> str:
 
 
 def clip(text: str, max_chars: int) -> str:
-    """`text` cut to `max_chars` characters, with a visible marker saying how much was cut."""
-    if len(text) <= max_chars:
+    """`text` cut to `max_chars` characters, with a visible marker saying how much was cut; whole
+    when the marker would be no shorter than what it replaces."""
+    marker = f"…[clipped {len(text) - max_chars} chars]"
+    if len(text) - max_chars <= len(marker):
         return text
-    return f"{text[:max_chars]}…[clipped {len(text) - max_chars} chars]"
+    return text[:max_chars] + marker
 
 
 @dataclass(frozen=True)
