@@ -177,7 +177,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
                     train_on_observations(batch, scored, run.plain(policy), cfg)
             times["time_logprobs"] = time.perf_counter() - tick
             tick = time.perf_counter()
-            figures = compute_advantages(batch, scored, cfg, beta)
+            figures = compute_advantages(batch, scored, cfg, beta, run.dist)
             times["time_advantages"] = time.perf_counter() - tick
             tick = time.perf_counter()
             stats = update(trained, updater, batch, cfg, parts, beta, run.dist, run.autocast, ptx)
@@ -364,7 +364,13 @@ def step_figures(scored: Scored, batch: Batch, ctx: Distributed = Distributed())
     figures = _local_step_figures(scored, batch)
     if not ctx.active:
         return figures
-    return {k: (max(ctx.gather(v)) if k.endswith("_max") else ctx.all_sum(v) / ctx.world) for k, v in figures.items()}
+    figures.pop("value_mean", None)  # a process may have no trained token: said below over all of them
+    figures = {k: (max(ctx.gather(v)) if k.endswith("_max") else ctx.all_sum(v) / ctx.world) for k, v in figures.items()}
+    if batch.old_values is not None:
+        tokens = ctx.all_sum(batch.loss_mask.sum().item())
+        if tokens:
+            figures["value_mean"] = ctx.all_sum((batch.old_values * batch.loss_mask).sum().item()) / tokens
+    return figures
 
 
 def _local_step_figures(scored: Scored, batch: Batch) -> dict:

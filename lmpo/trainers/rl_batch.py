@@ -234,7 +234,8 @@ def _merge(parts: list[Scored]) -> Scored:
                   torch.cat([p.trained for p in parts]))
 
 
-def compute_advantages(batch: Batch, scored: Scored, cfg: RLConfig, beta: float) -> dict[str, float]:
+def compute_advantages(batch: Batch, scored: Scored, cfg: RLConfig, beta: float,
+                       ctx: Distributed = Distributed()) -> dict[str, float]:
     """Fill `batch.advantages` (and `returns` for token estimators); return figures to log.
 
     With the KL as a reward penalty, each token's reward carries −β·k1 (π_old vs π_ref, both from
@@ -276,6 +277,8 @@ def compute_advantages(batch: Batch, scored: Scored, cfg: RLConfig, beta: float)
     elif cfg.whiten_advantages:
         batch.advantages = masked_whiten(batch.advantages, mask, eps=cfg.whiten_eps, unbiased=cfg.whiten_std == "sample")
     figures = {}
-    if kl_penalty is not None and mask.any():
-        figures["kl_reward"] = (kl_penalty.sum() / mask.sum()).item()
+    if kl_penalty is not None:  # over every process's tokens, so that each adapts β alike (--target_kl)
+        tokens = ctx.all_sum(mask.sum().item())
+        if tokens:  # with no trained token there is no measurement
+            figures["kl_reward"] = ctx.all_sum(kl_penalty.sum().item()) / tokens
     return figures
