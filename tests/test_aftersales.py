@@ -89,7 +89,7 @@ def test_32_parallel_episodes_each_see_only_their_own_writes(task):
     for (steps, seen, writes), p in zip(results, problems):
         assert steps[-1].messages() == [{"role": "tool", "content": "ok"}]
         assert seen == base + 1  # its own cancellation, nobody else's
-        assert writes == {("update", "orders", parse_order_ref(p.meta["order"]), "status", "cancelled")}
+        assert writes == [("update", "orders", parse_order_ref(p.meta["order"]), "status", "cancelled")]
 
 
 def test_source_checksum_unchanged_after_a_training_run(tmp_path):
@@ -117,7 +117,7 @@ def test_the_guardrail_blocks_a_refund_of_an_order_never_looked_up(task):
     assert blocked.messages()[0]["content"] == f"blocked: look up {order} first"
     assert blocked.info["counts"] == {"guardrail_blocks": 1} and blocked.reward < 0 and not blocked.done
     assert blocked.info["tool_calls"] == 1  # the write reached its tool, whose guardrail refused it
-    assert env.writes() == set()
+    assert env.writes() == []
 
 
 def test_the_guardrail_wants_the_policy_and_no_more_than_the_order_shows(task):
@@ -128,7 +128,7 @@ def test_the_guardrail_wants_the_policy_and_no_more_than_the_order_shows(task):
     assert steps[1].messages()[0]["content"] == "blocked: read the refund policy first"
     assert steps[3].messages()[0]["content"] == f"blocked: {order} shows ${amount}"
     assert steps[4].messages()[0]["content"] == "ok" and steps[4].reward > 0
-    assert env.blocks == 2 and env.writes() == {("refund", parse_order_ref(order), amount)}
+    assert env.blocks == 2 and env.writes() == [("refund", parse_order_ref(order), amount)]
 
 
 def test_tool_errors_are_observations(task):
@@ -141,7 +141,7 @@ def test_tool_errors_are_observations(task):
     assert texts[2].startswith("error: lookup_order takes 1 argument")
     assert texts[3].startswith("error: unknown tool 'fly_away'")
     assert texts[4].startswith("error: malformed tool call")
-    assert all(s.info["parse_error"] and not s.done for s in steps) and env.writes() == set()
+    assert all(s.info["parse_error"] and not s.done for s in steps) and env.writes() == []
     # only the lookup of an unknown order reached a tool: bad arguments and unknown tools are no calls
     assert [s.info.get("tool_calls", 0) for s in steps] == [1, 0, 0, 0, 0]
 
@@ -297,9 +297,8 @@ def test_an_episode_without_blocks_reports_zero_blocks(task):
 def test_process_reward_pays_for_new_evidence_only(task):
     p = _ticket(task, "where")
     order = p.meta["order"]
-    steps, _ = _play(task, p, [f"lookup_order({order})", f"lookup_order({order})", "search_policy(shipping)",
-                               "lookup_order(o99999)"])
-    assert [s.reward for s in steps] == [task.rewards.process, None, task.rewards.process, None]
+    steps, _ = _play(task, p, [f"lookup_order({order})", f"lookup_order({order})", "lookup_order(o99999)"])
+    assert [s.reward for s in steps] == [task.rewards.process, None, None]
 
 
 def test_the_sft_kinds_come_from_a_task_spec():

@@ -12,6 +12,7 @@ import datetime as dt
 import hashlib
 import os
 import random
+import re
 import sqlite3
 import tempfile
 import threading
@@ -99,7 +100,7 @@ class Order:
 def parse_order_ref(ref: str) -> int | None:
     """`o17` (or `17`) -> 17; None for anything else."""
     text = ref.strip().lower().removeprefix("o")
-    return int(text) if text.isdigit() and len(text) < 9 else None
+    return int(text) if re.fullmatch(r"[0-9]{1,8}", text) else None  # not str.isdigit: int() refuses '²'
 
 
 def generate(path: Path, seed: int, policies: Policies, *, n_orders: int = 5000, today: str = "2026-06-30") -> None:

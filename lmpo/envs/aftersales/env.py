@@ -1,10 +1,11 @@
 """One after-sales episode: the ticket, this episode's own database copy, the tools, the
 guardrail, the verifier at the end, and the rewards.
 
-Rewards (weights in `Rewards`): per turn, `process` for a call that succeeded with its
-evidence in place, minus `block_penalty` for a write the guardrail blocked; at the end,
-`outcome` if the verifier accepts the final database and reply, minus `handoff_cost` for a
-hand-off the ticket did not need. (The `format` reward, for an
+Rewards (weights in `Rewards`): per turn, `process` for each call that makes a step of the
+ticket's reference resolution for the first time (looks up its order, reads the policy its kind
+needs, makes the write its ground truth calls for), minus `block_penalty` for a write the
+guardrail blocked; at the end, `outcome` if the verifier accepts the final database and reply,
+minus `handoff_cost` for a hand-off the ticket did not need. (The `format` reward, for an
 episode closed with EOS, is the trainer's `format` reward function on `grade`.) An episode
 that runs out of turns or tokens never reaches the verifier and so earns no outcome reward;
 what training does with it is the termination policy's business.
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from lmpo.envs.aftersales.db import episode_copy, source
 from lmpo.envs.aftersales.tickets import HANDOFF
-from lmpo.envs.aftersales.tools import WRITE_TOOLS, Blocked, EpisodeTools, compact_arguments
+from lmpo.envs.aftersales.tools import Blocked, EpisodeTools, compact_arguments
 from lmpo.envs.aftersales.verifier import Verdict, changes, verify
 from lmpo.envs.base import Problem
 from lmpo.envs.env import Step
@@ -45,11 +46,13 @@ class AftersalesEnv:
         self.tools: EpisodeTools | None = None
         self.blocks = 0
         self.verdict: Verdict | None = None
+        self.unpaid: set[tuple[str, str]] = set()
 
     def reset(self, problem: Problem) -> list[dict]:
         if self.db is not None:
             self.db.close()
         self.problem, self.blocks, self.verdict = problem, 0, None
+        self.unpaid = {tuple(c) for c in problem.meta.get("reference_calls", ())}
         self.db = episode_copy(problem.meta["db"])
         self.tools = EpisodeTools(self.db, guardrail=self.guardrail)
         self._by_name = {t.name: t for t in self.tools.tools()}
@@ -66,16 +69,17 @@ class AftersalesEnv:
         reward, observations, info = 0.0, [], {"tool_calls": 0, "parse_error": False,
                                                 "counts": {"guardrail_blocks": 0}}
         for call in parsed.calls:
-            known = len(self.tools.evidence.orders) + len(self.tools.evidence.policies)
+            logged = len(self.tools.log)
             text, ok, blocked = self._run(call, info)
-            # only new evidence or a write earns the process reward: repeating a lookup farms nothing
-            fresh = len(self.tools.evidence.orders) + len(self.tools.evidence.policies) > known
-            ok_paid = ok and (fresh or call.name in WRITE_TOOLS)
+            # each step of the reference resolution pays once, and nothing else does: no other order,
+            # document, repeated or different write, or unneeded hand-off can farm the process reward
+            paid = self.unpaid.intersection(self.tools.log[logged:])
+            self.unpaid -= paid
             if blocked:
                 self.blocks += 1
                 info["counts"]["guardrail_blocks"] += 1
                 reward -= self.rewards.block_penalty
-            elif ok_paid:
+            elif paid:
                 reward += self.rewards.process
             info["parse_error"] = info["parse_error"] or not (ok or blocked)
             if ok and call.name == HANDOFF:
@@ -108,14 +112,14 @@ class AftersalesEnv:
     def _finish(self, reply: str | None, info: dict, reward: float = 0.0) -> Step:
         assert self.problem is not None and self.db is not None
         meta = self.problem.meta
-        expected = {tuple(change) for change in meta["expected"]}
+        expected = [tuple(change) for change in meta["expected"]]
         self.verdict = verify(expected, changes(source(meta["db"]), self.db), tuple(meta["facts"]), reply, bool(meta["handoff"]))
         info = {"counts": {"guardrail_blocks": 0}, **info, "verdict": self.verdict.correct}
         if info.get("handoff") and not meta["handoff"]:
             reward -= self.rewards.handoff_cost
         return Step(done=True, reward=reward + self.rewards.outcome * self.verdict.correct, info=info)
 
-    def writes(self) -> set[tuple]:
+    def writes(self) -> list[tuple]:
         """The changes this episode made so far (for tests and people)."""
         assert self.problem is not None and self.db is not None
         return changes(source(self.problem.meta["db"]), self.db)

@@ -31,8 +31,9 @@ from functools import cached_property
 
 from lmpo.envs.aftersales.db import Policies, database_path, load_orders, policies_of, render_order, source
 from lmpo.envs.aftersales.env import AftersalesEnv, Rewards
-from lmpo.envs.aftersales.tickets import HANDOFF, KINDS, Ticket, TicketPool, flawed_steps
+from lmpo.envs.aftersales.tickets import HANDOFF, KINDS, Ticket, TicketPool, flawed_steps, reference_calls
 from lmpo.envs.aftersales.tools import EpisodeTools
+from lmpo.envs.aftersales.verifier import reply_states
 from lmpo.envs.base import Grade, Problem
 from lmpo.envs.parsing import CompactFormat
 
@@ -68,6 +69,14 @@ class Aftersales:
                 share = math.nan
             if not 0 <= share <= 1:
                 raise ValueError(f"aftersales option {name} must be a share in [0, 1], got {value!r}")
+        for name, value in (("outcome", outcome), ("process", process), ("block_penalty", block_penalty),
+                            ("handoff_cost", handoff_cost)):
+            try:
+                weight = float(value)
+            except (TypeError, ValueError):
+                weight = math.nan
+            if isinstance(value, bool) or not math.isfinite(weight):
+                raise ValueError(f"aftersales option {name} must be a finite number, got {value!r}")
         if db_seed == heldout_db_seed:
             raise ValueError("held-out tickets need their own database: db_seed must differ from heldout_db_seed")
         if int(orders) < 50:
@@ -82,7 +91,7 @@ class Aftersales:
         self.flaw_rate, self.skip_policy_rate = float(flaw_rate), float(skip_policy_rate)
         self.db_seed, self.heldout_db_seed = int(db_seed), int(heldout_db_seed)
         self.policies = Policies(int(refund_window_days), int(approval_limit))
-        self.rewards = Rewards(outcome, process, block_penalty, handoff_cost)
+        self.rewards = Rewards(float(outcome), float(process), float(block_penalty), float(handoff_cost))
         self.guardrail, self.sft_kinds, self.db_dir, self.orders = bool(guardrail), tuple(sft_kinds), db_dir, int(orders)
         self.fmt = CompactFormat()
         self._heldout_cache: dict[int, list[Problem]] = {}
@@ -107,7 +116,8 @@ class Aftersales:
         return Problem(prompt=ticket.prompt, answer=answer,
                        meta={"kind": ticket.kind, "db": self.database(heldout), "order": ticket.order.ref,
                              "expected": [list(c) for c in ticket.expected], "facts": list(ticket.facts),
-                             "handoff": ticket.handoff, "heldout": heldout})
+                             "handoff": ticket.handoff, "heldout": heldout,
+                             "reference_calls": [list(c) for c in reference_calls(ticket)]})
 
     def _tickets(self, n: int, rng: random.Random, heldout: bool, kinds: tuple[str, ...] = KINDS) -> list[Ticket]:
         pool = self._pools[heldout]
@@ -136,7 +146,7 @@ class Aftersales:
         if problem.meta["handoff"]:
             correct = completion.strip() == f"{HANDOFF}({problem.meta['order']})"
         else:
-            correct = all(fact.lower() in completion.lower() for fact in problem.meta["facts"])
+            correct = reply_states(completion, tuple(problem.meta["facts"]))
         return Grade(correct=well_formed and correct, well_formed=well_formed)
 
     def grade_trajectory(self, trajectory) -> Grade:

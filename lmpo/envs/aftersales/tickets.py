@@ -28,11 +28,21 @@ class Ticket:
     expected: tuple[tuple, ...]
     """The changes a correct resolution makes to the database, and nothing else."""
     facts: tuple[str, ...] = ()
-    """Strings the final reply must contain (empty for a hand-off)."""
+    """What the final reply must state, as whole words (empty for a hand-off; see `verifier`)."""
     new_address: str = ""
     handoff: bool = False
     steps: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     """The reference resolution: ("call", "name(args)") or ("reply", text)."""
+
+
+def reference_calls(ticket: Ticket) -> tuple[tuple[str, str], ...]:
+    """The calls of the reference resolution as the tools log them: (tool, `o17` or a handbook document)."""
+    calls = []
+    for kind, text in ticket.steps:
+        if kind == "call":
+            name, arguments = text.split("(", 1)
+            calls.append((name, arguments.rstrip(")").split(",")[0].strip()))
+    return tuple(calls)
 
 
 def age_days(order: Order, today: dt.date) -> int | None:

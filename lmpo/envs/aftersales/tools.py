@@ -3,13 +3,16 @@
 Read tools (`lookup_order`, `lookup_customer`, `search_policy`) record what the agent has seen.
 Write tools (`issue_refund`, `update_address`, `cancel_order`, `escalate_to_human`) check that
 record before they write: the order was looked up in this episode, a refund does not exceed
-what the order showed, and the handbook document that allows the write was consulted. A write
-without that evidence raises `Blocked`: nothing is written, and the agent is told why.
-Bad input (an unknown order, an amount that is not a number) raises ToolError instead.
+what the order has left to refund (what its lookup showed, less the refunds made since), and
+the handbook document that allows the write was consulted. A hand-off needs the lookup only.
+A write without that evidence raises `Blocked`: nothing is written, and the agent is told why.
+Bad input (an unknown order, an amount that is not a finite number) raises ToolError instead.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import sqlite3
 from dataclasses import dataclass, field
 
@@ -30,7 +33,7 @@ class Evidence:
     """What the agent read in this episode."""
 
     orders: dict[int, int] = field(default_factory=dict)
-    """Order id -> the amount its lookup showed."""
+    """Order id -> what is left to refund: the amount its lookup showed, less this episode's refunds."""
     policies: set[str] = field(default_factory=set)
     """Handbook documents returned by search_policy."""
 
@@ -54,6 +57,8 @@ class EpisodeTools:
         self.evidence = Evidence()
         self.handbook = handbook_index(db)
         self.handed_off = False
+        self.log: list[tuple[str, str]] = []
+        """Every call that succeeded, as (tool, what it was about: `o17`, `c4` or a handbook document)."""
 
     def _order(self, ref: str):
         order_id = parse_order_ref(ref)
@@ -80,6 +85,7 @@ class EpisodeTools:
         """
         found = self._order(order)
         self.evidence.orders[found.id] = found.amount - found.refunded
+        self.log.append(("lookup_order", found.ref))
         return render_order(found, self.today)
 
     def lookup_customer(self, customer: str) -> str:
@@ -89,11 +95,13 @@ class EpisodeTools:
             customer: the customer id, like c4.
         """
         text = customer.strip().lower().removeprefix("c")
+        customer_id = int(text) if re.fullmatch(r"[0-9]{1,8}", text) else -1
         row = self.db.execute("SELECT c.name, c.city, (SELECT COUNT(*) FROM orders o WHERE o.customer_id = c.id)"
-                              " FROM customers c WHERE c.id = ?", (int(text) if text.isdigit() else -1,)).fetchone()
+                              " FROM customers c WHERE c.id = ?", (customer_id,)).fetchone()
         if row is None:
             raise ToolError(f"unknown customer {customer.strip()[:20]!r}")
-        return f"c{text} {row[0]}, {row[1]}, {row[2]} orders"
+        self.log.append(("lookup_customer", f"c{customer_id}"))
+        return f"c{customer_id} {row[0]}, {row[1]}, {row[2]} orders"
 
     def search_policy(self, query: str) -> str:
         """Search the policy handbook and return the best matching rule.
@@ -105,6 +113,7 @@ class EpisodeTools:
         if not hits:
             return f"no policy for {query.strip()[:30]!r}"
         self.evidence.policies.add(hits[0][0])
+        self.log.append(("search_policy", hits[0][0]))
         return self.handbook.open(hits[0][0]).split("\n", 1)[1]
 
     # -- write tools --------------------------------------------------------------------------------
@@ -116,13 +125,19 @@ class EpisodeTools:
             amount: dollars to refund, at most the order's amount.
         """
         found = self._order(order)
-        if amount <= 0 or amount != int(amount):
+        if not math.isfinite(amount) or amount <= 0 or amount != int(amount):
             raise ToolError(f"bad amount {amount:g}: whole dollars above 0")
         self._require(found.id, "issue_refund")
-        if self.guardrail and amount > self.evidence.orders[found.id]:
-            raise Blocked(f"blocked: {found.ref} shows ${self.evidence.orders[found.id]}")
+        left = self.evidence.orders.get(found.id)
+        if self.guardrail and amount > left:
+            refunded_here = ("issue_refund", found.ref) in self.log
+            raise Blocked(f"blocked: {found.ref} has ${left} left to refund" if refunded_here
+                          else f"blocked: {found.ref} shows ${left}")
         self.db.execute("INSERT INTO refunds (order_id, amount, issued_on, issued_by) VALUES (?, ?, ?, 'agent')",
                         (found.id, int(amount), self.today.isoformat()))
+        if left is not None:
+            self.evidence.orders[found.id] = left - int(amount)
+        self.log.append(("issue_refund", found.ref))
         return "ok"
 
     def update_address(self, order: str, address: str) -> str:
@@ -137,6 +152,7 @@ class EpisodeTools:
             raise ToolError("empty address")
         self._require(found.id, "update_address")
         self.db.execute("UPDATE orders SET ship_address = ? WHERE id = ?", (address.strip(), found.id))
+        self.log.append(("update_address", found.ref))
         return "ok"
 
     def cancel_order(self, order: str) -> str:
@@ -150,18 +166,21 @@ class EpisodeTools:
             raise ToolError(f"{found.ref} is already cancelled")
         self._require(found.id, "cancel_order")
         self.db.execute("UPDATE orders SET status = 'cancelled' WHERE id = ?", (found.id,))
+        self.log.append(("cancel_order", found.ref))
         return "ok"
 
     def escalate_to_human(self, order: str) -> str:
-        """Hand the ticket to a human; ends the episode.
+        """Hand the ticket to a human (needs: the order looked up); ends the episode.
 
         Args:
             order: the order id, like o17.
         """
         found = self._order(order)
+        self._require(found.id, HANDOFF)
         self.db.execute("INSERT INTO handoffs (order_id, reason, created_on) VALUES (?, 'agent', ?)",
                         (found.id, self.today.isoformat()))
         self.handed_off = True
+        self.log.append((HANDOFF, found.ref))
         return "handed to a human"
 
     def tools(self) -> list[Tool]:
