@@ -27,8 +27,8 @@ def _ticket(task, kind, index=0):
     return problems[index]
 
 
-def _play(task, problem, turns) -> tuple[list[Step], object]:
-    env = task.make_env()
+def _play(task, problem, turns, env=None) -> tuple[list[Step], object]:
+    env = env or task.make_env()
     env.reset(problem)
     steps = []
     for turn in turns:

@@ -10,6 +10,7 @@ import pytest
 from lmpo.envs import make_task
 from lmpo.envs.aftersales.tickets import HANDOFF, KINDS
 from lmpo.envs.aftersales import verifier
+from test_aftersales import _play  # one episode of scripted turns
 
 
 @pytest.fixture(scope="module")
@@ -19,17 +20,6 @@ def task(tmp_path_factory):
 
 def _ticket(task, kind):
     return next(p for p in task.heldout_problems(400) if p.meta["kind"] == kind)
-
-
-def _play(task, problem, turns, env=None):
-    env = env or task.make_env()
-    env.reset(problem)
-    steps = []
-    for turn in turns:
-        steps.append(env.step(turn))
-        if steps[-1].done:
-            break
-    return steps, env
 
 
 def _total(steps) -> float:
