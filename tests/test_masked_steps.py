@@ -60,6 +60,10 @@ class CountingCollectives:
         self.calls += 1
         return [value, value]
 
+    def all_true(self, flag: bool) -> bool:
+        self.calls += 1
+        return False  # the other process disagrees
+
 
 def test_every_process_enters_the_same_collectives_whether_or_not_its_share_trained_a_token(start_model, tmp_path,
                                                                                               monkeypatch):
@@ -94,3 +98,30 @@ def test_every_process_enters_the_same_collectives_whether_or_not_its_share_trai
     assert figures[0].keys() == figures[1].keys() and {"value_mean", "kl_reward"} <= figures[1].keys()
     tokens = trained.loss_mask.sum().item()
     assert figures[0]["kl_reward"] == pytest.approx((0.1 * tokens + 1) / (tokens + 1))  # over both processes' tokens
+
+
+def test_a_process_whose_episodes_got_no_env_reward_still_enters_the_env_rewards_sum(start_model, tmp_path,
+                                                                                     monkeypatch):
+    """`reward_env` is a figure where a process's episodes got an environment reward; a process
+    whose episodes got none left it out and entered one sum fewer than the others (a hang)."""
+    import torch
+
+    from lmpo.trainers.rl import step_figures
+
+    captured = []
+    real_make_batch = rl_module.make_batch
+    monkeypatch.setattr(rl_module, "make_batch", lambda *a, **k: captured.append((a[0], real_make_batch(*a, **k)))
+                        or captured[-1][1])
+    train_rl(RLConfig(model=start_model, out=str(tmp_path / "rl"), steps=1, prompts_per_step=2, group_size=4,
+                      max_new_tokens=6, eval_problems=0, save_every=0, threads=1, rewards="reward_fns:length=1.0"))
+    scored, batch = captured[0]
+    counts, figures = [], []
+    for env in (torch.full((len(scored.rewards),), 0.5), None):
+        scored.components.pop("env", None)
+        if env is not None:
+            scored.components["env"] = env
+        ctx = CountingCollectives()
+        figures.append(step_figures(scored, batch, ctx))
+        counts.append(ctx.calls)
+    assert counts[0] == counts[1] and figures[0].keys() == figures[1].keys()
+    assert figures[1]["reward_env"] == 0.5  # (0 here + the stand-in's 1) / 2 processes

@@ -365,6 +365,8 @@ def step_figures(scored: Scored, batch: Batch, ctx: Distributed = Distributed())
     if not ctx.active:
         return figures
     figures.pop("value_mean", None)  # a process may have no trained token: said below over all of them
+    if not ctx.all_true("reward_env" not in figures):  # another process's episodes got an env reward: 0 here
+        figures.setdefault("reward_env", 0.0)
     figures = {k: (max(ctx.gather(v)) if k.endswith("_max") else ctx.all_sum(v) / ctx.world) for k, v in figures.items()}
     if batch.old_values is not None:
         tokens = ctx.all_sum(batch.loss_mask.sum().item())
