@@ -47,3 +47,13 @@ def start_model(tmp_path_factory, tiny_llama, char_tokenizer):
     tiny_llama.save_pretrained(path)
     char_tokenizer.save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture
+def no_stage_runs(monkeypatch):
+    """A pipeline's first stage (CPT) fails the test if it starts: for refusals that must come
+    before anything runs (and that, missing, would otherwise train for minutes)."""
+    def train_cpt(cfg):
+        raise AssertionError("CPT ran: the pipeline was not refused before its first stage")
+
+    monkeypatch.setattr("lmpo.trainers.pipeline.train_cpt", train_cpt)

@@ -125,3 +125,19 @@ def test_an_agentic_task_trains_a_saved_qwen2_through_the_cli(qwen_dir, tmp_path
     saved = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert {r["phase"] for r in saved} == {"train", "eval"}
     assert (out / "model" / "config.json").exists()
+
+
+def test_sft_on_an_agent_task_refuses_a_template_at_start_not_after_training(qwen_dir, tmp_path, capsys):
+    """QA: SFT trained every step, then its held-out evaluation refused the template (exit 2, no
+    model saved); RL refused the same template before its first step. Now SFT does too."""
+    from lmpo.cli.main import main
+
+    eaten = tmp_path / "eaten.jinja"  # the generation prompt lacks the newline its assistant turns have
+    eaten.write_text(CHATML.replace("{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+                                    "{% if add_generation_prompt %}<|im_start|>assistant{% endif %}"))
+    out = tmp_path / "sft"
+    code = main(["train", "sft", "--model", str(qwen_dir), "--task", "vault", "--demonstrations", "8", "--epochs", "1",
+                 "--eval_problems", "2", "--threads", "1", "--chat_template", str(eaten), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "not prefix-preserving" in err and "The generation prompt differs" in err
+    assert "[sft] step" not in err and not (out / "metrics.jsonl").exists()

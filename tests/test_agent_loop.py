@@ -3,6 +3,8 @@ masks and the zero gradient on observation tokens."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -250,8 +252,20 @@ def test_templates_that_are_not_prefix_preserving_are_refused(tok):
         "{% if m['role'] == 'assistant' and not loop.last %}{{ m['content'].split('</think>')[-1] }}"
         "{% else %}{{ m['content'] }}{% endif %}{% if m['role'] == 'assistant' %}<eos>{% endif %}{% endfor %}"
         "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-    with pytest.raises(TemplateError, match="not prefix-preserving"):
+    with pytest.raises(TemplateError, match=r"not prefix-preserving: .* the agent loop holds '2 times 34\?<\|assistant"
+                                            r"\|><think>I should compute ' where the template then renders '2 times "
+                                            r"34\?<\|assistant\|>calculator\(12\*34\)<eos><\|'\. Once a later turn follows"):
         check_prefix_preserving(ChatRenderer(thinking), "<eos>")
+    # QA: the message named only a character index, and always blamed rewritten earlier turns
+    turn = "{% for m in messages %}<|{{ m['role'] }}|>{% if m['role'] == 'assistant' %}{{ REPLY }}<eos>{% else %}" \
+           "{{ m['content'] }}{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>PROMPT{% endif %}"
+    for reply, prompt, cause in [("m['content']", "<think></think>", "The generation prompt differs from how the "
+                                  "template renders the start of an assistant turn"),
+                                 ("m['content'] | replace('<think>', '')", "", "The template rewrites the reply's own "
+                                  "text")]:
+        thinking.chat_template = turn.replace("REPLY", reply).replace("PROMPT", prompt)
+        with pytest.raises(TemplateError, match=re.escape(cause)):
+            check_prefix_preserving(ChatRenderer(thinking), "<eos>")
 
 
 def test_single_turn_tasks_run_through_the_same_loop(tok):

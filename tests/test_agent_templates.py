@@ -100,6 +100,17 @@ def test_a_prompt_that_fills_the_context_is_said_and_a_run_of_only_such_stops(bp
     with pytest.raises(EnvFailure, match="the model's context is 5"):
         watched.note_episodes(trajectories)
 
+    class OtherProcessFine:  # torchrun: the other process's episodes ran; the stop is the run's, not one process's
+        active, world = True, 2
+
+        def all_true(self, flag: bool) -> bool:
+            return False
+
+    watched = WatchedRewards(Runner(), tmp_path, max_unscorable_steps=2, memory_mb=0, ctx=OtherProcessFine())
+    for _ in range(3):  # was: this process alone stopped the run (and, at its end, raised EnvFailure)
+        watched.note_episodes(trajectories)
+    watched.close()
+
 
 def test_lmpos_tool_tasks_speak_hermes_when_asked_and_say_when_the_template_teaches_it(bpe_tokenizer):
     """Before, `calculator` and `vault` always read compact calls: a model answering as a Qwen-style
@@ -127,6 +138,11 @@ def test_lmpos_tool_tasks_speak_hermes_when_asked_and_say_when_the_template_teac
     try:
         with pytest.warns(UserWarning, match="pass tool_format=hermes"):
             renderer_for(make_task("calculator"), tok)
+        # QA: the suggestion named the display name, `--task vault(length=5):tool_format=hermes`, which does not parse
+        with pytest.warns(UserWarning, match=r"\(--task vault:length=4,tool_format=hermes\)"):
+            renderer_for(make_task("vault:length=4"), tok)
+        with pytest.warns(UserWarning, match=r"\(--task vault:tool_format=hermes\)"):
+            renderer_for(make_task("vault"), tok)
         import warnings
         with warnings.catch_warnings():
             warnings.simplefilter("error")

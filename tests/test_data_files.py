@@ -117,6 +117,22 @@ def test_a_csv_quote_never_closed_names_the_line_it_opens(char_tokenizer, tmp_pa
         read_records(path)
 
 
+def test_a_csv_value_longer_than_the_csv_modules_limit_is_read(tmp_path):
+    """A document of 200,000 characters in one cell was refused with the csv module's "field
+    larger than field limit (131072)"; an unclosed quote before that much text was named so too."""
+    import csv
+
+    limit = csv.field_size_limit()
+    path = tmp_path / "long.csv"
+    document = "word " * 40_000
+    path.write_text(f'text\n"{document}"\nshort\n')
+    assert [r.get("text") for r in read_records(path)] == [document, "short"]
+    path.write_text(f'text\nshort\n"{document}\nmore\n')
+    with pytest.raises(DataError, match=r"long\.csv: line 3: a quoted value opened here is never closed"):
+        read_records(path)
+    assert csv.field_size_limit() == limit  # the process's own limit is left as it was
+
+
 @pytest.mark.parametrize("row, field, at", [
     ({"prompt": "12=\ud800", "answer": "12"}, "prompt", r"\\ud800 at character 3, after '12='"),
     ({"prompt": "12=", "completion": "x\udfff"}, "completion", r"\\udfff at character 1, after 'x'"),

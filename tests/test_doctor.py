@@ -225,6 +225,18 @@ def test_a_kind_the_policy_gave_up_is_named_against_the_model_the_stage_hands_on
             "eval_kind_refund_accuracy", "eval_kind_where_accuracy"]
 
 
+def test_a_kind_given_up_entirely_is_named_however_small_its_start():
+    """After-sales seed 1 on the AMD machine after cccff0a: `refund` 7.9% → 0.0%, every refund
+    refused, and the doctor said nothing (the fall was under the 20-point bar)."""
+    gone = {0: (0.75, {"refund": 0.079, "refund_late": 0.9, "where": 1.0}),
+            120: (0.752, {"refund": 0.0, "refund_late": 1.0, "where": 0.95})}
+    lost = [f for f in diagnose(_kind_rows(gone), "rl") if f.code == "kind_lost"]
+    assert [(f.metric, f.value) for f in lost] == [("eval_kind_refund_accuracy", "7.9% → 0.0%")]
+    assert "never at the end" in lost[0].threshold
+    rare = {0: (0.75, {"refund": 0.04}), 120: (0.8, {"refund": 0.0})}  # under 5%: one problem may be luck
+    assert "kind_lost" not in _codes(diagnose(_kind_rows(rare), "rl"))
+
+
 def test_a_held_out_finding_gives_the_figure_of_the_model_the_stage_hands_on():
     """The seed-1 run's format fell by its last evaluation (93.4% → 78.4% at step 120) while the
     model it kept (step 100) ends 100% of its answers well: the finding says both."""

@@ -101,3 +101,16 @@ def test_dropout_kept_as_a_float_or_read_from_the_config_is_off_too(kind, tmp_pa
     saved = json.loads((tmp_path / "config.json").read_text())
     assert {k: v for k, v in saved.items() if "drop" in k} == before and 0.3 in before.values()
     assert torch.equal(model(ids).logits, model(ids).logits)  # and they stay off after saving
+
+
+def test_a_merged_lora_model_keeps_its_own_dropout_rates(tmp_path, char_tokenizer):
+    """`--lora_merge true` wrote merged/config.json with every rate 0 (QA: attention_dropout 0.1 →
+    0.0): the merge copied the model whose rates training had set to 0. The adapter kept them."""
+    from lmpo.models import LoraOptions, apply_lora
+    from lmpo.models.loading import disable_dropout, save_model
+
+    model = apply_lora(disable_dropout(_tiny("phi")), LoraOptions(r=2))
+    save_model(model, char_tokenizer, tmp_path, merged=True)
+    saved = json.loads((tmp_path / "merged" / "config.json").read_text())
+    assert {k: v for k, v in saved.items() if k in ("resid_pdrop", "embd_pdrop", "attention_dropout")} == {
+        "resid_pdrop": 0.3, "embd_pdrop": 0.3, "attention_dropout": 0.3}

@@ -53,3 +53,21 @@ def test_a_turn_cap_too_short_for_the_tasks_calls_is_said_at_start_up(tok):
         warnings.simplefilter("error")
         warn_if_calls_overrun(task, tok, limits_for(task, TINY_CONTEXT, task.max_tokens))
         warn_if_calls_overrun(make_task("calculator"), tok, limits_for(make_task("calculator"), TINY_CONTEXT, 48))
+
+
+@pytest.mark.parametrize("spec", ["calculator", "vault", "aftersales", "calculator:tool_format=hermes"])
+def test_an_episode_budget_the_demonstrations_nearly_fill_is_said_at_start_up(tok, spec):
+    """QA: under a ChatML template vault's demonstrations took 46 of its 48 tokens, and a quarter
+    of the sampled episodes ended as token_budget (untrained), with no word why. The tasks' own
+    budgets leave room under the embedded template."""
+    from lmpo.rollout.agent_loop import warn_if_demonstrations_overrun
+
+    task = make_task(spec)
+    renderer = renderer_for(task, tok)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_demonstrations_overrun(task, renderer, tok, limits_for(task, TINY_CONTEXT, task.max_tokens))
+    tight = limits_for(task, TINY_CONTEXT, task.max_tokens // 2)
+    with pytest.warns(UserWarning, match=rf"demonstrations take up to \d+ tokens .* of the episode budget of "
+                                         rf"{task.max_tokens // 2} .* raise --max_new_tokens to about \d+"):
+        warn_if_demonstrations_overrun(task, renderer, tok, tight)

@@ -203,3 +203,13 @@ def test_an_adapter_whose_base_moved_says_so(tmp_path):
                                                 r"\(base_model_name_or_path in its adapter_config.json\), which "
                                                 r"does not exist"):
         load_model(str(adapter), build_char_tokenizer())
+
+
+def test_the_python_api_and_the_trainers_share_the_lora_defaults():
+    """`LoraOptions` scaled the update by 32/16 = 2 while `--lora_r 16` in the trainers scaled it
+    by 16/16 = 1: the same adapter trained differently from the Python API and from the CLI."""
+    from lmpo.trainers.harness import RunOptions
+
+    assert LoraOptions().alpha == RunOptions().lora_alpha
+    assert LoraOptions().dropout == RunOptions().lora_dropout
+    assert LoraOptions().target_modules == RunOptions().lora_target_modules

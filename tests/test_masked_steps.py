@@ -16,7 +16,7 @@ from lmpo.trainers.rl_config import RLConfig
 TOKEN_FIGURES = ("entropy", "kl", "loss", "policy_loss", "clip_frac")
 
 
-def test_a_step_without_trained_tokens_logs_no_token_means_and_raises_no_alarm(start_model, tmp_path, monkeypatch):
+def mask_every_token_of_the_second_step(monkeypatch) -> None:
     real_make_batch, calls = rl_module.make_batch, []
 
     def second_step_all_masked(*args, **kwargs):
@@ -27,6 +27,10 @@ def test_a_step_without_trained_tokens_logs_no_token_means_and_raises_no_alarm(s
         return batch
 
     monkeypatch.setattr(rl_module, "make_batch", second_step_all_masked)
+
+
+def test_a_step_without_trained_tokens_logs_no_token_means_and_raises_no_alarm(start_model, tmp_path, monkeypatch):
+    mask_every_token_of_the_second_step(monkeypatch)
     out = tmp_path / "rl"
     train_rl(RLConfig(model=start_model, out=str(out), steps=3, prompts_per_step=2, group_size=4, max_new_tokens=6,
                       eval_problems=0, beta=0.04, target_kl=0.01, save_every=1, threads=1, collapse_guard=True,
@@ -42,6 +46,26 @@ def test_a_step_without_trained_tokens_logs_no_token_means_and_raises_no_alarm(s
     assert "entropy_collapse" not in [f.code for f in diagnose_run(out)["rl"]]
 
 
+def test_a_step_without_trained_tokens_leaves_the_weights_as_they_were(start_model, tmp_path, monkeypatch):
+    """With no trained token the gradients are zero, yet an optimizer step would still move the
+    weights (Adam's momentum from the step before, weight decay): no step is taken."""
+    real_update, moved = rl_module.update, []
+
+    def watched_update(policy, *args, **kwargs):
+        before = [p.detach().clone() for p in policy.parameters()]
+        stats = real_update(policy, *args, **kwargs)
+        moved.append(max((p.detach() - b).abs().max().item() for p, b in zip(policy.parameters(), before)))
+        return stats
+
+    mask_every_token_of_the_second_step(monkeypatch)
+    monkeypatch.setattr(rl_module, "update", watched_update)
+    train_rl(RLConfig(model=start_model, out=str(tmp_path / "rl"), steps=3, prompts_per_step=2, group_size=4,
+                      max_new_tokens=6, eval_problems=0, num_minibatches=2, threads=1,
+                      rewards="reward_fns:length=1.0"))
+    assert moved[0] > 0 and moved[2] > 0
+    assert moved[1] == 0.0
+
+
 class CountingCollectives:
     """A two-process stand-in, the other process adding 1 to every sum (it trained tokens), that
     counts the collectives this process enters: with torchrun every process must enter the same
@@ -49,16 +73,26 @@ class CountingCollectives:
 
     active, world = True, 2
 
-    def __init__(self):
-        self.calls = 0
+    def __init__(self, other_figures: dict | None = None):
+        self.calls, self.other_figures = 0, other_figures or {}
 
     def all_sum(self, value: float) -> float:
         self.calls += 1
         return value + 1.0
 
     def gather(self, value):
+        """The other process's object: this one's with 1 added to every number (and, in a dict of
+        figures, `other_figures` beside them)."""
         self.calls += 1
-        return [value, value]
+
+        def other(obj):
+            if isinstance(obj, dict):
+                return {**{k: other(v) for k, v in obj.items()}, **self.other_figures}
+            if isinstance(obj, tuple):
+                return tuple(other(v) for v in obj)
+            return obj + 1 if isinstance(obj, (int, float)) and not isinstance(obj, bool) else obj
+
+        return [value, other(value)]
 
     def all_true(self, flag: bool) -> bool:
         self.calls += 1
@@ -74,7 +108,7 @@ def test_every_process_enters_the_same_collectives_whether_or_not_its_share_trai
 
     import torch
 
-    from lmpo.trainers.rl import step_figures
+    from lmpo.trainers.rl_figures import step_figures
     from lmpo.trainers.rl_batch import compute_advantages
 
     captured = []
@@ -106,7 +140,7 @@ def test_a_process_whose_episodes_got_no_env_reward_still_enters_the_env_rewards
     whose episodes got none left it out and entered one sum fewer than the others (a hang)."""
     import torch
 
-    from lmpo.trainers.rl import step_figures
+    from lmpo.trainers.rl_figures import step_figures
 
     captured = []
     real_make_batch = rl_module.make_batch
@@ -120,8 +154,37 @@ def test_a_process_whose_episodes_got_no_env_reward_still_enters_the_env_rewards
         scored.components.pop("env", None)
         if env is not None:
             scored.components["env"] = env
-        ctx = CountingCollectives()
+        ctx = CountingCollectives(other_figures={"reward_env": 1.0, "only_there": 2.0})
         figures.append(step_figures(scored, batch, ctx))
         counts.append(ctx.calls)
     assert counts[0] == counts[1] and figures[0].keys() == figures[1].keys()
     assert figures[1]["reward_env"] == 0.5  # (0 here + the stand-in's 1) / 2 processes
+    assert figures[0]["reward_env"] == 0.75  # (0.5 here + the other's 1) / 2
+    assert counts == [1, 1] and figures[1]["only_there"] == 2.0  # one gather; a figure one process lacks: the others'
+
+
+
+def test_two_processes_figures_merge_by_what_each_figure_is(monkeypatch):
+    """Under torchrun each process ran one collective per figure it had: a reason for unscorable
+    completions, or an episode end, that only one process saw made the two wait on different
+    collectives for ever (QA: env errors on rank 0 only). The agent figures (terminations, tool
+    calls, turns) were rank 0's alone. Now one gather; counts are sums, shares of a termination
+    0 where a process had none, the others means."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from lmpo.trainers.rl_figures import step_figures
+
+    mine = {"reward_mean": 0.5, "unscorable": 0, "groups_sampled": 4, "completion_len_max": 9,
+            "termination_answered": 1.0, "turns_mean": 1.0}
+    theirs = {"reward_mean": 1.0, "unscorable": 2, "unscorable_timeout": 2, "groups_sampled": 4,
+              "completion_len_max": 12, "termination_answered": 0.5, "termination_env_error": 0.5,
+              "turns_mean": 2.0, "reward_env": 1.0}
+    monkeypatch.setattr("lmpo.trainers.rl_figures._local_step_figures", lambda scored, batch: dict(mine))
+    ctx = CountingCollectives()
+    ctx.gather = lambda obj: [obj, (theirs, 0.0, 5)]
+    figures = step_figures(None, SimpleNamespace(old_values=None, loss_mask=torch.ones(1, 3)), ctx)
+    assert figures == {"reward_mean": 0.75, "unscorable": 2, "groups_sampled": 8, "completion_len_max": 12,
+                       "termination_answered": 0.75, "turns_mean": 1.5, "unscorable_timeout": 2,
+                       "termination_env_error": 0.25, "reward_env": 0.5}

@@ -106,3 +106,31 @@ def test_later_passes_keep_the_first_minibatchs_pi_old(micro_batch_tokens):
     update(model, Still(), part, cfg, parts, 0.0)
     assert len(seen) >= 2 and torch.cat(seen).numel() == 2 * loss_mask.sum() and (torch.cat(seen) == 0).all()
     assert not torch.equal(part.old_logprobs, before)  # π_old is the first update's forward now
+
+
+def test_the_sampler_is_measured_against_the_trainers_forward(start_model, tmp_path, monkeypatch):
+    """The on-policy ratio is 1 by construction (π_old is the update's own forward), so a sampler
+    that drew from another distribution would go unseen (QA R). `sampler_kl` measures the engine's
+    behaviour log-probs against that forward: float error with the built-in engine, and plain to
+    see when the sampler is off (here its log-probs taken at another temperature)."""
+    import json
+
+    from lmpo.trainers import rl as rl_module
+    from lmpo.trainers.rl import train_rl
+    from lmpo.trainers.rl_config import RLConfig
+
+    def run(out, skew: float):
+        real = rl_module.make_batch
+
+        def skewed(*args, **kwargs):
+            made = real(*args, **kwargs)
+            made.sampler_logprobs = made.sampler_logprobs * skew  # log-probs of a sharper sampler
+            return made
+
+        monkeypatch.setattr(rl_module, "make_batch", skewed)
+        train_rl(RLConfig(model=start_model, out=str(tmp_path / out), steps=2, prompts_per_step=2, group_size=4,
+                          max_new_tokens=6, eval_problems=0, save_every=0, threads=1, num_minibatches=2))
+        return [json.loads(line)["sampler_kl"] for line in (tmp_path / out / "metrics.jsonl").read_text().splitlines()]
+
+    assert all(0 <= kl < 1e-6 for kl in run("same", 1.0))
+    assert all(kl > 1e-2 for kl in run("off", 1.5))

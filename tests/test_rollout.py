@@ -187,3 +187,49 @@ def test_a_chat_models_own_end_of_turn_token_ends_its_completion(tiny_llama, cha
     assert stop_token_ids(model, tok) == [tok.eos_token_id, written[at]]
     ended = run(model)
     assert ended.token_ids[ended.prompt_length:] == written[:at + 1] and ended.last_turn_eos
+
+
+def test_completion_logprobs_refuses_malformed_inputs(tiny_llama, char_tokenizer):
+    # these used to fail 8 to 32 frames deep inside transformers (or at an IndexError in lmpo)
+    ids = torch.tensor([char_tokenizer("31415=", add_special_tokens=False).input_ids])
+    mask, completion = torch.ones_like(ids), torch.tensor([char_tokenizer("11345", add_special_tokens=False).input_ids])
+    cases = [((ids, mask[:, :3], completion), r"prompt_mask shape \(1, 3\) != prompt_ids shape \(1, 6\)"),
+             ((ids.float(), mask, completion), r"prompt_ids must be 2-D integer token ids .* torch.float32"),
+             ((ids[0], mask[0], completion[0]), r"prompt_ids must be 2-D integer token ids \[B, length\], got shape \(6,\)"),
+             ((ids, mask, completion.repeat(2, 1)), r"completion_ids has 2 rows, prompt_ids 1")]
+    for args, message in cases:
+        with pytest.raises(ValueError, match=message):
+            completion_logprobs(tiny_llama, *args)
+
+
+def test_generate_refuses_bad_backend_ids_and_context_overflow(tiny_llama, char_tokenizer):
+    tok, params = char_tokenizer, SamplingParams(max_new_tokens=4)
+    ids = tok("31415=", add_special_tokens=False).input_ids
+    options = {"eos_id": tok.eos_token_id, "pad_id": tok.pad_token_id}
+    with pytest.raises(ValueError, match=r"backend must be one of auto, fast, hf, got 'fastt'"):
+        generate(tiny_llama, [ids], params, backend="fastt", **options)  # used to run as "auto"
+    vocab = tiny_llama.get_input_embeddings().num_embeddings
+    with pytest.raises(ValueError, match=rf"prompt token ids must be in \[0, {vocab}\) .* got ids from \d+ to 99999"):
+        generate(tiny_llama, [ids, [99999]], params, **options)  # used to be an IndexError in the embedding
+    context = tiny_llama.config.max_position_embeddings
+    long = [ids[0]] * (context - 2)
+    with pytest.raises(ValueError, match=rf"prompt 1 has {context - 2} tokens and may get 4 new ones .* context of {context}"):
+        generate(tiny_llama, [ids, long], params, **options)  # used to sample past the context silently
+    # a caller that keeps fewer new tokens of a row (LocalEngine cuts each row at its cap) may go there
+    rollout = generate(tiny_llama, [ids, long], params, caps=[4, 2], **options)
+    assert rollout.completion_ids.shape[0] == 2
+
+
+def test_local_engine_checks_each_row_against_its_own_cap(tiny_llama, char_tokenizer):
+    # the agent loop caps a turn at what is left of the context: a long row with a small cap beside
+    # a short row with a large one fits, though the batch is sampled for the larger cap
+    from lmpo.rollout import LocalEngine
+
+    tok = char_tokenizer
+    engine = LocalEngine(tiny_llama, tok.eos_token_id, tok.pad_token_id)
+    context = tiny_llama.config.max_position_embeddings
+    short, long = [tok.convert_tokens_to_ids("1")] * 4, [tok.convert_tokens_to_ids("2")] * (context - 2)
+    samples = engine.generate([short, long], SamplingParams(max_new_tokens=8), max_new_tokens=[8, 2])
+    assert len(samples[1].token_ids) <= 2
+    with pytest.raises(ValueError, match="context"):
+        engine.generate([short, long], SamplingParams(max_new_tokens=8), max_new_tokens=[8, 3])

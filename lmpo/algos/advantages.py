@@ -14,6 +14,8 @@ always exactly 0 in floating point and GRPO would then divide that rounding erro
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor
 
@@ -23,6 +25,9 @@ ADVANTAGES = Registry("advantage estimator")
 
 
 def _check(rewards: Tensor, group_ids: Tensor) -> None:
+    for name, t in (("rewards", rewards), ("group_ids", group_ids)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__} (wrap it in torch.tensor(...))")
     if rewards.dim() != 1:
         raise ValueError(f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
     if group_ids.shape != rewards.shape:
@@ -114,6 +119,8 @@ def grpo(
     """
     if std not in ("sample", "population"):
         raise ValueError(f"std must be 'sample' or 'population', got {std!r}")
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
     r, index, counts, means = _group_stats(rewards, group_ids)
     centered = r - means[index]
     if scale == "group":
@@ -156,7 +163,8 @@ def rloo(rewards: Tensor, group_ids: Tensor) -> Tensor:
     return torch.where(flat, 0.0, r - others_mean).to(_float_dtype(rewards))
 
 
-def advantages_of_valid(estimator, rewards: Tensor, group_ids: Tensor, valid: Tensor, **options) -> Tensor:
+def advantages_of_valid(estimator: Callable[..., Tensor], rewards: Tensor, group_ids: Tensor, valid: Tensor,
+                        **options: object) -> Tensor:
     """Run a sequence-level `estimator` on the valid completions only; the others get 0.
 
     A completion whose reward could not be computed must not move its group's baseline (its

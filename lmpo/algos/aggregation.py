@@ -6,7 +6,8 @@ global batch (all micro-batches, all data-parallel ranks), so that summing the p
 results gives the loss, and the gradient, of the whole batch whatever the split. When None,
 this batch's own counts are used. A "sequence" is a row with at least one loss token: rows
 that are fully masked (padding rows, completions masked out by overlong filtering)
-contribute nothing and are not counted. A zero denominator yields 0, never NaN.
+contribute nothing and are not counted. A zero denominator yields 0, never NaN (an empty
+mask; a given count that is negative, or 0 while the mask has loss tokens, is a ValueError).
 Positions with mask 0 are excluded with `torch.where`, so NaN/inf there cannot leak in.
 """
 
@@ -29,6 +30,17 @@ def _check(loss: Tensor, mask: Tensor) -> Tensor:
 def _safe_denominator(value: float | Tensor, like: Tensor) -> Tensor:
     denom = torch.as_tensor(value, dtype=like.dtype, device=like.device)
     return torch.where(denom > 0, denom, torch.ones_like(denom))
+
+
+def _count(given: float | Tensor | None, own: Tensor, valid: Tensor, name: str) -> float | Tensor:
+    """The global count ``given`` by the caller, else this batch's ``own``. A given count is > 0,
+    or 0 with an empty mask (the result is then 0): anything else is a caller's bug."""
+    if given is None:
+        return own
+    if given < 0 or (given == 0 and valid.any()):
+        raise ValueError(f"{name} must be > 0 (or 0 when the mask is empty), got {given} "
+                         f"with {int(valid.sum())} loss tokens in the mask")
+    return given
 
 
 def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
@@ -60,12 +72,11 @@ def token_mean(
     """
     valid = _check(loss, mask)
     total = torch.where(valid, loss, 0.0).sum()
-    return total / _safe_denominator(valid.sum() if num_tokens is None else num_tokens, total)
+    return total / _safe_denominator(_count(num_tokens, valid.sum(), valid, "num_tokens"), total)
 
 
 def _num_sequences(valid: Tensor, num_sequences: int | None, like: Tensor) -> Tensor:
-    count = valid.any(-1).sum() if num_sequences is None else num_sequences
-    return _safe_denominator(count, like)
+    return _safe_denominator(_count(num_sequences, valid.any(-1).sum(), valid, "num_sequences"), like)
 
 
 @AGGREGATIONS.register("seq_mean_token_mean")

@@ -20,15 +20,22 @@ KL_ESTIMATORS = Registry("KL estimator")
 K3_KAPPA_CLAMP = 20.0
 
 
+def _same_shape(logprobs: Tensor, ref_logprobs: Tensor) -> None:
+    if ref_logprobs.shape != logprobs.shape:
+        raise ValueError(f"ref_logprobs shape {tuple(ref_logprobs.shape)} != logprobs {tuple(logprobs.shape)} (the estimators are elementwise)")
+
+
 @KL_ESTIMATORS.register("k1")
 def k1(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     """``k1 = -kappa = log pi_theta - log pi_ref``: unbiased, can be negative."""
+    _same_shape(logprobs, ref_logprobs)
     return logprobs - ref_logprobs
 
 
 @KL_ESTIMATORS.register("k2")
 def k2(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     """``k2 = kappa^2 / 2``: biased, low variance, always >= 0."""
+    _same_shape(logprobs, ref_logprobs)
     return 0.5 * (ref_logprobs - logprobs).square()
 
 
@@ -39,6 +46,7 @@ def k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     kappa is clamped to [-20, 20] first, so the result is finite (and still >= 0);
     outside that range the value is that of the clamped kappa and the gradient is 0.
     """
+    _same_shape(logprobs, ref_logprobs)
     kappa = (ref_logprobs - logprobs).clamp(-K3_KAPPA_CLAMP, K3_KAPPA_CLAMP)
     return kappa.exp() - 1.0 - kappa
 

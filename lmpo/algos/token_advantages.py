@@ -1,8 +1,9 @@
 """Token-level advantage estimators: a reward and an advantage per token (PPO, REINFORCE++).
 
 Every estimator has the signature ``fn(token_rewards: Tensor[B,T], mask: Tensor[B,T], *,
-values=None, gamma=1.0, lam=1.0, **_) -> (advantages [B,T], returns [B,T])``; both outputs are
-exactly 0 where mask is 0. Build ``token_rewards`` with `token_rewards` below.
+values=None, gamma=1.0, lam=1.0) -> (advantages [B,T], returns [B,T])``; both outputs are
+exactly 0 where mask is 0. Each accepts all three options (the RL loop passes them all), even
+those it ignores; any other keyword is a TypeError. Build ``token_rewards`` with `token_rewards` below.
 
 Trajectory = the mask-1 tokens of a row, in order. Positions with mask 0 between them
 (multi-turn tool/observation tokens) are skipped: token t links to the next mask-1 token, so
@@ -148,7 +149,6 @@ def gae(
     values: Tensor | None = None,
     gamma: float = 1.0,
     lam: float = 1.0,
-    **_: object,
 ) -> tuple[Tensor, Tensor]:
     """GAE (Schulman et al. 2015, arXiv:1506.02438), as in PPO-RLHF (InstructGPT, Ouyang et
     al. 2022, arXiv:2203.02155).
@@ -177,7 +177,6 @@ def reinforce_pp(
     values: Tensor | None = None,
     gamma: float = 1.0,
     lam: float = 1.0,
-    **_: object,
 ) -> tuple[Tensor, Tensor]:
     """REINFORCE++ (Hu 2025, arXiv:2501.03262).
 

@@ -26,6 +26,8 @@ def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) ->
     Computed as ``z[target] - logsumexp(z)`` so that no full [.., V] log-softmax tensor is
     materialised besides the fp32 (scaled) logits. ``targets`` must be valid token ids.
     """
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError(f"targets shape {tuple(targets.shape)} must be logits shape {tuple(logits.shape)} without its last (vocabulary) dim")
     z = _scaled(logits, temperature)
     chosen = z.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
     return chosen - torch.logsumexp(z, dim=-1)

@@ -114,15 +114,19 @@ def _flatten_fields(cls: type, prefix: str = "") -> dict[str, tuple[Any, str]]:
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls: type, defaults: dict[str, Any] | None = None,
-                  unlisted: Callable[[str], bool] = lambda name: False) -> None:
+                  unlisted: Callable[[str], bool] = lambda name: False,
+                  sources: dict[str, str] | None = None) -> None:
     """One `--flag` per field (nested as `--section.field`), help from the field docstring.
-    `unlisted(name)`: a flag kept out of `--help` (still parsed, so that its refusal can say why)."""
+    `defaults`: the value shown for a flag where it is not the field's own default; `sources`: what
+    set that value (said beside it). `unlisted(name)`: a flag kept out of `--help` (still parsed, so
+    that its refusal can say why)."""
     parser.add_argument("--config", metavar="FILE", help="YAML file of option values (flags win over it)")
-    current = defaults or {}
+    current, said = defaults or {}, sources or {}
     for name, (hint, doc) in _flatten_fields(cls).items():
         kind = _type_name(hint)
         default = current.get(name, _default_of(cls, name))
-        text = argparse.SUPPRESS if unlisted(name) else f"{doc} (default: {default!r})".replace("%", "%%")
+        source = f", {said[name]}" if name in said else ""
+        text = argparse.SUPPRESS if unlisted(name) else f"{doc} (default: {default!r}{source})".replace("%", "%%")
         parser.add_argument(f"--{name}", dest=name, metavar=kind, default=argparse.SUPPRESS, help=text)
 
 

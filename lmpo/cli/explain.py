@@ -29,6 +29,11 @@ def cmd_explain(args: argparse.Namespace, flags: dict) -> int:
 
     if args.docs and not args.all:
         raise ValueError("--docs DIR writes every method's pages; add --all")
+    given = [what for what, on in ((f"METHOD ({args.method})", args.method is not None), ("--list", args.list),
+                                   ("--all", args.all)) if on]
+    if len(given) > 1:
+        raise ValueError(f"{' and '.join(given)} ask for different things: give one (METHOD explains one "
+                         f"method, --list lists them, --all writes every method's page)")
     if args.all:
         return _all(args)
     if args.list or args.method is None:

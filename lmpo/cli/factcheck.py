@@ -16,7 +16,7 @@ computations (seconds)."""
 def add_parser(sub) -> None:
     p = sub.add_parser("factcheck", help=HELP, description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", default="", metavar="NAMES",
+    p.add_argument("--only", default=None, metavar="NAMES",
                    help="comma-separated claim names (see --list); default: all")
     p.add_argument("--fast", action="store_true", help="only the exact computations, no training")
     p.add_argument("--out", default="factcheck", metavar="DIR",
@@ -31,19 +31,23 @@ def add_parser(sub) -> None:
 
 def cmd_factcheck(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.teach.factcheck import CLAIMS, FactcheckOptions, progress_line, run_factcheck
+    from lmpo.teach.factcheck.core import fill
+    from lmpo.teach.factcheck.texts import claim_texts, ui
 
     if args.list:
-        from lmpo.teach.factcheck.texts import claim_texts, ui
-
         words = ui(args.lang)
         for claim in CLAIMS:  # in --lang, as the report; the kind as the report's table words it
             kind = words["fast" if claim.fast else "slow"]
             print(f"{claim.name:26s} {kind}  {claim_texts(claim, args.lang)['text']}")
         return 0
-    options = FactcheckOptions(only=args.only, fast=args.fast, out=args.out, threads=args.threads, lang=args.lang,
+    if args.only is not None and not args.only.replace(",", "").strip():  # `--only ""`: all claims would run
+        raise ValueError(f"--only {args.only!r} names no claim; give claim names (see --list), or leave --only "
+                         f"out to run them all")
+    options = FactcheckOptions(only=args.only or "", fast=args.fast, out=args.out, threads=args.threads, lang=args.lang,
                                seed=args.seed)
-    report = run_factcheck(options, on_outcome=progress_line, show=True)
+    report = run_factcheck(options, on_outcome=lambda i, n, outcome: progress_line(i, n, outcome, args.lang), show=True)
+    words = ui(args.lang)
     if report.start_seconds > 5:
-        print(f"(the SFT start was trained first: {report.start_seconds:.0f} s of the total; it is cached now)")
-    print(f"report: {args.out}/factcheck.html  data: {args.out}/factcheck.json")
+        print(fill(words["start_trained"], {"seconds": report.start_seconds}))
+    print(fill(words["outputs"], {"html": f"{args.out}/factcheck.html", "json": f"{args.out}/factcheck.json"}))
     return 1 if any(o.error for o in report.outcomes) else 0

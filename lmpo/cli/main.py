@@ -162,6 +162,29 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 PIPELINE_HELP = "CPT → SFT → RL on the embedded task; prints held-out accuracy per stage"
 TRAIN_HELP = "run one training stage"
+PIPELINE_DESCRIPTION = (
+    "Run continued pre-training, SFT and an RL preset; write summary.json and a report. Each option's "
+    "default below is the value the default pipeline runs with (--task sort_digits, --rl grpo, --adaptive "
+    "true), resolved in layers, each over the one before: the option's own default < the adaptive budgets "
+    "< the task's suggested settings < the --rl preset < your options. Another --task, --rl or --adaptive "
+    "false can change a default shown; `lmpo presets --show NAME --task TASK` prints the RL options a "
+    "preset and a task resolve to.")
+
+
+def pipeline_defaults() -> tuple[dict, dict[str, str]]:
+    """The options `lmpo pipeline` runs with when given none, each that is not its field's default
+    with the layer that set it (`resolve_pipeline`)."""
+    from lmpo.trainers.pipeline import ADAPTIVE_BUDGETS, PipelineConfig, flat_options, resolve_pipeline
+    from lmpo.trainers.presets import pipeline_task_settings, rl_preset
+
+    base = PipelineConfig()
+    own, resolved = flat_options(base), flat_options(resolve_pipeline(base))
+    layers = [(f"set by the --rl {base.rl} preset", {f"rl_stage.{k}" for k in rl_preset(base.rl).settings}),
+              (f"set by task {base.task}", set(pipeline_task_settings(base.task))),
+              ("set by the adaptive budgets", set(ADAPTIVE_BUDGETS))]  # the later layer wins: first here
+    sources = {name: next((said for said, names in layers if name in names), "resolved")
+               for name, value in resolved.items() if value != own[name]}
+    return resolved, sources
 
 
 def _add_training_commands(sub) -> None:
@@ -171,12 +194,13 @@ def _add_training_commands(sub) -> None:
     from lmpo.trainers.rl_config import RLConfig
     from lmpo.trainers.supervised import CPTConfig, SFTConfig
 
-    p = sub.add_parser("pipeline", help=PIPELINE_HELP,
-                       description="Run continued pre-training, SFT and an RL preset; write summary.json and a report.")
+    p = sub.add_parser("pipeline", help=PIPELINE_HELP, description=PIPELINE_DESCRIPTION)
     # the options the pipeline sets for every stage are refused inside a section: not offered either,
     # nor those the online DPO stage refuses
-    add_arguments(p, PipelineConfig, unlisted=lambda name: name.partition(".")[2] in PIPELINE_OWNED or (
-        name.partition(".")[0] == "online_dpo" and online_dpo_unlisted(name.partition(".")[2])))
+    defaults, sources = pipeline_defaults()
+    add_arguments(p, PipelineConfig, defaults=defaults, sources=sources,
+                  unlisted=lambda name: name.partition(".")[2] in PIPELINE_OWNED or (
+                      name.partition(".")[0] == "online_dpo" and online_dpo_unlisted(name.partition(".")[2])))
     p.set_defaults(func=cmd_pipeline, config_cls=PipelineConfig)
 
     train = sub.add_parser("train", help=TRAIN_HELP, description="Run one training stage.")

@@ -91,6 +91,18 @@ def parse_spec(spec: str, named: Callable[[str], bool]) -> TaskSpec:
     return TaskSpec(target.strip(), {key: parse_value(text) for key, text in texts.items()}, texts)
 
 
+def spec_with_option(spec: str, option: str, named: Callable[[str], bool]) -> str:
+    """`spec` with `option` (`key=value`) added to its options, in the form `parse_spec` reads."""
+    spec = spec.strip()
+    target, question, query = spec.partition("?")
+    if not question:
+        name, colon, legacy = target.partition(":")
+        if colon and named(name):
+            return f"{spec},{option}" if legacy.strip() else f"{name}:{option}"
+        return f"{spec}:{option}" if named(spec) else f"{spec}?{option}"
+    return f"{spec},{option}" if query.strip() else f"{target}?{option}"
+
+
 def bind_options(factory: Callable, spec: TaskSpec) -> dict[str, Any]:
     """`spec`'s options as `factory`'s keyword arguments, each read as its parameter's declared
     type; an option the factory does not take, or a value not of its type, is refused naming it."""

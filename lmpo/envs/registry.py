@@ -29,6 +29,9 @@ def is_named(name: str) -> bool:
 
 
 def make_task(spec: str) -> Task:
+    """The task a spec names, built with the spec's options (see this module's docstring for the
+    forms); a ValueError says what is wrong with a spec, its options, or a task lacking
+    ``grade`` / ``is_heldout``."""
     parsed = parse_spec(spec, is_named)
     factory = load_target(parsed.target, TASKS)
     options = bind_options(factory, parsed)
@@ -40,6 +43,10 @@ def make_task(spec: str) -> Task:
     if missing:
         raise ValueError(f"task {parsed.target!r} gave a {type(task).__name__}, which lacks "
                          f"{', '.join(missing)}: a task follows the protocol in lmpo/envs/base.py")
+    try:
+        task.spec = spec.strip()  # what the user wrote: a suggestion can add an option to it
+    except AttributeError:
+        pass
     if not isinstance(getattr(task, "name", None), str):
         try:
             task.name = parsed.target.rpartition(":")[2] or parsed.target

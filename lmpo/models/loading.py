@@ -21,6 +21,8 @@ from lmpo.models.tokenizer import build_char_tokenizer
 
 
 def is_preset(name_or_path: str) -> bool:
+    """Whether `name_or_path` names one of lmpo's small built-in models (``tiny`` ...) rather than
+    a Hugging Face id or a directory; a directory of that name wins."""
     return name_or_path in PRESETS and not Path(name_or_path).exists()
 
 
@@ -364,20 +366,25 @@ def remote_code(path: Path) -> list[str]:
     return found
 
 
-def load_model_and_tokenizer(name_or_path: str, seed: int = 0, dtype: torch.dtype = torch.float32):
+def load_model_and_tokenizer(name_or_path: str, seed: int = 0,
+                             dtype: torch.dtype = torch.float32) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """(model, tokenizer) of a preset, a Hugging Face id or a directory: `load_tokenizer`, then
+    `load_model` with its defaults (a preset's weights are initialised from `seed`)."""
     tokenizer = load_tokenizer(name_or_path)
     return load_model(name_or_path, tokenizer, seed=seed, dtype=dtype), tokenizer
 
 
-def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> Path:
+def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path,
+               merged: bool = False) -> Path:
     """Write an ordinary Hugging Face model directory (safetensors + tokenizer); for a LoRA model,
-    its adapter directory (see `save_lora`, which can also write the merged model)."""
+    its adapter directory, and with `merged` the merged model in its merged/ (see `save_lora`).
+    The config keeps the model's own dropout rates, which training set to 0."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     try:
         with original_dropout(model.get_base_model() if is_peft_model(model) else model), no_progress_bars():
             if is_peft_model(model):
-                save_lora(model, tokenizer, out)
+                save_lora(model, tokenizer, out, merged=merged)
             else:
                 model.save_pretrained(out, safe_serialization=True)
                 tokenizer.save_pretrained(out)
@@ -389,4 +396,5 @@ def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_d
 
 
 def count_parameters(model: torch.nn.Module) -> int:
+    """The number of parameters of `model`, trainable or not (see `parameter_counts`)."""
     return sum(p.numel() for p in model.parameters())

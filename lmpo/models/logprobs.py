@@ -62,6 +62,19 @@ def completion_inputs(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, compl
     return {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": positions}
 
 
+def _check_inputs(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor) -> None:
+    """Shapes and dtypes only (no pass over the values): 2-D integer ids, a mask like the prompt."""
+    for name, ids in (("prompt_ids", prompt_ids), ("completion_ids", completion_ids)):
+        if ids.dim() != 2 or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            raise ValueError(f"{name} must be 2-D integer token ids [B, length], got shape {tuple(ids.shape)} "
+                             f"of {ids.dtype}")
+    if prompt_mask.shape != prompt_ids.shape:
+        raise ValueError(f"prompt_mask shape {tuple(prompt_mask.shape)} != prompt_ids shape {tuple(prompt_ids.shape)}")
+    if completion_ids.size(0) != prompt_ids.size(0):
+        raise ValueError(f"completion_ids has {completion_ids.size(0)} rows, prompt_ids {prompt_ids.size(0)}: "
+                         "one completion per prompt row")
+
+
 def completion_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                        completion_ids: torch.Tensor, temperature: float = 1.0, *, entropy: bool = False,
                        entropy_grad: bool = False, hidden: bool = False, chunk_tokens: int = 0,
@@ -75,6 +88,7 @@ def completion_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_
     `lengths` [B]: only each row's first `lengths[b]` completion tokens are wanted (later ones
     come out 0), and the forward runs padded, packed or with shared prompts packed once, whichever
     `packing.choose_layout` costs least (the same numbers to float tolerance)."""
+    _check_inputs(prompt_ids, prompt_mask, completion_ids)
     layout = Layout("padded") if lengths is None or hidden else layout_for(model, prompt_ids, prompt_mask, lengths)
     if layout.kind != "padded":
         return packed_token_outputs(model, prompt_ids, prompt_mask, completion_ids, lengths, temperature,

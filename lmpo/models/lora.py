@@ -35,8 +35,9 @@ class LoraOptions:
 
     r: int = 16
     """Rank of the update. Larger fits more, with more adapter parameters (r x (in + out) per layer)."""
-    alpha: float = 32.0
-    """Scale numerator: the update is multiplied by alpha / r (so alpha = 2r keeps it at 2)."""
+    alpha: float = 16.0
+    """Scale numerator: the update is multiplied by alpha / r (1 at the defaults; alpha = 2r makes
+    it 2). The same default as the trainers' `lora_alpha`."""
     dropout: float = 0.0
     """Dropout on the adapter's input in train mode. 0 by default for the reasons `disable_dropout`
     gives: dropout makes the first step's KL non-zero and, with several updates per batch, its ratio
@@ -58,6 +59,7 @@ class LoraOptions:
 
 
 def is_peft_model(model: torch.nn.Module) -> bool:
+    """Whether `model` is a PEFT (LoRA) wrapper; never imports peft to find out."""
     peft = sys.modules.get("peft")  # no model can be a PeftModel if peft was never imported
     return peft is not None and isinstance(model, peft.PeftModel)
 

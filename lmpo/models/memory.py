@@ -84,6 +84,8 @@ def parameter_bytes(model: torch.nn.Module) -> int:
 
 
 def parameter_counts(model: torch.nn.Module) -> ParameterCounts:
+    """The model's parameters: how many in all, how many trainable (``requires_grad``; with LoRA,
+    the adapter's) and the bytes their weights hold."""
     params = list(model.parameters())
     return ParameterCounts(total=sum(p.numel() for p in params),
                            trainable=sum(p.numel() for p in params if p.requires_grad),

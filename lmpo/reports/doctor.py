@@ -232,14 +232,19 @@ def check_kinds(rows: list[Row], th: Thresholds, final: dict | None = None) -> l
     findings = []
     for kind, after in sorted(end.items()):
         before = as_float(first.get(f"eval_kind_{kind}_accuracy"))
-        if before is None or after is None or before - after < th.kind_drop:
+        if before is None or after is None:
+            continue
+        if before - after >= th.kind_drop:
+            bar = f"a fall of >= {_pct(th.kind_drop)} from the start"
+        elif after == 0 and before >= th.kind_gone:
+            bar = f"solved by the start model (>= {_pct(th.kind_gone)}), never at the end"
+        else:
             continue
         overall = f"held-out accuracy {_pct(start_overall)} → {_pct(end_overall)}"
         why = (f"the policy traded that kind for others ({overall})" if traded else
                f"and held-out accuracy fell too ({overall})")
         findings.append(Finding("kind_lost", "warning", f"eval_kind_{kind}_accuracy", f"{_pct(before)} → {_pct(after)}",
-                                f"a fall of >= {_pct(th.kind_drop)} from the start",
-                                f"{which} solves held-out `{kind}` problems less often than the start model: {why}",
+                                bar, f"{which} solves held-out `{kind}` problems less often than the start model: {why}",
                                 "read its failures (`lmpo eval --model RUN_DIR/model --task TASK --out DIR`, then `lmpo "
                                 "trajectories DIR --failed`); raise "
                                 "--beta (holds the policy near the start model, which solved them), lower --lr, "

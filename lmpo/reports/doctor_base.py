@@ -57,6 +57,9 @@ class Thresholds:
     """A fall of format accuracy (terminated, well-formed answers), train or held-out."""
     kind_drop: float = 0.2
     """A fall of one kind's held-out accuracy (tasks whose problems have kinds: `eval_kind_*`)."""
+    kind_gone: float = 0.05
+    """A kind solved at least this often by the start model and never by the end model is lost too,
+    however small the fall (after-sales seed 1: refunds 7.9% → 0%, every refund refused)."""
     clip_frac: float = 0.2
     """Clip fraction above which ..."""
     clip_share: float = 0.5

@@ -118,7 +118,12 @@ def unfinished_note(run_dir: Path) -> str | None:
     if not done:
         return ("This run has not finished (no result.json): it is still running, or it stopped before "
                 "its first checkpoint. Its curves end where it is, or where it stopped.")
-    resume = f"`lmpo train {command} --resume {run_dir}`" if command else f"its command with --resume {run_dir}"
+    if trainer_of(run_dir.parent) == "pipeline":  # a stage: resuming it alone would not run the stages after it
+        resume = f"`lmpo pipeline --resume {run_dir.parent}`"
+    elif command:
+        resume = f"`lmpo train {command} --resume {run_dir}`"
+    else:
+        resume = f"its command with --resume {run_dir}"
     return (f"This run has not finished (no result.json): it is still running, or it was interrupted. Its "
             f"newest complete checkpoint is {done[-1].name}; {resume} continues an interrupted run from it.")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from lmpo.envs.base import Problem
 from lmpo.envs.env import (ANSWERED, CONTEXT_OVERFLOW, ENV_DONE, ENV_ERROR, MAX_TURNS, PARSE_ERROR_LIMIT,
@@ -24,9 +24,12 @@ from lmpo.envs.env import (ANSWERED, CONTEXT_OVERFLOW, ENV_DONE, ENV_ERROR, MAX_
                            check_step)
 from lmpo.rollout.engines import Engine
 from lmpo.rollout.env_workers import EnvWorkers
-from lmpo.rollout.render import TemplateError
+from lmpo.rollout.render import ChatRenderer, TemplateError, TextRenderer
 from lmpo.rollout.trajectory import MODEL, PROMPT, Trajectory
 from lmpo.rollout.types import FINISH_EOS, SamplingParams
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 CLIP_MARKER = "...[clipped {n} chars]"
 MAX_OBSERVATION_CHARS = 512  # a task's `max_observation_chars` when it declares none
@@ -110,7 +113,8 @@ class _Episode:
 
 
 def run_episodes(engine: Engine, make_env: EnvFactory, problems: Sequence[Problem], params: SamplingParams,
-                 limits: EpisodeLimits, renderer, tokenizer, env_workers: int = 1) -> list[Trajectory]:
+                 limits: EpisodeLimits, renderer: TextRenderer | ChatRenderer, tokenizer: PreTrainedTokenizerBase,
+                 env_workers: int = 1) -> list[Trajectory]:
     """Run one episode per problem (repeat a problem G times for a group); trajectories in problem
     order. `env_workers`: environments created, reset and stepped at once, each episode's on one
     thread of its own (see `EnvWorkers`)."""
@@ -325,10 +329,25 @@ class EpisodeRunner:
         limits = limits_for(task, model, params.max_new_tokens, max_turns=max_turns, max_turn_tokens=max_turn_tokens,
                             max_parse_errors=max_parse_errors)
         warn_if_calls_overrun(task, tokenizer, limits)
-        stops = getattr(engine, "eos_ids", None)  # the tokenizer's EOS first: the check's default
-        stops = [tokenizer.eos_token_id, *sorted(set(stops) - {tokenizer.eos_token_id})] if stops else None
-        return cls(engine, env_factory(task), renderer_for(task, tokenizer, stops), limits, tokenizer, params,
-                   env_workers_of(task))
+        stops = _eos_first(getattr(engine, "eos_ids", None), tokenizer)
+        renderer = renderer_for(task, tokenizer, stops)
+        warn_if_demonstrations_overrun(task, renderer, tokenizer, limits)
+        return cls(engine, env_factory(task), renderer, limits, tokenizer, params, env_workers_of(task))
+
+
+def check_rendering(task, model, tokenizer) -> None:
+    """What `EpisodeRunner.for_task` checks of how the task's episodes render for this model (a chat
+    template that is prefix-preserving, the tool format it teaches), for a stage that evaluates only
+    after training (SFT, CPT): it refuses at start, not after the steps."""
+    from lmpo.rollout.engines import stop_token_ids
+    from lmpo.rollout.render import renderer_for
+
+    renderer_for(task, tokenizer, _eos_first(stop_token_ids(model, tokenizer), tokenizer))
+
+
+def _eos_first(stops, tokenizer) -> list[int] | None:
+    """The tokenizer's EOS first (the prefix check's default), then the model's other stop tokens."""
+    return [tokenizer.eos_token_id, *sorted(set(stops) - {tokenizer.eos_token_id})] if stops else None
 
 
 def warn_if_calls_overrun(task, tokenizer, limits: EpisodeLimits) -> None:
@@ -344,3 +363,30 @@ def warn_if_calls_overrun(task, tokenizer, limits: EpisodeLimits) -> None:
                       f"and the end-of-turn token, more than the turn cap of {limits.max_turn_tokens} "
                       f"(--max_turn_tokens, or the task's own): such calls are cut off and end as turn_length; "
                       f"raise --max_turn_tokens to at least {longest + 1}", stacklevel=3)
+
+
+def warn_if_demonstrations_overrun(task, renderer, tokenizer, limits: EpisodeLimits, share: float = 0.85) -> None:
+    """Warn when the task's own demonstrations, rendered by this model's template, take more than
+    `share` of the episode budget after the prompt: an episode a little longer than they are ends
+    as token_budget and is not trained (QA: a ChatML template's tool wrapper took 46 of vault's 48
+    tokens, and a quarter of the episodes were cut off)."""
+    from lmpo.rollout.render import ChatRenderer
+
+    demonstrations = getattr(task, "sft_demonstrations", None)
+    if limits.max_turns < 2 or not isinstance(renderer, ChatRenderer) or not callable(demonstrations):
+        return
+    try:
+        used = []
+        for conversation in demonstrations(16, 0):
+            first = next(i for i, m in enumerate(conversation) if m["role"] == "assistant")
+            prompt = renderer.render(conversation[:first], True)
+            used.append(len(tokenizer(renderer.render(conversation, False), add_special_tokens=False).input_ids)
+                        - len(tokenizer(prompt, add_special_tokens=False).input_ids))
+    except Exception:  # demonstrations of another shape (a user's task): nothing to measure
+        return
+    if used and max(used) > share * limits.max_tokens:
+        warnings.warn(f"task {getattr(task, 'name', '')!r}: its demonstrations take up to {max(used)} tokens after "
+                      f"the prompt under this model's chat template, {max(used) / limits.max_tokens:.0%} of the "
+                      f"episode budget of {limits.max_tokens} (--max_new_tokens, or the task's own): an episode a "
+                      f"little longer ends as token_budget and is not trained; raise --max_new_tokens to about "
+                      f"{int(max(used) * 1.5)}", stacklevel=3)

@@ -7,6 +7,7 @@ from typing import Literal, Sequence
 import torch
 from transformers import PreTrainedModel
 
+from lmpo.models.logprobs import context_length
 from lmpo.models.padding import left_pad
 from lmpo.rollout.decoders import FastLlamaDecoder, HFDecoder, fast_path_refusal
 from lmpo.rollout.sampling import sample_next
@@ -16,7 +17,15 @@ Backend = Literal["auto", "fast", "hf"]
 COMPACT_BELOW = 0.75  # drop finished rows from the decoder once a quarter of them are done
 
 
-def make_decoder(model: PreTrainedModel, backend: Backend = "auto"):
+BACKENDS = ("auto", "fast", "hf")
+
+
+def make_decoder(model: PreTrainedModel, backend: Backend = "auto") -> HFDecoder | FastLlamaDecoder:
+    """The incremental decoder for `model`: ``"fast"`` the lean Llama-family decoder (refused, with
+    the reason, for a model it does not implement exactly), ``"hf"`` the model's own forward with a
+    KV cache, ``"auto"`` the fast one where it applies, else the HF one."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend == "hf":
         return HFDecoder(model)
     refusal = fast_path_refusal(model)
@@ -30,17 +39,25 @@ def make_decoder(model: PreTrainedModel, backend: Backend = "auto"):
 
 def generate(model: PreTrainedModel, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
              eos_id: int | Sequence[int], pad_id: int, generator: torch.Generator | None = None,
-             backend: Backend = "auto") -> Rollout:
+             backend: Backend = "auto", caps: Sequence[int] | None = None) -> Rollout:
     """Sample one completion per prompt (repeat a prompt G times for a group).
 
     Stops a sequence at its first EOS token (kept, with loss mask 1, so the policy learns to
-    stop) or after `params.max_new_tokens` tokens.
+    stop) or after `params.max_new_tokens` tokens. Refuses token ids outside the model's
+    vocabulary and a prompt that, with its new tokens, does not fit the model's context:
+    `caps[i]` (default `params.max_new_tokens`) is how many of prompt i's new tokens the caller
+    keeps (`LocalEngine.generate` cuts each row at its own cap), so only those need to fit.
     """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    input_ids, attention_mask = left_pad(prompts, pad_id)
+    _check_fits(model, prompts, input_ids[attention_mask.bool()],
+                [params.max_new_tokens] * len(prompts) if caps is None else caps)
     was_training = model.training
     model.eval()
     try:
         device = next(model.parameters()).device
-        input_ids, attention_mask = (t.to(device) for t in left_pad(prompts, pad_id))
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         eos = torch.tensor([eos_id] if isinstance(eos_id, int) else list(eos_id), device=device)
         # inference mode skips autograd bookkeeping on every small op of the decoding loop
         with torch.inference_mode():
@@ -61,6 +78,26 @@ def generate(model: PreTrainedModel, prompts: Sequence[Sequence[int]], params: S
         pad_id=pad_id,
         lengths=loss_mask.sum(dim=1).long().cpu(),
     )
+
+
+def _check_fits(model: PreTrainedModel, prompts: Sequence[Sequence[int]], tokens: torch.Tensor,
+                caps: Sequence[int]) -> None:
+    """Refuse prompt token ids (`tokens`, flat, on the CPU) outside the vocabulary, and a prompt
+    whose length plus its cap of new tokens exceeds the model's context."""
+    vocab = model.get_input_embeddings().num_embeddings
+    low, high = int(tokens.min()), int(tokens.max())
+    if low < 0 or high >= vocab:
+        raise ValueError(f"prompt token ids must be in [0, {vocab}) (the model's vocabulary), got ids from {low} to {high}")
+    context = context_length(model)
+    if context is None:
+        return
+    if len(caps) != len(prompts):
+        raise ValueError(f"caps has {len(caps)} entries for {len(prompts)} prompts")
+    longest = max(range(len(prompts)), key=lambda i: len(prompts[i]) + caps[i])
+    if len(prompts[longest]) + caps[longest] > context:
+        raise ValueError(f"prompt {longest} has {len(prompts[longest])} tokens and may get {caps[longest]} new ones "
+                         f"(max_new_tokens), {len(prompts[longest]) + caps[longest]} in all: more than the model's "
+                         f"context of {context} tokens")
 
 
 def _decode(decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams,

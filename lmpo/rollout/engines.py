@@ -21,6 +21,9 @@ from lmpo.rollout.types import FINISH_EOS, FINISH_LENGTH, SamplingParams
 
 
 class Engine(Protocol):
+    """What the agent loop and the trainers sample with (see this module's docstring):
+    `LocalEngine` in this process, `VLLMEngine` on vLLM."""
+
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                  max_new_tokens: Sequence[int] | None = None) -> list[Sample]:
         """One sample per prompt; `max_new_tokens[i]` (if given) caps prompt i below `params.max_new_tokens`."""
@@ -69,7 +72,7 @@ class LocalEngine:
         if widest < params.max_new_tokens:
             params = SamplingParams(params.temperature, params.top_p, params.top_k, widest)
         rollout = generate(self.model, prompts, params, eos_id=self.eos_id, pad_id=self.pad_id,
-                           generator=self.generator, backend=self.backend)
+                           generator=self.generator, backend=self.backend, caps=caps)
         samples = []
         # a row's tokens before its own cap do not depend on the cap: cutting the longer
         # generation is exactly what generating with the smaller cap would have sampled

@@ -177,6 +177,32 @@ def _first_difference(a: str, b: str) -> int:
     return min(len(a), len(b))
 
 
+def _excerpt(text: str, at: int, width: int = 24) -> str:
+    return repr(text[max(0, at - width):at + width])
+
+
+def _where_it_differs(renderer: "ChatRenderer", before: list[dict], reply: str, at: int, later: bool,
+                      rendered: str) -> str:
+    """The likely cause, by which part of the held text the first difference falls in (at the
+    reply's first character: text the template writes before the reply, or the reply rewritten)."""
+    try:
+        history = len(renderer.render(before, False))
+    except Exception:  # a template that cannot end on a user or tool turn without the prompt
+        history = 0
+    prompt = len(renderer.render(before, True))
+    if at < history:
+        return "The template rewrites an earlier turn (e.g. drops the reasoning of past assistant turns)."
+    if at < prompt or (at == prompt and reply and reply in rendered[at:at + len(reply) + 40]):
+        return ("The generation prompt differs from how the template renders the start of an assistant turn "
+                "(e.g. an empty <think> block only in the prompt, or whitespace a {%- tag strips).")
+    if later:
+        return ("Once a later turn follows, the template renders this assistant turn otherwise (e.g. drops the "
+                "reasoning of past assistant turns).")
+    if at < prompt + len(reply):
+        return "The template rewrites the reply's own text (e.g. trims it, or removes its reasoning block)."
+    return "The template ends an assistant turn otherwise than with the stop token the model samples."
+
+
 CANNED = [
     {"role": "system", "content": "You answer with tools."},
     {"role": "user", "content": "What is 12 times 34?"},
@@ -208,12 +234,15 @@ def check_prefix_preserving(renderer: ChatRenderer, eos_text: str | Sequence[str
             raise TemplateError(f"the chat template cannot render a tool-use conversation: {err}") from err
         for name, text in (("the reply", after), ("the next turn", nxt)):
             if not text.startswith(held):
+                at = _first_difference(held, text)
+                cause = _where_it_differs(renderer, before, message["content"], at, name == "the next turn", text)
                 raise TemplateError(
                     "the tokenizer's chat template is not prefix-preserving: rendering the conversation with "
-                    f"{name} added changes the text of turn {i} (first difference at character "
-                    f"{_first_difference(held, text)}), so multi-turn rollouts cannot append the model's own "
-                    "tokens. Templates that drop or rewrite earlier turns (e.g. removing reasoning blocks) cause "
-                    "this; use a template that renders earlier turns unchanged")
+                    f"{name} added changes the text of turn {i} at character {at}: the agent loop holds "
+                    f"{_excerpt(held, at)} where the template then renders {_excerpt(text, at)}. "
+                    f"{cause} Multi-turn rollouts append "
+                    "the model's own tokens to the text held so far, so they cannot use this template; pass "
+                    "--chat_template FILE with one that renders each turn as the generation prompt began it")
         following = CANNED[i + 1] if i + 1 < len(CANNED) else None
         if following is not None and following["content"] not in nxt[len(held):]:
             raise TemplateError(f"the chat template drops {following['role']} messages: rendered after an assistant "
@@ -245,16 +274,19 @@ def renderer_for(task, tokenizer, stop_ids: Sequence[int] | None = None) -> Text
     """The task's renderer: its chat template (checked to be prefix-preserving) for conversation
     tasks, else plain text. `stop_ids`: the tokens the engine stops at (default: the tokenizer's EOS)."""
     from lmpo.envs.env import tool_schemas, uses_chat_template
+    from lmpo.envs.plugins import spec_with_option
+    from lmpo.envs.registry import is_named
 
     if not uses_chat_template(task):
         return TextRenderer(tokenizer)
     renderer = ChatRenderer(tokenizer, tool_schemas(task))
     if renderer.tools and "<tool_call>" in str(tokenizer.chat_template) \
             and getattr(getattr(task, "fmt", None), "name", None) == "compact":
+        spec = getattr(task, "spec", None) or "calculator"
         warnings.warn(f"the chat template shows the tools with <tool_call> blocks (hermes), but task "
                       f"{getattr(task, 'name', '')!r} reads calls written as name(arguments); a model that writes "
                       f"what the template teaches gets a parse error each time. For lmpo's tool tasks pass "
-                      f"tool_format=hermes (--task {getattr(task, 'name', 'calculator')}:tool_format=hermes)",
+                      f"tool_format=hermes (--task {spec_with_option(spec, 'tool_format=hermes', is_named)})",
                       stacklevel=2)
     stops = list(stop_ids) if stop_ids else [tokenizer.eos_token_id]
     check_prefix_preserving(renderer, [tokenizer.decode([i], skip_special_tokens=False) for i in stops])

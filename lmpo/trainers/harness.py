@@ -22,7 +22,7 @@ import torch
 
 from lmpo.models import (AdapterDisabled, LoraOptions, apply_lora, autocast, check_compiler, check_model_source,
                          choose_precision, compile_blocks, enable_gradient_checkpointing, is_peft_model, load_model,
-                         parameter_counts, peak_rss_mb, resolve_device, save_lora, save_model, without_cpu_hub_kernels)
+                         parameter_counts, peak_rss_mb, resolve_device, save_model, without_cpu_hub_kernels)
 from lmpo.trainers.checkpoint import (SHARDED, Resumed, checkpoint_dir, resume_training, save_checkpoint,
                                      sharded_checkpoint_dir)
 from lmpo.trainers.distributed import Distributed, unwrap, wrap_data_parallel
@@ -87,7 +87,7 @@ def preflight_run(cfg, name: str) -> tuple[torch.device, Distributed]:
     against the interrupted run's (the model is the one that run trained). A trainer calls it
     before reading its data too, so a wrong option or model is said before a long data load.
     Returns the device and the process group."""
-    raise_if_any(name, run_option_problems(cfg, name))
+    raise_if_any(name, run_option_problems(cfg, name), cfg)
     device = resolve_device(cfg.device)
     ctx = Distributed.from_env(device.type == "cuda")
     if ctx.active and device.type == "cuda":
@@ -280,10 +280,7 @@ class Run:
             # written whole, then swapped in: no file of an earlier model (other shards, a full model
             # under an adapter) outlives it in model/
             fresh = staging_directory(model_dir)
-            if self.lora is not None:
-                save_lora(model, tokenizer, fresh, merged=self.cfg.lora_merge)
-            else:
-                save_model(model, tokenizer, fresh)
+            save_model(model, tokenizer, fresh, merged=self.lora is not None and self.cfg.lora_merge)
             replace_directory(fresh, model_dir)
             for write in extra_files or ():
                 write(self.out)

@@ -65,7 +65,7 @@ class KTOConfig(UnpairedColumns, OfflineConfig):
                 problems.append(f"{name}={getattr(self, name)} must be >= 0")
         if self.desirable_weight == self.undesirable_weight == 0:
             problems.append("desirable_weight and undesirable_weight are both 0: nothing would be trained")
-        raise_if_any("kto", problems)
+        raise_if_any("kto", problems, self)
 
 
 @dataclass

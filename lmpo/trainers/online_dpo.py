@@ -70,7 +70,7 @@ class OnlineDPOConfig(PreferenceLoss, RewardOptions, PromptFileOptions):
         problems += [f"{name}={getattr(self, name)} is not read by online DPO: {why}" for name, why in UNREAD.items()
                      if getattr(self, name) != getattr(defaults, name)]
         problems += reward_problems(self) + sampling_problems(self)
-        raise_if_any("online DPO", problems)
+        raise_if_any("online DPO", problems, self)
 
 
 UNREAD = {"pairs": "the pairs are the policy's own samples, --prompts_per_round of them a round",
@@ -112,7 +112,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
                if cfg.eval_problems and launched_rank() == 0 else [])
     rank_by = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
     run = Run(cfg, "online_dpo")
-    rank_by = watch_rewards(rank_by, run.out, cfg)
+    rank_by = watch_rewards(rank_by, run.out, cfg, run.dist)
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     reference = None if cfg.loss == "simpo" else run.reference(policy, lambda: load_model(

@@ -28,7 +28,7 @@ class ORPOConfig(PairColumns, OfflineConfig):
     """ORPO's lambda (TRL's `beta`): weight of the odds-ratio term beside the chosen reply's NLL."""
 
     def validate(self) -> None:
-        raise_if_any("orpo", offline_problems(self))
+        raise_if_any("orpo", offline_problems(self), self)
 
 
 def train_orpo(cfg: ORPOConfig) -> StageResult:

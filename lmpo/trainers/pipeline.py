@@ -30,7 +30,7 @@ from lmpo.trainers.run_dir import RUN_RECORD, open_run_dir, remove_if_only_recor
 from lmpo.trainers.stopping import StopRule
 from lmpo.trainers.supervised import (CPTConfig, SFTConfig, heldout_problems, require_task_data, train_cpt,
                                       train_sft)
-from lmpo.trainers.validation import raise_if_any
+from lmpo.trainers.validation import ConfigError, raise_if_any, unknown_name_problems
 
 
 @dataclass
@@ -77,8 +77,16 @@ class PipelineConfig:
 
 def options_given(cfg: PipelineConfig, explicit: Iterable[str] | None) -> set[str]:
     """The dotted options the caller set: `explicit`, or (the Python API) every option that
-    differs from its default."""
-    return set(explicit) if explicit is not None else set(changed_options(cfg, PipelineConfig()))
+    differs from its default. A name in `explicit` that is no option is refused (ignored, a typo
+    would leave the option it meant to the preset)."""
+    if explicit is None:
+        return set(changed_options(cfg, PipelineConfig()))
+    if isinstance(explicit, str):
+        raise ConfigError(f"explicit={explicit!r}: expected a collection of dotted option names "
+                          f"(explicit={{{explicit!r}}}), not one string")
+    given = set(explicit)
+    raise_if_any("pipeline", unknown_name_problems(given, list(flat_options(cfg)), "explicit="))
+    return given
 
 
 def resolve_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None) -> PipelineConfig:

@@ -42,7 +42,7 @@ class PreferenceLoss(OfflineConfig):
     """discopop: temperature of the switch between its logistic and exponential parts."""
 
     def validate(self) -> None:
-        raise_if_any("preference", preference_problems(self))
+        raise_if_any("preference", preference_problems(self), self)
 
 
 @dataclass

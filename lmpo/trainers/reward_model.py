@@ -94,7 +94,7 @@ class RewardModelConfig(PairColumns, RunOptions):
         problems = at_least(self, 1, "pairs", "heldout_pairs", "batch_size", "epochs", "log_every", "max_length")
         problems += at_least(self, 0, "margin", "center_coef") + optimizer_problems(self) + checkpoint_problems(self)
         problems += data_option_problems(self)
-        raise_if_any("reward model", problems)
+        raise_if_any("reward model", problems, self)
 
 
 def load_reward_model(name_or_path: str, tokenizer, seed: int, trust_remote_code: bool = False):

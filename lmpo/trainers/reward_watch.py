@@ -26,6 +26,7 @@ from pathlib import Path
 
 from lmpo.envs.env import CONTEXT_OVERFLOW, INFRASTRUCTURE_ENDINGS
 from lmpo.rollout.reward_runner import RewardFailure, RewardRunner, RewardScores
+from lmpo.trainers.distributed import Distributed
 
 FAILURES_FILE = "reward_failures.jsonl"
 WORKER_LOG = "reward_workers.log"
@@ -51,8 +52,9 @@ class EnvFailure(RuntimeError):
 class WatchedRewards:
     """Wraps a `RewardRunner`: same interface, plus the records and the stop described above."""
 
-    def __init__(self, runner: RewardRunner, out: Path, max_unscorable_steps: int, memory_mb: int):
-        self.runner, self.out = runner, Path(out)
+    def __init__(self, runner: RewardRunner, out: Path, max_unscorable_steps: int, memory_mb: int,
+                 ctx: Distributed = Distributed()):
+        self.runner, self.out, self.ctx = runner, Path(out), ctx
         self.max_unscorable_steps = max_unscorable_steps
         self.path = self.out / FAILURES_FILE
         self.recorded: dict[str, int] = {}
@@ -80,7 +82,8 @@ class WatchedRewards:
             if self.recorded.get(name, 0) < FIRST_FAILURES:
                 self.recorded[name] = self.recorded.get(name, 0) + 1
                 self._record(name, count, len(problems), reason)
-        everything_failed = len(problems) > 0 and not bool(scores.valid.any())
+        # every process's: under torchrun the stop is the run's, not one process's (each scores once a round)
+        everything_failed = self.ctx.all_true(len(problems) > 0 and not bool(scores.valid.any()))
         self.streak = self.streak + 1 if everything_failed else 0
         if self.max_unscorable_steps and self.streak >= self.max_unscorable_steps:
             why = "; ".join(f"{name}: {_first_line(r)}" for name, r in self.last_reasons.items())
@@ -107,7 +110,7 @@ class WatchedRewards:
                   f"{_first_line(crashed[0].info['tool_crashes'][0])}. The model saw the error and the turn counted "
                   f"as its malformed call; if the tool is at fault, fix it, and raise ToolError for the refusals "
                   f"meant for the model", file=sys.stderr)
-        all_broken = bool(trajectories) and len(broken) == len(trajectories)
+        all_broken = self.ctx.all_true(bool(trajectories) and len(broken) == len(trajectories))
         self.env_streak = self.env_streak + 1 if all_broken else 0
         if self.max_unscorable_steps and self.env_streak >= self.max_unscorable_steps:
             raise EnvFailure(f"every episode ended in an environment failure in {self.env_streak} consecutive rounds "
@@ -171,8 +174,9 @@ def _first_line(text: str) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
-def watch_rewards(runner: RewardRunner, out: str | Path, cfg) -> WatchedRewards:
+def watch_rewards(runner: RewardRunner, out: str | Path, cfg, ctx: Distributed = Distributed()) -> WatchedRewards:
+    """`ctx`: the run's processes, which must all score (and note episodes) once a round alike."""
     from lmpo.envs.reward_worker import DEFAULT_MEMORY_MB
 
     return WatchedRewards(runner, Path(out), getattr(cfg, "max_unscorable_steps", 3),
-                          getattr(cfg, "reward_memory_mb", DEFAULT_MEMORY_MB))
+                          getattr(cfg, "reward_memory_mb", DEFAULT_MEMORY_MB), ctx)

@@ -137,7 +137,7 @@ class RFTConfig(RunOptions, RewardOptions, PromptFileOptions):
             problems.append(f"vllm_gpu_memory_utilization={self.vllm_gpu_memory_utilization} must be in (0, 1)")
         problems += reward_problems(self) + sampling_problems(self) + optimizer_problems(self)
         problems += checkpoint_problems(self) + data_option_problems(self)
-        raise_if_any("RFT", problems)
+        raise_if_any("RFT", problems, self)
 
 
 @dataclass

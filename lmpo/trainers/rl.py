@@ -25,7 +25,7 @@ from lmpo.rollout import SamplingParams
 from lmpo.rollout.agent_loop import EpisodeRunner
 from lmpo.rollout.engine_select import check_engine, make_engine
 from lmpo.rollout.weight_probe import default_probe_ids
-from lmpo.trainers.agent_metrics import TrajectoryLog, agent_figures
+from lmpo.trainers.agent_metrics import TrajectoryLog
 from lmpo.trainers.termination import TerminationPolicy
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.distributed import Distributed, launched_rank
@@ -35,7 +35,8 @@ from lmpo.trainers.ptx import ptx_batches, ptx_state, restore_ptx
 from lmpo.trainers.preflight import load_prompt_files
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_watch import watch_rewards
-from lmpo.trainers.rl_batch import Batch, Scored, collect, compute_advantages, make_batch
+from lmpo.trainers.rl_batch import Batch, collect, compute_advantages, make_batch
+from lmpo.trainers.rl_figures import step_figures
 from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.rl_update import LossParts, update
 from lmpo.trainers.runtime import make_optimizer, make_scheduler
@@ -65,7 +66,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     pool = training_prompts(task, loaded, cfg.prompts, cfg.prompt_pool, cfg.seed, "rl")
     rewards = RewardRunner.from_spec(cfg.rewards, cfg.reward_model, cfg.reward_timeout, cfg.reward_failure)
     run = Run(cfg, "rl")
-    rewards = watch_rewards(rewards, run.out, cfg)
+    rewards = watch_rewards(rewards, run.out, cfg, run.dist)
     # the wall-time cap counts from here, as the run's own clock does, not from before the prompts
     stop, best = StopRule.from_options(cfg, higher_is_better=True), BestWeights(run.out / "best")
     tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code, cfg.chat_template, cfg.chat_template_kwargs)
@@ -194,8 +195,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
                 run.write({"step": step, "skipped_updates": stats["skipped_updates"]})
                 updater.check(step, nonfinite_streak)
 
-            row = {"step": step, **step_figures(scored, batch, run.dist),
-                   **agent_figures(scored.trajectories, runner.limits),
+            row = {"step": step, **step_figures(scored, batch, run.dist, runner.limits),
                    "beta": beta, "lr": updater.lr, **figures, **stats, **mismatch, **times}
             env_rewards = env_rewards or "reward_env" in row
             if env_rewards:  # a step whose episodes all ended before any reward: 0, not a gap in the curve
@@ -357,39 +357,3 @@ def train_on_observations(batch: Batch, scored, policy, cfg: RLConfig) -> None:
 def prompt_digest(problems) -> str:
     """A short fingerprint of the prompts trained on in a step, to compare runs' prompt order."""
     return f"{zlib.crc32(chr(31).join(p.prompt for p in problems).encode()):08x}"
-
-
-def step_figures(scored: Scored, batch: Batch, ctx: Distributed = Distributed()) -> dict:
-    """The step's figures over the whole batch (every process's share alike: means of equal shares)."""
-    figures = _local_step_figures(scored, batch)
-    if not ctx.active:
-        return figures
-    figures.pop("value_mean", None)  # a process may have no trained token: said below over all of them
-    if not ctx.all_true("reward_env" not in figures):  # another process's episodes got an env reward: 0 here
-        figures.setdefault("reward_env", 0.0)
-    figures = {k: (max(ctx.gather(v)) if k.endswith("_max") else ctx.all_sum(v) / ctx.world) for k, v in figures.items()}
-    if batch.old_values is not None:
-        tokens = ctx.all_sum(batch.loss_mask.sum().item())
-        if tokens:
-            figures["value_mean"] = ctx.all_sum((batch.old_values * batch.loss_mask).sum().item()) / tokens
-    return figures
-
-
-def _local_step_figures(scored: Scored, batch: Batch) -> dict:
-    rollout, n = scored.rollout, len(scored.grades)
-    valid = scored.valid
-    scorable = scored.rewards[valid] if valid.any() else torch.zeros(1)
-    figures = {"reward_mean": scorable.mean().item(), "reward_std": scorable.std().item() if len(scorable) > 1 else 0.0,
-               **{f"reward_{k}": v[valid].mean().item() if valid.any() else 0.0 for k, v in scored.components.items()},
-               "unscorable": int((~valid).sum()), **{f"unscorable_{k}": v for k, v in scored.unscorable.items()},
-               "accuracy": sum(g.correct for g in scored.grades) / n,
-               "format_accuracy": sum(g.well_formed for g in scored.grades) / n,
-               "zero_var_frac": scored.groups_without_signal / max(scored.groups_sampled, 1),
-               "groups_sampled": scored.groups_sampled,
-               "completion_len_mean": rollout.lengths.float().mean().item(),
-               "prompt_len_mean": sum(len(p) for p in rollout.prompt_ids) / max(len(rollout.prompt_ids), 1),
-               "completion_len_max": int(rollout.lengths.max()),
-               "truncated_frac": rollout.truncated.float().mean().item()}
-    if batch.old_values is not None and batch.loss_mask.any():
-        figures["value_mean"] = (batch.old_values * batch.loss_mask).sum().item() / batch.loss_mask.sum().item()
-    return figures

@@ -74,6 +74,9 @@ class Batch:
     the reference's, for the KL reward penalty [B, T]; None: `old_logprobs` serve (they are the
     trainer's already when another engine sampled). The sampler's own differ from the trainer's by
     float error (much more in bf16), which the penalty would otherwise take for KL."""
+    sampler_logprobs: torch.Tensor | None = None
+    """The engine's behaviour log-probs as sampled [B, T], kept when `old_logprobs` are replaced by
+    the trainer's: the on-policy update measures its own forward against them (`sampler_kl`)."""
     tis_weights: torch.Tensor | None = None
     """Truncated importance weights min(π_trainer / π_sampler, C) per token, when another engine sampled [B, T]."""
     on_policy: bool = False
@@ -117,7 +120,8 @@ def make_batch(scored: Scored, cfg: RLConfig, pad_id: int) -> Batch:
     if cfg.overlong == "mask":
         loss_mask = truncation_mask(loss_mask, rollout.truncated)
     return Batch(prompt_ids, prompt_mask, rollout.completion_ids, loss_mask, rollout.logprobs,
-                 turn_rewards=turn_reward_tokens(scored.trajectories, rollout.completion_ids.shape), on_policy=True)
+                 turn_rewards=turn_reward_tokens(scored.trajectories, rollout.completion_ids.shape),
+                 sampler_logprobs=rollout.logprobs, on_policy=True)
 
 
 def turn_reward_tokens(trajectories: list[Trajectory], shape: torch.Size) -> torch.Tensor | None:

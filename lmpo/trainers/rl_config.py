@@ -11,8 +11,9 @@ from lmpo.trainers.collapse_guard import GuardOptions, guard_problems
 from lmpo.trainers.reward_options import RewardOptions
 from lmpo.trainers.stopping import StoppingOptions, stopping_problems
 from lmpo.trainers.runtime import Schedule
-from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
-                                     raise_if_any, reward_problems, sampling_problems, unused_option_problems)
+from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, literal_problems,
+                                     optimizer_problems, raise_if_any, reward_problems, sampling_problems,
+                                     unused_option_problems)
 
 
 @dataclass
@@ -180,12 +181,12 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptF
 
     def validate(self) -> None:
         """Fail before any model loads when the batch arithmetic cannot work."""
-        raise_if_any("RL", self.problems())
+        raise_if_any("RL", self.problems(), self)
 
     def problems(self) -> list[str]:
         """Every value, or combination of values, that cannot work (what `validate` refuses)."""
         batch = self.prompts_per_step * self.group_size
-        problems = []
+        problems = literal_problems(self)
         if self.group_size < 2 and (self.advantage in ("grpo", "dr_grpo", "rloo") or self.dynamic_sampling):
             problems.append(f"group_size={self.group_size}: group-relative advantages need at least 2 completions per prompt")
         if self.num_minibatches < 1 or batch % self.num_minibatches:
@@ -196,10 +197,7 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptF
             problems.append(f"micro_batch_size={self.micro_batch_size} must divide the minibatch size {batch // self.num_minibatches}")
         if self.num_iterations < 1 or self.steps < 1:
             problems.append("steps and num_iterations must be >= 1")
-        from lmpo.algos import ADVANTAGES, TOKEN_ADVANTAGES
-
-        if self.advantage not in ADVANTAGES and self.advantage not in TOKEN_ADVANTAGES:
-            problems.append(f"advantage={self.advantage!r} is not one of {ADVANTAGES.names() + TOKEN_ADVANTAGES.names()}")
+        problems += name_problems(self)
         if self.advantage == "gae" and self.critic == "none":
             problems.append("advantage=gae needs a critic (critic=head or critic=separate)")
         if self.critic != "none" and self.advantage != "gae":
@@ -237,6 +235,25 @@ class RLConfig(RunOptions, StoppingOptions, GuardOptions, RewardOptions, PromptF
 
 
 ENGINES = ("auto", "local", "vllm")
+
+
+def name_problems(cfg: RLConfig) -> list[str]:
+    """`advantage`, `loss`, `aggregation` and `kl_estimator` that name no registered function: said
+    here, so that a pipeline refuses a misspelt one before its first stage runs, not when RL starts."""
+    import difflib
+
+    from lmpo.algos import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, TOKEN_ADVANTAGES
+
+    known = {"advantage": ADVANTAGES.names() + TOKEN_ADVANTAGES.names(), "loss": POLICY_LOSSES.names(),
+             "aggregation": AGGREGATIONS.names(), "kl_estimator": KL_ESTIMATORS.names()}
+    problems = []
+    for option, names in known.items():
+        value = getattr(cfg, option)
+        if value not in names:
+            close = difflib.get_close_matches(str(value), names, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            problems.append(f"{option}={value!r} is not one of {', '.join(names)}{hint}")
+    return problems
 
 
 def smallest_kl_horizon(samples: int) -> int:

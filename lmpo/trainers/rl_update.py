@@ -22,6 +22,7 @@ from lmpo.trainers.runtime import options_for
 
 # means over the trained tokens (or aggregates of them): undefined where a minibatch has none
 TOKEN_FIGURES = ("loss", "policy_loss", "value_loss", "clip_frac", "value_clip_frac", "entropy", "kl")
+ONCE_A_BATCH = ("sampler_kl",)  # measured on the batch's on-policy minibatch only
 
 
 @dataclass
@@ -53,12 +54,14 @@ def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossPar
     means over the applied updates; a figure over the trained tokens (loss, entropy, KL, clip
     fractions) only over the updates that had some, and absent when none had: with every episode
     masked it would read 0, which is no measurement (an "entropy collapse" to the collapse guard).
+    A minibatch without a trained token (on any process) takes no optimizer step, not even
+    the schedule's, as a skipped non-finite one; unlike that, it is not counted as skipped.
     `trained_tokens` counts the batch's loss tokens. `ptx` (PPO-ptx, with `ptx_coef` > 0): batches
     of which each optimizer step adds `ptx_coef` × the next one's NLL."""
     size = batch.completion_ids.size(0)
     mb_size = size // cfg.num_minibatches
     sums: dict[str, float] = {}
-    with_tokens = 0
+    with_tokens = applied_updates = 0
     skipped_before = updater.skipped
     several = cfg.num_iterations * cfg.num_minibatches > 1
     order_gen = torch.Generator().manual_seed(cfg.seed)
@@ -76,6 +79,9 @@ def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossPar
             counts = {"num_sequences": ctx.all_sum(int((minibatch.loss_mask.sum(dim=1) > 0).sum())) / ctx.world,
                       "num_tokens": ctx.all_sum(minibatch.loss_mask.sum().item()) / ctx.world,
                       "max_len": parts.options["max_len"]}
+            if counts["num_tokens"] == 0 and not (ptx is not None and cfg.ptx_coef):
+                continue  # nothing to train: an optimizer step on zero gradients would still move the
+                # weights (Adam's momentum, weight decay); the count is global, so every process skips
             updater.zero()
             with autocast():
                 shares = [micro_step(policy, minibatch.select(torch.tensor(rows)), cfg, parts, counts, beta,
@@ -91,16 +97,17 @@ def update(policy, updater: Updater, batch: Batch, cfg: RLConfig, parts: LossPar
             applied, grad_norm = updater.apply(ctx.all_true(finite))
             if not applied:  # a non-finite loss or gradient never reaches the weights
                 continue
+            applied_updates += 1
             with_tokens += counts["num_tokens"] > 0  # the same on every process: the count is global
             for share in shares:
                 if counts["num_tokens"] == 0:
-                    share = {key: value for key, value in share.items() if key not in TOKEN_FIGURES}
+                    share = {key: value for key, value in share.items() if key not in TOKEN_FIGURES + ONCE_A_BATCH}
                 for key, value in share.items():  # the ptx loss is a mean over processes already
                     sums[key] = sums.get(key, 0.0) + (value if key == "ptx_loss" else ctx.all_sum(value) / ctx.world)
             sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
     skipped = updater.skipped - skipped_before
-    applied = cfg.num_iterations * cfg.num_minibatches - skipped
-    return {**{k: v / max(with_tokens if k in TOKEN_FIGURES else applied, 1) for k, v in sums.items()},
+    per = {k: 1 if k in ONCE_A_BATCH else with_tokens if k in TOKEN_FIGURES else applied_updates for k in sums}
+    return {**{k: v / max(per[k], 1) for k, v in sums.items()},
             "skipped_updates": skipped, "trained_tokens": int(ctx.all_sum(batch.loss_mask.sum().item()))}
 
 
@@ -160,6 +167,12 @@ def micro_step(policy, part: Batch, cfg: RLConfig, parts: LossParts, counts: dic
         share["value_clip_frac"] = _token_share(value_info["clipped"], mask, counts)
     loss.backward()
     share["loss"] = loss.item()
+    if on_policy and part.tis_weights is None and part.sampler_logprobs is not None:
+        # the built-in engine sampled with these very weights: its log-probs (the decode kernels')
+        # differ from this forward's by float error only; a sampler that drew from another
+        # distribution would show here, where the ratio (exactly 1) cannot show it
+        sampler_kl = KL_ESTIMATORS.get("k3")(part.sampler_logprobs, out.logprobs.detach())
+        share["sampler_kl"] = _token_share(sampler_kl, mask, counts)
     share["clip_frac"] = _token_share(info["clipped"], mask, counts)
     share["entropy"] = _token_share(out.entropy, mask, counts)
     if kl is not None:

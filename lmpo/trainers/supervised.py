@@ -17,6 +17,7 @@ import torch
 from lmpo.algos import masked_cross_entropy
 from lmpo.envs import make_task
 from lmpo.rollout.evaluation import evaluate
+from lmpo.rollout.agent_loop import check_rendering
 from lmpo.envs.data import TokenizedExample, load_sft
 from lmpo.envs.data.report import NO_LIMIT
 from lmpo.models import load_tokenizer
@@ -111,7 +112,7 @@ class CPTConfig(SupervisedConfig, StoppingOptions):
         problems += stopping_problems(self)
         if (self.stop_patience or self.max_minutes) and self.data:
             problems.append("a stopping rule reads the held-out loss of the task's corpus; with --data it has none")
-        raise_if_any("CPT", problems)
+        raise_if_any("CPT", problems, self)
 
 
 @dataclass
@@ -128,7 +129,7 @@ class SFTConfig(SupervisedConfig):
     """Steps of linear learning-rate warm-up."""
 
     def validate(self) -> None:
-        raise_if_any("SFT", supervised_problems(self) + at_least(self, 1, "epochs", "demonstrations"))
+        raise_if_any("SFT", supervised_problems(self) + at_least(self, 1, "epochs", "demonstrations"), self)
 
 
 def supervised_problems(cfg: SupervisedConfig) -> list[str]:
@@ -268,6 +269,8 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> St
     rows = stopping(tokenizer) if stopping else None
     run = Run(cfg, name)
     model = run.load_policy(tokenizer)
+    if heldout and run.dist.is_main:  # the evaluation after training renders episodes: refuse a template now
+        check_rendering(task, run.plain(model), tokenizer)
     model.train()
     # the rule's wall-time cap counts from here, not from before the data was read
     stop = StopRule.from_options(cfg, higher_is_better=False) if stopping else None

@@ -4,10 +4,38 @@ one message that lists every conflict."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
+import typing
 
 
 class ConfigError(ValueError):
     """A config whose values cannot work together."""
+
+
+@functools.cache
+def _literal_choices(cls: type) -> dict[str, tuple]:
+    """Field name → the values its `Literal[...]` (or `Literal[...] | None`) type hint allows."""
+    choices = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        optional = ()
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(hint) if a is not type(None)]
+            if len(args) != 1:
+                continue
+            hint, optional = args[0], (None,)
+        if typing.get_origin(hint) is typing.Literal:
+            choices[name] = (*typing.get_args(hint), *optional)
+    return choices
+
+
+def literal_problems(cfg) -> list[str]:
+    """Each field of the dataclass `cfg` typed `Literal[...]` whose value is none of its choices:
+    the command line refuses them as it parses (`lmpo.cli.config.coerce`), the Python API only here."""
+    fields = {f.name for f in dataclasses.fields(cfg)}
+    return [f"{name}={getattr(cfg, name)!r}: expected one of {', '.join(str(c) for c in allowed if c is not None)}"
+            for name, allowed in _literal_choices(type(cfg)).items()
+            if name in fields and getattr(cfg, name) not in allowed]
 
 
 def at_least(cfg, minimum: float, *names: str) -> list[str]:
@@ -53,8 +81,6 @@ def reward_problems(cfg) -> list[str]:
         problems.append(str(err))
     if cfg.reward_timeout < 0:
         problems.append(f"reward_timeout={cfg.reward_timeout} must be >= 0 seconds")
-    if cfg.reward_failure not in ("unscorable", "error"):
-        problems.append(f"reward_failure={cfg.reward_failure!r} must be unscorable or error")
     return problems
 
 
@@ -67,8 +93,6 @@ def run_option_problems(cfg, trainer: str) -> list[str]:
     if cfg.logprob_chunk_tokens and trainer not in CHUNKED_TRAINERS:
         problems.append(f"logprob_chunk_tokens={cfg.logprob_chunk_tokens} is not used by {trainer}: only RL's "
                         f"log-probs apply the output head in chunks")
-    if cfg.precision not in ("auto", "fp32", "bf16"):
-        problems.append(f"precision={cfg.precision!r} must be auto, fp32 or bf16")
     if cfg.lora_r and not cfg.lora_alpha > 0:
         problems.append(f"lora_alpha={cfg.lora_alpha} must be > 0")
     if not 0 <= cfg.lora_dropout < 1:
@@ -86,7 +110,11 @@ def run_option_problems(cfg, trainer: str) -> list[str]:
     return problems + tracker_problems(cfg.report_to)
 
 
-def raise_if_any(kind: str, problems: list[str]) -> None:
+def raise_if_any(kind: str, problems: list[str], cfg=None) -> None:
+    """A `ConfigError` listing `problems`, and with a config `cfg` first its `literal_problems`:
+    every config's `validate` passes itself, so that no `Literal` option goes unchecked."""
+    if cfg is not None:
+        problems = [p for p in literal_problems(cfg) if p not in problems] + problems
     if problems:
         raise ConfigError(f"invalid {kind} config: " + "; ".join(problems))
 
@@ -173,8 +201,6 @@ def algorithm_option_problems(cfg, defaults) -> list[str]:
     elif cfg.ratio_cap and (cfg.clip_eps_low, cfg.clip_eps_high) != (defaults.clip_eps_low, defaults.clip_eps_high):
         problems.append(f"ratio_cap={cfg.ratio_cap} replaces the clip range: clip_eps_low/clip_eps_high are not "
                         f"used with it")
-    if cfg.ratio_level not in ("token", "sequence"):
-        problems.append(f"ratio_level={cfg.ratio_level!r} must be token or sequence")
     if cfg.advantage_eps < 0 or cfg.whiten_eps < 0:
         problems.append(f"advantage_eps={cfg.advantage_eps} and whiten_eps={cfg.whiten_eps} must be >= 0")
     if cfg.advantage == "grpo" and cfg.scale == "none":
@@ -292,3 +318,17 @@ def single_turn_problems(cfg, task) -> list[str]:
     return [f"{option}={getattr(cfg, option)} shapes multi-turn episodes, and task {name!r} is single-turn (an "
             f"episode ends at its first answer)" for option, values in harmless.items()
             if getattr(cfg, option) not in values]
+
+
+def unknown_name_problems(names, known: list[str], what: str) -> list[str]:
+    """Each of `names` that is not one of the dotted option names `known`, with the close matches:
+    a misspelt name (`rl_stage.betta`) or a leaf without its section (`beta`: `rl_stage.beta`, ...)."""
+    import difflib
+
+    problems = []
+    for name in sorted(set(names) - set(known)):
+        close = ([k for k in known if k.rpartition(".")[2] == name]
+                 or difflib.get_close_matches(name, known, n=1, cutoff=0.8))
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        problems.append(f"{what} names {name!r}, which is not an option{hint}")
+    return problems

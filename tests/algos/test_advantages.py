@@ -239,3 +239,18 @@ def test_integer_and_bool_rewards_give_float_advantages(name, dtype):
     assert torch.equal(group_means(rewards.to(dtype), ids), torch.tensor([0.25] * 4 + [0.75] * 4))
     assert whiten_sequences(rewards.to(dtype)).dtype == torch.get_default_dtype()
     assert fn(rewards.double(), ids).dtype == torch.float64  # floating dtypes are kept
+
+
+def test_grpo_refuses_negative_eps():
+    # eps=-1 used to run, dividing by (std - 1): near-zero or negative denominators
+    with pytest.raises(ValueError, match=r"eps must be >= 0, got -1"):
+        grpo(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), eps=-1)
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo"])
+def test_sequences_instead_of_tensors_are_a_clear_type_error(name):
+    # Python lists used to fail deep inside with "AttributeError: 'list' object has no attribute 'dim'"
+    with pytest.raises(TypeError, match=r"rewards must be a torch.Tensor, got list"):
+        ADVANTAGES.get(name)([1.0, 0.0], torch.tensor([0, 0]))
+    with pytest.raises(TypeError, match=r"group_ids must be a torch.Tensor, got list"):
+        ADVANTAGES.get(name)(torch.tensor([1.0, 0.0]), [0, 0])

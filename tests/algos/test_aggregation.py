@@ -103,3 +103,18 @@ def test_masked_mean():
 
 def test_registry_names():
     assert AGGREGATIONS.names() == sorted(MODES)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("count", ["num_tokens", "num_sequences"])
+def test_impossible_global_counts_are_refused(mode, count):
+    # a count <= 0 with loss tokens in the mask used to become 1: the loss was silently the sum
+    loss, mask = torch.ones(2, 3), torch.ones(2, 3)
+    fn = AGGREGATIONS.get(mode)
+    uses = {"token_mean": "num_tokens"}.get(mode, "num_sequences")
+    for bad in (0, -5):
+        if count == uses:
+            with pytest.raises(ValueError, match=rf"{count} must be > 0 .* got {bad} with 6 loss tokens"):
+                fn(loss, mask, max_len=3, **{count: bad})
+    # an empty mask with a zero count is the documented "zero denominator yields 0"
+    assert fn(loss, torch.zeros(2, 3), max_len=3, **{count: 0}).item() == 0.0

@@ -94,3 +94,12 @@ def test_k3_ratio_needs_old_logprobs():
         k3_ratio(torch.zeros(2), torch.zeros(2))
     with pytest.raises(ValueError, match="shape"):
         k3_ratio(torch.zeros(2), torch.zeros(2), old_logprobs=torch.zeros(3))
+
+
+@pytest.mark.parametrize("name", ["k1", "k2", "k3", "k3_ratio"])
+@pytest.mark.parametrize("shapes", [((4,), (4, 1)), ((2, 4), (4,))])
+def test_estimators_refuse_mismatched_shapes(name, shapes):
+    # elementwise estimators: a [T] vs [T, 1] pair used to broadcast to a [T, T] result
+    logprobs, ref = torch.randn(shapes[0]), torch.randn(shapes[1])
+    with pytest.raises(ValueError, match=r"ref_logprobs shape .* != logprobs"):
+        KL_ESTIMATORS.get(name)(logprobs, ref, **({"old_logprobs": logprobs} if name == "k3_ratio" else {}))

@@ -176,7 +176,7 @@ def test_registry_single_signature_and_end_to_end_sequence_rewards():
     torch.testing.assert_close(ret, _t([[0.4, 0.5, 0, 0.7], [-0.4, -0.4, -0.4, 0]]))
     values = torch.zeros_like(r)
     for name in TOKEN_ADVANTAGES.names():
-        adv, ret = TOKEN_ADVANTAGES.get(name)(r, mask, values=values, gamma=1.0, lam=1.0, extra=1)
+        adv, ret = TOKEN_ADVANTAGES.get(name)(r, mask, values=values, gamma=1.0, lam=1.0)
         assert torch.isfinite(adv).all() and (adv[mask == 0] == 0).all()
 
 
@@ -190,3 +190,13 @@ def test_gae_errors():
         gae(x, x, values=x, gamma=1.5)
     with pytest.raises(ValueError, match="choose one of: gae, reinforce_pp"):
         TOKEN_ADVANTAGES.get("ppo")
+
+
+@pytest.mark.parametrize("name", ["gae", "reinforce_pp"])
+def test_unknown_keyword_is_refused(name):
+    # a misspelt option (lamda for lam) used to be swallowed by **_, silently running with lam=1
+    mask = _t([[1, 1, 1]])
+    with pytest.raises(TypeError, match="lamda"):
+        TOKEN_ADVANTAGES.get(name)(_t([[0, 0, 1]]), mask, values=_t([[0.1, 0.2, 0.3]]), gamma=0.9, lamda=0.5)
+    # every estimator still takes the options the RL loop passes to all of them
+    TOKEN_ADVANTAGES.get(name)(_t([[0, 0, 1]]), mask, values=_t([[0.1, 0.2, 0.3]]), gamma=0.9, lam=0.5)

@@ -114,3 +114,11 @@ def test_masked_cross_entropy_shape_check():
     logits, targets, mask = _sft_batch()
     with pytest.raises(ValueError, match="shapes"):
         masked_cross_entropy(logits, targets[:, :4], mask)
+
+
+@pytest.mark.parametrize("target_shape", [(1, 3), (2, 2), (3,)])
+def test_token_logprobs_refuses_targets_not_matching_logits(target_shape):
+    # targets [1, T] for logits [2, T, V] used to give a [2, T] result mixing rows (gather broadcasts)
+    logits = torch.randn(2, 3, 5)
+    with pytest.raises(ValueError, match=r"targets shape \(.*\) must be logits shape \(2, 3, 5\)"):
+        token_logprobs(logits, torch.zeros(target_shape, dtype=torch.long))

@@ -241,10 +241,10 @@ def test_an_unfinished_run_is_said_to_be_one(tmp_path: Path, rh: SimpleNamespace
     assert "stopped before its first checkpoint" in capsys.readouterr().out
 
 
-def test_a_pipeline_is_finished_by_its_summary_and_its_stages_resume_by_their_trainer(
+def test_a_pipeline_is_finished_by_its_summary_and_its_stages_resume_with_it(
         tmp_path: Path, rh: SimpleNamespace, capsys) -> None:
     """A pipeline directory has run.json and never result.json: it finished when it wrote
-    summary.json. Its stages record no command, so the hint names their trainer. An interrupted
+    summary.json. A stage's hint resumes the pipeline, which runs the stages after it. An interrupted
     pipeline (no summary.json) names its stages' reports instead of "nothing to report"."""
     from lmpo.cli.main import main as lmpo
 
@@ -258,7 +258,7 @@ def test_a_pipeline_is_finished_by_its_summary_and_its_stages_resume_by_their_tr
     assert f"is a pipeline that has not finished (no summary.json); report its stages: lmpo report {pipe / 'cpt'}; " \
            f"if it was interrupted, `lmpo pipeline --resume {pipe}` continues it" in capsys.readouterr().err
     assert lmpo(["report", str(pipe / "cpt")]) == 0
-    assert f"`lmpo train cpt --resume {pipe / 'cpt'}`" in capsys.readouterr().out
+    assert f"`lmpo pipeline --resume {pipe}` continues" in capsys.readouterr().out  # the stages after it run too
     (pipe / "summary.json").write_text('{"stages": []}')
     assert lmpo(["report", str(pipe)]) == 0
     assert "note" not in capsys.readouterr().out

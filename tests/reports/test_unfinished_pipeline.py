@@ -54,8 +54,12 @@ def test_the_doctor_says_a_run_has_not_finished(interrupted: Path, capsys) -> No
     out = capsys.readouterr().out
     notes = [line for line in out.splitlines() if line.startswith("note: ")]
     assert notes == [f"note: grpo: This run has not finished (no result.json): it is still running, or it was "
-                     f"interrupted. Its newest complete checkpoint is step_000002; `lmpo train rl --resume "
-                     f"{interrupted / 'grpo'}` continues an interrupted run from it."]
+                     f"interrupted. Its newest complete checkpoint is step_000002; `lmpo pipeline --resume "
+                     f"{interrupted}` continues an interrupted run from it."]  # was: `lmpo train rl --resume .../grpo`
+    (interrupted / "run.json").rename(interrupted / "run.json.aside")  # a run of its own: its own command
+    assert main(["doctor", str(interrupted / "grpo")]) == 0
+    assert f"`lmpo train rl --resume {interrupted / 'grpo'}`" in capsys.readouterr().out
+    (interrupted / "run.json.aside").rename(interrupted / "run.json")
     assert list(diagnose_run(interrupted)) == ["cpt", "sft", "grpo"]  # was cpt, grpo, sft: by name
     (interrupted / "grpo" / "result.json").write_text("{}")
     assert main(["doctor", str(interrupted / "grpo")]) == 0

@@ -207,3 +207,14 @@ def test_check_of_a_directory_says_it_is_one(tmp_path, capsys):
     assert "is a directory" in err and "no such file" not in err
     with pytest.raises(ExerciseFileError, match="is a directory"):
         check_file(tmp_path, EXERCISES["gae"])
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_grpo_starter_worked_example_is_what_check_prints(lang):
+    # the starter quoted ALGORITHMS.md's values without eps (−0.55816, −1.05430) beside "eps = 1e-6"
+    from lmpo.teach.exercise.core import fmt
+
+    text = starter_text(EXERCISES["grpo_advantages"], lang)
+    advantages = ADVANTAGES.get("grpo")(torch.tensor([0.9, 0.6, 0.2, 0.0]), torch.tensor([0, 0, 0, 0]))
+    printed = fmt(advantages).strip("[]").replace("-", "−")  # as check's expected: line, in the starter's minus sign
+    assert "0.0 →\n    " + printed in text

@@ -159,3 +159,16 @@ def test_one_claim_is_not_called_1_claims(tmp_path):
     report = run_factcheck(FactcheckOptions(fast=True, only="gspo_geometric_mean", out=str(tmp_path), threads=1))
     html = (tmp_path / "factcheck.html").read_text()
     assert len(report.outcomes) == 1 and "<p>1 claim, each measured" in html and "1 claims" not in html
+
+
+def test_progress_lines_are_in_the_report_language(fast_report, capsys):
+    # `lmpo factcheck --lang zh` printed its progress lines in English beside a Chinese table
+    from lmpo.teach.factcheck import progress_line
+
+    report, _ = fast_report
+    outcome = report.outcomes[0]
+    progress_line(1, 3, outcome, "zh")
+    progress_line(1, 3, outcome)
+    zh, en = capsys.readouterr().err.splitlines()
+    assert zh.startswith(f"[factcheck] 1/3 {outcome.claim.name}：{VERDICTS_ZH[outcome.verdict]}") and zh.endswith(" 秒")
+    assert en.startswith(f"[factcheck] 1/3 {outcome.claim.name}: {VERDICTS_EN[outcome.verdict]}") and en.endswith(" s")

@@ -63,7 +63,9 @@ class CompareConfig:
         return parse_list(self.seeds, "seeds", int)
 
     def validate(self) -> None:
-        problems = []
+        from lmpo.trainers.validation import literal_problems
+
+        problems = literal_problems(self)
         for name in self.method_names():
             try:
                 Method.parse(name)

@@ -158,7 +158,8 @@ GRPO_DOC = {
     - a group whose rewards are all equal gets exactly 0 for every member (no signal).
     - the advantages are constants of the loss: no gradient may flow back into `rewards`.
     - float64 in gives float64 out (compute in float64 and cast back if you like).
-    Worked example: rewards 0.9, 0.6, 0.2, 0.0 → 1.17833, 0.43412, −0.55816, −1.05430.""",
+    Worked example (with eps, as `lmpo exercise check` prints it): rewards 0.9, 0.6, 0.2, 0.0 →
+    1.1783, 0.43412, −0.55815, −1.0543.""",
     "zh": """GRPO 优势（DeepSeekMath，Shao 等 2024，arXiv:2402.03300）。
 
     A_i = (R_i − mean_j R_j) / (std_j R_j + eps)，j 取遍补全 i 所在的组
@@ -174,7 +175,8 @@ GRPO_DOC = {
     - 奖励全部相等的组，每个成员的优势都必须恰好为 0（没有信号）。
     - 优势是损失中的常数：梯度不能流回 `rewards`（stop-gradient）。
     - 输入 float64 则输出 float64（可以在 float64 中计算再转回）。
-    示例：奖励 0.9, 0.6, 0.2, 0.0 → 1.17833, 0.43412, −0.55816, −1.05430。""",
+    示例（含 eps，与 `lmpo exercise check` 的输出一致）：奖励 0.9, 0.6, 0.2, 0.0 →
+    1.1783, 0.43412, −0.55815, −1.0543。""",
 }
 
 GRPO = Exercise(

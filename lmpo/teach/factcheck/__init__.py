@@ -16,9 +16,9 @@ from typing import Callable
 
 from lmpo.teach.factcheck import breadth, clipping, hacking, kl, length, preference, sampling, signal
 from lmpo.teach.factcheck.context import Context
-from lmpo.teach.factcheck.core import DEPENDS, ERROR, FAILS, HOLDS, Claim, Outcome, check
+from lmpo.teach.factcheck.core import DEPENDS, ERROR, FAILS, HOLDS, Claim, Outcome, check, fill
 from lmpo.teach.factcheck.report import Report, print_table, write_outputs
-from lmpo.teach.factcheck.texts import LANGS
+from lmpo.teach.factcheck.texts import LANGS, ui, verdict_word
 
 _BY_NAME = {c.name: c for c in [*sampling.CLAIMS, *signal.CLAIMS, *preference.CLAIMS, *kl.CLAIMS, *clipping.CLAIMS,
                                 *length.CLAIMS, *hacking.CLAIMS, *breadth.CLAIMS]}
@@ -50,6 +50,12 @@ class FactcheckOptions:
 def select(only: str = "", fast: bool = False) -> list[Claim]:
     """The claims to run, in the report's order; unknown names are an error that lists the known ones."""
     names = [n.strip() for n in only.split(",") if n.strip()]
+    if only.strip() and not names:
+        raise ValueError(f"--only {only!r} names no claim; give claim names (see --list), or leave --only out "
+                         f"to run them all")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"--only {only!r} names {', '.join(twice)} twice; name each claim once")
     unknown = [n for n in names if n not in _BY_NAME]
     if unknown:
         raise ValueError(f"--only: unknown claim(s) {', '.join(unknown)}; choose from: {', '.join(ORDER)}")
@@ -81,7 +87,7 @@ def run_factcheck(options: FactcheckOptions, on_outcome: Callable[[int, int, Out
         setup_torch(options.threads, options.seed)
         ctx = Context(out=out, threads=options.threads or torch.get_num_threads(), seed=options.seed)
         started = time.perf_counter()
-        start_seconds = _sft_start(ctx) if any(not c.fast for c in claims) else 0.0
+        start_seconds = _sft_start(ctx, options.lang) if any(not c.fast for c in claims) else 0.0
         outcomes = []
         for i, claim in enumerate(claims, 1):
             outcomes.append(check(claim, ctx))
@@ -96,22 +102,23 @@ def run_factcheck(options: FactcheckOptions, on_outcome: Callable[[int, int, Out
     return report
 
 
-def _sft_start(ctx: Context) -> float:
+def _sft_start(ctx: Context, lang: str = "en") -> float:
     """Seconds spent obtaining the SFT start: about 0 when cached, else CPT → SFT (once)."""
     from lmpo.teach.start import default_cache, is_cached
 
     tick = time.perf_counter()
     if not is_cached(ctx.task, ctx.seed, ctx.model):
-        print(f"[factcheck] training the SFT start for seed {ctx.seed} once (CPT → SFT, about 70 s on a quiet "
-              f"2-core CPU; kept in {default_cache()})", file=sys.stderr, flush=True)
+        print(fill(ui(lang)["sft_start"], {"seed": ctx.seed, "cache": default_cache()}), file=sys.stderr, flush=True)
     with ctx.quiet("sft_start"):
         ctx.start()
     return time.perf_counter() - tick
 
 
-def progress_line(i: int, n: int, outcome: Outcome) -> None:
+def progress_line(i: int, n: int, outcome: Outcome, lang: str = "en") -> None:
+    """Print claim `i` of `n`'s verdict to stderr, in `lang` (as the table and report)."""
     error = f" ({outcome.error})" if outcome.error else ""
-    print(f"[factcheck] {i}/{n} {outcome.claim.name}: {outcome.verdict}{error}, {outcome.seconds:.1f} s",
+    print(fill(ui(lang)["progress"], {"i": i, "n": n, "name": outcome.claim.name, "error": error,
+                                      "verdict": verdict_word(outcome.verdict, lang), "seconds": outcome.seconds}),
           file=sys.stderr, flush=True)
 
 

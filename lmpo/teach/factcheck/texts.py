@@ -18,6 +18,11 @@ UI_EN = {
     "key_numbers": "key numbers", "key_numbers_label": "Key numbers:", "evidence": "All measured values",
     "measure": "measure", "value": "value",
     "fast": "exact computation", "slow": "training experiment",
+    "progress": "[factcheck] {i}/{n} {name}: {verdict}{error}, {seconds:.1f} s",
+    "sft_start": "[factcheck] training the SFT start for seed {seed} once (CPT → SFT, about 70 s on a quiet "
+                 "2-core CPU; kept in {cache})",
+    "start_trained": "(the SFT start was trained first: {seconds:.0f} s of the total; it is cached now)",
+    "outputs": "report: {html}  data: {json}",
 }
 VERDICTS_EN = {HOLDS: "holds", FAILS: "does not hold", DEPENDS: "depends", ERROR: "error"}
 

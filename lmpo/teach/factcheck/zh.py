@@ -15,6 +15,10 @@ UI_ZH = {
     "claim": "说法", "verdict": "结论", "seconds": "秒", "criterion": "判据：", "source": "出处：",
     "key_numbers": "关键数字", "key_numbers_label": "关键数字：", "evidence": "全部测量值", "measure": "测量项", "value": "数值",
     "fast": "精确计算", "slow": "训练实验",
+    "progress": "[factcheck] {i}/{n} {name}：{verdict}{error}，{seconds:.1f} 秒",
+    "sft_start": "[factcheck] 为种子 {seed} 训练一次 SFT 起点（CPT → SFT，在空闲的双核 CPU 上约 70 秒；缓存在 {cache}）",
+    "start_trained": "（先训练了 SFT 起点：占总用时 {seconds:.0f} 秒；现已缓存）",
+    "outputs": "报告：{html}  数据：{json}",
 }
 VERDICTS_ZH = {HOLDS: "成立", FAILS: "不成立", DEPENDS: "视情况而定", ERROR: "出错"}
 
