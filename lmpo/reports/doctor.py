@@ -265,6 +265,21 @@ def check_clip(rows: list[Row], th: Thresholds) -> list[Finding]:
     return []
 
 
+def check_sampler(rows: list[Row], th: Thresholds) -> list[Finding]:
+    points = [(step, v) for step, v in _points(rows, "sampler_kl") if v > th.sampler_kl]
+    if not points:
+        return []
+    step, worst = max(points, key=lambda p: p[1])
+    return [Finding("sampler_mismatch", "warning", "sampler_kl",
+                    f"{worst:.2g} nats/token at step {step} ({_plural(len(points), 'step')} above the threshold)",
+                    f"> {th.sampler_kl:g}",
+                    "the engine's log-probs differ from the trainer's forward on the same weights by more than "
+                    "float error: it sampled from another distribution than the policy being trained, and the "
+                    "on-policy ratio (1 by construction) cannot show it",
+                    "rerun a few steps with --precision fp32 (sampler_kl should read 0); if it stays high, the "
+                    "engine is at fault: report it with the run directory")]
+
+
 def check_supervised(rows: list[Row], th: Thresholds, stage: str) -> list[Finding]:
     findings = []
     loss = [(as_float(r.get("step")), as_float(r.get("loss"))) for r in rows if as_float(r.get("loss")) is not None]
@@ -287,7 +302,8 @@ def check_supervised(rows: list[Row], th: Thresholds, stage: str) -> list[Findin
 
 
 RL_CHECKS: tuple[Callable[[list[Row], Thresholds], list[Finding]], ...] = (
-    check_nonfinite, check_entropy, check_kl, check_length, check_hacking, check_decline, check_clip, check_faults)
+    check_nonfinite, check_entropy, check_kl, check_length, check_hacking, check_decline, check_clip, check_sampler,
+    check_faults)
 
 
 def diagnose(rows: list[Row], stage: str = "", thresholds: Thresholds | None = None,

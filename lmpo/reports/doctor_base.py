@@ -60,6 +60,10 @@ class Thresholds:
     kind_gone: float = 0.05
     """A kind solved at least this often by the start model and never by the end model is lost too,
     however small the fall (after-sales seed 1: refunds 7.9% → 0%, every refund refused)."""
+    sampler_kl: float = 1e-3
+    """KL (k3, nats/token) of the built-in engine's log-probs against the trainer's forward on the
+    same weights above which the sampler drew from another distribution (float error is 0 in fp32
+    and 1e-6 to 1e-5 under bf16 autocast)."""
     clip_frac: float = 0.2
     """Clip fraction above which ..."""
     clip_share: float = 0.5
