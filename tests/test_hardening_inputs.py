@@ -329,3 +329,24 @@ def test_rl_chunks_the_reference_and_critic_forwards_too(start_model, tmp_path, 
         assert main(["train", preset, "--model", start_model, "--out", str(tmp_path / preset), *RL_RUN, *extra,
                      "--logprob_chunk_tokens", "3"]) == 0
     assert (False, 3) in seen and (True, 3) in seen and all(chunk == 3 for _, chunk in seen)
+
+
+def test_a_prompt_the_tokenizer_turns_into_no_tokens_is_refused_before_training(tmp_path):
+    """A whitespace prompt under a tokenizer that drops whitespace passed every check before the
+    model loaded and stopped the run when the shuffled stream reached it (QA U: step 15 of 20),
+    and again on --resume."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from lmpo.envs.data import DataError, load_prompts
+
+    vocab = {"[UNK]": 0, "<eos>": 1, **{c: i + 2 for i, c in enumerate("0123456789+=")}}
+    raw = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split("", "isolated")])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="[UNK]", eos_token="<eos>")
+    assert tokenizer("   ", add_special_tokens=False).input_ids == []
+    prompts = _jsonl(tmp_path / "p.jsonl", [{"prompt": "1+1=", "answer": "2"}, {"prompt": "   ", "answer": "1"}])
+    with pytest.raises(DataError, match=r"p.jsonl: row 2: field 'prompt': expected a prompt of at least one token, "
+                                        r"got '   ', which the tokenizer turns into no tokens"):
+        load_prompts(prompts, tokenizer=tokenizer)
+    assert len(load_prompts(prompts)) == 2  # without a tokenizer there is nothing to count

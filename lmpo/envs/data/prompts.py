@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 from lmpo.envs.base import Problem
 from lmpo.envs.data import chat, formats
-from lmpo.envs.data.records import DataError, LoadProgress, Record, ShapeCheck, read_records, type_name
+from lmpo.envs.data.records import DataError, LoadProgress, Record, ShapeCheck, read_records, short_repr, type_name
 from lmpo.envs.data.report import certainly_overlong
 from lmpo.envs.data.unknown import Unknown, counting_unknown, unknown_for
 
@@ -51,8 +51,11 @@ def load_prompts(path: str | Path, *, prompt_field: str = "prompt", answer_field
                 raise rec.error(prompt_field, f"a prompt of at most {max_prompt_tokens} tokens{context}",
                                 f"at least {least} tokens")
         prompt, msgs = _prompt(rec, prompt_field, tokenizer, shapes)
-        if tokenizer is not None and (max_prompt_tokens is not None or counts is not None):
+        if tokenizer is not None:
             n = len(chat.starting(tokenizer, _encode_counting(tokenizer, prompt, counts and counts["prompt"], rec)))
+            if n == 0:  # found here, not when the shuffled stream reaches the row mid-run
+                raise rec.error(prompt_field, "a prompt of at least one token", f"{short_repr(prompt)}, which the "
+                                "tokenizer turns into no tokens")
             if max_prompt_tokens is not None and n > max_prompt_tokens:
                 raise rec.error(prompt_field, f"a prompt of at most {max_prompt_tokens} tokens{context}", f"{n} tokens")
         if require_answer:
