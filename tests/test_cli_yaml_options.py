@@ -90,3 +90,27 @@ def test_resume_in_the_file_meets_the_checks_of_the_flag(tmp_path, captured, cap
     assert message in capsys.readouterr().err and "cfg" not in captured
     assert main(["train", "sft", "--resume", str(run), "--config", _yaml(tmp_path, f"out: {tmp_path / 'x'}\n")]) == 2
     assert "names another" in capsys.readouterr().err
+
+
+def test_resume_with_a_file_takes_the_run_s_options_under_what_the_file_sets(tmp_path, captured):
+    """`--resume RUN --config FILE` took every option the file left out from the defaults, not
+    from the run, so the very file that started a run (`--config run.yaml --seed 5`) could not
+    resume it: refused over `seed=0 (was 5)` (QA U). Flags already worked so."""
+    import dataclasses
+    import json
+
+    from lmpo.trainers.rl_config import RLConfig
+
+    run = tmp_path / "run"
+    run.mkdir()
+    started = RLConfig(model="tiny", out=str(run), seed=5, steps=4, group_size=2, lr=3e-4, eval_problems=0)
+    (run / "config.json").write_text(json.dumps(dataclasses.asdict(started)))
+    (run / "run.json").write_text(json.dumps({"trainer": "rl", "command": "grpo"}))
+    with pytest.raises(Captured):
+        main(["train", "grpo", "--resume", str(run), "--config", _yaml(tmp_path, "steps: 4\nmodel: tiny\n")])
+    resumed = dataclasses.asdict(captured.pop("cfg"))
+    assert {k: v for k, v in resumed.items() if k != "resume"} == \
+        {k: v for k, v in dataclasses.asdict(started).items() if k != "resume"}
+    with pytest.raises(Captured):  # what the file sets stands, for the run to compare with its own
+        main(["train", "grpo", "--resume", str(run), "--config", _yaml(tmp_path, "seed: 6\n")])
+    assert captured.pop("cfg").seed == 6

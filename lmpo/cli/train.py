@@ -39,10 +39,10 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
                 raise ConfigError(f"--resume {resumed_from} continues the run in that directory, and --out "
                                   f"{given.out} names another: a resumed run writes where it started; give "
                                   f"--resume alone")
-        if resumed_from and not args.config:  # continue with the interrupted run's own options
+        if resumed_from:  # the interrupted run's own options, under what the file and flags say (checked against them)
             preset.update(_saved_options(resumed_from, required=kind not in NOT_RL))
         cfg = build(cls, preset=preset, yaml_file=args.config, flags=flags)
-        if kind not in TRAINERS and not (resumed_from and not args.config):  # an RL preset's settings
+        if kind not in TRAINERS and not resumed_from:  # an RL preset's settings
             from lmpo.trainers.presets import preset_problems
             from lmpo.trainers.validation import raise_if_any
 
