@@ -47,7 +47,10 @@ def test_sampler_noise_never_becomes_kl_or_advantage(options):
 
 
 @pytest.mark.parametrize("command", [["ppo"], ["ppo", "--critic", "head"], ["reinforce_pp"],
-                                     ["grpo", "--kl_placement", "reward", "--kl_estimator", "k1"]])
+                                     ["grpo", "--kl_placement", "reward", "--kl_estimator", "k1"],
+                                     # the reference is the policy with its adapter off: its forward ran
+                                     # padded where the policy's ran packed, -2e-8 at step 1 (QA U)
+                                     ["reinforce_pp", "--lora_r", "4"]])
 def test_the_first_steps_kl_reward_is_exactly_zero_and_later_ones_are_not(tmp_path, monkeypatch, command):
     (tmp_path / "qa_reward.py").write_text(REWARD)
     monkeypatch.syspath_prepend(str(tmp_path))

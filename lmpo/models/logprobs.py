@@ -88,6 +88,13 @@ def completion_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_
     `lengths` [B]: only each row's first `lengths[b]` completion tokens are wanted (later ones
     come out 0), and the forward runs padded, packed or with shared prompts packed once, whichever
     `packing.choose_layout` costs least (the same numbers to float tolerance)."""
+    as_reference = getattr(model, "as_reference", None)  # a LoRA policy seen as its base (`lora.AdapterDisabled`)
+    if as_reference is not None:
+        # called on the wrapper, the forward ran padded where the policy's ran packed: a k1 of -2e-8, not 0, before any update
+        with as_reference() as base:
+            return completion_outputs(base, prompt_ids, prompt_mask, completion_ids, temperature, entropy=entropy,
+                                      entropy_grad=entropy_grad, hidden=hidden, chunk_tokens=chunk_tokens,
+                                      lengths=lengths)
     _check_inputs(prompt_ids, prompt_mask, completion_ids)
     layout = Layout("padded") if lengths is None or hidden else layout_for(model, prompt_ids, prompt_mask, lengths)
     if layout.kind != "padded":

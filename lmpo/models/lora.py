@@ -233,11 +233,18 @@ class AdapterDisabled:
         self.model = model
 
     def __call__(self, *args, **kwargs):
+        with self.as_reference() as base:
+            return base(*args, **kwargs)
+
+    @contextmanager
+    def as_reference(self) -> Iterator[torch.nn.Module]:
+        """The policy itself, computing as its base: for `completion_outputs` to run the same
+        (packed) forward on it as on the policy, so that the two differ by the adapter alone."""
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.no_grad(), adapter_disabled(self.model):
-                return self.model(*args, **kwargs)
+                yield self.model
         finally:
             self.model.train(was_training)
 
