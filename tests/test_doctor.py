@@ -187,6 +187,33 @@ def test_a_directory_of_runs_further_in_is_diagnosed_run_by_run(tmp_path, capsys
         diagnose_run(tmp_path / "empty")
 
 
+def test_a_run_that_cannot_be_read_does_not_hide_the_others(tmp_path, capsys):
+    """`lmpo doctor DIR` stopped at the first run whose metrics it could not read (a line damaged in
+    the middle did it too), and said nothing of the others; now a damaged line is skipped with a
+    warning, a run that cannot be read at all is an error finding, the others are diagnosed, and
+    the command exits 2."""
+    import shutil
+
+    healthy = HERE / "data" / "healthy_sort_pipeline" / "grpo"
+    for run in ("a", "b", "c/grpo"):
+        shutil.copytree(healthy, tmp_path / "out" / run)
+    (tmp_path / "out" / "b" / "metrics.jsonl").unlink()
+    (tmp_path / "out" / "b" / "metrics.jsonl").mkdir()  # found by the search, but read_bytes() fails
+    damaged = tmp_path / "out" / "c" / "grpo" / "metrics.jsonl"
+    lines = damaged.read_text().splitlines()
+    damaged.write_text("\n".join([*lines[:3], lines[3][:20], *lines[4:]]) + "\n")
+    with pytest.warns(RuntimeWarning, match="line 4: skipping damaged line"):
+        findings = diagnose_run(tmp_path / "out")
+    assert findings["a"] == [] and findings["c/grpo"] == []
+    (error,) = findings["b"]
+    assert error.severity == "error" and error.code == "unreadable" and "Is a directory" in error.message
+    assert main(["doctor", str(tmp_path / "out")]) == 2
+    captured = capsys.readouterr()
+    assert "b: error: unreadable: could not be diagnosed:" in captured.out
+    assert "nothing to report in: a, c/grpo" in captured.out
+    assert captured.err.strip().endswith("lmpo: error: could not diagnose: b")
+
+
 def _kind_rows(evals: dict[int, tuple[float, dict[str, float]]]) -> list[dict]:
     rows = [{"step": 0}] + _rows(120)  # step 0: the held-out evaluation of the start model
     for row in rows:

@@ -58,6 +58,20 @@ def test_a_resume_without_its_metrics_log_says_what_is_lost(interrupted, tmp_pat
     assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [3]
 
 
+def test_a_resume_over_a_damaged_metrics_line_says_so_and_keeps_the_rows_around_it(tmp_path, capsys):
+    """`lmpo report` and `lmpo doctor` skip a damaged line with a warning; the resume that rewrites
+    the log dropped it without a word (and a non-object line stopped it with a traceback)."""
+    from lmpo.trainers.runtime import MetricsLog
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2, "lo\n[3]\n{"step": 3}\n{"step": 4}\n{"step": 5, "lo')
+    MetricsLog(path, resume_from_step=3)
+    out = capsys.readouterr().out
+    assert f"{path}: line 2 is damaged (not a JSON object)" in out and f"{path}: line 3 is damaged" in out
+    assert "line 6" not in out  # a cut-short last line is what a kill leaves: dropped quietly, as before
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 3]
+
+
 def test_an_empty_metrics_log_is_not_called_healthy(tmp_path, capsys):
     (tmp_path / "metrics.jsonl").write_text("\n\n")
     assert main(["doctor", str(tmp_path)]) == 0

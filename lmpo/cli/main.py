@@ -71,6 +71,10 @@ def cmd_doctor(args: argparse.Namespace, flags: dict) -> int:
         print(f"nothing to report in: {', '.join(healthy)}")
     for stage, note in unfinished_notes(args.run_dir).items():
         print(f"note: {stage}: {note}")
+    unreadable = [stage for stage, items in findings.items() if any(f.severity == "error" for f in items)]
+    if unreadable:  # the other runs were diagnosed; these were not, an error of the input as for one run
+        print(f"lmpo: error: could not diagnose: {', '.join(unreadable)}", file=sys.stderr)
+        return 2
     return 0
 
 

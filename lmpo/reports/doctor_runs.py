@@ -14,9 +14,24 @@ from .run_records import unfinished_pipeline_stages
 def diagnose_run(path: str | Path) -> dict[str, list[Finding]]:
     """Findings per stage of a pipeline directory, per run of a directory that holds runs further
     in (`lmpo compare`'s SEED/METHOD/STAGE, `lmpo factcheck`'s runs/NAME, or a mix of those and
-    runs of its own), or of one stage directory."""
+    runs of its own), or of one stage directory. Of several runs, one that cannot be read is a
+    finding of severity "error" (`lmpo doctor` exits 2 after printing the others' findings)."""
     path = _run_dir(Path(path))
-    return {label: diagnose_stage(d) for label, d in labelled_runs(path).items()}
+    runs = labelled_runs(path)
+    if list(runs.values()) == [path]:  # the run itself: what stops its reading is the command's error
+        return {path.name: diagnose_stage(path)}
+    return {label: _diagnose_one_of_several(d) for label, d in runs.items()}
+
+
+def _diagnose_one_of_several(stage_dir: Path) -> list[Finding]:
+    """A run of a pipeline or a directory of runs; one that cannot be diagnosed, for whatever
+    reason, is an "error" finding of its own, so that it does not hide the others' findings."""
+    try:
+        return diagnose_stage(stage_dir)
+    except Exception as err:  # noqa: BLE001 - said in the output, and `lmpo doctor` exits 2
+        return [Finding("unreadable", "error", "run directory", type(err).__name__, "readable",
+                        f"could not be diagnosed: {err}",
+                        f"repair or move aside what the error names, or move {stage_dir} out of the directory")]
 
 
 def unfinished_notes(path: str | Path) -> dict[str, str]:

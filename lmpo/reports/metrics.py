@@ -15,15 +15,16 @@ Series = tuple[list[float], list[float]]  # (steps, values), sorted by step
 def read_metrics(path: str | Path) -> list[Row]:
     """Read one JSON object per line from ``path``.
 
-    Blank lines are ignored. A malformed line raises ``ValueError`` naming the
-    file and line number; a malformed *last* line (what a killed writer
-    leaves behind) is skipped with a warning instead.
+    Blank lines are ignored. A line that is not a JSON object (what a killed writer leaves as the
+    last line, or a line damaged since) is skipped with a warning naming the file and line, so
+    the report and the doctor read the rows around it.
     """
     path = Path(path)
     lines = path.read_bytes().splitlines()
     last = max((i for i, ln in enumerate(lines, 1) if ln.strip()), default=0)
     rows: list[Row] = []
     linenos: list[int] = []
+    damaged: list[tuple[int, str]] = []
     for lineno, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
@@ -36,15 +37,19 @@ def read_metrics(path: str | Path) -> list[Row]:
                     RuntimeWarning,
                     stacklevel=2,
                 )
-                continue
-            raise ValueError(f"{path}: line {lineno}: {exc}") from None
+            else:
+                damaged.append((lineno, str(exc)))
+            continue
         if not isinstance(obj, dict):
-            raise ValueError(
-                f"{path}: line {lineno}: expected a JSON object, "
-                f"got {type(obj).__name__}"
-            )
+            damaged.append((lineno, f"expected a JSON object, got {type(obj).__name__}"))
+            continue
         rows.append(obj)
         linenos.append(lineno)
+    if damaged:  # one warning, not one per line: a file damaged throughout may have 100k lines
+        lineno, reason = damaged[0]
+        more = f" (and {len(damaged) - 1} more damaged lines)" if len(damaged) > 1 else ""
+        warnings.warn(f"{path}: line {lineno}: skipping damaged line ({reason}){more}; the report and the "
+                      f"doctor read the other {len(rows)} rows", RuntimeWarning, stacklevel=2)
     _warn_wrong_types(path, rows, linenos)
     return rows
 

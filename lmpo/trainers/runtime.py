@@ -105,10 +105,16 @@ def keep_rows_through(path: Path, key: str, last: int) -> None:
                   f"after {key} {last}, and `lmpo report` and `lmpo doctor` read only those rows")
         return
     kept = []
-    for line in path.read_text().splitlines():
+    lines = path.read_text(errors="replace").splitlines()
+    for lineno, line in enumerate(lines, 1):
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
+            row = None
+        if not isinstance(row, dict):
+            if lineno < len(lines) and line.strip():  # not what a crash cuts short: say what is lost
+                print(f"[metrics] {path}: line {lineno} is damaged (not a JSON object); the resumed run's log "
+                      f"goes on without it")
             continue
         if row.get(key, 0) <= last:
             kept.append(line)

@@ -23,18 +23,30 @@ def test_empty_file_gives_no_rows(tmp_path: Path) -> None:
     assert read_metrics(path) == []
 
 
-def test_malformed_middle_line_names_file_and_line(tmp_path: Path) -> None:
+def test_a_damaged_middle_line_is_skipped_with_a_warning_naming_file_and_line(tmp_path: Path) -> None:
+    """A line damaged in the middle of the log raised, and `lmpo report` and `lmpo doctor` gave up
+    on the whole run; now it is skipped as a truncated last line is, and the warning says so once."""
     path = tmp_path / "metrics.jsonl"
-    path.write_text('{"step": 0}\n{"step": 1,, }\n{"step": 2}\n')
-    with pytest.raises(ValueError, match=r"metrics\.jsonl: line 2: invalid JSON"):
-        read_metrics(path)
+    path.write_text('{"step": 0}\n{"step": 1,, }\n{"step": 2}\n[1, 2]\n{"step": 4}\n')
+    with pytest.warns(RuntimeWarning) as caught:
+        rows = read_metrics(path)
+    assert [r["step"] for r in rows] == [0, 2, 4]
+    (message,) = [str(w.message) for w in caught]
+    assert message.startswith(f"{path}: line 2: skipping damaged line (invalid JSON: ")
+    assert message.endswith("(and 1 more damaged lines); the report and the doctor read the other 3 rows")
 
 
-def test_non_object_line_is_an_error(tmp_path: Path) -> None:
-    path = tmp_path / "metrics.jsonl"
-    path.write_text('{"step": 0}\n[1, 2]\n{"step": 2}\n')
-    with pytest.raises(ValueError, match=r"line 2: expected a JSON object, got list"):
-        read_metrics(path)
+def test_report_and_doctor_go_on_past_a_damaged_middle_line(tmp_path: Path, capsys) -> None:
+    from lmpo.cli.main import main
+
+    rows = [json.dumps({"step": s, "reward_mean": 0.5, "loss": 1.0 / s}) for s in range(1, 7)]
+    rows[3] = rows[3][:20]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    assert main(["report", str(tmp_path)]) == 0
+    assert f"lmpo: warning: {tmp_path / 'metrics.jsonl'}: line 4: skipping damaged line" in capsys.readouterr().err
+    assert (tmp_path / "report" / "report.html").is_file()
+    assert main(["doctor", str(tmp_path)]) == 0
+    assert "line 4: skipping damaged line" in capsys.readouterr().err
 
 
 def test_truncated_last_line_is_skipped_with_warning(tmp_path: Path) -> None:

@@ -55,12 +55,13 @@ def test_stage_pointing_at_pipeline_dir_does_not_recurse(
 
 def test_broken_stage_is_reported_not_fatal(tmp_path: Path, rh: SimpleNamespace) -> None:
     (tmp_path / "cpt").mkdir()
-    (tmp_path / "cpt" / "metrics.jsonl").write_text('{"step": 0}\n{oops\n{"step": 2}\n')
+    (tmp_path / "cpt" / "metrics.jsonl").write_text('{"step": 0}\n{"step": 2}\n')
+    (tmp_path / "cpt" / "report").write_text("a file where the stage's report directory goes")
     summary = {"stages": [{"name": "cpt", "accuracy": 0.2, "run_dir": "cpt"}]}
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     with pytest.warns(RuntimeWarning, match="stage 'cpt'"):
         html = write_report(tmp_path)
-    assert "line 2" in html.read_text(encoding="utf-8")
+    assert "could not write report for stage" in html.read_text(encoding="utf-8")
     rh.assert_png(tmp_path / "report" / "stages.png")
 
 

@@ -77,10 +77,11 @@ def test_empty_metrics_file_still_writes_page(tmp_path: Path, rh: SimpleNamespac
     assert rh.img_srcs(html) == []
 
 
-def test_malformed_metrics_raise_with_line_number(tmp_path: Path) -> None:
-    (tmp_path / "metrics.jsonl").write_text('{"step": 0}\nnot json\n{"step": 2}\n')
-    with pytest.raises(ValueError, match="line 2"):
-        write_report(tmp_path)
+def test_a_malformed_metrics_line_is_skipped_with_its_line_number(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "loss": 1}\nnot json\n{"step": 2, "loss": 0.5}\n')
+    with pytest.warns(RuntimeWarning, match="line 2: skipping damaged line"):
+        html = write_report(tmp_path)
+    assert "loss" in html.read_text(encoding="utf-8")
 
 
 def test_truncated_last_line_warns_but_reports(tmp_path: Path, rh: SimpleNamespace) -> None:
