@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,8 @@ PANELS: tuple[Panel, ...] = (
             Curve("hard_prompts", "hard prompts", sparse=True),
         ), ylabel="count"),
     )),
-    Panel("kl", "KL divergence to reference", (
-        Axis("KL", (Curve("kl", "KL"),)),
+    Panel("kl", "KL to reference (per-token estimate; k1 can dip below 0)", (
+        Axis("KL", (Curve("kl", "KL"),), ylabel="nats/token"),
     )),
     Panel("entropy", "Policy entropy", (
         Axis("Entropy (nats/token)", (Curve("entropy", "entropy"),)),
@@ -232,14 +232,27 @@ def termination_panel(keys: Iterable[str]) -> Panel | None:
     return Panel("termination", "How episodes ended", tuple(axes)) if axes else None
 
 
-def panels_for(keys: Iterable[str], trainer: str | None = None) -> list[Panel]:
+# `kl` is the mean of the run's own estimator (run.json's kl_estimator), not the divergence itself:
+# k1 (the log-ratio; PPO's reward penalty) is negative on a batch the reference finds likelier.
+KL_TITLES = {"k1": "KL to reference (k1 estimate per token; can dip below 0)",
+             "k2": "KL to reference (k2 estimate per token; never below 0)",
+             "k3": "KL to reference (k3 estimate per token; never below 0)",
+             "k3_ratio": "KL to reference (k3_ratio estimate per token; never below 0)",
+             "kto": "KTO reference point z0 (batch KL estimate, clamped at 0)"}
+
+
+def panels_for(keys: Iterable[str], trainer: str | None = None, kl_estimator: str | None = None) -> list[Panel]:
     """:data:`PANELS` (with :data:`PAIR_ACCURACY` for a run of preference pairs, and
     :data:`REWARD_MODEL_ACCURACY` for a reward model's run, `trainer` "rm") plus, when
-    termination keys exist, the termination panel (placed after the observation-token panel)."""
+    termination keys exist, the termination panel (placed after the observation-token panel).
+    The KL panel's title names the estimator behind `kl` where the run's options say it."""
     keys = set(keys)
     accuracy = (REWARD_MODEL_ACCURACY if trainer == REWARD_MODEL_TRAINER else
                 PAIR_ACCURACY if PAIR_MARKER in keys else None)
     panels = [accuracy if p.name == "accuracy" and accuracy is not None else p for p in PANELS]
+    kl_title = KL_TITLES.get("kto" if trainer == "kto" else kl_estimator or "")
+    if kl_title:
+        panels = [replace(p, title=kl_title) if p.name == "kl" else p for p in panels]
     extra = termination_panel(keys)
     if extra is None:
         return panels

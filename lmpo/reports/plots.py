@@ -52,7 +52,9 @@ def render_panel(panel: Panel, data: dict[str, Series], out_dir: Path,
         mark_rollbacks(ax, list(rollbacks))
         draw_axis(ax, spec, data)
     axs[-1].set_xlabel("step")
-    axs[-1].xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no tick at 2.5
+    # steps are whole: no tick at 2.5, and with one step in view (a 1-step run) only that one, where
+    # the default min_n_ticks=2 gave up on whole numbers and ticked 0.945 ... 1.050
+    axs[-1].xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     fig.suptitle(panel.title)
     return save(fig, out_dir / f"{panel.name}.png")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lmpo.trainers.run_dir import complete_checkpoints
+from lmpo.trainers.run_dir import complete_checkpoints, saved_config
 
 from . import page
 from .metrics import Row, Series, all_series, as_float, read_metrics
@@ -87,7 +87,8 @@ def _metrics_section(metrics: Path, report: Report) -> list[str]:
         return body + [page.paragraph("No numeric metrics logged yet.", "note")]
     trainer = trainer_of(metrics.parent)
     body.append(_final_values_table(data, REWARD_MODEL_KEYS if trainer == REWARD_MODEL_TRAINER else {}))
-    for panel in _panel_order(data, trainer):
+    estimator = saved_config(metrics.parent).get("kl_estimator")
+    for panel in _panel_order(data, trainer, estimator if isinstance(estimator, str) else None):
         png = render_panel(panel, data, report.html.parent, rollbacks)
         if png is not None:
             report.images.append(png)
@@ -95,9 +96,10 @@ def _metrics_section(metrics: Path, report: Report) -> list[str]:
     return body
 
 
-def _panel_order(data: dict[str, Series], trainer: str | None = None) -> list[Panel]:
+def _panel_order(data: dict[str, Series], trainer: str | None = None,
+                 kl_estimator: str | None = None) -> list[Panel]:
     """Panels in display order; in an RL run the policy loss is a side show."""
-    panels = panels_for(data, trainer)
+    panels = panels_for(data, trainer, kl_estimator)
     if "reward_mean" not in data:
         return panels
     return [p for p in panels if p.name != "loss"] + [p for p in panels if p.name == "loss"]

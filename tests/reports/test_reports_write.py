@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -214,6 +216,28 @@ def test_steps_are_ticked_at_whole_numbers(tmp_path: Path, rh: SimpleNamespace, 
     plots.render_panel(next(p for p in PANELS if p.name == "kl"), data, tmp_path)
     ticks = [t for t in figures[0].axes[-1].get_xticks() if 1 <= t <= 20]
     assert ticks and all(t == int(t) for t in ticks)
+    # one step: MaxNLocator gave up on whole numbers (one in view) and ticked 0.945 ... 1.050
+    plots.render_panel(next(p for p in PANELS if p.name == "kl"), all_series([{"step": 1, "kl": 0.1}]), tmp_path)
+    axis = figures[1].axes[-1]
+    low, high = axis.get_xlim()
+    assert [t for t in axis.get_xticks() if low <= t <= high] == [1.0]
+
+
+def test_the_kl_plot_names_the_estimator_behind_kl(tmp_path: Path, rh: SimpleNamespace) -> None:
+    """PPO's `kl` (k1, the log-ratio) went below 0 under the title "KL divergence to reference"."""
+    titles = {}
+    for name, record in (("ppo", {"trainer": "rl", "command": "ppo", "config": {"kl_estimator": "k1"}}),
+                         ("grpo", {"trainer": "rl", "command": "grpo", "config": {"kl_estimator": "k3"}}),
+                         ("kto", {"trainer": "kto", "command": "kto", "config": {}}), ("bare", None)):
+        rh.write_jsonl(tmp_path / name / "metrics.jsonl", rh.rl_rows())
+        if record:
+            (tmp_path / name / "run.json").write_text(json.dumps(record))
+        html = write_report(tmp_path / name).read_text(encoding="utf-8")
+        titles[name] = re.search(r'src="kl\.png" alt="([^"]*)"', html).group(1)
+    assert titles == {"ppo": "KL to reference (k1 estimate per token; can dip below 0)",
+                      "grpo": "KL to reference (k3 estimate per token; never below 0)",
+                      "kto": "KTO reference point z0 (batch KL estimate, clamped at 0)",
+                      "bare": "KL to reference (per-token estimate; k1 can dip below 0)"}
 
 
 def test_an_unfinished_run_is_said_to_be_one(tmp_path: Path, rh: SimpleNamespace, capsys) -> None:
