@@ -132,7 +132,7 @@ def test_a_run_directory_given_as_the_model_names_the_models_it_holds(tmp_path):
     (tmp_path / "logs").mkdir()
     with pytest.raises(FileNotFoundError, match=rf"it holds models: {tmp_path}/cpt/model, {tmp_path}/sft/model$"):
         load_model(str(tmp_path), build_char_tokenizer())
-    with pytest.raises(FileNotFoundError, match=rf"it holds a model: {tmp_path}/sft/model$"):
+    with pytest.raises(FileNotFoundError, match=rf"it holds a model: {tmp_path}/sft/model; give {tmp_path}/sft/model instead$"):
         load_model(str(tmp_path / "sft"), build_char_tokenizer())
     # an interrupted run has no model/ yet: its newest complete checkpoint holds the weights
     for step, complete in ((2, True), (4, True), (6, False)):
@@ -141,5 +141,22 @@ def test_a_run_directory_given_as_the_model_names_the_models_it_holds(tmp_path):
         (checkpoint / "config.json").write_text("{}")
         if complete:
             (checkpoint / "COMPLETE").write_text("")
-    with pytest.raises(FileNotFoundError, match=rf"it holds a model: {tmp_path}/rl/checkpoints/step_000004$"):
+    with pytest.raises(FileNotFoundError, match=rf"it holds a model: {tmp_path}/rl/checkpoints/step_000004; give "):
         load_model(str(tmp_path / "rl"), build_char_tokenizer())
+
+
+def test_an_rl_run_directory_given_as_the_model_is_told_its_model(tmp_path, capsys):
+    """An RL run directory has a config.json (its options), so it passed for a model directory and
+    `lmpo eval --model runs/base` said "runs/base has no tokenizer ... save the tokenizer beside it"."""
+    from lmpo.cli.main import main
+
+    run = tmp_path / "base"
+    (run / "model").mkdir(parents=True)
+    (run / "model" / "config.json").write_text('{"model_type": "qwen2"}')
+    (run / "config.json").write_text('{"model": "models/qwen2", "steps": 6}')
+    (run / "run.json").write_text('{"trainer": "rl", "command": "ppo", "config": {}}')
+    (run / "result.json").write_text("{}")
+    assert main(["eval", "--model", str(run), "--eval_problems", "4"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"lmpo: error: {run} is not a Hugging Face model directory: a run directory (its config.json holds the "
+        f"run's options); it holds a model: {run}/model; give {run}/model instead")
