@@ -78,6 +78,27 @@ def test_an_empty_metrics_log_is_not_called_healthy(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "note: no_rows:" in out and "holds no rows, so there is nothing to diagnose" in out
     assert "no problems found" not in out
+    assert "--log_every" not in out  # no run.json: not a trainer known to have it
+
+
+def test_an_empty_log_is_given_the_remedy_of_its_own_trainer(tmp_path, capsys):
+    """`lmpo doctor` told an RL run with an empty log to use --log_every, which RL trainers do not have."""
+    from lmpo.reports.doctor_runs import LOG_EVERY_TRAINERS, diagnose_stage
+    from lmpo.trainers.run_dir import trainer_of
+
+    listed = set()
+    for command in ("cpt", "sft", "dpo", "online_dpo", "rm", "kto", "orpo", "rft", "grpo", "ppo"):
+        with pytest.raises(SystemExit):
+            main(["train", command, "--help"])
+        if "--log_every" in capsys.readouterr().out:
+            listed.add(trainer_of(command))
+    assert listed == set(LOG_EVERY_TRAINERS)  # the doctor's torch-free copy of which trainers have it
+    (tmp_path / "metrics.jsonl").write_text("")
+    for trainer, said in (("rl", "let the run finish its first step or round"), ("sft", "--log_every N")):
+        (tmp_path / "run.json").write_text(json.dumps({"trainer": trainer, "command": None, "config": {}}))
+        (finding,) = diagnose_stage(tmp_path)
+        assert finding.code == "no_rows" and said in finding.remedy
+        assert ("--log_every" in finding.remedy) == (trainer == "sft")
 
 
 @pytest.mark.parametrize("option,value", [("--beta", "-0.5"), ("--target_kl", "-0.5"), ("--beta", "-5e-1"),

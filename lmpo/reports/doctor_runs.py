@@ -11,6 +11,11 @@ from .metrics import read_metrics
 from .run_records import unfinished_pipeline_stages
 
 
+# The trainers (run.json's `trainer`) whose metrics rows come every --log_every steps (named here so
+# that the doctor runs without torch; a test keeps them equal); RL, online DPO and RFT log every step or round.
+LOG_EVERY_TRAINERS = ("cpt", "sft", "dpo", "rm", "kto", "orpo")
+
+
 def diagnose_run(path: str | Path) -> dict[str, list[Finding]]:
     """Findings per stage of a pipeline directory, per run of a directory that holds runs further
     in (`lmpo compare`'s SEED/METHOD/STAGE, `lmpo factcheck`'s runs/NAME, or a mix of those and
@@ -79,9 +84,11 @@ def diagnose_stage(stage_dir: Path) -> list[Finding]:
     group = config.get("group_size") if isinstance(config.get("group_size"), int) else None
     rows = read_metrics(stage_dir / "metrics.jsonl")
     if not rows:  # "no problems found" would pass an empty log off as a healthy run
+        log = ("log a row sooner (--log_every N: every N steps)" if kind in LOG_EVERY_TRAINERS else
+               "let the run finish its first step or round (it logs a row after each)")
         return [Finding("no_rows", "note", "metrics.jsonl", "0 rows", ">= 1 row",
                         f"{stage_dir / 'metrics.jsonl'} holds no rows, so there is nothing to diagnose",
-                        "let the run log a step (--log_every), or point the doctor at the run that did")]
+                        f"{log}, or point the doctor at the run that did")]
     advantage = config.get("advantage") if isinstance(config.get("advantage"), str) else None
     return diagnose(rows, kind, group_size=group, final=_result(stage_dir), advantage=advantage)
 

@@ -84,7 +84,9 @@ def _metrics_section(metrics: Path, report: Report) -> list[str]:
     body = [page.heading("Training metrics"), _run_overview(metrics, rows), *_unfinished(metrics.parent),
             *rollback_section(rollbacks)]
     if not data:
-        return body + [page.paragraph("No numeric metrics logged yet.", "note")]
+        finished = (metrics.parent / "result.json").is_file()
+        return body + [page.paragraph("No numeric metrics were logged: the run finished without a row."
+                                      if finished else "No numeric metrics logged yet.", "note")]
     trainer = trainer_of(metrics.parent)
     body.append(_final_values_table(data, REWARD_MODEL_KEYS if trainer == REWARD_MODEL_TRAINER else {}))
     estimator = saved_config(metrics.parent).get("kl_estimator")

@@ -75,8 +75,11 @@ def test_single_row_and_only_reward_mean(tmp_path: Path, rh: SimpleNamespace) ->
 def test_empty_metrics_file_still_writes_page(tmp_path: Path, rh: SimpleNamespace) -> None:
     (tmp_path / "metrics.jsonl").write_text("")
     html = write_report(tmp_path)
-    assert "No numeric metrics" in html.read_text(encoding="utf-8")
+    assert "No numeric metrics logged yet." in html.read_text(encoding="utf-8")
     assert rh.img_srcs(html) == []
+    (tmp_path / "result.json").write_text("{}")  # finished: there is no "yet" to it
+    text = write_report(tmp_path).read_text(encoding="utf-8")
+    assert "No numeric metrics were logged: the run finished without a row." in text and "yet" not in text
 
 
 def test_a_malformed_metrics_line_is_skipped_with_its_line_number(tmp_path: Path) -> None:
