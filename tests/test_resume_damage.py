@@ -1,7 +1,9 @@
 """A run directory damaged after the run: a checkpoint file truncated, emptied or deleted (said in one
 line naming the file and how to resume from the checkpoint before it, instead of a traceback or
-an error naming no file), the metrics log deleted (said, and the run goes on), and an empty log
-given to the doctor (said, instead of "no problems found"). Also a negative β, which turned the
+an error naming no file), the metrics log deleted (said, and the run goes on), an empty log
+given to the doctor (said, instead of "no problems found"), a damaged metrics line (skipped with a
+warning, and said by a resume that drops it), a run the doctor cannot read among several (an error
+finding of its own, beside the others' findings). Also a negative β, which turned the
 KL penalty into a reward for leaving the reference, given in scientific notation too."""
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from lmpo.cli.main import main
+from lmpo.reports.doctor_runs import diagnose_run
 
 from hardening_common import RL_RUN, error_line
 
@@ -70,6 +73,31 @@ def test_a_resume_over_a_damaged_metrics_line_says_so_and_keeps_the_rows_around_
     assert f"{path}: line 2 is damaged (not a JSON object)" in out and f"{path}: line 3 is damaged" in out
     assert "line 6" not in out  # a cut-short last line is what a kill leaves: dropped quietly, as before
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 3]
+
+
+def test_a_run_that_cannot_be_read_does_not_hide_the_others(tmp_path, capsys):
+    """`lmpo doctor DIR` stopped at the first run whose metrics it could not read (a line damaged in
+    the middle did it too), and said nothing of the others; now a damaged line is skipped with a
+    warning, a run that cannot be read at all is an error finding, the others are diagnosed, and
+    the command exits 2."""
+    healthy = Path(__file__).parent / "data" / "healthy_sort_pipeline" / "grpo"
+    for run in ("a", "b", "c/grpo"):
+        shutil.copytree(healthy, tmp_path / "out" / run)
+    (tmp_path / "out" / "b" / "metrics.jsonl").unlink()
+    (tmp_path / "out" / "b" / "metrics.jsonl").mkdir()  # found by the search, but read_bytes() fails
+    damaged = tmp_path / "out" / "c" / "grpo" / "metrics.jsonl"
+    lines = damaged.read_text().splitlines()
+    damaged.write_text("\n".join([*lines[:3], lines[3][:20], *lines[4:]]) + "\n")
+    with pytest.warns(RuntimeWarning, match="line 4: skipping damaged line"):
+        findings = diagnose_run(tmp_path / "out")
+    assert findings["a"] == [] and findings["c/grpo"] == []
+    (error,) = findings["b"]
+    assert error.severity == "error" and error.code == "unreadable" and "Is a directory" in error.message
+    assert main(["doctor", str(tmp_path / "out")]) == 2
+    captured = capsys.readouterr()
+    assert "b: error: unreadable: could not be diagnosed:" in captured.out
+    assert "nothing to report in: a, c/grpo" in captured.out
+    assert captured.err.strip().endswith("lmpo: error: could not diagnose: b")
 
 
 def test_an_empty_metrics_log_is_not_called_healthy(tmp_path, capsys):

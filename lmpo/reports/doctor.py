@@ -24,12 +24,13 @@ GROUP_ADVANTAGES = ("grpo", "dr_grpo", "rloo")
 
 
 def check_signal(rows: list[Row], th: Thresholds, group_size: int | None = None,
-                 advantage: str | None = None) -> list[Finding]:
+                 advantage: str | None = None, rewards: str | None = None) -> list[Finding]:
     """No signal, and why: too sparse (rarely right), too easy (always right), or neither.
     `group_size` (from the run's config) turns the starting accuracy into an estimated pass@k.
     `advantage` (the run's estimator): an all-equal group gives no gradient only where the
     advantage compares completions within their group (grpo, dr_grpo, rloo); under gae or
-    reinforce_pp the critic's values or the batch's baseline still give one."""
+    reinforce_pp the critic's values or the batch's baseline still give one. `rewards` (the run's
+    --rewards): where it sums more than one function, partial credit is not a remedy to suggest."""
     zero_var = _values(rows, "zero_var_frac")
     acc = _points(rows, "accuracy") or _points(rows, "reward_mean")
     if not zero_var or not acc:
@@ -72,13 +73,16 @@ def check_signal(rows: list[Row], th: Thresholds, group_size: int | None = None,
     if flat < th.flat_start:
         return findings
     if start_acc <= th.sparse_accuracy:
+        several = rewards is not None and len([r for r in rewards.split(",") if r.strip()]) > 1
+        credit = ("" if several else "add partial credit (--rewards correct=1.0,format=0.1) or ")
+        already = (f" (the run's --rewards {rewards} already give partial credit; it did not tell a group's "
+                   f"completions apart)" if several else "")
         findings.append(Finding("reward_sparse", "warning", "accuracy (first steps)", _pct(start_acc),
                                 f"<= {_pct(th.sparse_accuracy)}",
                                 f"the model is rarely right at the start, so the rewards of a group are mostly all "
                                 f"equal{flat_text}",
                                 "start from a model trained longer (in `lmpo pipeline`: --cpt.steps, --sft.epochs), "
-                                "use easier problems, add partial credit (--rewards correct=1.0,format=0.1) or a "
-                                "larger --group_size"))
+                                f"use easier problems, {credit}a larger --group_size{already}"))
     elif start_acc >= th.easy_accuracy:
         findings.append(Finding("reward_easy", "warning", "accuracy (first steps)", _pct(start_acc),
                                 f">= {_pct(th.easy_accuracy)}",
@@ -307,14 +311,16 @@ RL_CHECKS: tuple[Callable[[list[Row], Thresholds], list[Finding]], ...] = (
 
 
 def diagnose(rows: list[Row], stage: str = "", thresholds: Thresholds | None = None,
-             group_size: int | None = None, final: dict | None = None, advantage: str | None = None) -> list[Finding]:
+             group_size: int | None = None, final: dict | None = None, advantage: str | None = None,
+             rewards: str | None = None) -> list[Finding]:
     """Every finding for one stage's metrics rows. RL rows (with `reward_mean`) get the RL checks;
     supervised stages (`stage` "cpt" or "sft") the loss and format checks. `final`: the stage's
     result.json (the figures of the model it hands on), where there is one; `advantage`: the
-    run's advantage estimator (config.json), which decides what an all-equal group means."""
+    run's advantage estimator (config.json), which decides what an all-equal group means;
+    `rewards`: the run's --rewards, which decides whether partial credit is a remedy."""
     th = thresholds or Thresholds()
     if rl_rows(rows):
-        found = check_signal(rows, th, group_size, advantage) + [f for check in RL_CHECKS for f in check(rows, th)]
+        found = check_signal(rows, th, group_size, advantage, rewards) + [f for check in RL_CHECKS for f in check(rows, th)]
         return [_with_kept_model(f, rows, final) for f in found] + check_kinds(rows, th, final)
     return check_nonfinite(rows, th) + check_supervised(rows, th, stage) + check_faults(rows, th)
 

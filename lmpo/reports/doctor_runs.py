@@ -90,7 +90,8 @@ def diagnose_stage(stage_dir: Path) -> list[Finding]:
                         f"{stage_dir / 'metrics.jsonl'} holds no rows, so there is nothing to diagnose",
                         f"{log}, or point the doctor at the run that did")]
     advantage = config.get("advantage") if isinstance(config.get("advantage"), str) else None
-    return diagnose(rows, kind, group_size=group, final=_result(stage_dir), advantage=advantage)
+    rewards = config.get("rewards") if isinstance(config.get("rewards"), str) else None
+    return diagnose(rows, kind, group_size=group, final=_result(stage_dir), advantage=advantage, rewards=rewards)
 
 
 def _ordered(path: Path, stages: list[Path]) -> list[Path]:
