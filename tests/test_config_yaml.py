@@ -144,6 +144,18 @@ def test_a_directory_given_as_config_file_is_named_as_such(tmp_path, capsys):
     assert "is a directory, not a file" in capsys.readouterr().err
 
 
+def test_a_config_file_that_is_no_regular_file_is_not_said_to_be_missing(tmp_path, capsys):
+    """`lmpo train ppo --config /dev/null` said "config file /dev/null does not exist"."""
+    import os
+
+    with pytest.raises(ConfigError, match=r"^config file /dev/null is a character device, not a YAML file of "
+                                          r"options \(for no options from a file, leave --config out\)$"):
+        build(Outer, yaml_file="/dev/null")
+    os.mkfifo(tmp_path / "fifo")
+    assert main(["train", "ppo", "--config", str(tmp_path / "fifo")]) == 2
+    assert f"config file {tmp_path / 'fifo'} is a pipe, not a YAML file of options" in capsys.readouterr().err
+
+
 def test_an_unreadable_config_file_is_a_one_line_error(tmp_path, monkeypatch):
     from pathlib import Path
 

@@ -179,6 +179,10 @@ def _read_yaml(path: str | Path) -> _YamlDoc:
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory, not a file")
+    if path.exists() and not path.is_file():  # /dev/null, a pipe: not a file of options
+        kind = "a character device" if path.is_char_device() else "a pipe" if path.is_fifo() else "not a regular file"
+        raise ConfigError(f"config file {path} is {kind}, not a YAML file of options" + (
+            " (for no options from a file, leave --config out)" if path == Path("/dev/null") else ""))
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:
