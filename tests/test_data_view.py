@@ -97,8 +97,9 @@ def test_trust_remote_code_takes_a_value_as_the_trainers_do(tmp_path, capsys):
 
 def test_a_prompt_file_is_checked_as_the_trainer_of_its_task_checks_it(tmp_path, capsys):
     """A row without an answer passed `lmpo data` ("2 prompts", rc 0), and `lmpo train grpo --task
-    exact_match` then refused the file. Without --task the rows lacking an answer are a warning
-    (unless none has one: a task with its own grader); --task exact_match refuses as its trainer."""
+    exact_match` then refused the file. Without --task the rows lacking an answer (absent, null or
+    "") are a warning (unless no row has the field: a task with its own grader); --task
+    exact_match refuses as its trainer."""
     path = _write(tmp_path / "p.jsonl", [{"prompt": "12=", "answer": "12"}, {"prompt": "34="}])
     refused = ("p.jsonl: row 2: field 'answer': expected the answer the grader compares completions with "
                "(task exact_match; ")
@@ -112,6 +113,14 @@ def test_a_prompt_file_is_checked_as_the_trainer_of_its_task_checks_it(tmp_path,
     assert code == 0 and "warning" not in out
     code, out, _ = run(capsys, _write(tmp_path / "none.jsonl", [{"prompt": "12="}]), "--show", "0")
     assert code == 0 and "warning" not in out
+    # an answer column left null or empty in every row is not a prompt set without answers: it was said of none
+    empty = _write(tmp_path / "empty.jsonl", [{"prompt": "12=", "answer": None}, {"prompt": "34=", "answer": ""}])
+    code, out, _ = run(capsys, empty, "--show", "0")
+    assert code == 0 and "warning: 2 of 2 rows have no answer: a task that grades against answers" in out
+    mixed = _write(tmp_path / "mixed.jsonl", [{"prompt": "12=", "answer": "12"}, {"prompt": "34=", "answer": None},
+                                              {"prompt": "56=", "answer": ""}, {"prompt": "78="}])
+    code, out, _ = run(capsys, mixed, "--show", "0")
+    assert code == 0 and "warning: 3 of 4 rows have no answer" in out
     code, _, err = run(capsys, path, "--task", "exact_match:extract=nope")
     assert code == 2 and "exact_match: extract must be one of" in err
     code, _, err = run(capsys, path, "--task", "exact_match", "--kind", "sft")

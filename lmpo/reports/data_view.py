@@ -92,7 +92,8 @@ def load_shown(path: str, kind: str, tokenizer, max_length: int, limit_name: str
 
 def _prompts(path: str, prompt_field: str, answer_field: str, tokenizer, task: str) -> tuple[list, str]:
     """The prompts as the trainers read them with `task` (their --task); without one, a warning
-    when some rows have an answer and others none, which a task that grades against answers refuses."""
+    when rows have no answer (absent, null or empty), which a task that grades against answers
+    refuses, unless no row has the answer field at all."""
     from lmpo.trainers.preflight import grades_against_answers
 
     read = functools.partial(load_prompts, path, prompt_field=prompt_field, answer_field=answer_field,
@@ -106,9 +107,9 @@ def _prompts(path: str, prompt_field: str, answer_field: str, tokenizer, task: s
             raise
         refused = err
     problems = read()
-    missing = sum(not p.answer.strip() for p in problems)
-    if missing == len(problems):  # a prompt set for a task with its own grader
-        return problems, ""
+    missing = sum(not p.answer.strip() for p in problems)  # absent, null and "" alike
+    if missing == len(problems) and not any(answer_field in r.fields for r in read_records(path)):
+        return problems, ""  # a prompt set for a task with its own grader; an answer column left empty is not one
     return problems, (f"warning: {missing} of {len(problems)} rows have no answer: a task that grades against answers "
                       f"refuses the file (--task exact_match checks it as its trainer does): {refused}")
 
