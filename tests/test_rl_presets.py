@@ -31,7 +31,22 @@ def test_every_preset_runs_and_logs(preset, start_model, tmp_path):
     assert saved["models_held"]["critic"] == cfg.critic and saved["peak_rss_mb"] > 0
     if cfg.critic != "none":
         assert "value_loss" in rows[0] and (tmp_path / preset / "critic.safetensors").exists()
+        _loads_as_the_readme_says(tmp_path / preset, cfg.critic)
     assert result.accuracy is not None
+
+
+def _loads_as_the_readme_says(run, critic):
+    """README's "Run directories": critic.safetensors' keys, and how it loads back."""
+    from transformers import AutoModelForCausalLM
+
+    from lmpo.models.value import ValueModel
+
+    keys = set(load_file(str(run / "critic.safetensors")))
+    if critic == "head":
+        assert keys == {"linear.weight", "linear.bias"}
+        return
+    assert {"head.linear.weight", "head.linear.bias"} <= keys and {k.split(".")[0] for k in keys} == {"trunk", "head"}
+    ValueModel(AutoModelForCausalLM.from_pretrained(run / "model")).load(run / "critic.safetensors")
 
 
 @pytest.mark.parametrize("critic", ["separate", "head"])
@@ -40,6 +55,7 @@ def test_ppo_resume_restores_the_critic_exactly(critic, start_model, tmp_path, m
 
     kw = dict(steps=4, save_every=2, critic=critic)
     train_rl(_cfg("ppo", start_model, tmp_path / "whole", **kw))
+    _loads_as_the_readme_says(tmp_path / "whole", critic)
     real_update, calls = rl_module.update, {"n": 0}
 
     def crashing_update(*args, **kwargs):
