@@ -161,9 +161,14 @@ def test_agent_runs_get_the_cause_of_their_endings_not_single_turn_advice():
     """On agent runs the doctor advised "raise --max_new_tokens" for turns cut by the per-turn cap,
     sent env_error and tool_timeout episodes to reward_failures.jsonl (which has none of them), and
     said nothing of episodes that all overflowed the context."""
-    rows = _rows(30, truncated_frac=(0.9, 0.9), termination_turn_length=(0.9, 0.9))
+    rows = _rows(30, truncated_frac=(0.9, 0.9), termination_turn_length=(0.9, 0.9), turns_mean=(2.0, 2.0))
     truncation = next(f for f in diagnose(rows, "rl") if f.code == "truncation")
     assert "per-turn cap" in truncation.message and truncation.remedy.startswith("raise --max_turn_tokens")
+    # a single-turn run logs termination_token_budget too: its completions hit --max_new_tokens (QA U
+    # got the agent wording, "episodes ran out of their token budget ... lower --max_turns")
+    rows = _rows(30, truncated_frac=(0.9, 0.9), termination_token_budget=(0.9, 0.9))
+    truncation = next(f for f in diagnose(rows, "rl") if f.code == "truncation")
+    assert "completions hit --max_new_tokens" in truncation.message and "--max_turns" not in truncation.remedy
     rows = _rows(30, termination_context_overflow=(1.0, 1.0))
     cut = next(f for f in diagnose(rows, "rl") if f.code == "episodes_cut_short")
     assert "context_overflow" in cut.message and "--max_turns" in cut.remedy

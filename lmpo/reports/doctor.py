@@ -137,7 +137,10 @@ def _truncation_cause(rows: list[Row]) -> tuple[str, str]:
     """(what happened, what to do) for truncated completions: for an agent run, by the ending
     that cut most episodes off in the last tenth (raising --max_new_tokens does not lift a
     per-turn cap); for a single-turn run, the completion limit."""
-    shares = {ending: _ends(v)[1] for ending in _CUT_OFF if (v := _values(rows, f"termination_{ending}"))}
+    # a single-turn run logs `termination_token_budget` too (its completions hit --max_new_tokens);
+    # only a multi-turn one has turns (`turns_mean`) whose caps may be what cut it
+    multi_turn = any("turns_mean" in row for row in rows)
+    shares = {ending: _ends(v)[1] for ending in _CUT_OFF if multi_turn and (v := _values(rows, f"termination_{ending}"))}
     if shares and max(shares.values()) > 0:
         return _CUT_OFF[max(shares, key=shares.get)]
     return ("completions hit --max_new_tokens before EOS: they are unterminated, so graded wrong, and their "
