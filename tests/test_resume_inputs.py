@@ -176,3 +176,38 @@ def test_resume_refuses_a_chat_template_file_changed_since_the_run_started(start
     _as_interrupted(run)
     assert main(["train", "sft", "--resume", str(run), *flags]) == 2
     assert f"the run's data changed since it started (--chat_template {template}: " in _error(capsys)
+
+
+def test_a_run_given_relative_paths_resumes_from_another_directory(start_model, tmp_path, monkeypatch, capsys):
+    """run.json kept `--data demos.jsonl` as typed: resumed from another directory the run looked
+    for the file there, and the same file given by its absolute path (or `./demos.jsonl`) was
+    refused as another option (QA T). The run records where it started; each side's relative paths
+    are read from its own directory."""
+    import json
+
+    from lmpo.trainers.option_paths import absolute_paths
+
+    start = tmp_path / "project"
+    start.mkdir()
+    (start / "demos.jsonl").write_text("".join(f'{{"prompt": "{i}=", "completion": "{i}"}}\n' for i in range(12)))
+    monkeypatch.chdir(start)
+    assert main(["train", "sft", "--out", "runs/sft", "--model", start_model, "--data", "demos.jsonl", "--batch_size",
+                 "4", "--epochs", "1", "--save_every", "1", "--eval_problems", "0", "--threads", "1"]) == 0
+    run = start / "runs" / "sft"
+    assert json.loads((run / "run.json").read_text())["cwd"] == str(start)
+    _as_interrupted(run)
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "sft", "--resume", str(run), "--data", str(start / "demos.jsonl")]) == 0, _error(capsys)
+    _as_interrupted(run)
+    monkeypatch.chdir(start)
+    assert main(["train", "sft", "--resume", "runs/sft", "--data", "./demos.jsonl"]) == 0, _error(capsys)
+    (start / "other.jsonl").write_text((start / "demos.jsonl").read_text())
+    _as_interrupted(run)
+    assert main(["train", "sft", "--resume", "runs/sft", "--data", "other.jsonl"]) == 2  # another file is another option
+    assert "data='other.jsonl' (was 'demos.jsonl')" in _error(capsys)
+    # a preset or Hub name, a module reward and an inline template stay as they are
+    options = {"model": "tiny", "rewards": "correct=1.0,demos.jsonl:x,my_mod:fn=0.5", "chat_template": "{{ x }}",
+               "task": "nope.py:Task", "rl_stage": {"data": "demos.jsonl"}}
+    assert absolute_paths(options, start) == {**options, "rl_stage": {"data": str(start / "demos.jsonl")}}
+    (start / "r.py").write_text("")
+    assert absolute_paths({"rewards": "correct=1.0, r.py:fn=0.5"}, start) == {"rewards": f"correct=1.0, {start}/r.py:fn=0.5"}

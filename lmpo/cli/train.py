@@ -14,6 +14,7 @@ from typing import Callable
 
 from lmpo.cli.config import ConfigError, build
 from lmpo.cli.errors import check_resumable, run_command, saved_config, trainer_of
+from lmpo.trainers.option_paths import absolute_paths, started_in
 from lmpo.trainers.run_dir import remove_if_only_records
 
 
@@ -190,4 +191,4 @@ def _saved_options(run_dir: str, required: bool) -> dict:
             raise ConfigError(f"--resume {run_dir}: no config.json there; is it an lmpo RL run directory?")
     options.pop("resume", None)
     options.pop("overwrite", None)  # how that run started, not how it continues
-    return options
+    return absolute_paths(options, started_in(run_dir) or os.getcwd())  # its files, from wherever it resumes

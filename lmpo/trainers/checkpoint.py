@@ -14,6 +14,7 @@ directory without the marker.
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 from dataclasses import asdict, dataclass
@@ -26,6 +27,7 @@ from lmpo.models import save_model
 
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.inputs import check_same_inputs, input_fingerprints
+from lmpo.trainers.option_paths import absolute_paths, started_in
 from lmpo.trainers.run_dir import MARKER, checkpoint_dir, complete_checkpoints
 
 SHARDED = "sharded"  # an FSDP run's weights and optimizer state: a distributed checkpoint
@@ -246,9 +248,12 @@ def resume_training(cfg, out: Path, name: str, model, optimizer, scheduler,
 def check_same_config(saved: dict, current: dict, run_dir: str | Path) -> None:
     """A resumed run must train what the interrupted one did; only `RESUME_MAY_CHANGE` may differ
     (in a pipeline's stage sections too: `rl_stage.save_every`)."""
-    saved, current = _dotted(saved), _dotted(current)
+    # each side's relative paths from its own directory: a resume from elsewhere names the same files
+    saved_files = _dotted(absolute_paths(saved, started_in(run_dir) or os.getcwd()) if run_dir else saved)
+    current_files = _dotted(absolute_paths(current, os.getcwd()) if run_dir else current)
+    saved, current = _dotted(saved), _dotted(current)  # as given, to name them
     changed = sorted(k for k in saved.keys() | current.keys()
-                     if k.rpartition(".")[2] not in RESUME_MAY_CHANGE and saved.get(k) != current.get(k))
+                     if k.rpartition(".")[2] not in RESUME_MAY_CHANGE and saved_files.get(k) != current_files.get(k))
     if changed:
         parts = ", ".join(f"{k}={current.get(k)!r} (was {saved.get(k)!r})" for k in changed)
         if (Path(run_dir) / "result.json").is_file():  # a resume repeats a finished run; it does not extend it

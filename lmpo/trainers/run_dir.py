@@ -138,6 +138,7 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
         else:
             _clear_earlier_run(path, name, bool(getattr(cfg, "overwrite", False)))
             write_text(record, json.dumps({"trainer": name, "command": _COMMAND[-1] if _COMMAND else None,
+                                           "cwd": os.getcwd(),  # where its relative paths start (a resume from elsewhere)
                                            "config": dataclasses.asdict(cfg)}, indent=2, default=str))
     except BaseException:
         run.close()
