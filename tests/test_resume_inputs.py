@@ -40,7 +40,13 @@ def test_resume_refuses_a_data_file_changed_since_the_run_started(start_model, t
     assert main(["train", "sft", "--out", str(run), *flags]) == 0
     data.write_text(original.replace('"5"', '"6"'))  # one answer edited: same size, other bytes
     _as_interrupted(run)
-    assert main(["train", "sft", "--resume", str(run), *flags]) == 2
+    import lmpo.trainers.supervised as supervised
+
+    loads = []
+    with pytest.MonkeyPatch.context() as patch:  # said before the data loads, not after (a DPO reference pass, QA T)
+        patch.setattr(supervised, "load_sft", lambda *a, **k: loads.append(1) or [])
+        assert main(["train", "sft", "--resume", str(run), *flags]) == 2
+    assert not loads
     line = _error(capsys)
     assert f"--resume {run}: the run's data changed since it started (--data {data}: 436 bytes, sha256 " in line
     assert line.endswith(f"Restore the data, or start afresh on it with `--out {run} --overwrite true` instead of "

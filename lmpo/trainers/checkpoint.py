@@ -245,6 +245,18 @@ def resume_training(cfg, out: Path, name: str, model, optimizer, scheduler,
     return resumed
 
 
+def check_resume_inputs(cfg) -> None:
+    """With `--resume`: the options and the data files against the newest complete checkpoint's,
+    before the data and the model load (`resume_training` checks them again when it loads that
+    checkpoint), so that an edited file is said at once, not after a reference pass over it."""
+    path = latest_checkpoint(cfg.resume) if getattr(cfg, "resume", "") else None
+    if path is None:
+        return
+    saved = checkpoint_state(cfg.resume, path)
+    check_same_config(saved.get("config", {}), json.loads(json.dumps(asdict(cfg))), cfg.resume)
+    check_same_inputs(saved.get("inputs"), input_fingerprints(cfg), cfg.resume)
+
+
 def check_same_config(saved: dict, current: dict, run_dir: str | Path) -> None:
     """A resumed run must train what the interrupted one did; only `RESUME_MAY_CHANGE` may differ
     (in a pipeline's stage sections too: `rl_stage.save_every`)."""

@@ -23,8 +23,8 @@ import torch
 from lmpo.models import (AdapterDisabled, LoraOptions, apply_lora, autocast, check_compiler, check_model_source,
                          choose_precision, compile_blocks, enable_gradient_checkpointing, is_peft_model, load_model,
                          parameter_counts, peak_rss_mb, resolve_device, save_model, without_cpu_hub_kernels)
-from lmpo.trainers.checkpoint import (SHARDED, Resumed, checkpoint_dir, resume_training, save_checkpoint,
-                                     sharded_checkpoint_dir)
+from lmpo.trainers.checkpoint import (SHARDED, Resumed, check_resume_inputs, checkpoint_dir, resume_training,
+                                     save_checkpoint, sharded_checkpoint_dir)
 from lmpo.trainers.distributed import Distributed, unwrap, wrap_data_parallel
 from lmpo.trainers.fsdp import plain_copy, refresh, save_sharded, shard_model
 from lmpo.trainers.inputs import input_fingerprints
@@ -95,6 +95,7 @@ def preflight_run(cfg, name: str) -> tuple[torch.device, Distributed]:
     _check_parallel_options(cfg, ctx)
     if cfg.resume:
         check_resume(cfg, name)
+        check_resume_inputs(cfg)
     else:
         check_model_source(cfg.model, cfg.trust_remote_code)
     return device, ctx
