@@ -71,3 +71,20 @@ def test_rft_rounds_that_keep_nothing_still_move_the_schedule_on(start_model, tm
     assert [r["updates"] for r in rows] == [0, 2, 4]  # the updates applied, not the schedule's place
     # round K's last step at place K·2 - 1 of 6 (the rate a step uses is logged): round 1 counted
     assert [rows[1]["lr"], rows[2]["lr"]] == pytest.approx([1e-3 * _cosine(p, 0, 6) for p in (3, 5)], rel=1e-9)
+
+
+def test_online_dpo_that_forms_no_pair_because_every_sample_was_cut_off_says_so(start_model, tmp_path, capsys):
+    """A cut-off sample is never chosen: with every sample cut at --max_new_tokens no pair formed,
+    and the run and the doctor blamed ties and advised a reward model (QA T, with a reward model)."""
+    from lmpo.reports.doctor import diagnose
+
+    out = tmp_path / "odpo"
+    train_online_dpo(OnlineDPOConfig(model=start_model, out=str(out), rounds=2, prompts_per_round=4,
+                                     samples_per_prompt=4, max_new_tokens=1, batch_size=2, rewards=VERIFIER,
+                                     reward_timeout=0, eval_problems=0, save_every=0, threads=1))
+    rows = [r for r in _rows(out) if "round" in r]
+    assert all(r["unended_frac"] >= 0.5 and r["tie_frac"] + r["unended_frac"] + r["pairs"] / 4 == 1 for r in rows)
+    assert not any(r["pairs"] for r in rows)  # the seed's samples: not one ended after one token
+    assert "no sample ended before --max_new_tokens 1, and a cut-off sample is never chosen" in capsys.readouterr().out
+    (found,) = [f for f in diagnose(rows, "online_dpo") if f.code == "no_updates"]
+    assert "cut off at --max_new_tokens" in found.message and found.remedy.startswith("raise --max_new_tokens")

@@ -152,6 +152,13 @@ def _no_updates(rows: list[Row]) -> list[Finding]:
                         "is the start model",
                         "lower --accept_threshold (or keep the best with --keep_top_k N), sample more with "
                         "--samples_per_prompt, or start from a model that solves some prompts")]
+    unended = finite_values(rows, "unended_frac")
+    if unended and sum(unended) / len(unended) >= 0.5:
+        return [Finding("no_updates", "warning", "optimizer_steps", f"0 in {plural(len(counts), 'round')} (prompts "
+                        f"no sample of which ended: {100 * sum(unended) / len(unended):.0f}%)", "> 0",
+                        "no pair was formed: most prompts' samples were all cut off at --max_new_tokens, and a "
+                        "cut-off sample is never chosen, so nothing was trained: the saved model is the start model",
+                        "raise --max_new_tokens (or teach the model to stop, in SFT)")]
     return [Finding("no_updates", "warning", "optimizer_steps", f"0 in {plural(len(counts), 'round')}", "> 0",
                     "every round's samples scored alike, so no pair was formed and nothing was trained: the "
                     "saved model is the start model",

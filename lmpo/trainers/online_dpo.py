@@ -140,6 +140,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
         updater.load_state(resumed.state)
     run.open_log(start_round if resumed else None, key="round")  # rows by round: a round without pairs updates nothing
     last_eval = None
+    no_pair = {"unended": 0, "prompts": 0}  # why rounds formed no pair, for the warning at the end
     if heldout and not resumed:
         last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens)
         run.write({"step": 0, "eval_accuracy": last_eval.accuracy, "eval_format_accuracy": last_eval.format_accuracy,
@@ -161,14 +162,21 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
             scores = sum(w * ranked.components[name].float() for name, w in rank_by.weights().items())
             scores = torch.where(ranked.valid, scores, float("nan"))  # unscorable: never chosen nor rejected
             # every process sees every process's pairs, and trains on its share of each batch
-            pairs = [pair for part in run.dist.gather(best_vs_worst(rollout, scores, cfg.samples_per_prompt,
-                                                                    torch.tensor(terminated)))
+            ended = torch.tensor(terminated)
+            pairs = [pair for part in run.dist.gather(best_vs_worst(rollout, scores, cfg.samples_per_prompt, ended))
                      for pair in zip(*part)]
+            # prompts none of whose samples ended: no pair, since a cut-off sample is never chosen (not a tie)
+            unended = int(run.dist.all_sum(float(sum(not bool(ended[i:i + cfg.samples_per_prompt].any())
+                                                     for i in range(0, len(problems), cfg.samples_per_prompt)))))
+            no_pair["unended"] += unended
+            no_pair["prompts"] += cfg.prompts_per_round
             reward_sum = run.dist.all_sum(float(scores[ranked.valid].sum())) if ranked.valid.any() else run.dist.all_sum(0.0)
             scorable = run.dist.all_sum(float(ranked.valid.sum()))
             fault_point("after_rollout", round_)
             row = {"step": round_, "round": round_, "reward_mean": reward_sum / scorable if scorable else 0.0,
-                   "pairs": len(pairs), "tie_frac": 1 - len(pairs) / cfg.prompts_per_round, "lr": updater.lr,
+                   "pairs": len(pairs), "tie_frac": 1 - (len(pairs) + unended) / cfg.prompts_per_round,
+                   "unended_frac": unended / cfg.prompts_per_round,
+                   "lr": updater.lr,
                    "samples": len(problems) * run.dist.world,
                    "completion_tokens": int(run.dist.all_sum(float(rollout.lengths.sum()))),
                    "unscorable": int(len(problems) * run.dist.world - scorable), "prompts": [first_prompt, stream.position]}
@@ -214,7 +222,11 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
                 run.say(f"stopping after round {round_} of {cfg.rounds}: {row['stopped']}")
                 break
     rank_by.close()
-    if step == 0:
+    if step == 0 and no_pair["unended"] * 2 >= no_pair["prompts"] > 0:
+        run.say(f"warning: no round formed a pair: for {no_pair['unended']} of {no_pair['prompts']} prompts no sample "
+                f"ended before --max_new_tokens {cfg.max_new_tokens}, and a cut-off sample is never chosen, so "
+                "nothing was trained and the saved model is the start model; raise --max_new_tokens")
+    elif step == 0:
         run.say("warning: no round formed a pair (every round's samples scored alike), so nothing was trained and "
                 "the saved model is the start model; sample more per prompt, raise --temperature, or rank with "
                 "rewards that tell samples apart")
