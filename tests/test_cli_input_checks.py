@@ -59,7 +59,7 @@ def test_overlong_rows_name_the_cli_flag(tmp_path, char_tokenizer):
     with pytest.raises(DataError, match="pass a larger --max_length, or --overlong skip or --overlong truncate"):
         load_sft(short, char_tokenizer, max_length=16)
     huge = _jsonl(tmp_path / "huge.jsonl", [{"prompt": "1" * 5000, "completion": "2"}])
-    with pytest.raises(DataError, match="rejected before tokenizing \\(pass a larger --max_length, or --overlong skip"):
+    with pytest.raises(DataError, match="rejected before tokenizing \\(pass a larger --max_length, or --overlong skip or --overlong truncate"):
         load_sft(huge, char_tokenizer, max_length=16)
 
 

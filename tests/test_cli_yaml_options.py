@@ -114,3 +114,22 @@ def test_resume_with_a_file_takes_the_run_s_options_under_what_the_file_sets(tmp
     with pytest.raises(Captured):  # what the file sets stands, for the run to compare with its own
         main(["train", "grpo", "--resume", str(run), "--config", _yaml(tmp_path, "seed: 6\n")])
     assert captured.pop("cfg").seed == 6
+
+
+def test_a_task_with_data_does_not_bring_evaluation_settings_that_would_be_refused(tmp_path, captured, capsys):
+    """`lmpo train dpo --data pairs.jsonl --task calculator` was refused over
+    `eval_max_new_tokens=48`, an option the user never gave: the task suggests it, and with --data
+    there is no held-out evaluation for it to shape (QA T)."""
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text('{"prompt": "1+1=", "chosen": "2", "rejected": "3"}\n')
+    with pytest.raises(Captured):
+        main(["train", "dpo", "--data", str(pairs), "--task", "calculator", "--out", str(tmp_path / "a")])
+    from lmpo.trainers.validation import no_heldout_problems
+
+    cfg = captured.pop("cfg")
+    assert cfg.eval_max_new_tokens == 12 and no_heldout_problems(cfg) == []  # the default, not the task's 48
+    with pytest.raises(Captured):
+        main(["train", "dpo", "--data", str(pairs), "--task", "calculator", "--eval_max_new_tokens", "48",
+              "--out", str(tmp_path / "b")])
+    (problem,) = no_heldout_problems(captured.pop("cfg"))  # given by the user, it is still refused
+    assert problem.startswith("eval_max_new_tokens=48 shapes the held-out evaluation")

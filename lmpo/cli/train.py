@@ -30,6 +30,8 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
         given = build(cls, preset=preset, yaml_file=args.config, flags=flags)  # what the file and flags say
         task = getattr(given, "task", "")
         suggested = task_settings(task, kind if kind in NOT_RL else "rl") if isinstance(task, str) else {}
+        if getattr(given, "data", "") and not getattr(given, "eval_prompts", ""):  # no held-out evaluation to shape
+            suggested = {k: v for k, v in suggested.items() if k not in ("eval_problems", "eval_max_new_tokens")}
         preset = {**{k: v for k, v in suggested.items() if k in cls.__dataclass_fields__}, **preset}
         resumed_from = getattr(given, "resume", "")
         if resumed_from:

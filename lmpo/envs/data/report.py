@@ -144,13 +144,12 @@ def overlong_error(rec: Record, field: str, length: int, limit: str, fields: tup
                      row=rec.row)
 
 
-def _remedies(limit: str, drop_only: bool = False) -> str:
+def _remedies(limit: str) -> str:
     """What lets such a row load: a larger --max_length where the limit is that option ("max_length
-    1024", not the model's context), or the overlong policy."""
+    1024", not the model's context), or the overlong policy (truncate cuts a row too long to
+    tokenize whole as well, and skips one it cannot cut)."""
     option = re.fullmatch(r"(\w*max_length) \d+", limit)
     larger = f"a larger --{option[1]}, or " if option else ""
-    if drop_only:
-        return f"pass {larger}--overlong skip, overlong='skip' from Python, to drop such rows"
     return (f"pass {larger}--overlong skip or --overlong truncate, overlong='skip' or 'truncate' from Python, "
             "to load such rows")
 
@@ -209,7 +208,7 @@ def overlong_before_tokenizing(rec: Record, least: int, limit: str) -> DataError
     """Names the row's longest field, where the text that makes it over the limit is."""
     field = max(rec.fields, key=lambda name: text_chars(rec.fields[name]))
     return DataError(rec.path, f"at least {least} tokens ({text_chars(rec.get(field))} characters in this field), "
-                               f"over {limit}; rejected before tokenizing ({_remedies(limit, drop_only=True)})",
+                               f"over {limit}; rejected before tokenizing ({_remedies(limit)})",
                      row=rec.row, field=rec.named(field))
 
 
