@@ -217,3 +217,24 @@ def test_a_run_given_relative_paths_resumes_from_another_directory(start_model, 
     assert absolute_paths(options, start) == {**options, "rl_stage": {"data": str(start / "demos.jsonl")}}
     (start / "r.py").write_text("")
     assert absolute_paths({"rewards": "correct=1.0, r.py:fn=0.5"}, start) == {"rewards": f"correct=1.0, {start}/r.py:fn=0.5"}
+
+
+def test_a_resume_may_name_what_auto_picked_on_this_machine(tmp_path):
+    """`--resume RUN --device cpu` (or `--precision fp32`) of a run started with the defaults on a
+    CPU-only machine was refused as `device='cpu' (was 'auto')` (QA T): the same choice."""
+    import torch
+
+    from lmpo.models import cpu_has_native_bf16
+    from lmpo.trainers.checkpoint import check_same_config
+
+    if torch.cuda.is_available():
+        pytest.skip("auto picks a GPU here")
+    check_same_config({"device": "auto", "precision": "auto"}, {"device": "cpu", "precision": "fp32"}, tmp_path)
+    check_same_config({"rl_stage": {"device": "auto"}}, {"rl_stage": {"device": "cpu"}}, tmp_path)
+    with pytest.raises(ValueError, match=r"seed=1 \(was 0\)"):  # anything else still differs
+        check_same_config({"device": "auto", "seed": 0}, {"device": "cpu", "seed": 1}, tmp_path)
+    if cpu_has_native_bf16():  # bf16 autocast is another computation than auto's fp32 on a CPU
+        with pytest.raises(ValueError, match=r"precision='bf16' \(was 'auto'\)"):
+            check_same_config({"precision": "auto"}, {"precision": "bf16"}, tmp_path)
+    else:  # asked for where it would be emulated, bf16 runs fp32
+        check_same_config({"precision": "auto"}, {"precision": "bf16"}, tmp_path)

@@ -90,7 +90,8 @@ def completion_outputs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_
     `packing.choose_layout` costs least (the same numbers to float tolerance)."""
     as_reference = getattr(model, "as_reference", None)  # a LoRA policy seen as its base (`lora.AdapterDisabled`)
     if as_reference is not None:
-        # called on the wrapper, the forward ran padded where the policy's ran packed: a k1 of -2e-8, not 0, before any update
+        # called on the wrapper, the forward ran padded where the policy's ran packed: a k1 of
+        # -2e-8, not 0, before any update
         with as_reference() as base:
             return completion_outputs(base, prompt_ids, prompt_mask, completion_ids, temperature, entropy=entropy,
                                       entropy_grad=entropy_grad, hidden=hidden, chunk_tokens=chunk_tokens,

@@ -265,7 +265,8 @@ def check_same_config(saved: dict, current: dict, run_dir: str | Path) -> None:
     current_files = _dotted(absolute_paths(current, os.getcwd()) if run_dir else current)
     saved, current = _dotted(saved), _dotted(current)  # as given, to name them
     changed = sorted(k for k in saved.keys() | current.keys()
-                     if k.rpartition(".")[2] not in RESUME_MAY_CHANGE and saved_files.get(k) != current_files.get(k))
+                     if k.rpartition(".")[2] not in RESUME_MAY_CHANGE and saved_files.get(k) != current_files.get(k)
+                     and not _picked_alike(k, saved, current))
     if changed:
         parts = ", ".join(f"{k}={current.get(k)!r} (was {saved.get(k)!r})" for k in changed)
         if (Path(run_dir) / "result.json").is_file():  # a resume repeats a finished run; it does not extend it
@@ -273,6 +274,28 @@ def check_same_config(saved: dict, current: dict, run_dir: str | Path) -> None:
                              f"to train its model further start a new run from it (--model {Path(run_dir) / 'model'})")
         raise ValueError(f"--resume {run_dir}: options differ from the interrupted run: {parts}; "
                          f"repeat the run's own options")
+
+
+def _picked_alike(key: str, saved: dict, current: dict) -> bool:
+    """`auto` and what it picks on this machine are one choice: `--device cpu` or `--precision fp32`
+    resumes a run started with the defaults on a CPU."""
+    import warnings
+
+    from lmpo.models import choose_precision, resolve_device
+
+    section, _, name = key.rpartition(".")
+    if name not in ("device", "precision") or not all(isinstance(d.get(key), str) for d in (saved, current)):
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # bf16 where it would be emulated: fp32, said when the run starts
+            if name == "device":
+                return resolve_device(saved[key]) == resolve_device(current[key])
+            device = resolve_device(str(current.get(f"{section}.device" if section else "device", "auto")))
+            return (choose_precision(device, saved[key]).autocast_dtype
+                    == choose_precision(device, current[key]).autocast_dtype)
+    except ValueError:
+        return False
 
 
 def _dotted(options: dict) -> dict:
