@@ -238,3 +238,22 @@ def test_a_resume_may_name_what_auto_picked_on_this_machine(tmp_path):
             check_same_config({"precision": "auto"}, {"precision": "bf16"}, tmp_path)
     else:  # asked for where it would be emulated, bf16 runs fp32
         check_same_config({"precision": "auto"}, {"precision": "bf16"}, tmp_path)
+
+
+def test_a_reward_file_given_relative_keeps_its_metric_name_across_a_resume(start_model, tmp_path, monkeypatch):
+    """A reward's name, its file included, names its metric (`reward_r.py:fn`): made absolute on
+    resume, the rows after the checkpoint were `reward_/abs/r.py:fn`, a second series."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.py").write_text("def fn(task, problems, completions, terminated):\n"
+                                   "    return [float(len(c) % 3) for c in completions]\n")
+    (tmp_path / "p.jsonl").write_text("".join(f'{{"prompt": "{i}{i + 1}=", "answer": "{i + 1}{i}"}}\n' for i in range(4)))
+    assert main(["train", "grpo", "--model", start_model, "--prompts", "p.jsonl", "--task", "exact_match",
+                 "--rewards", "correct=1.0,r.py:fn=0.5", "--out", "run", *RL_RUN]) == 0
+    run = tmp_path / "run"
+    _as_interrupted(run)  # its newest checkpoint is step 1's: the resume redoes step 2
+    assert main(["train", "grpo", "--resume", "run"]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [sorted(k for k in r if k.startswith("reward_") and k != "reward_mean" and k != "reward_std") for r in rows
+            if "reward_mean" in r] == [["reward_correct", "reward_r.py:fn"]] * 2

@@ -193,4 +193,6 @@ def _saved_options(run_dir: str, required: bool) -> dict:
             raise ConfigError(f"--resume {run_dir}: no config.json there; is it an lmpo RL run directory?")
     options.pop("resume", None)
     options.pop("overwrite", None)  # how that run started, not how it continues
-    return absolute_paths(options, started_in(run_dir) or os.getcwd())  # its files, from wherever it resumes
+    # its files, from wherever it resumes; a reward file's name only where it must change (its metric's name)
+    start = started_in(run_dir) or os.getcwd()
+    return absolute_paths(options, start, file_parts=os.path.realpath(start) != os.path.realpath(os.getcwd()))

@@ -28,16 +28,17 @@ def started_in(run_dir: str | Path) -> str | None:
     return cwd if isinstance(cwd, str) and cwd else None
 
 
-def absolute_paths(options: dict, base: str | Path) -> dict:
+def absolute_paths(options: dict, base: str | Path, file_parts: bool = True) -> dict:
     """`options` with each relative path that exists from `base` made absolute (a pipeline's
-    stage sections too); anything else as it is."""
+    stage sections too); anything else as it is. `file_parts=False` leaves `task` and `rewards`
+    as they are: a reward's name, file included, is its metric's name (`reward_my.py:fn`)."""
     out = {}
     for key, value in options.items():
         if isinstance(value, dict):
-            out[key] = absolute_paths(value, base)
+            out[key] = absolute_paths(value, base, file_parts)
         elif key in PATH_OPTIONS and isinstance(value, str):
             out[key] = _absolute(value, base)
-        elif key in FILE_PART_OPTIONS and isinstance(value, str):
+        elif key in FILE_PART_OPTIONS and isinstance(value, str) and file_parts:
             out[key] = ",".join(_absolute_file_part(part, base) for part in value.split(","))
         else:
             out[key] = value
