@@ -134,3 +134,17 @@ def test_the_sampler_is_measured_against_the_trainers_forward(start_model, tmp_p
 
     assert all(0 <= kl < 1e-6 for kl in run("same", 1.0))
     assert all(kl > 1e-2 for kl in run("off", 1.5))
+
+
+def test_sampler_kl_at_float_error_is_quiet_and_a_sampler_drawing_elsewhere_is_named():
+    """The doctor reads it: bf16 autocast leaves 1e-6 to 1e-5 between the engine's log-probs and the forward's; a
+    sampler at another temperature leaves far more, which the ratio (1 by construction) hides."""
+    from lmpo.reports.doctor import diagnose
+
+    rows = [{"step": i + 1, "reward_mean": 0.5, "zero_var_frac": 0.3, "accuracy": 0.5, "sampler_kl": 1e-5 * i / 29}
+            for i in range(30)]
+    assert "sampler_mismatch" not in {f.code for f in diagnose(rows, "rl")}
+    rows = [{**row, "sampler_kl": 0.0} for row in rows]
+    rows[4]["sampler_kl"], rows[7]["sampler_kl"] = 0.004, 0.05
+    found = next(f for f in diagnose(rows, "rl") if f.code == "sampler_mismatch")
+    assert found.value == "0.05 nats/token at step 8 (2 steps above the threshold)"
