@@ -88,3 +88,22 @@ def test_online_dpo_that_forms_no_pair_because_every_sample_was_cut_off_says_so(
     assert "no sample ended before --max_new_tokens 1, and a cut-off sample is never chosen" in capsys.readouterr().out
     (found,) = [f for f in diagnose(rows, "online_dpo") if f.code == "no_updates"]
     assert "cut off at --max_new_tokens" in found.message and found.remedy.startswith("raise --max_new_tokens")
+
+
+def test_online_dpo_or_rft_that_never_trained_is_a_finding():
+    """Every round tied (online DPO) or accepted nothing (RFT): the run exited 0, saved the start
+    model byte for byte, and the doctor said "no problems found"."""
+    from lmpo.reports.doctor import diagnose
+
+    def warnings(rows, stage):
+        return {f.code for f in diagnose(rows, stage) if f.severity == "warning"}
+
+    rft = [{"step": r, "reward_mean": 0.0, "acceptance_rate": 0.0, "kept": 0, "updates": 0} for r in (1, 2)]
+    odpo = [{"step": r, "reward_mean": 0.0, "pairs": 0, "optimizer_steps": 0} for r in (1, 2)]
+    (found,) = [f for f in diagnose(rft, "rft") if f.code == "no_updates"]
+    assert found.metric == "updates" and "no sample was accepted" in found.message
+    (found,) = [f for f in diagnose(odpo, "online_dpo") if f.code == "no_updates"]
+    assert found.metric == "optimizer_steps" and "no pair was formed" in found.message
+    rft[-1]["updates"] = 16
+    odpo[-1]["optimizer_steps"] = 3
+    assert "no_updates" not in warnings(rft, "rft") | warnings(odpo, "online_dpo")

@@ -300,14 +300,13 @@ def _check_local_path(name_or_path: str, trust_remote_code: bool = False) -> Non
     if path.is_file():  # `--model DIR/config.json`, `--model model.safetensors`
         raise FileNotFoundError(f"{path} is a file; a model is given as its directory"
                                 f"{f' ({path.parent})' if (path.parent / 'config.json').is_file() else ''}")
-    # an RL run's config.json holds its options, not a model's: its run.json tells it apart
-    run_dir = (path / "run.json").is_file() and (path / "config.json").is_file()
+    run_dir = (path / "run.json").is_file() and (path / "config.json").is_file()  # an RL run's: its options
     if path.exists() and (run_dir or not (path / "config.json").exists()) and not is_adapter_dir(path):
         inside = _models_inside(path)
-        hint = f"; it holds {'models' if len(inside) > 1 else 'a model'}: {', '.join(map(str, inside))}" if inside else ""
+        hint = (f"; it holds a model: {inside[0]}; give {inside[0]} instead" if len(inside) == 1 else
+                f"; it holds models: {', '.join(map(str, inside))}" if inside else "")
         why = "a run directory (its config.json holds the run's options)" if run_dir else "it has no config.json"
-        raise FileNotFoundError(f"{path} is not a Hugging Face model directory: {why}{hint}"
-                                f"{f'; give {inside[0]} instead' if len(inside) == 1 else ''}")
+        raise FileNotFoundError(f"{path} is not a Hugging Face model directory: {why}{hint}")
     if not path.exists() and looks_local:
         raise FileNotFoundError(f"model directory {path} does not exist (presets: {', '.join(PRESETS)})")
     if not trust_remote_code and (code := remote_code(path)):
