@@ -101,6 +101,13 @@ def test_a_run_with_partial_credit_already_is_not_told_to_add_it(tmp_path):
     assert "add partial credit" not in sparse.remedy and "a larger --group_size" in sparse.remedy
     assert sparse.remedy.endswith("(the run's --rewards correct=1.0,rewards.py:digits=0.5 already give partial "
                                   "credit; it did not tell a group's completions apart)")
+    # an agent task whose environment rewards turns (after-sales: format=0.05 and reward_env): adding
+    # `correct` would count the outcome twice
+    env = [{**row, "reward_env": 0.0} for row in flat]
+    (agent,) = check_signal(env, Thresholds(), rewards="format=0.05")
+    assert "add partial credit" not in agent.remedy
+    assert agent.remedy.endswith("(the environment's own rewards (reward_env) already give partial credit; "
+                                 "it did not tell a group's completions apart)")
 
 
 def test_entropy_collapse_from_a_too_high_learning_rate(tmp_path, reward_fns_on_path):

@@ -30,7 +30,8 @@ def check_signal(rows: list[Row], th: Thresholds, group_size: int | None = None,
     `advantage` (the run's estimator): an all-equal group gives no gradient only where the
     advantage compares completions within their group (grpo, dr_grpo, rloo); under gae or
     reinforce_pp the critic's values or the batch's baseline still give one. `rewards` (the run's
-    --rewards): where it sums more than one function, partial credit is not a remedy to suggest."""
+    --rewards): where it sums more than one function, or the environment rewards turns itself
+    (`reward_env`), partial credit is not a remedy to suggest."""
     zero_var = _values(rows, "zero_var_frac")
     acc = _points(rows, "accuracy") or _points(rows, "reward_mean")
     if not zero_var or not acc:
@@ -74,9 +75,12 @@ def check_signal(rows: list[Row], th: Thresholds, group_size: int | None = None,
         return findings
     if start_acc <= th.sparse_accuracy:
         several = rewards is not None and len([r for r in rewards.split(",") if r.strip()]) > 1
-        credit = ("" if several else "add partial credit (--rewards correct=1.0,format=0.1) or ")
-        already = (f" (the run's --rewards {rewards} already give partial credit; it did not tell a group's "
-                   f"completions apart)" if several else "")
+        env = bool(_values(rows, "reward_env"))  # the environment rewards turns too (an agent task's own)
+        credit = ("" if several or env else "add partial credit (--rewards correct=1.0,format=0.1) or ")
+        givers = " and ".join([f"the run's --rewards {rewards}"] * several
+                              + ["the environment's own rewards (reward_env)"] * env)
+        already = (f" ({givers} already give partial credit; it did not tell a group's "
+                   f"completions apart)" if givers else "")
         findings.append(Finding("reward_sparse", "warning", "accuracy (first steps)", _pct(start_acc),
                                 f"<= {_pct(th.sparse_accuracy)}",
                                 f"the model is rarely right at the start, so the rewards of a group are mostly all "
