@@ -240,6 +240,17 @@ def test_a_resume_may_name_what_auto_picked_on_this_machine(tmp_path):
         check_same_config({"precision": "auto"}, {"precision": "bf16"}, tmp_path)
 
 
+def test_a_resume_naming_the_tasks_own_turn_limit_is_told_to_leave_it_out(tmp_path):
+    """`--resume RUN --max_turns 3` of a calculator run (3 turns, the task's own) was refused as
+    `max_turns=3 (was 0)` (QA V): the run recorded 0, "the task's own", which the message now says."""
+    from lmpo.trainers.checkpoint import check_same_config
+
+    with pytest.raises(ValueError, match=r"max_turns=3 \(was 0, the task's own: leave --max_turns out\)"):
+        check_same_config({"max_turns": 0}, {"max_turns": 3}, tmp_path)
+    with pytest.raises(ValueError, match=r"max_turns=4 \(was 3\)"):
+        check_same_config({"max_turns": 3}, {"max_turns": 4}, tmp_path)
+
+
 def test_a_reward_file_given_relative_keeps_its_metric_name_across_a_resume(start_model, tmp_path, monkeypatch):
     """A reward's name, its file included, names its metric (`reward_r.py:fn`): made absolute on
     resume, the rows after the checkpoint were `reward_/abs/r.py:fn`, a second series."""

@@ -268,12 +268,23 @@ def check_same_config(saved: dict, current: dict, run_dir: str | Path) -> None:
                      if k.rpartition(".")[2] not in RESUME_MAY_CHANGE and saved_files.get(k) != current_files.get(k)
                      and not _picked_alike(k, saved, current))
     if changed:
-        parts = ", ".join(f"{k}={current.get(k)!r} (was {saved.get(k)!r})" for k in changed)
+        parts = ", ".join(f"{k}={current.get(k)!r} ({_was(k, saved.get(k))})" for k in changed)
         if (Path(run_dir) / "result.json").is_file():  # a resume repeats a finished run; it does not extend it
             raise ValueError(f"--resume {run_dir}: options differ from the run's: {parts}; that run finished, so "
                              f"to train its model further start a new run from it (--model {Path(run_dir) / 'model'})")
         raise ValueError(f"--resume {run_dir}: options differ from the interrupted run: {parts}; "
                          f"repeat the run's own options")
+
+
+# options whose 0 is "the task's own": a run started without them recorded 0, not the task's value
+TASK_OWN_WHEN_ZERO = ("max_turns", "max_turn_tokens")
+
+
+def _was(key: str, value) -> str:
+    name = key.rpartition(".")[2]
+    if name in TASK_OWN_WHEN_ZERO and value == 0:
+        return f"was 0, the task's own: leave --{name} out"
+    return f"was {value!r}"
 
 
 def _picked_alike(key: str, saved: dict, current: dict) -> bool:
