@@ -6,6 +6,7 @@ accuracy 0, and nothing said why."""
 from __future__ import annotations
 
 import random
+import re
 import warnings
 from types import SimpleNamespace
 
@@ -14,7 +15,8 @@ import pytest
 from lmpo.envs import make_task
 from lmpo.models import build_char_tokenizer
 from lmpo.rollout import SamplingParams, run_episodes
-from lmpo.rollout.agent_loop import limits_for, warn_if_calls_overrun
+from lmpo.rollout.agent_loop import limits_for
+from lmpo.rollout.budget_warnings import warn_if_calls_overrun
 from lmpo.rollout.render import renderer_for
 
 from test_agent_loop import ScriptedEngine
@@ -60,7 +62,7 @@ def test_an_episode_budget_the_demonstrations_nearly_fill_is_said_at_start_up(to
     """QA: under a ChatML template vault's demonstrations took 46 of its 48 tokens, and a quarter
     of the sampled episodes ended as token_budget (untrained), with no word why. The tasks' own
     budgets leave room under the embedded template."""
-    from lmpo.rollout.agent_loop import warn_if_demonstrations_overrun
+    from lmpo.rollout.budget_warnings import warn_if_demonstrations_overrun
 
     task = make_task(spec)
     renderer = renderer_for(task, tok)
@@ -71,3 +73,25 @@ def test_an_episode_budget_the_demonstrations_nearly_fill_is_said_at_start_up(to
     with pytest.warns(UserWarning, match=rf"demonstrations take up to \d+ tokens .* of the episode budget of "
                                          rf"{task.max_tokens // 2} .* raise --max_new_tokens to about \d+"):
         warn_if_demonstrations_overrun(task, renderer, tok, tight)
+
+
+def test_an_evaluation_budget_too_short_names_its_own_option_once():
+    """QA: with --max_new_tokens 70 a GRPO run on calculator warned before every evaluation that
+    the budget of 48 (--eval_max_new_tokens, the task's own) was nearly full, but told the user to
+    raise --max_new_tokens, which does not set it."""
+    from lmpo.models import load_model_and_tokenizer
+    from lmpo.rollout.evaluation import evaluate
+    from lmpo.trainers.rl import RLConfig, eval_options
+
+    model, tok = load_model_and_tokenizer("tiny", seed=0)
+    task = make_task("calculator")
+    problems = task.heldout_problems(2)
+    options = {**eval_options(RLConfig(task="calculator")), "max_new_tokens": task.max_tokens // 2}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):  # three evaluations of one run
+            evaluate(model, tok, task, problems, **options)
+    said = [str(w.message) for w in caught if "demonstrations take" in str(w.message)]
+    assert len(said) == 1, said
+    assert f"budget of {task.max_tokens // 2} (--eval_max_new_tokens, or the task's own)" in said[0]
+    assert re.search(r"raise --eval_max_new_tokens to about \d+$", said[0]), said[0]

@@ -14,7 +14,6 @@ not fit the context (or the budget) is rolled back and the episode ends as `cont
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -22,6 +21,7 @@ from lmpo.envs.base import Problem
 from lmpo.envs.env import (ANSWERED, CONTEXT_OVERFLOW, ENV_DONE, ENV_ERROR, MAX_TURNS, PARSE_ERROR_LIMIT,
                            TERMINATIONS, TOKEN_BUDGET, TURN_LENGTH, EnvFactory, Step, check_opening,
                            check_step)
+from lmpo.rollout.budget_warnings import warn_if_calls_overrun, warn_if_demonstrations_overrun
 from lmpo.rollout.engines import Engine
 from lmpo.rollout.env_workers import EnvWorkers
 from lmpo.rollout.render import ChatRenderer, TemplateError, TextRenderer
@@ -318,8 +318,10 @@ class EpisodeRunner:
 
     @classmethod
     def for_task(cls, task, model, tokenizer, params: SamplingParams, *, generator=None, max_turns: int = 0,
-                 max_turn_tokens: int = 0, max_parse_errors: int = 3, engine: Engine | None = None) -> "EpisodeRunner":
-        """`engine` defaults to the built-in one on `model` (see `engine_select.make_engine` for vLLM)."""
+                 max_turn_tokens: int = 0, max_parse_errors: int = 3, engine: Engine | None = None,
+                 budget_option: str = "--max_new_tokens") -> "EpisodeRunner":
+        """`engine` defaults to the built-in one on `model` (see `engine_select.make_engine` for vLLM).
+        `budget_option`: the option that set `params.max_new_tokens`, for the warnings to name."""
         from lmpo.envs.env import env_factory
         from lmpo.rollout.engines import LocalEngine, stop_token_ids
         from lmpo.rollout.render import renderer_for
@@ -331,7 +333,7 @@ class EpisodeRunner:
         warn_if_calls_overrun(task, tokenizer, limits)
         stops = _eos_first(getattr(engine, "eos_ids", None), tokenizer)
         renderer = renderer_for(task, tokenizer, stops)
-        warn_if_demonstrations_overrun(task, renderer, tokenizer, limits)
+        warn_if_demonstrations_overrun(task, renderer, tokenizer, limits, budget_option=budget_option)
         return cls(engine, env_factory(task), renderer, limits, tokenizer, params, env_workers_of(task))
 
 
@@ -348,45 +350,3 @@ def check_rendering(task, model, tokenizer) -> None:
 def _eos_first(stops, tokenizer) -> list[int] | None:
     """The tokenizer's EOS first (the prefix check's default), then the model's other stop tokens."""
     return [tokenizer.eos_token_id, *sorted(set(stops) - {tokenizer.eos_token_id})] if stops else None
-
-
-def warn_if_calls_overrun(task, tokenizer, limits: EpisodeLimits) -> None:
-    """Warn when the task's own demonstration calls (`task.demonstration_calls()`, where it has
-    them) do not fit the turn cap under this tokenizer: every such call would end the episode as
-    turn_length, which reads as a model that cannot call tools."""
-    calls = getattr(task, "demonstration_calls", lambda: [])()
-    if not calls or not limits.max_turn_tokens:
-        return
-    longest = max(len(tokenizer(call, add_special_tokens=False).input_ids) for call in calls)
-    if longest + 1 > limits.max_turn_tokens:  # and its end-of-turn token
-        warnings.warn(f"task {getattr(task, 'name', '')!r}: its demonstration tool calls take up to {longest} tokens "
-                      f"and the end-of-turn token, more than the turn cap of {limits.max_turn_tokens} "
-                      f"(--max_turn_tokens, or the task's own): such calls are cut off and end as turn_length; "
-                      f"raise --max_turn_tokens to at least {longest + 1}", stacklevel=3)
-
-
-def warn_if_demonstrations_overrun(task, renderer, tokenizer, limits: EpisodeLimits, share: float = 0.85) -> None:
-    """Warn when the task's own demonstrations, rendered by this model's template, take more than
-    `share` of the episode budget after the prompt: an episode a little longer than they are ends
-    as token_budget and is not trained (QA: a ChatML template's tool wrapper took 46 of vault's 48
-    tokens, and a quarter of the episodes were cut off)."""
-    from lmpo.rollout.render import ChatRenderer
-
-    demonstrations = getattr(task, "sft_demonstrations", None)
-    if limits.max_turns < 2 or not isinstance(renderer, ChatRenderer) or not callable(demonstrations):
-        return
-    try:
-        used = []
-        for conversation in demonstrations(16, 0):
-            first = next(i for i, m in enumerate(conversation) if m["role"] == "assistant")
-            prompt = renderer.render(conversation[:first], True)
-            used.append(len(tokenizer(renderer.render(conversation, False), add_special_tokens=False).input_ids)
-                        - len(tokenizer(prompt, add_special_tokens=False).input_ids))
-    except Exception:  # demonstrations of another shape (a user's task): nothing to measure
-        return
-    if used and max(used) > share * limits.max_tokens:
-        warnings.warn(f"task {getattr(task, 'name', '')!r}: its demonstrations take up to {max(used)} tokens after "
-                      f"the prompt under this model's chat template, {max(used) / limits.max_tokens:.0%} of the "
-                      f"episode budget of {limits.max_tokens} (--max_new_tokens, or the task's own): an episode a "
-                      f"little longer ends as token_budget and is not trained; raise --max_new_tokens to about "
-                      f"{int(max(used) * 1.5)}", stacklevel=3)

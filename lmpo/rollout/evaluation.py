@@ -136,18 +136,20 @@ def evaluate(model, tokenizer, task: Task, problems: Sequence[Problem], *, max_n
              batch_size: int = 256, n_examples: int = 5, max_turns: int = 0, max_turn_tokens: int = 0,
              max_parse_errors: int = 3, keep_all: bool = False, sampling: SamplingParams | None = None,
              samples: int = 1, generator: torch.Generator | None = None,
-             on_batch: Callable[[int, float], None] | None = None) -> EvalResult:
+             on_batch: Callable[[int, float], None] | None = None,
+             budget_option: str = "--max_new_tokens") -> EvalResult:
     """Greedy accuracy, format accuracy, tool use and termination reasons on `problems`; the result
     keeps the first `n_examples` episodes, or with `keep_all` every one. With `sampling` (its
     `max_new_tokens` replaces the argument's), `samples` episodes per problem, drawn from
     `generator`: accuracy is then the mean over them (pass@1), and `pass_at` holds pass@k.
-    `on_batch(episodes done, accuracy so far)` follows progress."""
+    `on_batch(episodes done, accuracy so far)` follows progress. `budget_option`: the option that set
+    the episode budget, for a warning that it is too short to name (a trainer's `--eval_max_new_tokens`)."""
     if samples < 1 or (samples > 1 and sampling is None):
         raise ValueError(f"samples={samples}: several samples per problem need sampling parameters")
     params = sampling or SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
     runner = EpisodeRunner.for_task(task, model, tokenizer, params, generator=generator,
                                     max_turns=max_turns, max_turn_tokens=max_turn_tokens,
-                                    max_parse_errors=max_parse_errors)
+                                    max_parse_errors=max_parse_errors, budget_option=budget_option)
     problems = [p for p in problems for _ in range(samples)]
     grades: list[Grade] = []
     kept: list[Trajectory] = []

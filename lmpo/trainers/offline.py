@@ -143,7 +143,8 @@ def train_offline(run: Run, cfg: OfflineConfig, policy, tokenizer, task, batches
     if resumed:
         updater.load_state(resumed.state)
     if heldout and not resumed:
-        first = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
+        first = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens,
+                         budget_option="--eval_max_new_tokens")
         run.write({"step": 0, "eval_accuracy": first.accuracy, "eval_format_accuracy": first.format_accuracy,
                    "elapsed_s": run.elapsed()})
     run.say(f"{summary}; {run.describe(policy)}")
@@ -176,7 +177,8 @@ def train_offline(run: Run, cfg: OfflineConfig, policy, tokenizer, task, batches
     result = StageResult(name=label, seconds=0.0, model_dir="", run_dir=str(run.out))
     run.sync(policy)
     if heldout:
-        final = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
+        final = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens,
+                         budget_option="--eval_max_new_tokens")
         run.write({"step": last_step, "eval_accuracy": final.accuracy, "eval_format_accuracy": final.format_accuracy,
                    "elapsed_s": run.elapsed()})
         result.accuracy, result.format_accuracy = final.accuracy, final.format_accuracy

@@ -269,7 +269,8 @@ def train_rft(cfg: RFTConfig) -> StageResult:
     (run.out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
     last_eval = None
     if heldout and resumed is None:
-        last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
+        last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens,
+                             budget_option="--eval_max_new_tokens")
         run.write({"step": 0, **last_eval.metrics()})
     run.say(f"{cfg.rounds} rounds of {cfg.prompts_per_round} prompts x {cfg.samples_per_prompt} samples, kept "
             f"when {cfg.rewards} >= {cfg.accept_threshold:g}{f' (top {cfg.keep_top_k})' if cfg.keep_top_k else ''}, "
@@ -300,7 +301,8 @@ def train_rft(cfg: RFTConfig) -> StageResult:
             row["time_train"], row["updates"] = time.perf_counter() - tick, updates
             if heldout and (round_ % cfg.eval_every == 0 or round_ == cfg.rounds):
                 last_eval = evaluate(run.plain(policy), tokenizer, task, heldout,
-                                     max_new_tokens=cfg.eval_max_new_tokens)
+                                     max_new_tokens=cfg.eval_max_new_tokens,
+                                     budget_option="--eval_max_new_tokens")
                 policy.train()
                 row.update(last_eval.metrics())
             run.write(row)

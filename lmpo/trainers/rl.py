@@ -286,7 +286,8 @@ def heldout_and_selection(cfg: RLConfig, task, loaded: dict, stopping: bool, tag
 def eval_options(cfg: RLConfig) -> dict:
     """Held-out episodes run under the same turn, per-turn and parse-error limits as training."""
     return {"max_new_tokens": cfg.eval_max_new_tokens, "max_turns": cfg.max_turns,
-            "max_turn_tokens": cfg.max_turn_tokens, "max_parse_errors": cfg.max_parse_errors}
+            "max_turn_tokens": cfg.max_turn_tokens, "max_parse_errors": cfg.max_parse_errors,
+            "budget_option": "--eval_max_new_tokens"}
 
 
 def make_critic(cfg: RLConfig, policy, tokenizer):

@@ -324,7 +324,8 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> St
         run.say(f"the model of step {stop.best_step} (held-out loss {stop.best:.4f}) is the stage's model")
     run.sync(model)
     if heldout and run.dist.is_main:
-        ev = evaluate(run.plain(model), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens)
+        ev = evaluate(run.plain(model), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens,
+                      budget_option="--eval_max_new_tokens")
         result.accuracy, result.format_accuracy = ev.accuracy, ev.format_accuracy
         result.tool_call_rate, result.terminations = ev.tool_call_rate, ev.terminations
         result.breakdown = ev.breakdown or None
