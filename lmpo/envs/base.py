@@ -65,3 +65,24 @@ def check_recipe(flaw_rate: float, heldout_share: float) -> None:
         raise ValueError(f"flaw_rate must be in [0, 1], got {flaw_rate}")
     if not 0 < heldout_share < 1:
         raise ValueError(f"heldout_share must be in (0, 1), got {heldout_share}")
+
+
+EPISODE_LIMITS = {  # a task's own limit -> (its least value, what it counts)
+    "max_turns": (1, "model turns an episode may take"),
+    "max_tokens": (1, "token budget of an episode after its prompt"),
+    "max_turn_tokens": (0, "the cap on one model turn, 0: the budget"),
+    "max_observation_chars": (1, "the characters of one observation the model sees"),
+    "env_workers": (1, "environments stepped at once"),
+}
+
+
+def limit_problems(task) -> list[str]:
+    """What is wrong with the episode limits a task declares (see `Task`), checked when it is made:
+    one of the wrong type would fail deep in a trainer, not naming the task."""
+    problems = []
+    for name, (least, counts) in EPISODE_LIMITS.items():
+        value = getattr(task, name, least)
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{name} must be an integer >= {least} ({counts}), got {value!r} "
+                            f"({type(value).__name__})")
+    return problems

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 from lmpo.envs.aftersales import Aftersales
-from lmpo.envs.base import Task
+from lmpo.envs.base import Task, limit_problems
 from lmpo.envs.digit_tasks import CountDigit, Increment, ReverseDigits
 from lmpo.envs.exact_match import ExactMatch
 from lmpo.envs.plugins import bind_options, installed_tasks, load_target, parse_spec
@@ -31,7 +31,7 @@ def is_named(name: str) -> bool:
 def make_task(spec: str) -> Task:
     """The task a spec names, built with the spec's options (see this module's docstring for the
     forms); a ValueError says what is wrong with a spec, its options, or a task lacking
-    ``grade`` / ``is_heldout``."""
+    ``grade`` / ``is_heldout``, or episode limits that cannot work (`limit_problems`)."""
     parsed = parse_spec(spec, is_named)
     factory = load_target(parsed.target, TASKS)
     options = bind_options(factory, parsed)
@@ -43,6 +43,8 @@ def make_task(spec: str) -> Task:
     if missing:
         raise ValueError(f"task {parsed.target!r} gave a {type(task).__name__}, which lacks "
                          f"{', '.join(missing)}: a task follows the protocol in lmpo/envs/base.py")
+    if problems := limit_problems(task):
+        raise ValueError(f"{described(task, parsed.target)}: {'; '.join(problems)}")
     try:
         task.spec = spec.strip()  # what the user wrote: a suggestion can add an option to it
     except AttributeError:
@@ -53,3 +55,10 @@ def make_task(spec: str) -> Task:
         except AttributeError:
             pass
     return task
+
+
+def described(task, target: str) -> str:
+    """How a message names a task: its class and where it came from (`task WordLen (my_tasks.py)`),
+    or the name it was given by (`task 'calculator'`)."""
+    where, colon, _ = target.rpartition(":")
+    return f"task {type(task).__name__} ({where})" if colon else f"task {target!r}"

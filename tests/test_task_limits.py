@@ -1,0 +1,61 @@
+"""A task's own episode limits (`max_turns`, `max_tokens`, `max_turn_tokens`,
+`max_observation_chars`, `env_workers`) are checked when the task is made, before any model
+loads, and a wrong one is said in one line naming the task, its file and the attribute."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from lmpo.cli.main import main
+from lmpo.envs import make_task
+
+AGENT_TASK = '''
+class WordLen:
+    chat = True
+    max_turns = 3
+    max_turn_tokens = 20
+    max_tokens = 60
+
+    def grade(self, problem, completion, terminated):
+        raise NotImplementedError
+
+    def is_heldout(self, problem):
+        return False
+
+    def make_env(self):
+        raise NotImplementedError
+'''
+
+
+def _task_file(tmp_path, old: str = "", new: str = "") -> str:
+    path = tmp_path / "word_len.py"
+    path.write_text(AGENT_TASK.replace(old, new))
+    return f"{path}:WordLen"
+
+
+@pytest.mark.parametrize("old,new,said", [
+    ("max_tokens = 60", "max_tokens = 'sixty'", "max_tokens must be an integer >= 1 (token budget of an episode "
+                                                 "after its prompt), got 'sixty' (str)"),
+    ("max_turns = 3", "max_turns = 2.5", "max_turns must be an integer >= 1 (model turns an episode may take), "
+                                         "got 2.5 (float)"),
+    ("max_turn_tokens = 20", "max_turn_tokens = None", "max_turn_tokens must be an integer >= 0 (the cap on one "
+                                                       "model turn, 0: the budget), got None (NoneType)"),
+    ("chat = True", "chat = True\n    max_observation_chars = '512'", "max_observation_chars must be an integer"),
+    ("chat = True", "chat = True\n    env_workers = True", "env_workers must be an integer >= 1"),
+])
+def test_a_limit_of_the_wrong_type_is_said_naming_the_task(tmp_path, old, new, said):
+    """QA: `max_tokens = "sixty"` was a TypeError traceback from lmpo/trainers/validation.py."""
+    spec = _task_file(tmp_path, old, new)
+    with pytest.raises(ValueError, match="^" + re.escape(f"task WordLen ({tmp_path}/word_len.py): {said}")):
+        make_task(spec)
+
+
+def test_a_limit_of_the_wrong_type_stops_the_command_line_before_the_model_loads(tmp_path, capsys):
+    spec = _task_file(tmp_path, "max_tokens = 60", "max_tokens = 'sixty'")
+    out = tmp_path / "run"
+    assert main(["train", "grpo", "--model", "tiny", "--task", spec, "--threads", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and not out.exists()
+    assert f"lmpo: error: task WordLen ({tmp_path}/word_len.py): max_tokens must be an integer >= 1" in err
