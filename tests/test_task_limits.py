@@ -59,3 +59,26 @@ def test_a_limit_of_the_wrong_type_stops_the_command_line_before_the_model_loads
     err = capsys.readouterr().err
     assert "Traceback" not in err and not out.exists()
     assert f"lmpo: error: task WordLen ({tmp_path}/word_len.py): max_tokens must be an integer >= 1" in err
+
+
+@pytest.mark.parametrize("old,new,said", [
+    ("max_turns = 3", "max_turns = 0", "max_turns must be >= 1, got 0"),
+    ("max_tokens = 60", "max_tokens = -5", "max_tokens must be >= 1, got -5"),
+    ("max_turn_tokens = 20", "max_turn_tokens = -1", "max_turn_tokens must be >= 0, got -1"),
+    ("chat = True", "chat = True\n    max_observation_chars = 0", "max_observation_chars must be >= 1, got 0"),
+])
+def test_a_limit_out_of_range_is_said_naming_the_task(tmp_path, old, new, said):
+    spec = _task_file(tmp_path, old, new)
+    with pytest.raises(ValueError, match="^" + re.escape(f"task WordLen ({tmp_path}/word_len.py): {said}") + "$"):
+        make_task(spec)
+
+
+def test_a_tasks_zero_turns_stops_the_command_line_before_the_model_loads(tmp_path, capsys):
+    """QA: it said "max_turns must be >= 1, got 0" after the model loaded, naming no task; the
+    user never gave --max_turns (and --max_turns 0 means the task's own)."""
+    spec = _task_file(tmp_path, "max_turns = 3", "max_turns = 0")
+    out = tmp_path / "run"
+    assert main(["train", "grpo", "--model", "tiny", "--task", spec, "--threads", "1", "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert not out.exists() and "[engine]" not in captured.out + captured.err
+    assert captured.err.strip() == f"lmpo: error: task WordLen ({tmp_path}/word_len.py): max_turns must be >= 1, got 0"

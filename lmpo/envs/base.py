@@ -78,11 +78,14 @@ EPISODE_LIMITS = {  # a task's own limit -> (its least value, what it counts)
 
 def limit_problems(task) -> list[str]:
     """What is wrong with the episode limits a task declares (see `Task`), checked when it is made:
-    one of the wrong type would fail deep in a trainer, not naming the task."""
+    a wrong one would fail deep in a trainer, or after the model loaded, not naming the task (and
+    `--max_turns 0` means the task's own, so "max_turns must be >= 1" read as the option's fault)."""
     problems = []
     for name, (least, counts) in EPISODE_LIMITS.items():
         value = getattr(task, name, least)
         if isinstance(value, bool) or not isinstance(value, int):
             problems.append(f"{name} must be an integer >= {least} ({counts}), got {value!r} "
                             f"({type(value).__name__})")
+        elif value < least:
+            problems.append(f"{name} must be >= {least}, got {value}")
     return problems
