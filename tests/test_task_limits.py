@@ -82,3 +82,40 @@ def test_a_tasks_zero_turns_stops_the_command_line_before_the_model_loads(tmp_pa
     captured = capsys.readouterr()
     assert not out.exists() and "[engine]" not in captured.out + captured.err
     assert captured.err.strip() == f"lmpo: error: task WordLen ({tmp_path}/word_len.py): max_turns must be >= 1, got 0"
+
+
+@pytest.mark.parametrize("missing,said", [
+    ("max_turns", "max_turns is missing: a task with make_env() declares the model turns an episode may take; "
+                  "without it an episode has one turn, and every tool call ends it"),
+    ("max_tokens", "max_tokens is missing: a task with make_env() declares the token budget of an episode after its "
+                   "prompt; without it an episode gets --max_new_tokens' default of 12 tokens"),
+])
+def test_an_agent_task_without_its_turns_or_budget_is_refused(tmp_path, missing, said):
+    """QA: a task with make_env and no max_turns ran one turn an episode, so every tool call
+    ended it as max_turns (masked): it could never be solved, and nothing was said."""
+    spec = _task_file(tmp_path, f"    {missing} = ", "    unused_limit = ")
+    with pytest.raises(ValueError, match="^" + re.escape(f"task WordLen ({tmp_path}/word_len.py): {said}") + "$"):
+        make_task(spec)
+
+
+def test_a_multi_turn_task_without_make_env_is_refused(tmp_path, capsys):
+    """QA: chat = True, tool_schemas() and max_turns = 3 without make_env trained as a
+    single-turn task, without a word."""
+    spec = _task_file(tmp_path, "    def make_env(self):", "    def make_environment(self):")
+    out = tmp_path / "run"
+    assert main(["train", "grpo", "--model", "tiny", "--task", spec, "--threads", "1", "--out", str(out)]) == 2
+    assert not out.exists()
+    assert capsys.readouterr().err.strip() == (
+        f"lmpo: error: task WordLen ({tmp_path}/word_len.py): max_turns = 3 asks for multi-turn episodes, but the "
+        "task has no make_env() to answer the model's turns, so each episode would end at its first answer; add "
+        "make_env() (lmpo.envs.tool_env.ToolEnv does for most tasks), or drop max_turns")
+    single_turn = tmp_path / "single_turn.py"
+    single_turn.write_text(AGENT_TASK.replace("max_turns = 3", "max_turns = 1").replace("make_env", "make_environment"))
+    assert make_task(f"{single_turn}:WordLen").chat  # a chat task of one turn needs no environment
+
+
+def test_the_embedded_tasks_pass():
+    from lmpo.envs import TASKS
+
+    for spec in [*TASKS, "calculator:tool_format=hermes", "vault:tool_format=hermes"]:
+        make_task(spec)

@@ -74,12 +74,18 @@ EPISODE_LIMITS = {  # a task's own limit -> (its least value, what it counts)
     "max_observation_chars": (1, "the characters of one observation the model sees"),
     "env_workers": (1, "environments stepped at once"),
 }
+AGENT_LIMITS = {  # what a task with `make_env` must declare (docs/agents.md), and what it would get without
+    "max_turns": "an episode has one turn, and every tool call ends it",
+    "max_tokens": "an episode gets --max_new_tokens' default of 12 tokens",
+}
 
 
 def limit_problems(task) -> list[str]:
     """What is wrong with the episode limits a task declares (see `Task`), checked when it is made:
     a wrong one would fail deep in a trainer, or after the model loaded, not naming the task (and
-    `--max_turns 0` means the task's own, so "max_turns must be >= 1" read as the option's fault)."""
+    `--max_turns 0` means the task's own, so "max_turns must be >= 1" read as the option's fault).
+    The rollout reads them with defaults, so an agent task (one with `make_env`) lacking one would
+    run as the default in silence, and a multi-turn task lacking `make_env` as a single-turn one."""
     problems = []
     for name, (least, counts) in EPISODE_LIMITS.items():
         value = getattr(task, name, least)
@@ -88,4 +94,12 @@ def limit_problems(task) -> list[str]:
                             f"({type(value).__name__})")
         elif value < least:
             problems.append(f"{name} must be >= {least}, got {value}")
+    if callable(getattr(task, "make_env", None)):
+        return problems + [f"{name} is missing: a task with make_env() declares the {EPISODE_LIMITS[name][1]}; without "
+                           f"it {default}" for name, default in AGENT_LIMITS.items() if not hasattr(task, name)]
+    turns = getattr(task, "max_turns", 1)
+    if isinstance(turns, int) and not isinstance(turns, bool) and turns > 1:
+        problems.append(f"max_turns = {turns} asks for multi-turn episodes, but the task has no make_env() to answer "
+                        f"the model's turns, so each episode would end at its first answer; add make_env() "
+                        f"(lmpo.envs.tool_env.ToolEnv does for most tasks), or drop max_turns")
     return problems
