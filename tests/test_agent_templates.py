@@ -268,3 +268,22 @@ def test_a_sentencepiece_suffix_is_encoded_as_the_whole_conversation_encodes_it(
     assert whole[-len(suffix.ids):] == suffix.ids, tok.convert_ids_to_tokens(suffix.ids)
     labelled = [tok.convert_ids_to_tokens(i) for i, s in zip(suffix.ids, suffix.sources) if s != TEMPLATE]
     assert "".join(labelled).replace("▁", " ").strip() == "hello 42"
+
+
+def test_a_template_that_writes_a_space_before_its_end_of_turn_token_is_told_to_remove_it(tmp_path):
+    """QA: `{{ content }} <eos>` was refused with 'name the template's end-of-turn token as a stop
+    token', which it already is: the space before it is what no sampled turn ever has."""
+    from lmpo.envs import make_task
+    from lmpo.models.loading import load_tokenizer
+    from lmpo.models.tokenizer import CHAT_TEMPLATE
+    from lmpo.rollout.render import renderer_for
+
+    template = tmp_path / "spaced.jinja"
+    template.write_text(CHAT_TEMPLATE.replace("%}<eos>{%", "%} <eos>{%"))
+    tok = load_tokenizer("tiny", chat_template=str(template))
+    with pytest.raises(TemplateError) as refused:
+        renderer_for(make_task("calculator"), tok)
+    assert str(refused.value) == (
+        f"the chat template ({template}, given by --chat_template) writes ' ' between an assistant turn's text and "
+        "'<eos>', so a turn the model ends with '<eos>' never matches the template's text of it; remove the ' ' "
+        "before '<eos>' from the template")

@@ -93,8 +93,8 @@ def _generation_stop_ids(name_or_path: str, trust_remote_code: bool) -> tuple[in
 def _set_chat_template(tok: PreTrainedTokenizerBase, path: str) -> None:
     """Gives `tok` the template in the file `path`, refused at once (rather than at the first row
     of data) when it cannot render a one-message conversation."""
-    try:
-        tok.chat_template = Path(path).read_text(encoding="utf-8")
+    try:  # the file is kept for messages about the template (`lmpo.rollout.render`)
+        tok.chat_template, tok._lmpo_chat_template_file = Path(path).read_text(encoding="utf-8"), path
     except (OSError, UnicodeDecodeError) as err:
         raise ValueError(f"--chat_template {path}: cannot read it ({err})") from None
     _check_renders(tok, f"--chat_template {path}: the template cannot render a one-message conversation")

@@ -263,11 +263,24 @@ def _closing_stop(renderer: ChatRenderer, candidates: list[str]) -> str:
     written = after[len(head):] if after.startswith(head) else ""
     closing = next((text for text in candidates if text and written.startswith(text)), None)
     if closing is None and after.startswith(head) and written:
-        raise TemplateError(f"the chat template ends an assistant turn with {written[:20]!r}, which is not the text "
+        template = _template_named(renderer.tokenizer)
+        padded = next((text for text in candidates if text and written.lstrip().startswith(text)), None)
+        if padded is not None:  # the stop token is the template's; the whitespace before it is the fault
+            gap = written[:len(written) - len(written.lstrip())]
+            raise TemplateError(f"{template} writes {gap!r} between an assistant turn's text and {padded!r}, so a "
+                                f"turn the model ends with {padded!r} never matches the template's text of it; "
+                                f"remove the {gap!r} before {padded!r} from the template")
+        raise TemplateError(f"{template} ends an assistant turn with {written[:20]!r}, which is not the text "
                             f"of a token generation stops at ({', '.join(map(repr, candidates))}), so a turn the "
                             f"model ends does not read as the template's; name the template's end-of-turn token "
                             f"as a stop token (the model's generation_config.json eos_token_id)")
     return closing or candidates[0]
+
+
+def _template_named(tokenizer) -> str:
+    """'the chat template', naming its file where `--chat_template FILE` gave it."""
+    path = getattr(tokenizer, "_lmpo_chat_template_file", None)
+    return f"the chat template ({path}, given by --chat_template)" if path else "the chat template"
 
 
 def renderer_for(task, tokenizer, stop_ids: Sequence[int] | None = None) -> TextRenderer | ChatRenderer:
