@@ -102,3 +102,27 @@ def test_a_tool_timeout_ends_the_episode_as_an_infrastructure_failure():
     env.reset(None)
     step = env.step("slow(1)")
     assert isinstance(step, Step) and step.done and step.info["termination"] == "tool_timeout"
+
+
+def test_a_malformed_call_in_a_48_token_episode_ends_it_as_token_budget():
+    """What docs/agents.md says of parse errors in the embedded tasks: the error reply quotes the
+    fault and does not fit what is left of the 48-token budget, so the episode ends as
+    token_budget, not parse_error_limit; a budget that holds the replies reaches parse_error_limit."""
+    from types import SimpleNamespace
+
+    from lmpo.models import build_char_tokenizer
+    from lmpo.rollout import SamplingParams, run_episodes
+    from lmpo.rollout.agent_loop import limits_for
+    from lmpo.rollout.render import renderer_for
+
+    from test_agent_loop import ScriptedEngine
+
+    tok, context = build_char_tokenizer(), SimpleNamespace(max_position_embeddings=1024)
+    for name in ("calculator", "vault"):
+        task = make_task(name)
+        problem = task.train_problems(1, 0)[0]
+        for budget, ending, errors in ((task.max_tokens, "token_budget", 1), (400, "parse_error_limit", 3)):
+            (episode,) = run_episodes(ScriptedEngine(tok, {problem.prompt: ["x("] * 3}), task.make_env, [problem],
+                                      SamplingParams(max_new_tokens=budget), limits_for(task, context, budget),
+                                      renderer_for(task, tok), tok)
+            assert (episode.termination, episode.parse_errors) == (ending, errors), (name, budget)
