@@ -45,12 +45,14 @@ def cmd_trajectories(args: argparse.Namespace, flags: dict) -> int:
     """Print the last --last trajectories of a run (or a pipeline's stage), sources colour-coded."""
     from rich.console import Console
 
-    from lmpo.reports.trajectories import find_trajectories, last_trajectories, render_terminal
+    from lmpo.reports.trajectories import find_trajectories, last_trajectories, render_terminal, unsaved_filter
 
     if args.last < 0:
         raise ValueError(f"--last must be 0 (all) or more, got {args.last}")
     path = find_trajectories(args.run_dir, stage=args.stage)
     shown, matching = last_trajectories(path, args.last, step=args.step, phase=args.phase, failed_only=args.failed)
+    if not matching and (unsaved := unsaved_filter(path, args.step, args.phase)):
+        raise ValueError(unsaved)  # a step or phase the run never saved is the user's slip, not an empty result
     console = Console()
     console.print(f"{path}: showing {len(shown)} of {matching} matching trajectories",
                   style="dim", highlight=False, markup=False, soft_wrap=True)

@@ -163,6 +163,34 @@ def last_trajectories(path_or_run_dir: str | Path, last: int, **where) -> tuple[
     return list(kept), count
 
 
+def unsaved_filter(path_or_run_dir: str | Path, step: int | None, phase: str | None) -> str | None:
+    """Why a `--step` or `--phase` that matched nothing matched nothing: no trajectory of that step
+    (or phase) was saved; what was. None when some were, and only `--failed` left none."""
+    path, saved = trajectories_path(path_or_run_dir), {}
+    for row in _rows(path, strict=True):
+        saved.setdefault(row["phase"], set()).add(row["step"])
+    if phase is not None and phase not in saved:
+        return f"--phase {phase}: no {phase} trajectories were saved in {path} (saved: {', '.join(saved) or 'none'})"
+    steps = saved.get(phase, set()) if phase else set().union(*saved.values())
+    if step is None or step in steps:
+        return None
+    kind = f"{phase} " if phase else ""
+    return f"--step {step}: no {kind}trajectories were saved for step {step} in {path}; saved {kind}steps: " \
+           f"{_step_ranges(sorted(steps)) or 'none'}"
+
+
+def _step_ranges(steps: list[int], shown: int = 12) -> str:
+    """`1-6, 8, 10-12`; the first and last few runs of a longer list."""
+    runs: list[list[int]] = []
+    for step in steps:
+        if runs and step == runs[-1][-1] + 1:
+            runs[-1].append(step)
+        else:
+            runs.append([step])
+    texts = [f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs]
+    return ", ".join(texts if len(texts) <= shown else [*texts[:shown // 2], "...", *texts[-shown // 2:]])
+
+
 def find_trajectories(run_dir: str | Path, stage: str | None = None) -> Path:
     """The ``trajectories.jsonl`` to show for ``run_dir``.
 

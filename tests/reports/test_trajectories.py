@@ -231,6 +231,27 @@ def test_cli_shows_last_k(run: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert code == 0 and "showing 1 of 1" in out and "«s2i1<eos>»" in out
 
 
+def test_cli_says_which_steps_were_saved_when_none_was_for_the_step_asked(run: Path, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """QA: `--step 99` on a run without that step printed "showing 0 of 0" and exited 0."""
+    path = run / "trajectories.jsonl"
+    code, out, err = cli([str(run), "--step", "99"], capsys)
+    assert code == 2 and out == ""
+    assert err.strip() == f"lmpo: error: --step 99: no trajectories were saved for step 99 in {path}; saved steps: 1-3"
+    code, _, err = cli([str(run), "--step", "1", "--phase", "eval"], capsys)
+    assert code == 2 and f"no eval trajectories were saved for step 1 in {path}; saved eval steps: 3" in err
+    only_train = tmp_path / "train_only"
+    only_train.mkdir()
+    rows = [json.dumps(traj(step, correct=True)) + "\n" for step in (0, 2, 4, 5)]
+    (only_train / "trajectories.jsonl").write_text("".join(rows))
+    code, _, err = cli([str(only_train), "--phase", "eval"], capsys)
+    assert code == 2 and "--phase eval: no eval trajectories were saved in" in err and "(saved: train)" in err
+    code, _, err = cli([str(only_train), "--step", "3"], capsys)
+    assert code == 2 and err.strip().endswith("saved steps: 0, 2, 4-5")
+    code, out, _ = cli([str(only_train), "--step", "2", "--failed"], capsys)  # saved, and none failed: no error
+    assert code == 0 and "showing 0 of 0 matching" in out
+
+
 def test_cli_pipeline_dir(pipeline: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = cli([str(pipeline)], capsys)
     assert code == 0 and "step 9 · train · #5" in out
