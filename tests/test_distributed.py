@@ -122,3 +122,37 @@ def test_dpo_and_kto_under_fsdp_train_as_one_process_and_checkpoint(start_model,
     # broken reference pass was off by as much as the whole update
     assert update > 0 and off < 0.01 * update, (off, update)
     assert list((tmp_path / "two" / "checkpoints").glob("step_*/sharded"))
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_a_short_last_batch_splits_unevenly_and_two_processes_train_as_one(start_model, tmp_path, mode):
+    """7 rows in batches of 3: the last batches hold 3 rows (2 + 1 over the processes) and 1 row
+    (rank 1 gets none, and must still join the gradient all-reduce); the run once stopped there
+    with '1 rows do not divide over 2 processes'."""
+    from lmpo.cli.main import main
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}{i + 1}=", "completion": f"{i + 1}{i}"}) + "\n"
+                            for i in range(7)))
+    args = ["train", "sft", "--model", start_model, "--data", str(data), "--batch_size", "3", "--epochs", "2",
+            "--eval_problems", "0", "--threads", "1", "--lr", "1e-3", "--log_every", "1", "--save_every", "0"]
+    assert main([*args, "--out", str(tmp_path / "one")]) == 0
+    torchrun("-m", "lmpo", *args, "--out", str(tmp_path / "two"), "--fsdp", str(mode == "fsdp").lower())
+    losses = [[row["loss"] for row in map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())
+               if "loss" in row] for run in ("one", "two")]
+    assert len(losses[0]) == 6 and losses[1] == pytest.approx(losses[0], abs=1e-6)
+    one, two = _weights(tmp_path / "one" / "model"), _weights(tmp_path / "two" / "model")
+    for key, value in one.items():
+        assert torch.allclose(two[key], value, atol=1e-5, rtol=0), key
+
+
+def test_dpo_refuses_a_last_batch_that_does_not_split_naming_it_before_the_run(start_model, tmp_path):
+    """DPO's figures are means over equal shares: 13 pairs in batches of 4 leave 1 for 2 processes.
+    The refusal said '1 pairs do not divide over 2 processes; choose a batch that is a multiple of
+    the process count', and 4 is one."""
+    done = torchrun("-m", "lmpo", "train", "dpo", "--model", start_model, "--pairs", "13", "--batch_size", "4",
+                    "--eval_problems", "0", "--threads", "1", "--out", str(tmp_path / "run"), check=False)
+    assert done.returncode != 0
+    assert ("13 pairs leave a last batch of 1, which does not split over 2 processes; train on 12 or 14 pairs"
+            in done.stderr + done.stdout)
+    assert not (tmp_path / "run" / "checkpoints").exists() and not (tmp_path / "run" / "model").exists()

@@ -6,9 +6,10 @@ started without them is one process and every helper here is the identity. Backe
 CUDA, gloo on CPU (the tests run 2 CPU processes with gloo).
 
 How a trainer uses it: every rank builds the same global batch (same seed, same order), keeps
-its own contiguous shard (`shard`), and divides its loss by the global token or sequence
-count (`all_sum`) times `world` — DistributedDataParallel averages gradients over ranks, so
-the update is exactly the one-process update on the global batch.
+its own contiguous shard (`shard`; `shard_batch`'s token batches may differ by a row), and
+divides its loss by the global token or sequence count (`all_sum`) times `world` —
+DistributedDataParallel averages gradients over ranks, so the update is exactly the
+one-process update on the global batch.
 """
 
 from __future__ import annotations
@@ -28,6 +29,28 @@ def launched_rank() -> int:
     """This process's rank as torchrun set it, before any process group exists (0 alone):
     what decides who writes a file that is not a stage's (a pipeline's summary, a report)."""
     return int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
+
+
+def launched_world() -> int:
+    """The process count torchrun set, before any process group exists (1 without torchrun)."""
+    return max(int(os.environ.get("WORLD_SIZE", "1")), 1)
+
+
+def equal_split_refusal(items: int, batch_size: int, world: int, what: str) -> str:
+    """Why batches of `batch_size` from `items` (the last one short) do not split into equal
+    shares over `world` processes, with the options that make them; '' when they do."""
+    if world <= 1:
+        return ""
+    if batch_size % world:
+        return (f"batch_size={batch_size} does not split over {world} processes; give a multiple of {world} "
+                f"(e.g. --batch_size {batch_size + world - batch_size % world})")
+    last = items % batch_size
+    if last % world == 0:
+        return ""
+    fewer = items - last % world
+    return (f"{items} {what} leave a last batch of {last}, which does not split over {world} processes; "
+            f"train on {fewer} or {fewer + world} {what}, or choose a --batch_size that leaves a last batch "
+            f"of a multiple of {world}")
 
 
 @dataclass(frozen=True)
@@ -65,20 +88,30 @@ class Distributed:
     def shard(self, rows: Sequence[T], what: str = "rows") -> list[T]:
         """This rank's contiguous share of a global batch; the batch must divide evenly, so every
         rank runs the same number of steps and the mean over ranks is the global mean."""
-        return list(rows[self._span(len(rows), what)])
-
-    def _span(self, n: int, what: str) -> slice:
-        if n % self.world:
-            raise ValueError(f"{n} {what} do not divide over {self.world} processes; "
+        if len(rows) % self.world:
+            raise ValueError(f"{len(rows)} {what} do not divide over {self.world} processes; "
                              f"choose a batch that is a multiple of the process count")
-        size = n // self.world
-        return slice(self.rank * size, (self.rank + 1) * size)
+        return list(rows[self._span(len(rows))])
+
+    def _span(self, n: int) -> slice:
+        """Contiguous shares as equal as they go: the first n % world ranks take one more."""
+        size, extra = divmod(n, self.world)
+        start = self.rank * size + min(self.rank, extra)
+        return slice(start, start + size + (self.rank < extra))
 
     def shard_batch(self, batch: tuple) -> tuple:
-        """This rank's rows of every tensor in a batch tuple (None stays None)."""
+        """This rank's rows of a token batch (ids, loss mask, attention mask or None). The shares
+        may differ by a row (a short last batch), as the loss divides by the global token count.
+        A rank left without a row (fewer rows than ranks) gets the batch's first row with no
+        loss: it still runs the forward and backward that DDP's gradient all-reduce and FSDP's
+        gathers wait for, adding zero to the gradient."""
         if not self.active:
             return batch
-        return tuple(None if t is None else t[self._span(t.size(0), "rows")] for t in batch)
+        span = self._span(batch[0].size(0))
+        if span.start < span.stop:
+            return tuple(None if t is None else t[span] for t in batch)
+        ids, mask, *rest = (None if t is None else t[:1] for t in batch)
+        return (ids, torch.zeros_like(mask), *rest)
 
     def all_sum(self, value: float) -> float:
         """The sum of `value` over ranks (a global count: tokens, sequences)."""

@@ -16,6 +16,7 @@ from typing import Callable, Literal, Sequence, TypeVar
 import torch
 
 from lmpo.rollout.evaluation import evaluate
+from lmpo.trainers.distributed import equal_split_refusal
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater
 from lmpo.trainers.result import StageResult
@@ -97,6 +98,8 @@ def ordered_batches(run: Run, cfg: OfflineConfig, items: Sequence[T], encode: Ca
     """`cfg.epochs` seeded passes over `items` in batches of `cfg.batch_size`; every process orders
     them alike, applies `whole` to the whole batch and keeps its share of the result; `encode`
     makes a batch of tensors (a dataclass whose fields are tensors), moved to the run's device."""
+    if refusal := equal_split_refusal(len(items), cfg.batch_size, run.dist.world, what):
+        raise ValueError(refusal)  # the figures are means over equal shares
     rng = random.Random(f"pref-order:{cfg.seed}")
     batches = []
     for _ in range(cfg.epochs):

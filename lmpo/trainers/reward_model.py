@@ -27,6 +27,7 @@ from lmpo.models.loading import name_by_path
 from lmpo.models.packing import can_pack_trunk, last_states, trunk_layout
 from lmpo.models.reward_scorer import last_token_scores
 from lmpo.models.padding import left_pad, right_pad
+from lmpo.trainers.distributed import equal_split_refusal, launched_world
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater, preflight_run
 from lmpo.trainers.pairs import PairColumns, embedded_pairs, file_pairs, scoring_rows, split_heldout
@@ -186,6 +187,8 @@ def train_reward_model(cfg: RewardModelConfig) -> StageResult:
     # the data before the run directory: a bad row says so before anything is written
     shapes: list[str] = []
     train_pairs, heldout = reward_model_pairs(cfg, task, tokenizer, shapes)
+    if refusal := equal_split_refusal(len(train_pairs), cfg.batch_size, launched_world(), "pairs"):
+        raise ValueError(refusal)  # the figures are means over equal shares
     run = Run(cfg, "rm")
     model = load_reward_model(cfg.model, tokenizer, cfg.seed, cfg.trust_remote_code)
     model.config.pad_token_id = tokenizer.pad_token_id
