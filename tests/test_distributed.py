@@ -156,3 +156,19 @@ def test_dpo_refuses_a_last_batch_that_does_not_split_naming_it_before_the_run(s
     assert ("13 pairs leave a last batch of 1, which does not split over 2 processes; train on 12 or 14 pairs"
             in done.stderr + done.stdout)
     assert not (tmp_path / "run" / "checkpoints").exists() and not (tmp_path / "run" / "model").exists()
+
+
+def test_grpo_prompt_digest_covers_every_process_prompts_as_one_process_does(start_model, tmp_path):
+    """The digest was of rank 0's share alone, so a two-process run logged other digests than a
+    one-process run on the same prompts (the README calls it the checksum of the step's prompts)."""
+    from lmpo.cli.main import main
+
+    args = ["train", "grpo", "--model", start_model, "--steps", "2", "--save_every", "0", "--prompts_per_step", "2",
+            "--group_size", "2", "--eval_problems", "0", "--threads", "1", "--rewards", "reward_fns:length=1.0"]
+    sys.path.insert(0, str(ROOT / "tests"))  # reward_fns, as torchrun's PYTHONPATH has it
+    assert main([*args, "--out", str(tmp_path / "one")]) == 0
+    torchrun("-m", "lmpo", *args, "--out", str(tmp_path / "two"))
+    digests = [[(row["prompts"], row["prompt_digest"]) for row in
+                map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines()) if "prompt_digest" in row]
+               for run in ("one", "two")]
+    assert len(digests[0]) == 2 and digests[1] == digests[0]

@@ -201,7 +201,8 @@ def train_rl(cfg: RLConfig) -> StageResult:
             if env_rewards:  # a step whose episodes all ended before any reward: 0, not a gap in the curve
                 row.setdefault("reward_env", 0.0)
             saved.write(step, "train", scored.trajectories, task, scored.rewards.tolist(), scored.valid.tolist())
-            row["prompts"], row["prompt_digest"] = [first_prompt, stream.position], prompt_digest(scored.problems)
+            shares = run.dist.gather([p.prompt for p in scored.problems])  # the digest covers the global batch
+            row["prompts"], row["prompt_digest"] = [first_prompt, stream.position], prompt_digest(shares)
             observed = figures.get("kl_reward", stats.get("kl"))  # None: no trained token to measure it on
             if cfg.target_kl > 0 and reference is not None and observed is not None:
                 beta = adaptive_kl_coef(beta, observed, cfg.target_kl, cfg.kl_horizon, cfg.prompts_per_step * cfg.group_size)
@@ -355,6 +356,7 @@ def train_on_observations(batch: Batch, scored, policy, cfg: RLConfig) -> None:
             batch.tis_weights = torch.where(extra.bool(), 1.0, batch.tis_weights)
 
 
-def prompt_digest(problems) -> str:
-    """A short fingerprint of the prompts trained on in a step, to compare runs' prompt order."""
-    return f"{zlib.crc32(chr(31).join(p.prompt for p in problems).encode()):08x}"
+def prompt_digest(shares: list[list[str]]) -> str:
+    """A short fingerprint of the prompts trained on in a step, to compare runs' prompt order:
+    every process's share in rank order, the global batch's order (one process's value)."""
+    return f"{zlib.crc32(chr(31).join(p for share in shares for p in share).encode()):08x}"
