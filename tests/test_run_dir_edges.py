@@ -183,3 +183,28 @@ def test_rft_rounds_go_with_the_run_they_belong_to_and_stay_on_resume(start_mode
     assert _rounds(run) == ["round_1", "round_2"]
     assert main(["train", "sft", "--model", start_model, "--out", str(run), *SFT_RUN]) == 0  # another trainer
     assert _rounds(run) == []
+
+
+@pytest.mark.parametrize("save_every", ["1", "0"])
+def test_a_full_disk_while_writing_the_final_model_exits_2_naming_the_checkpoint(start_model, tmp_path, capsys,
+                                                                                monkeypatch, save_every):
+    """It exited 1 with 'cannot write .model-new-PID: no space left' and left that directory
+    behind, without the intact checkpoint and the resume command a full disk mid-checkpoint names."""
+    import errno
+
+    def full(model, tokenizer, out, merged=False):
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "model.safetensors").write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device", str(out))
+
+    monkeypatch.setattr("lmpo.trainers.harness.save_model", full)
+    run = tmp_path / "run"
+    flags = [*SFT_RUN, "--save_every", save_every]  # the last --save_every counts
+    assert main(["train", "sft", "--model", start_model, "--out", str(run), *flags]) == 2
+    line = _error(capsys)
+    assert f"cannot write {run / 'model'}: no space left on the device" in line
+    if save_every == "1":
+        assert f"the newest checkpoint {run / 'checkpoints' / 'step_000001'} is intact and `--resume {run}`" in line
+    else:
+        assert "no checkpoint was kept (--save_every 0), so the training is lost" in line
+    assert not list(run.glob(".model-new-*")) and not (run / "model").exists()

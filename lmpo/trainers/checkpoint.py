@@ -76,16 +76,29 @@ def save_checkpoint(run_dir: str | Path, step: int, model, tokenizer, optimizer,
         return _write_checkpoint(root, final, tmp, step, model, tokenizer, optimizer, scheduler, generators, state,
                                  keep_last, extra_modules, data_state, rank_rng, sharded)
     except Exception as err:  # noqa: BLE001 - only write failures are translated; the rest is re-raised
-        from lmpo.trainers.fs_faults import fs_error, is_disk_full
+        from lmpo.trainers.fs_faults import fs_error
         from lmpo.trainers.run_dir import RunDirError
 
-        if not (isinstance(err, OSError) or is_disk_full(err)):
+        if not is_write_failure(err):
             raise
         shutil.rmtree(tmp, ignore_errors=True)  # what was written of this one is useless, and takes space
-        previous = sorted(p for p in root.glob("step_*") if (p / MARKER).exists()) if root.is_dir() else []
-        kept = (f"the previous checkpoint {previous[-1]} is intact and `--resume {run_dir}` continues from it"
-                if previous else f"no earlier checkpoint exists, so `--resume {run_dir}` would start over")
-        raise RunDirError(f"step {step}: {fs_error(final, err)}; {kept}") from err
+        raise RunDirError(f"step {step}: {fs_error(final, err)}; {resume_advice(run_dir, 'previous')}") from err
+
+
+def is_write_failure(err: BaseException) -> bool:
+    """A failed write (an OSError, or a full disk as torch.save and safetensors report it)."""
+    from lmpo.trainers.fs_faults import is_disk_full
+
+    return isinstance(err, OSError) or is_disk_full(err)
+
+
+def resume_advice(run_dir: str | Path, which: str) -> str:
+    """After a failed write: the newest intact checkpoint and the command that continues from it."""
+    root = checkpoint_dir(run_dir)
+    done = sorted(p for p in root.glob("step_*") if (p / MARKER).exists()) if root.is_dir() else []
+    if done:
+        return f"the {which} checkpoint {done[-1]} is intact and `--resume {run_dir}` continues from it"
+    return f"no earlier checkpoint exists, so `--resume {run_dir}` would start over"
 
 
 def _write_checkpoint(root: Path, final: Path, tmp: Path, step: int, model, tokenizer, optimizer, scheduler,

@@ -13,6 +13,7 @@ Each trainer keeps only its loop body: batches, the loss, its figures.
 
 from __future__ import annotations
 
+import shutil
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -23,8 +24,8 @@ import torch
 from lmpo.models import (AdapterDisabled, LoraOptions, apply_lora, autocast, check_compiler, check_model_source,
                          choose_precision, compile_blocks, enable_gradient_checkpointing, is_peft_model, load_model,
                          parameter_counts, peak_rss_mb, resolve_device, save_model, without_cpu_hub_kernels)
-from lmpo.trainers.checkpoint import (SHARDED, Resumed, check_resume_inputs, checkpoint_dir, resume_training,
-                                     save_checkpoint, sharded_checkpoint_dir)
+from lmpo.trainers.checkpoint import (SHARDED, Resumed, check_resume_inputs, checkpoint_dir, is_write_failure,
+                                      resume_advice, resume_training, save_checkpoint, sharded_checkpoint_dir)
 from lmpo.trainers.distributed import Distributed, unwrap, wrap_data_parallel
 from lmpo.trainers.fsdp import plain_copy, refresh, save_sharded, shard_model
 from lmpo.trainers.inputs import input_fingerprints
@@ -32,7 +33,8 @@ from lmpo.trainers.preemption import Preempted, stop_requested
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.run_clock import STATE_KEY, RunClock
-from lmpo.trainers.run_dir import check_resume, open_run_dir, replace_directory, staging_directory
+from lmpo.trainers.fs_faults import fs_error
+from lmpo.trainers.run_dir import RunDirError, check_resume, open_run_dir, replace_directory, staging_directory
 from lmpo.trainers.runtime import MetricsLog, setup_torch
 from lmpo.trainers.trackers import Trackers
 from lmpo.trainers.updater import NonFiniteUpdates, Updater  # noqa: F401 (the harness's API)
@@ -280,9 +282,7 @@ class Run:
         if self.dist.is_main:
             # written whole, then swapped in: no file of an earlier model (other shards, a full model
             # under an adapter) outlives it in model/
-            fresh = staging_directory(model_dir)
-            save_model(model, tokenizer, fresh, merged=self.lora is not None and self.cfg.lora_merge)
-            replace_directory(fresh, model_dir)
+            self._write_model(model, tokenizer, model_dir)
             for write in extra_files or ():
                 write(self.out)
         result = result or StageResult(name=self.name, seconds=0.0, model_dir="", run_dir=str(self.out))
@@ -296,6 +296,23 @@ class Run:
                          precision=self.precision.name, processes=self.dist.world, **memory, **fields)
         self.close()
         return result
+
+    def _write_model(self, model, tokenizer, model_dir: Path) -> None:
+        """model/ written whole, then swapped in: no file of an earlier model (other shards, a full
+        model under an adapter) outlives it. A failed write (a full disk) removes the partial copy
+        and names what survives, as a failed checkpoint does."""
+        fresh = staging_directory(model_dir)
+        try:
+            save_model(model, tokenizer, fresh, merged=self.lora is not None and self.cfg.lora_merge)
+            replace_directory(fresh, model_dir)
+        except Exception as err:  # noqa: BLE001 - only write failures are translated; the rest is re-raised
+            if isinstance(err, RunDirError) or not is_write_failure(err):
+                raise
+            shutil.rmtree(fresh, ignore_errors=True)
+            advice = (resume_advice(self.out, "newest") if self.cfg.save_every else
+                      "no checkpoint was kept (--save_every 0), so the training is lost; give --save_every N "
+                      "to keep checkpoints a rerun can --resume from")
+            raise RunDirError(f"{fs_error(model_dir, err)}; {advice}") from err
 
     def close(self) -> None:
         if self.trackers is not None:
