@@ -108,3 +108,31 @@ def test_a_finished_pipeline_is_not_resumed(tmp_path, capsys):
     (out / "summary.json").write_text("{}")
     assert main(["pipeline", "--resume", str(out)]) != 0
     assert "that pipeline finished" in capsys.readouterr().err
+
+
+def test_a_fresh_pipeline_over_an_interrupted_one_is_refused_unless_overwrite(tmp_path, capsys, no_stage_runs):
+    """`lmpo pipeline --out DIR` over an interrupted pipeline deleted its finished stages and
+    checkpoints without asking ('replacing the earlier run there'), where `lmpo train` refuses
+    an interrupted run's checkpoints unless --overwrite true."""
+    out = tmp_path / "pl"
+    for stage in ("cpt", "sft"):
+        (out / stage).mkdir(parents=True)
+        (out / stage / "run.json").write_text(json.dumps({"trainer": stage, "command": None, "config": {}}))
+    (out / "run.json").write_text(json.dumps({"trainer": "pipeline", "command": None, "config": {"out": str(out)}}))
+    (out / "cpt" / "result.json").write_text("{}")
+    (out / "sft" / "checkpoints" / "step_000004").mkdir(parents=True)
+    (out / "sft" / "checkpoints" / "step_000004" / "COMPLETE").write_text("ok\n")
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    assert main(["pipeline", "--out", str(out), "--threads", "1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"lmpo: error: --out {out}: holds an interrupted pipeline (cpt finished, sft's checkpoint step_000004); "
+        f"continue it with `lmpo pipeline --resume {out}`, start afresh there with --overwrite true (deletes its "
+        f"stages), or choose another --out")
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+    assert main(["pipeline", "--resume", str(out), "--overwrite", "true"]) == 2
+    assert "give one of them" in capsys.readouterr().err
+    with pytest.raises(AssertionError, match="CPT ran"):  # past the refusal, to its first stage
+        main(["pipeline", "--out", str(out), "--threads", "1", "--overwrite", "true"])
+    (out / "summary.json").write_text("{}")  # a finished pipeline is replaced, as a finished run is
+    with pytest.raises(AssertionError, match="CPT ran"):
+        main(["pipeline", "--out", str(out), "--threads", "1"])

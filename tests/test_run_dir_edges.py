@@ -89,8 +89,8 @@ def test_an_interrupted_pipeline_names_its_stage_and_how_to_continue_it(tmp_path
     from lmpo.cli.pipeline import _pipeline_resume_hint
 
     out = tmp_path / "pl"
-    again = (f"continue it with `lmpo pipeline --resume {out}` (its finished stages are kept); `lmpo pipeline` "
-             f"without --resume starts every stage afresh")
+    again = (f"continue it with `lmpo pipeline --resume {out}` (its finished stages are kept); `lmpo pipeline "
+             f"--out {out} --overwrite true` starts every stage afresh")
     assert _pipeline_resume_hint(out) == f"pipeline interrupted; {again}"
     (out / "cpt" / "checkpoints" / "step_000060").mkdir(parents=True)
     (out / "cpt" / "checkpoints" / "step_000060" / "COMPLETE").write_text("ok\n")

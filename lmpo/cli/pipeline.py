@@ -50,7 +50,7 @@ def _pipeline_resume_hint(out: Path) -> str:
     stages = [p for p in sorted(out.glob("*/run.json"), key=lambda p: p.stat().st_mtime)
               if not (p.parent / "result.json").is_file()]
     again = (f"continue it with `{launcher()}lmpo pipeline --resume {out}` (its finished stages are kept); "
-             f"`{launcher()}lmpo pipeline` without --resume starts every stage afresh")
+             f"`{launcher()}lmpo pipeline --out {out} --overwrite true` starts every stage afresh")
     if not stages:
         return f"pipeline interrupted; {again}"
     stage = stages[-1].parent
@@ -74,6 +74,7 @@ def pipeline_options(yaml_file: str | None, flags: dict) -> tuple:
 
         saved = {k: v for k, v in _flatten_dict(saved_config(cfg.resume), leaves).items() if k in leaves}
         saved.pop("resume", None)
+        saved.pop("overwrite", None)  # how that pipeline started, not how it continues
         cfg = build(PipelineConfig, preset=saved, flags=flags)
         explicit = set(leaves) - ({"out"} - set(flags))  # nothing more is resolved: each option is the run's
     from lmpo.trainers.pipeline import sections_run

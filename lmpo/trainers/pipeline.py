@@ -21,7 +21,7 @@ from lmpo.trainers.presets import RL_PRESETS, pipeline_preset, preset_problems
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_model import RewardModelConfig, train_reward_model
 from lmpo.trainers.rft import RFTConfig, train_rft
-from lmpo.trainers.pipeline_resume import continued_stage, finished_stage, resumed_pipeline
+from lmpo.trainers.pipeline_resume import check_fresh_start, continued_stage, finished_stage, resumed_pipeline
 from lmpo.trainers.preemption import stop_at_next_step
 from lmpo.trainers.preflight import load_prompt_files
 from lmpo.trainers.rl import heldout_and_selection, train_rl
@@ -39,6 +39,8 @@ class PipelineConfig:
     """Run directory: one sub-directory per stage, summary.json and the report."""
     resume: str = ""
     """Directory of an interrupted pipeline to continue with its options: its finished stages are kept, the interrupted stage resumes from its newest checkpoint, and the stages after it run."""
+    overwrite: bool = False
+    """Start afresh in an --out that holds an interrupted pipeline (finished stages, a stage's checkpoints), deleting its stages; without it such a start is refused (continue it with --resume). A finished pipeline in --out is replaced either way."""
     model: str = "tiny"
     """Model preset (fresh weights) or Hugging Face model directory for the first stage."""
     task: str = "sort_digits"
@@ -156,6 +158,7 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
     checkpoint there (`Preempted`), as `lmpo train` does."""
     given = options_given(cfg, explicit)
     cfg = resolve_pipeline(cfg, explicit)
+    check_fresh_start(cfg)  # an interrupted pipeline in --out: refused without --overwrite, as `lmpo train` does
     if cfg.resume:
         cfg = resumed_pipeline(cfg, given)
     out = Path(cfg.out)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from lmpo.trainers.checkpoint import check_same_config
 from lmpo.trainers.result import StageResult
-from lmpo.trainers.run_dir import RUN_RECORD, RunDirError, check_resumable, complete_checkpoints, saved_config
+from lmpo.trainers.run_dir import (RUN_RECORD, RunDirError, check_resumable, complete_checkpoints, earlier_trainer,
+                                  saved_config)
 
 SUMMARY = "summary.json"  # what a pipeline writes when its last stage has ended
 
@@ -43,6 +44,26 @@ def resumed_pipeline(cfg, explicit: set[str]):
                           f"resume; its stages' models are in {path}/STAGE/model")
     own = saved.get("out")  # its stages' options name their directories as it did
     return replace(cfg, out=own if isinstance(own, str) and Path(own).resolve() == path.resolve() else str(path))
+
+
+def check_fresh_start(cfg) -> None:
+    """`lmpo train`'s rule for a pipeline started without --resume: an interrupted pipeline in
+    `out` (its finished stages and its stage's checkpoints, work --resume continues) is refused
+    unless --overwrite; a finished one is replaced, as a finished run is."""
+    if cfg.resume:
+        if cfg.overwrite:
+            raise ValueError("--overwrite true starts a pipeline afresh and --resume continues one: give one of them")
+        return
+    out = Path(cfg.out)
+    if cfg.overwrite or (out / SUMMARY).is_file() or earlier_trainer(out) != "pipeline":
+        return
+    stages = [p.parent for p in sorted(out.glob("*/run.json"), key=lambda p: p.stat().st_mtime)]
+    held = [f"{s.name} finished" if (s / "result.json").is_file() else f"{s.name}'s checkpoint {done[-1].name}"
+            for s in stages if (s / "result.json").is_file() or (done := complete_checkpoints(s))]
+    if held:
+        raise RunDirError(f"--out {out}: holds an interrupted pipeline ({', '.join(held)}); continue it with "
+                          f"`lmpo pipeline --resume {out}`, start afresh there with --overwrite true (deletes its "
+                          f"stages), or choose another --out")
 
 
 def finished_stage(stage_cfg) -> StageResult | None:

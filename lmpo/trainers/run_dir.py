@@ -115,7 +115,7 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
         raise RunDirError(f"--out {path}: holds a model ({', '.join(model_files)}), not a run; a run writes its "
                           f"own config.json, metrics and model/ there, which would break that model, so choose "
                           f"another --out")
-    if not resume and (earlier := _earlier_trainer(path)) and (earlier == "pipeline") != (name == "pipeline"):
+    if not resume and (earlier := earlier_trainer(path)) and (earlier == "pipeline") != (name == "pipeline"):
         what = "a pipeline, whose stages are in its sub-directories" if earlier == "pipeline" else \
             f"a finished or interrupted {earlier} run"
         raise RunDirError(f"--out {path}: holds {what}; this {name}{'' if name == 'pipeline' else ' run'} "
@@ -146,7 +146,7 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
     return run
 
 
-def _earlier_trainer(path: Path) -> str | None:
+def earlier_trainer(path: Path) -> str | None:
     """What ran in `path` before, as its `run.json` says (None: nothing, or unreadable)."""
     try:
         trainer = json.loads((path / RUN_RECORD).read_text()).get("trainer")
