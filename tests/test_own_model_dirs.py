@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -120,3 +121,25 @@ def test_a_lora_run_whose_base_is_the_model_it_would_replace_is_refused(rl_run, 
     assert main(["train", "sft", "--model", str(run / "model"), "--out", str(run), *SFT_RUN, "--lora_r", "2"]) == 2
     assert "its model/ is this run's --model, the base its LoRA adapter is trained on" in error_line(capsys)
     assert sorted(os.listdir(run / "model")) == before and (run / "result.json").is_file()
+
+
+def test_a_directory_named_like_a_preset_hides_it_only_when_it_holds_a_model(start_model, tmp_path, monkeypatch,
+                                                                             capsys):
+    """An empty ./tiny made the default model (`tiny`) fail: "tiny is not a Hugging Face model
+    directory: it has no config.json"; now the preset is used, and either choice is said once."""
+    from lmpo.models import is_preset
+    from lmpo.models import presets
+    from lmpo.trainers.inputs import input_fingerprints
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny").mkdir()
+    if hasattr(presets, "_say_which"):  # said once per process
+        presets._say_which.cache_clear()
+    assert main(["train", "sft", "--out", "run", *SFT_RUN, "--save_every", "0"]) == 0
+    assert capsys.readouterr().err.count(
+        "[model] tiny: the embedded preset (./tiny is a directory but not a model)\n") == 1
+    assert input_fingerprints(SimpleNamespace(model="tiny")) == {}  # a resume is not refused for files put in ./tiny
+    shutil.copytree(start_model, tmp_path / "small")
+    assert not is_preset("small") and not is_preset("small")
+    assert capsys.readouterr().err == ("[model] small: the model in ./small (a directory here named like the preset; "
+                                       "give another name to use the preset)\n")

@@ -16,14 +16,8 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, Gener
 from lmpo.models.hub import check_hub_id
 from lmpo.models.lora import (ADAPTER_CONFIG, LoraOptions, adapter_base_name, apply_lora, attach_adapter,
                               is_adapter_dir, is_peft_model, qlora_quantization_config, save_lora)
-from lmpo.models.presets import PRESETS, preset_config
+from lmpo.models.presets import PRESETS, is_preset, preset_config
 from lmpo.models.tokenizer import build_char_tokenizer
-
-
-def is_preset(name_or_path: str) -> bool:
-    """Whether `name_or_path` names one of lmpo's small built-in models (``tiny`` ...) rather than
-    a Hugging Face id or a directory; a directory of that name wins."""
-    return name_or_path in PRESETS and not Path(name_or_path).exists()
 
 
 def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, chat_template: str = "",

@@ -6,7 +6,11 @@ They are ordinary `LlamaForCausalLM` models, so every stage's output directory l
 
 from __future__ import annotations
 
+import functools
+import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from transformers import LlamaConfig
 
@@ -25,6 +29,32 @@ PRESETS: dict[str, ModelPreset] = {
     "tiny": ModelPreset(128, 4, 4, 512, 256, "about 1.0M parameters; trains on a laptop CPU in minutes"),
     "small": ModelPreset(256, 6, 8, 1024, 512, "about 6.3M parameters; a few times slower than tiny"),
 }
+
+
+def is_preset(name_or_path: str) -> bool:
+    """Whether `name_or_path` names one of lmpo's small built-in models (``tiny`` ...) rather than
+    a Hugging Face id or a directory. A directory of that name here wins only when it holds a
+    model (a config.json that is not a run's options, or a LoRA adapter): an empty or scratch
+    folder called ``tiny`` would otherwise break every command whose default model is ``tiny``.
+    Either way the choice is said once, on stderr."""
+    if name_or_path not in PRESETS:
+        return False
+    path = Path(name_or_path)
+    if not path.exists():
+        return True
+    model_config = (path / "config.json").is_file() and not (path / "run.json").is_file()
+    holds_model = model_config or (path / "adapter_config.json").is_file()
+    _say_which(name_or_path, holds_model)
+    return not holds_model
+
+
+@functools.cache
+def _say_which(name: str, directory: bool) -> None:
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun every rank decides alike; one line is enough
+        return
+    what = (f"the model in ./{name} (a directory here named like the preset; give another name to use the preset)"
+            if directory else f"the embedded preset (./{name} is a directory but not a model)")
+    print(f"[model] {name}: {what}", file=sys.stderr)
 
 
 def preset_config(name: str, vocab_size: int, pad_id: int, eos_id: int, bos_id: int) -> LlamaConfig:

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from lmpo.models.lora import adapter_base_name, is_adapter_dir
+from lmpo.models.presets import is_preset
 
 DATA_OPTIONS = ("data", "heldout_data", "prompts", "eval_prompts", "ptx_data", "chat_template")
 """Options that name a file (JSONL, Parquet, a Jinja template) or a `datasets` directory (`DIR::split`) to read."""
@@ -41,7 +42,7 @@ def input_fingerprints(cfg) -> dict[str, dict]:
             out[option] = {"path": value, "bytes": size, "sha256": digest}
     for option in MODEL_OPTIONS:
         value = getattr(cfg, option, "") or ""
-        if value and Path(value).is_dir():
+        if value and Path(value).is_dir() and not is_preset(value):  # a scratch ./tiny is not the model
             out[option] = {"path": value, "files": _model_files(Path(value))}
             base = _adapter_base(Path(value))
             if base is not None:  # a LoRA adapter's directory: its weights sit on this base's
