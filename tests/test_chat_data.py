@@ -230,8 +230,15 @@ def test_a_base_model_without_a_template_trains_on_chat_data_with_one_given_and_
     config.pop("chat_template", None)
     (base / "tokenizer_config.json").write_text(json.dumps(config))
     data = write(tmp_path / "chat.jsonl", [{"messages": CHAT}] * 4)
-    with pytest.raises(DataError, match="a tokenizer with a chat template"):
+    fix = "; give one with --chat_template FILE (a Jinja template)"
+    with pytest.raises(DataError, match=re.escape(f"expected a tokenizer with a chat template to render messages, "
+                                                  f"got a tokenizer without one{fix}")):
         load_sft(data, load_tokenizer(str(base)), max_length=128)
+    from lmpo.envs.data.prompts import load_prompts
+
+    prompts = write(tmp_path / "prompts.jsonl", [{"prompt": CHAT[:1], "answer": "4"}])
+    with pytest.raises(DataError, match=re.escape(f"got a tokenizer without one{fix}")):  # was: "needs tokenizer="
+        load_prompts(prompts, tokenizer=load_tokenizer(str(base)))
     template = tmp_path / "chatml.jinja"
     # ChatML with markers the embedded tokenizer spells in few tokens (its context is 128), its eos ending a turn
     template.write_text(CHATML.replace("<|im_start|>", "<|").replace("<|im_end|>", "<eos>"))

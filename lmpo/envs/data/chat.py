@@ -180,7 +180,7 @@ def reply(rec: Record, field: str, value: Any, prompt: list[dict[str, str]]) -> 
 def render(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, msgs: list[dict[str, str]],
            *, generation_prompt: bool) -> str:
     if not has_chat_template(tokenizer):
-        raise rec.error(field, "a tokenizer with a chat template to render messages", "a tokenizer without one")
+        raise no_template(rec, field)
     tools = row_tools(rec)
     try:
         return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=generation_prompt,
@@ -188,6 +188,11 @@ def render(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, msgs: li
     except (TemplateError, ValueError) as e:
         raise DataError(rec.path, f"the tokenizer's chat template rejects these messages: {e}",
                         row=rec.row, field=rec.named(field)) from e
+
+
+def no_template(rec: Record, field: str) -> DataError:
+    return rec.error(field, "a tokenizer with a chat template to render messages",
+                     "a tokenizer without one; give one with --chat_template FILE (a Jinja template)")
 
 
 def row_tools(rec: Record) -> list[dict] | None:

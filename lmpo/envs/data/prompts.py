@@ -84,9 +84,11 @@ def _prompt(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase | None,
     value = rec.get(field)
     if isinstance(value, list):
         shapes.check(rec, "messages", field)
-        if not chat.has_chat_template(tokenizer):
+        if tokenizer is None:
             raise rec.error(field, "a string (a list of messages needs tokenizer= with a chat template)",
                             "a list of messages")
+        if not chat.has_chat_template(tokenizer):
+            raise chat.no_template(rec, field)
         msgs = chat.messages(rec, field, value)
         if msgs[-1]["role"] == "assistant":  # SFT conversations reused as prompts: the model would answer after it
             key = "from" if formats.is_sharegpt_turn(value[-1]) else "role"
