@@ -357,3 +357,31 @@ def test_a_bad_reward_rows_file_is_named_not_read_as_text(tmp_path, text, says):
         chat_rows(str(tmp_path))
     (tmp_path / REWARD_ROWS_FILE).write_text('{"rows": "text", "turn_ends": []}')
     assert chat_rows(str(tmp_path)) == {}
+
+
+TOOL_BRANCH = "<|im_start|>user\n<tool_response>{{ m.content }}</tool_response><|im_end|>\n"
+
+
+def test_a_template_that_drops_a_role_is_refused_and_one_that_escapes_it_is_not(hermes_tokenizer, tmp_path):
+    """A template with no branch for `tool` dropped the tool's result from the training text, silently."""
+    from lmpo.envs.data.prompts import load_prompts
+
+    said = "field 'messages': message 3 (role 'tool') does not appear in the chat template's rendering (the template "
+    conversation = tool_conversation({"id": 4821})
+    conversation[2]["content"] = ' "7" & <ok> '
+    data = write(tmp_path / "t.jsonl", [{"messages": conversation, "tools": [LOOKUP]}])
+    escaping = TOOL_BRANCH.replace("m.content", "m.content | trim | tojson")
+    hermes_tokenizer.chat_template = HERMES_LIKE.replace(TOOL_BRANCH, escaping)
+    load_sft(data, hermes_tokenizer, max_length=512)  # escaped and trimmed, yet there: trained
+    hermes_tokenizer.chat_template = HERMES_LIKE.replace(TOOL_BRANCH, "")
+    with pytest.raises(DataError, match=re.escape(f"t.jsonl: row 1: {said}has no branch for role 'tool', or leaves its "
+                                                  f"content out), so the model would learn the turns after it without "
+                                                  f"it; give --chat_template FILE with a template that renders it, or "
+                                                  f"leave the tool messages out of the data")):
+        load_sft(data, hermes_tokenizer, max_length=512)
+    prompts = write(tmp_path / "p.jsonl", [{"prompt": conversation[:3], "answer": "7"}])
+    with pytest.raises(DataError, match=re.escape("row 1: field 'prompt': message 3 (role 'tool') does not appear")):
+        load_prompts(prompts, tokenizer=hermes_tokenizer)
+    pairs = write(tmp_path / "pairs.jsonl", [{"prompt": conversation[:3], "chosen": "It is 7.", "rejected": "No."}])
+    with pytest.raises(DataError, match=re.escape("message 3 (role 'tool') does not appear")):
+        load_preferences(pairs, hermes_tokenizer, max_length=512)

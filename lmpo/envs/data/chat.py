@@ -227,12 +227,36 @@ def _check_calls_rendered(rec: Record, field: str, tokenizer: PreTrainedTokenize
                             row=rec.row, field=rec.named(field))
 
 
+def check_messages_rendered(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase,
+                            msgs: list[dict[str, Any]], text: str, *, generation_prompt: bool = False) -> None:
+    """A template without a branch for a role (no `tool` in it, say) drops those messages, and
+    the model would learn the replies that follow them without seeing them. Refused, not warned:
+    leaving such messages out of the data trains on the very same text, and says so. Assistant
+    turns are left to the masking, which finds each one (a template may rewrite them: Qwen3
+    drops earlier turns' thinking). Cheap: a content found verbatim is rendered; only a content
+    not found (trimmed, escaped, or dropped) costs one more rendering, with that content changed."""
+    for i, msg in enumerate(msgs):
+        content = msg["content"].strip()
+        if msg["role"] == "assistant" or not content or content in text:
+            continue
+        probe = [*msgs[:i], {**msg, "content": "lmpo probe: the template drops this"}, *msgs[i + 1:]]
+        if render(rec, field, tokenizer, probe, generation_prompt=generation_prompt) == text:
+            role = msg["role"]
+            raise DataError(rec.path, f"message {i + 1} (role {role!r}) does not appear in the chat template's "
+                                      f"rendering (the template has no branch for role {role!r}, or leaves its content "
+                                      f"out), so the model would "
+                                      f"learn the turns after it without it; give --chat_template FILE with a template "
+                                      f"that renders it, or leave the {role} messages out of the data",
+                            row=rec.row, field=rec.named(field))
+
+
 def encode_conversation(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase,
                         msgs: list[dict[str, str]]) -> tuple[list[int], list[int]]:
     """The rendered conversation's ids (`starting` with the tokenizer's leading tokens), and a
     mask that is 1 on each assistant turn."""
     text = render(rec, field, tokenizer, msgs, generation_prompt=False)
     _check_calls_rendered(rec, field, tokenizer, msgs, text)
+    check_messages_rendered(rec, field, tokenizer, msgs, text)
     ids = encode(tokenizer, text)
     mask = [0] * len(ids)
     for i, msg in enumerate(msgs):
@@ -264,6 +288,7 @@ def encode_reply(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, pr
     the prompt's unknown tokens were counted already (a preference pair's second reply)."""
     text = render(rec, field, tokenizer, [*prompt, answer], generation_prompt=False)
     _check_calls_rendered(rec, field, tokenizer, [*prompt, answer], text)
+    check_messages_rendered(rec, field, tokenizer, [*prompt, answer], text)
     ids = encode(tokenizer, text, count=count_prompt)
     start = _prefix_length(rec, field, tokenizer, prompt, True, text, ids)
     unknown = getattr(tokenizer, "_lmpo_unknown", None)

@@ -95,7 +95,9 @@ def _prompt(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase | None,
             raise rec.error(f"{field}[{len(msgs) - 1}].{key}", "a prompt that ends with a turn for the model to answer "
                                                              "(user, tool or system)",
                             "'assistant' (a reply: drop it from the prompt, or make it the row's answer)")
-        return chat.render(rec, field, tokenizer, msgs, generation_prompt=True), msgs
+        text = chat.render(rec, field, tokenizer, msgs, generation_prompt=True)
+        chat.check_messages_rendered(rec, field, tokenizer, msgs, text, generation_prompt=True)
+        return text, msgs
     if value is None:
         hint = ""
         if field == "prompt":
