@@ -54,8 +54,11 @@ def test_numbers_and_switches_still_parse_and_null_is_still_refused_for_text(tmp
     assert (cfg.lr, cfg.inner.steps, cfg.flag, cfg.mode) == (1e-5, 1000, True, "b")
     assert build(Outer, yaml_file=_yaml(tmp_path, "name: '007'\n")).name == "007"  # quoted: as before
     assert build(Outer, yaml_file=_yaml(tmp_path, "name: {a: 1.10}\n")).name == '{"a": 1.1}'  # JSON: as before
-    with pytest.raises(ConfigError, match="line 1: name: expected a string, got None"):
+    with pytest.raises(ConfigError, match=r"line 1: name: expected a string, got null \(leave the option out for its "
+                                          r"default\)$"):  # was "got None", Python's word, not YAML's
         build(Outer, yaml_file=_yaml(tmp_path, "name:\n"))
+    with pytest.raises(ConfigError, match="line 1: lr: expected a number, got true$"):
+        build(Outer, yaml_file=_yaml(tmp_path, "lr: yes\n"))
 
 
 def test_train_and_pipeline_configs_keep_the_text_of_paths_and_names(tmp_path):

@@ -62,14 +62,14 @@ def coerce(hint: Any, value: Any, where: str) -> Any:
     if origin is Literal:
         choices = typing.get_args(hint)
         if value not in choices:
-            raise ConfigError(f"{where}: expected one of {', '.join(map(str, choices))}, got {value!r}")
+            raise ConfigError(f"{where}: expected one of {', '.join(map(str, choices))}, got {_shown(value)}")
         return value
     if hint is bool:
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
             return value.lower() in ("true", "1", "yes", "on")
-        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        raise ConfigError(f"{where}: expected true or false, got {_shown(value)}")
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -78,7 +78,7 @@ def coerce(hint: Any, value: Any, where: str) -> Any:
                 return int(value.replace("_", ""))
             except ValueError:
                 pass
-        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        raise ConfigError(f"{where}: expected an integer, got {_shown(value)}")
     if hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -87,7 +87,7 @@ def coerce(hint: Any, value: Any, where: str) -> Any:
                 return float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{where}: expected a number, got {value!r}")
+        raise ConfigError(f"{where}: expected a number, got {_shown(value)}")
     if hint is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
@@ -96,8 +96,15 @@ def coerce(hint: Any, value: Any, where: str) -> Any:
                 return json.dumps(value)
             except (TypeError, ValueError) as err:  # a date, a set, a list that contains itself
                 raise ConfigError(f"{where}: cannot be given as JSON text ({err})") from None
-        raise ConfigError(f"{where}: expected a string, got {value!r}")
+        raise ConfigError(f"{where}: expected a string, got {_shown(value)}")
     raise ConfigError(f"{where}: unsupported field type {hint}")
+
+
+def _shown(value: Any) -> str:
+    """A value as the YAML file wrote it: `null`, `true` (not Python's None, True)."""
+    if value is None:
+        return "null (leave the option out for its default)"
+    return json.dumps(value) if isinstance(value, bool) else repr(value)
 
 
 def _flatten_fields(cls: type, prefix: str = "") -> dict[str, tuple[Any, str]]:
