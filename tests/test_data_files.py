@@ -37,12 +37,26 @@ def test_csv_and_tsv_files_are_read_with_every_value_as_text(char_tokenizer, tmp
     assert load_sft(sft, char_tokenizer, max_length=64)[1].shape == "prompt/completion"
     bad = tmp_path / "bad.csv"
     bad.write_text("prompt,answer\n12=,12\n21=,12,extra\n")
-    with pytest.raises(DataError, match=r"row 2: 3 values under a header of 2 columns \(file line 3\)"):
+    with pytest.raises(DataError, match=r"bad\.csv: line 3 \(row 2\): 3 values under a header of 2 columns$"):
         read_records(bad)
     no_answer = tmp_path / "na.csv"
     no_answer.write_text("prompt,answer\n12=,\n")
-    with pytest.raises(DataError, match="row 1: field 'answer'"):
+    with pytest.raises(DataError, match=r"na\.csv: line 2 \(row 1\): field 'answer'"):
         load_prompts(no_answer, require_answer=True)
+
+
+def test_a_csv_rows_error_names_its_file_line_as_well(char_tokenizer, tmp_path):
+    """"row 2" counted data rows while an unclosed quote said "line 2", and JSONL's "row N" is the
+    file's line: a bad value on line 3 of a CSV file read as "row 2"."""
+    path = tmp_path / "s.csv"
+    path.write_text('prompt,completion\n1+1=,2\n\n"two\nlines=",3\n2+2=,\n')  # a blank line, a value on two
+    with pytest.raises(DataError, match=r"s\.csv: line 6 \(row 3\): field 'completion': expected a non-empty string"):
+        load_sft(path, char_tokenizer, max_length=64)
+    tsv = tmp_path / "s.tsv"
+    tsv.write_text("text\tprompt\na\t\n\tb=\n")
+    with pytest.raises(DataError, match=r"s\.tsv: line 3 \(row 2\): field 'prompt': expected every row in the shape "
+                                        r"'text' of line 2 \(row 1\) "):
+        load_sft(tsv, char_tokenizer, max_length=64)
 
 
 @pytest.mark.parametrize("module,suffix", [("gzip", ".gz"), ("bz2", ".bz2"), ("lzma", ".xz")])

@@ -93,7 +93,7 @@ def test_csv_labels_are_text_and_read_as_true_or_false(char_tokenizer, tmp_path)
     examples, _ = load_unpaired(path, char_tokenizer, max_length=16)
     assert [e.desirable for e in examples] == [True, False, True, False]
     path.write_text("prompt,completion,label\n1+1=,2,yes\n2+2=,5,false\n")
-    with pytest.raises(DataError, match=r"u.csv: row 1: field 'label': expected true or false \(or 1 or 0\) for "
+    with pytest.raises(DataError, match=r"u.csv: line 2 \(row 1\): field 'label': expected true or false \(or 1 or 0\) for "
                                         r"desirable or undesirable, got 'yes'"):
         load_unpaired(path, char_tokenizer, max_length=16)
     write(tmp_path / "u.jsonl", [{**ROWS[0], "label": "true"}, ROWS[1]])  # JSON has booleans: a string stays refused

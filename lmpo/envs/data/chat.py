@@ -52,7 +52,7 @@ def message(rec: Record, where: str, value: Any) -> dict[str, Any]:
         keys = ", ".join(repr(k) for k in list(value)[:5])  # none: `{}`
         raise rec.error(where, "a {role, content} message object", f"an object with keys {keys}" if value else "{}")
     if role not in ROLES:
-        raise rec.error(f"{where}.role", "one of 'system', 'user', 'assistant', 'tool'", short_repr(role))
+        raise rec.error(f"{where}.role", "one of 'system', 'user', 'assistant', 'tool'", _value(value, "role"))
     calls = value.get("tool_calls")
     if calls is not None and role != "assistant":
         raise rec.error(f"{where}.tool_calls", "tool calls only in an assistant turn", f"a {role} turn with them")
@@ -62,7 +62,7 @@ def message(rec: Record, where: str, value: Any) -> dict[str, Any]:
     if isinstance(content, list):
         content = text_parts(rec, f"{where}.content", content)
     if not isinstance(content, str):
-        raise rec.error(f"{where}.content", "a string", type_name(content))
+        raise rec.error(f"{where}.content", "a string", _value(value, "content") if content is None else type_name(content))
     if role == "assistant" and not content and not calls:
         raise rec.error(f"{where}.content", "a non-empty string in an assistant turn (or tool_calls)", "''")
     for key in TURN_FLAGS:
@@ -79,6 +79,12 @@ def message(rec: Record, where: str, value: Any) -> dict[str, Any]:
         if value.get(key) is not None:
             msg[key] = _string(rec, f"{where}.{key}", value[key])
     return msg
+
+
+def _value(message: dict, key: str) -> str:
+    if key not in message:
+        return f"no {key} field (the message has: {', '.join(map(str, message)) or 'none'})"
+    return "null" if message[key] is None else short_repr(message[key])
 
 
 def tool_calls(rec: Record, where: str, value: Any) -> list[dict[str, Any]]:
@@ -187,7 +193,7 @@ def render(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, msgs: li
                                              **({"tools": tools} if tools else {}))
     except (TemplateError, ValueError) as e:
         raise DataError(rec.path, f"the tokenizer's chat template rejects these messages: {e}",
-                        row=rec.row, field=rec.named(field)) from e
+                        row=rec.row, line=rec.line, field=rec.named(field)) from e
 
 
 def no_template(rec: Record, field: str) -> DataError:
@@ -224,7 +230,7 @@ def _check_calls_rendered(rec: Record, field: str, tokenizer: PreTrainedTokenize
             raise DataError(rec.path, f"the tokenizer's chat template does not render {key}, so the model would "
                                       f"learn these turns without their {what}; write it into the turn's content in "
                                       "the format the model should learn, or use a template that renders it",
-                            row=rec.row, field=rec.named(field))
+                            row=rec.row, line=rec.line, field=rec.named(field))
 
 
 def check_messages_rendered(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase,
@@ -247,7 +253,7 @@ def check_messages_rendered(rec: Record, field: str, tokenizer: PreTrainedTokeni
                                       f"out), so the model would "
                                       f"learn the turns after it without it; give --chat_template FILE with a template "
                                       f"that renders it, or leave the {role} messages out of the data",
-                            row=rec.row, field=rec.named(field))
+                            row=rec.row, line=rec.line, field=rec.named(field))
 
 
 def encode_conversation(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase,
@@ -326,7 +332,7 @@ def _prefix_length(rec: Record, field: str, tokenizer: PreTrainedTokenizerBase, 
         if not strict:
             return None
         raise DataError(rec.path, _prefix_mismatch(rec, field, tokenizer, prefix, generation_prompt, text, full_text),
-                        row=rec.row, field=rec.named(field))
+                        row=rec.row, line=rec.line, field=rec.named(field))
     ids = encode(tokenizer, text, count=False)  # a prefix of the conversation, counted with it
     n = 0
     # Stops early only where a token merges across the boundary; that token then counts
@@ -345,7 +351,7 @@ def _through_last_eos(rec: Record, field: str, tokenizer: PreTrainedTokenizerBas
                                   f"({names}: the tokenizer's eos and its generation config's), so a model trained "
                                   "on it would not learn to stop; set tokenizer.eos_token, or eos_token_id in "
                                   "generation_config.json, to the template's end-of-turn token",
-                        row=rec.row, field=rec.named(field))
+                        row=rec.row, line=rec.line, field=rec.named(field))
     return span[:last + 1]
 
 

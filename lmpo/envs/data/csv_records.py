@@ -14,7 +14,8 @@ from lmpo.envs.data.records import DataError, Record, _not_utf8, _open, _read_by
 def read_csv(path: Path, label: str, delimiter: str) -> list[Record]:
     """A spreadsheet export: the header row names the columns, every value is text as written (an
     answer `007` stays `007`), an empty cell is a missing value; row N is the Nth row after the
-    header, quoted values may span lines."""
+    header, and errors name the file line it starts on too (`line 3 (row 2)`); quoted values
+    may span lines."""
     import csv
 
     records = []
@@ -26,10 +27,11 @@ def read_csv(path: Path, label: str, delimiter: str) -> list[Record]:
         last_line = 0
         try:
             for row, values in enumerate(reader, start=1):
+                line = reader.line_num - _line_breaks(values)  # where the row starts: blank lines skipped are counted
                 if None in values:  # more cells than the header names
                     raise DataError(label, f"{len(reader.fieldnames) + len(values[None])} values under a header of "
-                                           f"{len(reader.fieldnames)} columns (file line {reader.line_num})", row=row)
-                records.append(Record(label, row, {k: (v if v != "" else None) for k, v in values.items()}))
+                                           f"{len(reader.fieldnames)} columns", row=row, line=line)
+                records.append(Record(label, row, {k: (v if v != "" else None) for k, v in values.items()}, line=line))
                 last_line = reader.line_num
         except UnicodeDecodeError as e:
             raise DataError(label, _not_utf8(e, _read_bytes(path, label, 2), path)) from None
@@ -42,6 +44,12 @@ def read_csv(path: Path, label: str, delimiter: str) -> list[Record]:
                                        "one as \"\")") from None
             raise DataError(label, f"not valid CSV ({e}, file line {reader.reader.line_num})") from None
     return records
+
+
+def _line_breaks(values: dict) -> int:
+    """Line breaks inside the row's quoted values: the lines it spans after its first."""
+    cells = [v for k, v in values.items() if k is not None] + (values.get(None) or [])
+    return sum(cell.count("\n") for cell in cells if isinstance(cell, str))
 
 
 @contextlib.contextmanager

@@ -74,7 +74,7 @@ def _encode_counting(tokenizer, text: str, unknown: Unknown | None, rec: Record)
     before = unknown.tokens
     with counting_unknown(tokenizer, unknown):
         ids = chat.encode(tokenizer, text)
-    unknown.row(f"row {rec.row}", before)
+    unknown.row(rec.place, before)
     return ids
 
 

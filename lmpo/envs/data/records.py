@@ -23,14 +23,16 @@ COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}  # read through the s
 
 class DataError(ValueError):
     """A file or row that cannot be loaded. The message names the file, then the 1-based row
-    and the field when they are known: `data/train.jsonl: row 17: field 'messages': expected ...`.
-    The same parts are kept as `path`, `row` and `field` for callers."""
+    and the field when they are known: `data/train.jsonl: row 17: field 'messages': expected ...`
+    (`data/train.csv: line 18 (row 17): ...` where the file's line is another number).
+    The same parts are kept as `path`, `row`, `line` and `field` for callers."""
 
-    def __init__(self, path: str | Path, message: str, *, row: int | None = None, field: str | None = None):
-        self.path, self.row, self.field = str(path), row, field
+    def __init__(self, path: str | Path, message: str, *, row: int | None = None, field: str | None = None,
+                 line: int | None = None):
+        self.path, self.row, self.field, self.line = str(path), row, field, line
         parts = [self.path]
         if row is not None:
-            parts.append(f"row {row}")
+            parts.append(row_place(row, line))
         if field is not None:
             parts.append(f"field '{field}'")
         super().__init__(": ".join([*parts, message]))
@@ -49,6 +51,12 @@ def short_repr(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def row_place(row: int, line: int | None) -> str:
+    """`row 17`, or `line 18 (row 17)` where the file's line differs from the row's number (a CSV
+    file's header comes first), so an editor's line number finds it."""
+    return f"line {line} (row {row})" if line is not None and line != row else f"row {row}"
+
+
 @dataclass(frozen=True)
 class Record:
     """One row of a data file: its user fields and where it came from. `row` is the line
@@ -60,6 +68,12 @@ class Record:
     fields: dict[str, Any]
     aliases: dict[str, str] = field(default_factory=dict)
     """A renamed field's column in the file (`prompt` → `question`), so messages name the file's."""
+    line: int | None = None
+    """The file line the row starts on, where it is not `row` (CSV and TSV: the header is line 1)."""
+
+    @property
+    def place(self) -> str:
+        return row_place(self.row, self.line)
 
     def get(self, name: str) -> Any:
         """The field's value; None when it is absent or null (Parquet and datasets fill
@@ -71,7 +85,7 @@ class Record:
         already has one of the new names is left out (the option named another one)."""
         targets = set(columns.values())
         fields = {columns.get(k, k): v for k, v in self.fields.items() if k in columns or k not in targets}
-        return Record(self.path, self.row, fields, {**self.aliases, **{v: k for k, v in columns.items()}})
+        return Record(self.path, self.row, fields, {**self.aliases, **{v: k for k, v in columns.items()}}, self.line)
 
     def named(self, where: str | None) -> str | None:
         """A field path (`prompt`, `prompt[0].content`) with the file's name for a renamed field."""
@@ -81,7 +95,8 @@ class Record:
         return self.aliases.get(head[0], head[0]) + where[head.end():] if head else where
 
     def error(self, field: str | None, expected: str, got: str) -> DataError:
-        return DataError(self.path, f"expected {expected}, got {got}", row=self.row, field=self.named(field))
+        return DataError(self.path, f"expected {expected}, got {got}", row=self.row, field=self.named(field),
+                         line=self.line)
 
     def present(self) -> str:
         """The names of the row's non-null fields, for messages."""
@@ -90,7 +105,18 @@ class Record:
     def missing(self, field: str, expected: str) -> DataError:
         if field in self.fields:  # there, but null (a JSON null, or a Parquet row without the column)
             return self.error(field, expected, f"null (the row's other fields: {self.present()})")
-        return self.error(field, expected, f"no such field (the row has: {self.present()})")
+        return self.error(field, expected, f"no such field (the row has: {self.present()}){self.rows_inside()}")
+
+    def rows_inside(self) -> str:
+        """A hint for a file that is one object holding the rows under a key (`{"data": [...]}`),
+        which reads as a single row with that one field."""
+        if self.row != 1 or len(self.fields) != 1 or not self.path.endswith(".json"):
+            return ""
+        (key, value), = self.fields.items()
+        if not isinstance(value, list) or not value or not all(isinstance(v, dict) for v in value):
+            return ""
+        return (f"; if the file is one object holding its rows under {key!r} (a list of {len(value)} objects), "
+                f"give that list itself as the file (a JSON array, or one object per line)")
 
     def refuse_lone_surrogates(self, where: str, value: Any) -> None:
         """Refuse `value`, parsed from JSON text in the row's field `where` (tool calls' arguments,
@@ -115,13 +141,13 @@ class ShapeCheck:
     def __init__(self) -> None:
         self.shape: str | None = None
         self.field = ""
-        self.row = 0
+        self.place = ""
 
     def check(self, rec: Record, shape: str, field: str) -> None:
         if self.shape is None:
-            self.shape, self.field, self.row = shape, field, rec.row
+            self.shape, self.field, self.place = shape, field, rec.place
         elif shape != self.shape:
-            raise rec.error(field, f"every row in the shape '{self.shape}' of row {self.row} "
+            raise rec.error(field, f"every row in the shape '{self.shape}' of {self.place} "
                                    f"(decided by field '{self.field}')", f"a row of shape '{shape}'")
 
 

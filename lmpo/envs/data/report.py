@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Generic, Literal, TypeVar, get_args
 
@@ -108,11 +108,10 @@ def _example(rec: Record, tokenizer, max_length: int, overlong: Overlong, fmt: R
         report.skipped_overlong += 1
         return None
     if least is not None:  # truncated anyway: tokenize no more of a 50 MB text than can be kept
-        rec = Record(rec.path, rec.row, _cut_strings(rec.fields, (max_length + 16) * longest_token_chars(tokenizer)),
-                     rec.aliases)
+        rec = replace(rec, fields=_cut_strings(rec.fields, (max_length + 16) * longest_token_chars(tokenizer)))
     unknown_before = report.unknown.tokens
     example = fmt.tokenize(rec, shape, tokenizer)
-    report.unknown.row(f"row {rec.row}", unknown_before)
+    report.unknown.row(rec.place, unknown_before)
     length = fmt.length(example)
     if length > max_length:
         if overlong == "error":
@@ -137,11 +136,11 @@ def overlong_error(rec: Record, field: str, length: int, limit: str, fields: tup
     there are several, so a short prompt is not blamed for a long completion."""
     present = [f for f in fields if rec.get(f) is not None]
     if len(present) < 2:
-        return DataError(rec.path, f"{length} tokens, over {limit} ({_remedies(limit)})", row=rec.row,
+        return DataError(rec.path, f"{length} tokens, over {limit} ({_remedies(limit)})", row=rec.row, line=rec.line,
                          field=rec.named(present[0] if present else field))
     named = " + ".join(f"'{rec.named(f)}' ({text_chars(rec.get(f))} characters)" for f in present)
     return DataError(rec.path, f"fields {named}: {length} tokens together, over {limit} ({_remedies(limit)})",
-                     row=rec.row)
+                     row=rec.row, line=rec.line)
 
 
 def _remedies(limit: str) -> str:
@@ -209,7 +208,7 @@ def overlong_before_tokenizing(rec: Record, least: int, limit: str) -> DataError
     field = max(rec.fields, key=lambda name: text_chars(rec.fields[name]))
     return DataError(rec.path, f"at least {least} tokens ({text_chars(rec.get(field))} characters in this field), "
                                f"over {limit}; rejected before tokenizing ({_remedies(limit)})",
-                     row=rec.row, field=rec.named(field))
+                     row=rec.row, line=rec.line, field=rec.named(field))
 
 
 def _cut_strings(value, chars: int):

@@ -75,6 +75,12 @@ def pack(examples: list[TokenizedExample], seq_len: int) -> list[TokenizedExampl
     return [TokenizedExample(ids[i:i + seq_len], mask[i:i + seq_len]) for i in range(0, len(ids), seq_len)]
 
 
+DECIDING_FIELDS = {"messages": chat.MESSAGES, "conversations": chat.MESSAGES, "instruction": "a non-empty string",
+                   "prompt": "a string or a list of messages", "completion": "a string or an assistant message",
+                   "text": "a non-empty string"}
+"""The fields that decide a row's shape, and what each holds."""
+
+
 def sft_shape(rec: Record) -> tuple[str, str]:
     """(shape, the field that decided it) for one row."""
     if rec.get("messages") is not None:
@@ -91,13 +97,16 @@ def sft_shape(rec: Record) -> tuple[str, str]:
         return "prompt/completion", "prompt" if prompt is not None else "completion"
     if rec.get("text") is not None:
         return "text", "text"
+    nulls = [name for name in DECIDING_FIELDS if name in rec.fields]  # all null here, else a shape was found
+    if len(nulls) == 1:  # `{"text": null}` has its field: "got fields none" read as if it had none
+        raise rec.missing(nulls[0], DECIDING_FIELDS[nulls[0]])
     prompt_like = formats.likely_column(rec, formats.PROMPT_LIKE)
     answer_like = formats.likely_column(rec, ("answer", *formats.ANSWER_LIKE))
     name_them = (f"--prompt_field {prompt_like} --answer_field {answer_like} read this file's"
                  if prompt_like and answer_like else "--prompt_field and --answer_field name them")
     raise rec.error(None, "a 'messages', 'prompt'/'completion' or 'text' field (or ShareGPT's 'conversations', "
                           f"Alpaca's 'instruction'/'output', or a prompt and an answer column: {name_them})",
-                    f"fields {rec.present()}")
+                    f"fields {rec.present()}" + (f" (null: {', '.join(nulls)})" if nulls else "") + rec.rows_inside())
 
 
 def _tokenize(rec: Record, shape: str, tokenizer: PreTrainedTokenizerBase) -> TokenizedExample:
