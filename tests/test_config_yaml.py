@@ -169,3 +169,33 @@ def test_an_unreadable_config_file_is_a_one_line_error(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "read_text", refuse)
     with pytest.raises(ConfigError, match=r"config file .*c.yaml: cannot be read \(Permission denied\)"):
         build(Outer, yaml_file=f)
+
+
+def test_a_toml_config_file_is_refused_as_toml_and_a_json_one_is_read(tmp_path):
+    """`--config c.toml` said "line 1: expected a mapping of option: value", not why."""
+    toml = tmp_path / "c.toml"
+    toml.write_text('name = "x"\nlr = 1\n')
+    with pytest.raises(ConfigError, match=r"c\.toml: TOML is not supported; a config file is YAML \(or JSON, which "
+                                          r"YAML reads\): write `key = value` as `key: value`"):
+        build(Outer, yaml_file=str(toml))
+    named_otherwise = tmp_path / "c.cfg"
+    named_otherwise.write_text(toml.read_text())
+    with pytest.raises(ConfigError, match=r"line 1: expected a mapping of option: value \(this reads as TOML's "):
+        build(Outer, yaml_file=str(named_otherwise))
+    json_file = tmp_path / "c.json"
+    json_file.write_text('{"name": "x", "inner": {"steps": 3}}')
+    cfg = build(Outer, yaml_file=str(json_file))
+    assert (cfg.name, cfg.inner.steps) == ("x", 3)
+
+
+def test_a_path_from_a_config_file_that_is_not_found_names_the_file_and_line(tmp_path, monkeypatch, capsys):
+    """"model directory ../m_llama does not exist" did not say the value came from a config file."""
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "rel.yaml").write_text("epochs: 1\nmodel: ../m_llama\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "sft", "--config", "cfg/rel.yaml", "--threads", "1", "--out", "run"]) == 2
+    assert capsys.readouterr().err == (
+        f"lmpo: error: model directory ../m_llama does not exist (presets: tiny, small) (../m_llama: from "
+        f"cfg/rel.yaml: line 2: model; read from the current directory, {tmp_path})\n")
+    assert main(["train", "sft", "--model", "../m_llama", "--threads", "1", "--out", "run"]) == 2
+    assert capsys.readouterr().err.endswith("(presets: tiny, small)\n")  # a flag's: nothing to add

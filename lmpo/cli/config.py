@@ -13,6 +13,7 @@ import ast
 import dataclasses
 import inspect
 import json
+import re
 import textwrap
 import types
 import typing
@@ -26,6 +27,20 @@ from lmpo.cli.parser import suggestion
 
 class ConfigError(ValueError):
     pass
+
+
+FILE_PATHS: dict[str, str] = {}
+"""Path-like values a --config file gave ({value: "FILE: line N: key"}): an error that names one
+later (`model directory ../m_llama does not exist`) says where it came from (`from_config_file`)."""
+
+
+def from_config_file(message: str) -> str:
+    """`message`, with where the first path it names came from, when a --config file gave it."""
+    for value, where in FILE_PATHS.items():
+        if re.search(rf"(?<![\w./-]){re.escape(value)}(?![\w./-])", message):
+            relative = "" if Path(value).is_absolute() else f"; read from the current directory, {Path.cwd()}"
+            return f"{message} ({value}: from {where}{relative})"
+    return message
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -127,7 +142,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, defaults: dict[str
     `defaults`: the value shown for a flag where it is not the field's own default; `sources`: what
     set that value (said beside it). `unlisted(name)`: a flag kept out of `--help` (still parsed, so
     that its refusal can say why)."""
-    parser.add_argument("--config", metavar="FILE", help="YAML file of option values (flags win over it)")
+    parser.add_argument("--config", metavar="FILE", help="YAML (or JSON) file of option values (flags win over it)")
     current, said = defaults or {}, sources or {}
     for name, (hint, doc) in _flatten_fields(cls).items():
         kind = _type_name(hint)
@@ -192,6 +207,10 @@ def _read_yaml(path: str | Path) -> _YamlDoc:
             " (for no options from a file, leave --config out)" if path == Path("/dev/null") else ""))
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
+    if path.suffix.lower() == ".toml":  # read as YAML it is one long scalar: "expected a mapping" said nothing of why
+        raise ConfigError(f"{path}: TOML is not supported; a config file is YAML (or JSON, which YAML reads): "
+                          f"write `key = value` as `key: value`, and a [section] as `section:` with its options "
+                          f"indented under it")
     try:
         node = yaml.compose(path.read_text())
     except yaml.YAMLError as err:
@@ -204,7 +223,9 @@ def _read_yaml(path: str | Path) -> _YamlDoc:
     if node is None:
         return doc
     if not isinstance(node, yaml.MappingNode):
-        raise ConfigError(f"{path}: line {node.start_mark.line + 1}: expected a mapping of option: value")
+        toml = isinstance(node, yaml.ScalarNode) and "=" in str(node.value)
+        hint = " (this reads as TOML's `key = value`; config files are YAML: `key: value`)" if toml else ""
+        raise ConfigError(f"{path}: line {node.start_mark.line + 1}: expected a mapping of option: value{hint}")
     lines = doc.lines
 
     def walk(n: yaml.MappingNode, prefix: str, inside: tuple) -> dict:
@@ -271,6 +292,8 @@ def build(cls: type, *, preset: dict[str, Any] | None = None, yaml_file: str | N
             if key in doc.text and _takes_text(hint_type, doc.text[key]):
                 value = doc.text[key]  # the text as written: `out: 2024_01` is not the integer 202401
             values[key] = coerce(hint_type, value, where)
+            if isinstance(values[key], str) and ("/" in values[key] or Path(values[key]).suffix):
+                FILE_PATHS[values[key]] = where
     for key, value in (flags or {}).items():
         if key not in leaves:
             raise ConfigError(f"--{key}: unknown option")

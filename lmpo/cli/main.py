@@ -10,7 +10,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from lmpo.cli.config import ConfigError, add_arguments
+from lmpo.cli.config import FILE_PATHS, ConfigError, add_arguments, from_config_file
 from lmpo.cli.errors import RunDirError, one_line, runtime_errors
 from lmpo.cli.parser import Parser
 from lmpo.cli.pipeline import PIPELINE_OWNED, cmd_pipeline
@@ -338,6 +338,7 @@ def _joined_negatives(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    FILE_PATHS.clear()  # main() is called again in tests: a file's values are this command's only
     try:  # Ctrl-C in the first seconds (building the parser imports torch) is said as any other
         argv = _joined_negatives(sys.argv[1:] if argv is None else list(argv))
         args = make_parser(argv[0] if argv else "").parse_args(argv)
@@ -348,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         _plain_lmpo_warnings()
         return args.func(args, flags)
     except (ConfigError, ValueError, FileNotFoundError, RunDirError) as err:
-        print(f"lmpo: error: {err}", file=sys.stderr)
+        print(f"lmpo: error: {from_config_file(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # before runtime_errors(), which imports torch: perhaps the import interrupted
         print("lmpo: interrupted", file=sys.stderr)
