@@ -54,13 +54,21 @@ def test_eval_refuses_sampling_options_without_samples(capsys):
     assert "top_p=0.5 needs --samples K" in error_line(capsys)
 
 
-def test_overlong_rows_name_the_cli_flag(tmp_path, char_tokenizer):
+def test_overlong_rows_name_the_cli_flag(tmp_path, char_tokenizer, capsys):
     short = _jsonl(tmp_path / "short.jsonl", [{"prompt": "1" * 40, "completion": "2"}])
     with pytest.raises(DataError, match="pass a larger --max_length, or --overlong skip or --overlong truncate"):
         load_sft(short, char_tokenizer, max_length=16)
     huge = _jsonl(tmp_path / "huge.jsonl", [{"prompt": "1" * 5000, "completion": "2"}])
     with pytest.raises(DataError, match="rejected before tokenizing \\(pass a larger --max_length, or --overlong skip or --overlong truncate"):
         load_sft(huge, char_tokenizer, max_length=16)
+    # from Python the arguments are named too; on the command line the flags alone (it said both)
+    with pytest.raises(DataError, match="--overlong truncate, overlong='skip' or 'truncate' from Python, to load"):
+        load_sft(short, char_tokenizer, max_length=16)
+    assert main(["train", "sft", "--data", short, "--max_length", "16", "--out", str(tmp_path / "run")]) == 2
+    assert error_line(capsys).endswith("(pass a larger --max_length, or --overlong skip or --overlong truncate, to load "
+                                       "such rows)")
+    assert main(["data", short, "--model", "tiny", "--max_length", "16"]) == 2  # skipped, as `lmpo data` does
+    assert error_line(capsys).endswith("all 1 rows are over max_length 16 (--overlong skip)")  # not overlong='skip'
 
 
 @pytest.mark.parametrize("text", ['[{"prompt": "1+1=", "completion": "2"}]\n',

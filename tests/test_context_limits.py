@@ -43,7 +43,7 @@ def test_an_example_past_the_context_is_refused_under_the_default_max_length(gpt
     assert main([*argv, "--out", str(tmp_path / "a")]) == 2
     assert error_line(capsys).endswith("sft.jsonl: row 9: fields 'prompt' (60 characters) + 'completion' (30 characters): "
                                        "91 tokens together, over the model's context of 64 tokens (max_length 1024 is longer) (pass --overlong skip or --overlong "
-                                       "truncate, overlong='skip' or 'truncate' from Python, to load such rows)")
+                                       "truncate, to load such rows)")  # the CLI names its flags alone
     assert main([*argv, "--out", str(tmp_path / "b"), "--overlong", "skip"]) == 0
     assert "kept 8; over the model's context of 64 tokens (max_length 1024 is longer) (skip): 1 skipped" \
         in capsys.readouterr().out

@@ -39,8 +39,7 @@ def test_cpt_caps_documents_only_where_asked(tmp_path, capsys):
     assert "overlong=skip acts on documents over --max_length, and CPT has none by default" in error_line(capsys)
     assert main(["train", "cpt", "--data", data, "--out", str(tmp_path / "c"), "--max_length", "2000", *RUN]) == 2
     assert error_line(capsys).endswith("row 1: field 'text': 3000 tokens, over max_length 2000 (pass a larger "
-                                       "--max_length, or --overlong skip or --overlong truncate, overlong='skip' or "
-                                       "'truncate' from Python, to load such rows)")
+                                       "--max_length, or --overlong skip or --overlong truncate, to load such rows)")
     assert main(["train", "cpt", "--data", data, "--out", str(tmp_path / "d"), "--max_length", "1000",
                  "--overlong", "truncate", *RUN]) == 0
     assert "over max_length 1000 (truncate): 0 skipped, 3 truncated" in capsys.readouterr().out

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lmpo.cli.config import FILE_PATHS, ConfigError, add_arguments, from_config_file
 from lmpo.cli.errors import RunDirError, one_line, runtime_errors
+from lmpo.envs.data.report import ON_COMMAND_LINE
 from lmpo.cli.parser import Parser
 from lmpo.cli.pipeline import PIPELINE_OWNED, cmd_pipeline
 from lmpo.cli.train import cmd_train
@@ -339,6 +340,14 @@ def _joined_negatives(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     FILE_PATHS.clear()  # main() is called again in tests: a file's values are this command's only
+    on_command_line = ON_COMMAND_LINE.set(True)
+    try:
+        return _main(argv)
+    finally:
+        ON_COMMAND_LINE.reset(on_command_line)
+
+
+def _main(argv: list[str] | None) -> int:
     try:  # Ctrl-C in the first seconds (building the parser imports torch) is said as any other
         argv = _joined_negatives(sys.argv[1:] if argv is None else list(argv))
         args = make_parser(argv[0] if argv else "").parse_args(argv)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Generic, Literal, TypeVar, get_args
@@ -143,14 +144,18 @@ def overlong_error(rec: Record, field: str, length: int, limit: str, fields: tup
                      row=rec.row, line=rec.line)
 
 
+ON_COMMAND_LINE: ContextVar[bool] = ContextVar("lmpo_on_command_line", default=False)
+"""Set by `lmpo`'s main: messages name the flags alone, not also the Python arguments."""
+
+
 def _remedies(limit: str) -> str:
     """What lets such a row load: a larger --max_length where the limit is that option ("max_length
     1024", not the model's context), or the overlong policy (truncate cuts a row too long to
     tokenize whole as well, and skips one it cannot cut)."""
     option = re.fullmatch(r"(\w*max_length) \d+", limit)
     larger = f"a larger --{option[1]}, or " if option else ""
-    return (f"pass {larger}--overlong skip or --overlong truncate, overlong='skip' or 'truncate' from Python, "
-            "to load such rows")
+    python = "" if ON_COMMAND_LINE.get() else ", overlong='skip' or 'truncate' from Python"
+    return f"pass {larger}--overlong skip or --overlong truncate{python}, to load such rows"
 
 
 def finish(report: LoadReport) -> LoadReport:
@@ -160,8 +165,9 @@ def finish(report: LoadReport) -> LoadReport:
     if report.kept == 0:
         cut = (", and truncation left nothing to learn from in any (a reply cut to nothing, or two replies cut "
                "to the same tokens)" if report.overlong == "truncate" else "")
+        policy = f"--overlong {report.overlong}" if ON_COMMAND_LINE.get() else f"overlong='{report.overlong}'"
         raise DataError(report.path, f"no examples left: all {report.rows} rows are over {report.limit} "
-                                     f"(overlong='{report.overlong}'){cut}")
+                                     f"({policy}){cut}")
     return report
 
 
