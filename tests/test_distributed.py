@@ -172,3 +172,24 @@ def test_grpo_prompt_digest_covers_every_process_prompts_as_one_process_does(sta
                 map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines()) if "prompt_digest" in row]
                for run in ("one", "two")]
     assert len(digests[0]) == 2 and digests[1] == digests[0]
+
+
+def test_data_lines_and_a_kept_stage_are_said_by_rank_0_alone(char_tokenizer, tmp_path, monkeypatch, capsys):
+    """Under torchrun every rank printed its `[data] ...` line and its data warnings: N copies of
+    one line."""
+    from types import SimpleNamespace
+
+    from lmpo.trainers.preflight import say_shared_prompts
+    from lmpo.trainers.supervised import _load_data
+
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "1+1=", "completion": "2"}\n')
+    cfg = SimpleNamespace(data=str(data), max_length=64, overlong="error", prompt_field="prompt", answer_field="answer")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, said in (("1", False), ("0", True)):
+        monkeypatch.setenv("RANK", rank)
+        assert len(_load_data(cfg, char_tokenizer)) == 1
+        say_shared_prompts(["1+1="], 1, "a.jsonl", "b.jsonl", "sft")
+        out = capsys.readouterr().out
+        assert ("[data] " in out and "[sft] warning: 1 of the 1 held-out prompts" in out) is said, (rank, out)
+        assert said or out == ""

@@ -53,6 +53,13 @@ def equal_split_refusal(items: int, batch_size: int, world: int, what: str) -> s
             f"of a multiple of {world}")
 
 
+def say(*args, **kwargs) -> None:
+    """`print`, from rank 0 alone under torchrun: every rank loads the same files and decides
+    alike, so N copies of a line say nothing more (errors stay every rank's: one may fail alone)."""
+    if launched_rank() == 0:
+        print(*args, **kwargs)
+
+
 @dataclass(frozen=True)
 class Distributed:
     rank: int = 0

@@ -13,6 +13,7 @@ from lmpo.envs.data import PreferencePair, load_preferences
 from lmpo.envs.data.chat import starting
 from lmpo.envs.data.unpaired import UnpairedExample, load_unpaired
 from lmpo.rollout import right_pad
+from lmpo.trainers.distributed import say
 from lmpo.trainers.preflight import example_limit
 
 
@@ -65,7 +66,7 @@ def file_pairs(path: str, tokenizer, cfg, shapes: list[str] | None = None) -> li
     max_length, limit_name = example_limit(cfg.model, tokenizer, cfg.max_length)
     pairs, report = load_preferences(path, tokenizer, max_length=max_length, overlong=cfg.overlong,
                                      limit_name=limit_name, columns=cfg.columns())
-    print(f"[data] {report.summary()}")
+    say(f"[data] {report.summary()}")
     if shapes is not None:
         shapes.append(report.shape)
     return pairs
@@ -84,7 +85,7 @@ def file_unpaired(path: str, tokenizer, cfg) -> list[UnpairedExample]:
     examples, report = load_unpaired(path, tokenizer, max_length=max_length, overlong=cfg.overlong,
                                      limit_name=limit_name, columns=cfg.columns())
     desirable = sum(e.desirable for e in examples)
-    print(f"[data] {report.summary()}; {desirable} desirable, {len(examples) - desirable} undesirable")
+    say(f"[data] {report.summary()}; {desirable} desirable, {len(examples) - desirable} undesirable")
     return examples
 
 

@@ -198,7 +198,8 @@ def _run_stages(cfg: PipelineConfig, out: Path, main: bool,
         if continuing[0]:
             kept = finished_stage(stage_cfg)
             if kept is not None:
-                print(f"[pipeline] {Path(stage_cfg.out).name}: finished earlier with these options; kept")
+                if main:
+                    print(f"[pipeline] {Path(stage_cfg.out).name}: finished earlier with these options; kept")
                 return kept
             continuing[0] = False
             stage_cfg = continued_stage(stage_cfg)

@@ -86,12 +86,14 @@ def warn_shared_prompts(train: list[str], heldout: list[str], train_path: str, e
 
 
 def say_shared_prompts(shared: list[str], heldout: int, train_path: str, eval_path: str, what: str) -> None:
+    from lmpo.trainers.distributed import say
+
     if shared:
         example = " ".join(shared[0].split())
         example = example if len(example) <= 60 else example[:57] + "..."
-        print(f"[{what.lower().replace(' ', '_')}] warning: {len(shared)} of the {heldout} held-out prompts "
-              f"({100 * len(shared) / heldout:.0f}%) of {eval_path} are also training prompts in {train_path} "
-              f"(e.g. {example!r}): held-out accuracy on them measures what training saw", flush=True)
+        say(f"[{what.lower().replace(' ', '_')}] warning: {len(shared)} of the {heldout} held-out prompts "
+            f"({100 * len(shared) / heldout:.0f}%) of {eval_path} are also training prompts in {train_path} "
+            f"(e.g. {example!r}): held-out accuracy on them measures what training saw", flush=True)
 
 
 def grades_against_answers(task: str) -> bool:

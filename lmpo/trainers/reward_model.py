@@ -27,7 +27,7 @@ from lmpo.models.loading import name_by_path
 from lmpo.models.packing import can_pack_trunk, last_states, trunk_layout
 from lmpo.models.reward_scorer import last_token_scores
 from lmpo.models.padding import left_pad, right_pad
-from lmpo.trainers.distributed import equal_split_refusal, launched_world
+from lmpo.trainers.distributed import equal_split_refusal, launched_world, say
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater, preflight_run
 from lmpo.trainers.pairs import PairColumns, embedded_pairs, file_pairs, scoring_rows, split_heldout
@@ -173,8 +173,8 @@ def reward_model_pairs(cfg: RewardModelConfig, task, tokenizer,
         seen = {(tuple(p.prompt_ids), tuple(p.chosen_ids), tuple(p.rejected_ids)) for p in pairs}
         both = sum((tuple(p.prompt_ids), tuple(p.chosen_ids), tuple(p.rejected_ids)) in seen for p in heldout)
         if both:
-            print(f"[data] warning: {both} of the {len(heldout)} pairs of --heldout_data {cfg.heldout_data} are "
-                  f"training pairs too: held-out accuracy on them measures what training saw")
+            say(f"[data] warning: {both} of the {len(heldout)} pairs of --heldout_data {cfg.heldout_data} are "
+                f"training pairs too: held-out accuracy on them measures what training saw")
         return pairs, heldout
     return split_heldout(pairs, cfg.heldout_pairs, cfg.seed, cfg.data)
 

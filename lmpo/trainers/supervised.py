@@ -22,6 +22,7 @@ from lmpo.envs.data import TokenizedExample, load_sft
 from lmpo.envs.data.report import NO_LIMIT
 from lmpo.models import load_tokenizer
 from lmpo.trainers.batches import CPTBatches, SFTBatches, task_document_ids, task_examples
+from lmpo.trainers.distributed import say
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.preflight import check_cpt_rows, example_limit, prompts_within_context, say_shared_prompts
 from lmpo.trainers.prompts import PromptColumns
@@ -217,7 +218,7 @@ def _warn_shared_prompts(examples: list[TokenizedExample], heldout: list, tokeni
 def _load_data(cfg: SupervisedConfig, tokenizer, max_length: int = 0, limit_name: str = "") -> list[TokenizedExample]:
     examples, report = load_sft(cfg.data, tokenizer, max_length=max_length or cfg.max_length, overlong=cfg.overlong,
                                 limit_name=limit_name, prompt_field=cfg.prompt_field, answer_field=cfg.answer_field)
-    print(f"[data] {report.summary()}")
+    say(f"[data] {report.summary()}")
     return examples
 
 
