@@ -193,28 +193,6 @@ def test_a_reply_object_that_is_no_message_says_what_a_message_is(chosen, got, c
     assert str(info.value) == f"{path}: row 1: field 'chosen': expected a {{role, content}} message object, got {got}"
 
 
-def test_a_null_or_missing_field_is_named_as_such(char_tokenizer, tmp_path):
-    """`{"text": null}` read "got fields none", a message without content "got null", and a .json
-    file holding its rows under a key gave no hint that the list itself is what to give."""
-    path = write(tmp_path / "t.jsonl", [{"text": "abc"}, {"text": None}])
-    with pytest.raises(DataError, match=r"t\.jsonl: row 2: field 'text': expected a non-empty string, got null \(the "
-                                        r"row's other fields: none\)$"):
-        load_sft(path, char_tokenizer, max_length=32)
-    path = write(tmp_path / "m.jsonl", [{"messages": [{"role": "user"}, msg("assistant", "3")]}])
-    with pytest.raises(DataError, match=r"row 1: field 'messages\[0\].content': expected a string, got no content "
-                                        r"field \(the message has: role\)$"):
-        load_sft(path, char_tokenizer, max_length=32)
-    path = write(tmp_path / "r.jsonl", [{"messages": [{"content": "q"}, msg("assistant", "3")]}])
-    with pytest.raises(DataError, match=r"field 'messages\[0\].role': expected one of .*, got no role field"):
-        load_sft(path, char_tokenizer, max_length=32)
-    path = tmp_path / "o.json"
-    path.write_text(json.dumps({"data": [{"prompt": "1+1=", "completion": "2"}] * 3}))
-    with pytest.raises(DataError, match=r"o\.json: row 1: .*got fields data; if the file is one object holding its "
-                                        r"rows under 'data' \(a list of 3 objects\), give that list itself as the "
-                                        r"file \(a JSON array, or one object per line\)$"):
-        load_sft(path, char_tokenizer, max_length=32)
-
-
 def test_unsupported_file_and_missing_file(tmp_path):
     (tmp_path / "x.xlsx").write_text("a,b\n")
     with pytest.raises(DataError, match=r"unsupported file type '\.xlsx'.*\.jsonl, \.json .*\.parquet, \.csv or \.tsv"):
