@@ -143,3 +143,9 @@ def test_a_directory_named_like_a_preset_hides_it_only_when_it_holds_a_model(sta
     assert not is_preset("small") and not is_preset("small")
     assert capsys.readouterr().err == ("[model] small: the model in ./small (a directory here named like the preset; "
                                        "give another name to use the preset)\n")
+    # a run directory named like the preset means that run: its model/ is named, not the preset used
+    shutil.copytree(tmp_path / "run", tmp_path / "tiny", dirs_exist_ok=True)
+    presets._say_which.cache_clear()
+    assert not is_preset("tiny")
+    assert main(["train", "sft", "--out", "run2", *SFT_RUN, "--save_every", "0"]) == 2
+    assert "tiny/model" in capsys.readouterr().err

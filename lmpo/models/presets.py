@@ -34,7 +34,7 @@ PRESETS: dict[str, ModelPreset] = {
 def is_preset(name_or_path: str) -> bool:
     """Whether `name_or_path` names one of lmpo's small built-in models (``tiny`` ...) rather than
     a Hugging Face id or a directory. A directory of that name here wins only when it holds a
-    model (a config.json that is not a run's options, or a LoRA adapter): an empty or scratch
+    model (a config.json that is not a run's options, a LoRA adapter, or a run's model/): an empty or scratch
     folder called ``tiny`` would otherwise break every command whose default model is ``tiny``.
     Either way the choice is said once, on stderr."""
     if name_or_path not in PRESETS:
@@ -42,8 +42,9 @@ def is_preset(name_or_path: str) -> bool:
     path = Path(name_or_path)
     if not path.exists():
         return True
-    model_config = (path / "config.json").is_file() and not (path / "run.json").is_file()
-    holds_model = model_config or (path / "adapter_config.json").is_file()
+    run = (path / "run.json").is_file()  # a run directory's config.json is its options, not a model's
+    holds_model = ((path / "config.json").is_file() and not run) or (path / "adapter_config.json").is_file()
+    holds_model = holds_model or (run and (path / "model").is_dir())  # refused later: "give tiny/model"
     _say_which(name_or_path, holds_model)
     return not holds_model
 
