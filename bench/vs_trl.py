@@ -17,7 +17,8 @@ matrix-multiply peak each side reaches (useful FLOPs counted per step from the m
 and the real token counts; the peak is the best of a torch.mm benchmark run between the
 pairs, same threads, in the run's precision), each side's peak RSS, and (in the JSON only) the
 median of each side's minor page faults per step. The last line is one JSON object.
-`--profile` leaves lmpo's operator table for the last step of each run.
+`--profile` runs one more lmpo step under torch.profiler after each run's pairs (outside the
+table: the profiler slows a step and holds memory) and leaves its operator table.
 
 Workloads (random 3.7M Qwen2 with q/k/v biases and an untied head, unless said):
   grpo_fixed      (a) 8 prompts x 8 completions of exactly 64 tokens (EOS unreachable), beta 0.04
@@ -126,12 +127,13 @@ class Worker:
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, env=env, cwd=str(out))
         self.peak_rss = 0.0
 
-    def read(self) -> dict:
+    def read(self, measured: bool = True) -> dict:
         """The next result (READY or a step's timings), returned once the worker says it is idle:
         its between-step work (`after_step_s`, timed but not part of the step) never overlaps
-        the other side's step."""
+        the other side's step. An unmeasured step's memory does not count in the peak."""
         result = self.line()
-        self.peak_rss = max(self.peak_rss, result.get("peak_rss_mb", 0.0))
+        if measured:
+            self.peak_rss = max(self.peak_rss, result.get("peak_rss_mb", 0.0))
         return {**result, "after_step_s": self.line()["after_step_s"]}
 
     def line(self) -> dict:
@@ -143,10 +145,11 @@ class Worker:
                 return result
         raise RuntimeError(f"{self.side} worker exited (code {self.proc.wait()}); see {self.log.name}")
 
-    def step(self) -> dict:
-        self.proc.stdin.write("step\n")
+    def step(self, profile: bool = False) -> dict:
+        """One step; with `profile`, one run under the profiler, kept out of the peak RSS."""
+        self.proc.stdin.write("step profile\n" if profile else "step\n")
         self.proc.stdin.flush()
-        return self.read()
+        return self.read(measured=not profile)
 
     def close(self) -> None:
         try:
@@ -209,6 +212,8 @@ def run_workload(w: Workload, pairs: int, trl_python: str, work: Path, say, warm
             rows.append((a, b) if first is lmpo else (b, a))
             say(f"  {w.name} pair {i + 1}: lmpo {rows[-1][0]['step_s']:.3f}s  TRL {rows[-1][1]['step_s']:.3f}s  "
                 f"ratio {rows[-1][1]['step_s'] / rows[-1][0]['step_s']:.2f}")
+        if w.profile:  # after the pairs: the profiler's time and memory stay out of the table
+            lmpo.step(profile=True)
     finally:
         lmpo.close()
         trl.close()
@@ -334,8 +339,8 @@ def main() -> None:
                              "with fp32 master weights (default: both where the CPU has native bf16, else fp32); "
                              "the headline takes, per workload, the one where TRL is fastest")
     parser.add_argument("--profile", action="store_true",
-                        help="lmpo's worker profiles its steps; the last one's operator table goes to "
-                             "OUT/profile-WORKLOAD-PRECISION.txt")
+                        help="one more lmpo step after the pairs runs under torch.profiler (not in the "
+                             "table); its operator table goes to OUT/profile-WORKLOAD-PRECISION.txt")
     parser.add_argument("--warmup-pairs", type=int, default=2, help="unrecorded pairs after each side's warm-up step")
     parser.add_argument("--threads", type=int, default=2,
                         help="torch threads per side (1 gives steadier figures on a machine others are using)")

@@ -37,7 +37,7 @@ class Workload:
     threads: int = 2
     seed: int = 0
     precision: str = "fp32"  # fp32 | bf16 (autocast, fp32 master weights) on both sides
-    profile: str = ""  # a path: lmpo's worker writes its last step's torch.profiler operator table there
+    profile: str = ""  # a path: lmpo's worker writes the profiled step's torch.profiler operator table there
     options: dict = field(default_factory=dict)  # lmpo-side options (the bench's --lmpo-option)
     trl_options: dict = field(default_factory=dict)  # TRL-side TrainingArguments (the bench's --trl-option)
 

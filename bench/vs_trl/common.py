@@ -48,14 +48,15 @@ def emit(obj: dict) -> None:
     _last_emit[0] = time.perf_counter()
 
 
-def wait_for_step() -> None:
-    """Say `idle`, then block until the driver asks for the next step; exit on `quit` or a
-    closed pipe."""
+def wait_for_step() -> str:
+    """Say `idle`, then block until the driver asks for the next step and return its line
+    (`step`, or `step profile`); exit on `quit` or a closed pipe."""
     emit({"idle": True, "after_step_s": time.perf_counter() - _last_emit[0]})
     line = sys.stdin.readline()
     if not line or line.strip() == "quit":
         sys.stdout.flush()
         os._exit(0)
+    return line.strip()
 
 
 class StepClock:

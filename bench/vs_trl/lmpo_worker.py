@@ -20,8 +20,9 @@ from common import StepClock, emit, pin_threads, wait_for_step  # noqa: E402
 
 class Steps:
     """Step boundaries: the first step is the warm-up, reported as READY without waiting. With
-    `profile` set to a path, the last step the driver asks for before `quit` cannot be known, so
-    every measured step runs under torch.profiler and the newest one's operator table is kept."""
+    `profile` set to a path, a step the driver asks for as `step profile` (one more, after the
+    measured pairs, so the profiler's cost and memory stay out of them) runs under
+    torch.profiler and its operator table goes there."""
 
     def __init__(self, profile: str = ""):
         self.clock: StepClock | None = None
@@ -30,13 +31,11 @@ class Steps:
         self.profiler = None
 
     def begin(self) -> StepClock:
-        if self.done:
-            wait_for_step()
-            if self.profile:
-                from torch.profiler import ProfilerActivity, profile
+        if self.done and wait_for_step() == "step profile" and self.profile:
+            from torch.profiler import ProfilerActivity, profile
 
-                self.profiler = profile(activities=[ProfilerActivity.CPU])
-                self.profiler.__enter__()
+            self.profiler = profile(activities=[ProfilerActivity.CPU])
+            self.profiler.__enter__()
         self.clock = StepClock()
         return self.clock
 
@@ -45,7 +44,8 @@ class Steps:
         if self.profiler is not None:
             self.profiler.__exit__(None, None, None)
             table = self.profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
-            Path(self.profile).write_text(f"step {self.done}, {result['step_s']:.3f} s under the profiler\n{table}")
+            Path(self.profile).write_text(f"step {self.done}, {result['step_s']:.3f} s under the profiler "
+                                          f"(run after the measured pairs)\n{table}")
             self.profiler = None
         emit({"ready": True, **result} if self.done == 0 else result)
         self.done += 1
