@@ -108,13 +108,13 @@ def test_aftersales_pipeline_learns_within_budget(tmp_path):
 def test_the_doctors_remedies_inside_the_pipeline_name_its_section_flags():
     """After the RL stage the pipeline printed remedies such as `--max_new_tokens`, a flag
     `lmpo pipeline` refuses; inside it the stage's options are `--rl_stage.max_new_tokens`."""
-    from lmpo.cli.pipeline import _as_pipeline_flags
+    from lmpo.trainers.pipeline import as_pipeline_flags
 
     said = "→ raise --max_new_tokens, or --rewards format=0.1; more --sft.epochs; --threads 1; --lr"
-    assert _as_pipeline_flags(said, "grpo") == ("→ raise --rl_stage.max_new_tokens, or --rl_stage.rewards format=0.1; "
-                                                "more --sft.epochs; --threads 1; --rl_stage.lr")
-    assert _as_pipeline_flags("→ more --epochs", "sft") == "→ more --sft.epochs"
-    assert _as_pipeline_flags("→ lower --beta", "dpo") == "→ lower --dpo.beta"
+    assert as_pipeline_flags(said, "grpo") == ("→ raise --rl_stage.max_new_tokens, or --rl_stage.rewards format=0.1; "
+                                               "more --sft.epochs; --threads 1; --rl_stage.lr")
+    assert as_pipeline_flags("→ more --epochs", "sft") == "→ more --sft.epochs"
+    assert as_pipeline_flags("→ lower --beta", "dpo") == "→ lower --dpo.beta"
 
 
 def test_ppo_rms_reward_model_is_a_stage_of_the_summary_trained_or_kept(tmp_path, capsys):

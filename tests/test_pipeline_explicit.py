@@ -37,3 +37,33 @@ def test_known_names_still_keep_their_values():
     cfg = resolve_pipeline(PipelineConfig(rl="grpo", rl_stage=RLConfig(beta=0.0)), explicit={"rl_stage.beta"})
     assert cfg.rl_stage.beta == 0.0
     assert resolve_pipeline(PipelineConfig(rl="grpo"), explicit=set()).rl_stage.beta == 0.04
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--sft.chat_template", "{missing}"], "--sft.chat_template {missing}: cannot read it"),
+    (["--rl", "dpo", "--dpo.chat_template_kwargs", "{bad"], "--dpo.chat_template_kwargs '{bad': expected a JSON object"),
+])
+def test_a_later_stages_chat_template_is_refused_before_cpt_runs(flags, said, tmp_path, capsys, no_stage_runs):
+    """A missing --sft.chat_template file (or bad template variables) was found only when SFT
+    started, after the whole CPT stage, and named `--chat_template`, which `lmpo pipeline` refuses."""
+    from lmpo.cli.main import main
+
+    missing = str(tmp_path / "none.jinja")
+    flags = [f.replace("{missing}", missing) for f in flags]
+    assert main(["pipeline", "--out", str(tmp_path / "pipe"), *flags]) == 2
+    assert said.replace("{missing}", missing) in capsys.readouterr().err
+    assert not (tmp_path / "pipe").exists()
+
+
+def test_a_stages_refusal_names_the_pipelines_flags(tmp_path, capsys, monkeypatch):
+    """A stage's message names its options as the pipeline takes them (`--cpt.lr`), the options the
+    pipeline sets for every stage as they are (`--seed`), and dotted or unknown ones untouched."""
+    from lmpo.cli.main import main
+
+    def train_cpt(cfg):
+        raise ValueError("--chat_template x.jinja: no; lower --lr or --seed 1; --sft.epochs; --no_such_flag")
+
+    monkeypatch.setattr("lmpo.trainers.pipeline.train_cpt", train_cpt)
+    assert main(["pipeline", "--out", str(tmp_path / "pipe")]) == 2
+    assert ("lmpo: error: --cpt.chat_template x.jinja: no; lower --cpt.lr or --seed 1; --sft.epochs; --no_such_flag"
+            in capsys.readouterr().err)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -93,6 +92,7 @@ def _print_findings(result) -> None:
     """The doctor's reading of a stage that just ended (nothing when it finds nothing)."""
     from lmpo.reports.doctor import format_findings
     from lmpo.reports.doctor_runs import diagnose_run
+    from lmpo.trainers.pipeline import as_pipeline_flags
 
     try:
         findings = diagnose_run(result.run_dir)
@@ -101,24 +101,7 @@ def _print_findings(result) -> None:
         return
     text = format_findings(findings, "[doctor] ")
     if text:
-        print(_as_pipeline_flags(text, result.name))
-
-
-def _as_pipeline_flags(text: str, stage: str) -> str:
-    """The doctor's remedies name a stage's own flags (`--max_new_tokens`); inside the pipeline
-    they are the stage section's (`--rl_stage.max_new_tokens`)."""
-    import dataclasses
-
-    from lmpo.trainers.pipeline import PipelineConfig
-
-    section = {"cpt": "cpt", "sft": "sft", "dpo": "dpo", "kto": "kto", "orpo": "orpo", "online_dpo": "online_dpo",
-               "rft": "rft", "rm": "rm"}.get(stage, "rl_stage")
-    fields = {f.name: f.type for f in dataclasses.fields(PipelineConfig)}
-    if section not in fields:
-        return text
-    names = {f.name for f in dataclasses.fields(getattr(PipelineConfig(), section))} - set(PIPELINE_OWNED)
-    return re.sub(r"(?<![\w.-])--([a-z_]+)\b(?!\.)",
-                  lambda m: f"--{section}.{m.group(1)}" if m.group(1) in names else m.group(0), text)
+        print(as_pipeline_flags(text, result.name))
 
 
 PIPELINE_OWNED = ("model", "out", "task", "seed", "threads", "resume", "overwrite", "device", "precision")

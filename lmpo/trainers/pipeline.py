@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from lmpo.models import check_model_source, load_tokenizer
 from lmpo.rollout.engine_select import check_engine
@@ -195,6 +197,10 @@ def _run_stages(cfg: PipelineConfig, out: Path, main: bool,
     continuing = [bool(cfg.resume)]  # every stage so far was kept: the next may be kept or resumed
 
     def stage(train, stage_cfg) -> StageResult:
+        with flags_of_stage(Path(stage_cfg.out).name):
+            return run_one(train, stage_cfg)
+
+    def run_one(train, stage_cfg) -> StageResult:
         if continuing[0]:
             kept = finished_stage(stage_cfg)
             if kept is not None:
@@ -255,6 +261,47 @@ def sections_run(rl: str) -> tuple[str, ...]:
     return ("cpt", "sft", *last)
 
 
+PIPELINE_OPTIONS = frozenset(f.name for f in dataclasses.fields(PipelineConfig) if f.default_factory is dataclasses.MISSING)
+"""The pipeline's own options (--model, --seed, ...; the rest are its sections): a stage's message
+naming one names the pipeline's flag."""
+
+
+def stage_section(stage: str) -> str:
+    """The option section of a stage, by its name (its directory's): an RL preset's is rl_stage."""
+    return stage if stage in ("cpt", "sft", REWARD_MODEL_STAGE, "online_dpo", "rft", *OFFLINE_STAGES) else "rl_stage"
+
+
+def as_pipeline_flags(text: str, stage: str) -> str:
+    """A stage's messages (its refusals, the doctor's remedies) name its own flags
+    (`--max_new_tokens`); inside the pipeline they are its section's (`--rl_stage.max_new_tokens`:
+    `lmpo pipeline --max_new_tokens` does not exist)."""
+    section = stage_section(stage)
+    names = {f.name for f in dataclasses.fields(getattr(PipelineConfig(), section))} - PIPELINE_OPTIONS
+    return re.sub(r"(?<![\w.-])--([a-z_][a-z0-9_]*)(?![\w.])",
+                  lambda m: f"--{section}.{m[1]}" if m[1] in names else m[0], text)
+
+
+@contextlib.contextmanager
+def flags_of_stage(stage: str) -> Iterator[None]:
+    """A refusal raised inside the block names the stage's options as `as_pipeline_flags` does."""
+    try:
+        yield
+    except (ValueError, ConfigError) as err:
+        if err.args and isinstance(err.args[0], str):
+            err.args = (as_pipeline_flags(err.args[0], stage), *err.args[1:])
+        raise
+
+
+def _check_templates(cfg: PipelineConfig) -> None:
+    """Each stage's --<section>.chat_template file and template variables, read and rendered with
+    the starting model's tokenizer now, not when that stage starts after the ones before it."""
+    for section in sections_run(cfg.rl):
+        stage = getattr(cfg, section)
+        if stage.chat_template or stage.chat_template_kwargs:
+            with flags_of_stage(section):
+                load_tokenizer(cfg.model, stage.trust_remote_code, stage.chat_template, stage.chat_template_kwargs)
+
+
 def validate_stages(cfg: PipelineConfig, given: Iterable[str] = ()) -> None:
     """Every stage's options, before anything runs; `given`: the dotted options the caller set (a
     conflict that the last stage's preset made, and the caller did not, says so)."""
@@ -264,6 +311,7 @@ def validate_stages(cfg: PipelineConfig, given: Iterable[str] = ()) -> None:
 
     task = make_task(cfg.task)  # a bad task option
     check_model_source(cfg.model, cfg.cpt.trust_remote_code)
+    _check_templates(cfg)
     for section, method, what in (("cpt", "cpt_corpus", "CPT corpus"), ("sft", "sft_demonstrations", "SFT demonstrations")):
         stage = replace(getattr(cfg, section), model=cfg.model, task=cfg.task)
         if not stage.data:
