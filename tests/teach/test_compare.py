@@ -241,8 +241,24 @@ def test_a_best_method_below_the_start_is_not_said_to_have_gained():
 def test_an_exact_tie_is_not_called_a_lead():
     rec = recommend([_method("a", [0.5], 10, 1), _method("b", [0.5], 20, 1)], Spread.of([0.3]))
     text = "\n".join(rec.lines)
-    assert "b: the same accuracy as a." in text and "lead" not in text and "tied with it" in rec.lines[-1]
+    assert "b: the same accuracy as a." in text and "lead" not in text
+    assert rec.lines[-1] == "Recommendation: a — as accurate as b here, and the quickest of them."
     assert "gained +20.0 points over the SFT start" in text
+
+
+def test_the_order_of_methods_does_not_pick_between_tied_ones():
+    """One seed, grpo and dpo both at the start's 31.2%: the first listed was recommended, and
+    called the cheapest in time and memory beside a dpo cheaper on both."""
+    grpo, dpo = _method("grpo", [0.312], 2.35, 548), _method("dpo", [0.312], 1.92, 517)
+    for order in ([grpo, dpo], [dpo, grpo]):
+        rec = recommend(order, Spread.of([0.312]))
+        assert (rec.choice, rec.cheapest_time, rec.cheapest_memory) == ("dpo", "dpo", "dpo")
+        assert sorted(rec.within_noise) == ["dpo", "grpo"] and rec.undecided == []
+        assert "Level with the best (the same accuracy): " in "\n".join(rec.lines)
+        assert rec.lines[-1].startswith("Recommendation: dpo — ")
+        assert "no method ended above the SFT start at this budget" in rec.lines[-1]
+    leader = recommend([grpo, dpo, _method("kto", [0.2], 1.0, 400)], Spread.of([0.1]))
+    assert leader.choice == "dpo" and "lead over kto is more than noise" in leader.lines[-1]
 
 
 def test_the_start_row_names_what_the_runs_started_from():

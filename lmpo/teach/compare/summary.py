@@ -5,9 +5,11 @@ The recommendation is a set of rules over the table, never fixed text:
 - another method's gap to it is larger than noise when it exceeds the seeds' spread,
   sqrt(std_best² + std_other²) (sample standard deviations over seeds); with one seed there is
   no spread to compare with, so no gap is called larger than noise and none is called within it;
-- among the methods within noise of the best, the cheapest is recommended: the least wall time
-  under a sample budget, the least peak memory under a time budget (where wall times are
-  matched); when no other method is within noise, the best is.
+- a method with exactly the best's accuracy is level with it, with or without a spread;
+- among the methods within noise of the best (or level with it), the cheapest is recommended: the
+  least wall time under a sample budget, the least peak memory under a time budget (where wall
+  times are matched); when no other method is, the best is;
+- a recommendation whose method did not end above the start says so.
 """
 
 from __future__ import annotations
@@ -90,10 +92,12 @@ def recommend(methods: list[MethodSummary], start: Spread, budget: str = "sample
     within, beyond, undecided = [best.method], [], []
     for other in scored[1:]:
         gap, spread = best.accuracy.mean - other.accuracy.mean, noise(best.accuracy, other.accuracy)
-        if spread is None:
+        if gap == 0:  # level whatever the spread: the listed order must not pick between them
+            within.append(other.method)
+            lines.append(f"{other.method}: the same accuracy as {best.method}.")
+        elif spread is None:
             undecided.append(other.method)
-            lines.append(f"{other.method}: the same accuracy as {best.method}." if gap == 0 else
-                         f"{other.method}: {100 * gap:.1f} points below; one seed, so no spread to judge it by.")
+            lines.append(f"{other.method}: {100 * gap:.1f} points below; one seed, so no spread to judge it by.")
         elif gap > spread:
             beyond.append(other.method)
             lines.append(f"{other.method}: {100 * gap:.1f} points below, more than the seeds' spread "
@@ -104,6 +108,7 @@ def recommend(methods: list[MethodSummary], start: Spread, budget: str = "sample
                          f"({100 * spread:.1f} points).")
     start_spread = noise(best.accuracy, start)
     worse = start.mean is not None and best.accuracy.mean < start.mean
+    level_with_start = start.mean is not None and best.accuracy.mean == start.mean
     if start.mean is not None:
         gain = best.accuracy.mean - start.mean
         if worse:
@@ -120,23 +125,28 @@ def recommend(methods: list[MethodSummary], start: Spread, budget: str = "sample
     with_memory = [m for m in tied if m.peak_rss_mb.mean is not None]
     leanest = min(with_memory, key=lambda m: m.peak_rss_mb.mean).method if with_memory else None
     choice = best.method
+    spread_known = any(noise(best.accuracy, m.accuracy) is not None for m in tied[1:])
     if len(tied) > 1:
-        lines.append(f"Within noise of the best: {', '.join(m.method for m in tied)}; least wall time: "
+        together = "Within noise of the best" if spread_known else "Level with the best (the same accuracy)"
+        lines.append(f"{together}: {', '.join(m.method for m in tied)}; least wall time: "
                      f"{fastest.method} ({fastest.seconds.mean:.0f} s), least peak memory: {leanest} "
                      f"({_mb(tied, leanest)}).")
         choice, why = ((leanest, "the leanest in memory") if budget == "time" and leanest
                        else (fastest.method, "the quickest"))
-        if choice == best.method:
+        if choice == best.method and spread_known:
             lines.append(f"Recommendation: {choice} — the most accurate, and {why} of the methods within noise of it.")
+        elif choice == best.method:
+            others = ", ".join(m.method for m in tied[1:])
+            lines.append(f"Recommendation: {choice} — as accurate as {others} here, and {why} of them.")
         else:
-            lines.append(f"Recommendation: {choice} — as accurate as {best.method} within noise, and {why} of those.")
+            how = "within noise" if spread_known else "here"
+            lines.append(f"Recommendation: {choice} — as accurate as {best.method} {how}, and {why} of those.")
+        if undecided:
+            lines[-1] += (f" Rerun with more --seeds to tell whether {best.method}'s lead over {', '.join(undecided)} "
+                          f"is more than noise.")
     elif undecided:
-        behind = [m.method for m in scored[1:] if m.method in undecided and m.accuracy.mean < best.accuracy.mean]
-        level = [m for m in undecided if m not in behind]
-        tell = ([f"whether its lead over {', '.join(behind)} is more than noise"] if behind else []) + \
-               ([f"it apart from {', '.join(level)}, tied with it here"] if level else [])
-        lines.append(f"Recommendation: {best.method} on these numbers; rerun with more --seeds to tell "
-                     f"{' and '.join(tell)}.")
+        lines.append(f"Recommendation: {best.method} on these numbers; rerun with more --seeds to tell whether its "
+                     f"lead over {', '.join(undecided)} is more than noise.")
     elif len(scored) == 1:
         lines.append(f"Recommendation: {best.method} — the only method compared, so none to rank it against.")
     else:
@@ -144,6 +154,9 @@ def recommend(methods: list[MethodSummary], start: Spread, budget: str = "sample
     if worse:  # the most accurate method still made the model worse: recommending it needs saying so
         lines[-1] += (f" But every method ended below the {start_label} at this budget: none is worth training "
                       f"with as it stands.")
+    elif level_with_start:
+        lines[-1] += (f" But no method ended above the {start_label} at this budget: none has shown it is worth "
+                      f"training with as it stands.")
     return Recommendation(best.method, choice, within, beyond, undecided, fastest.method, leanest, lines)
 
 
