@@ -172,3 +172,30 @@ def test_progress_lines_are_in_the_report_language(fast_report, capsys):
     zh, en = capsys.readouterr().err.splitlines()
     assert zh.startswith(f"[factcheck] 1/3 {outcome.claim.name}：{VERDICTS_ZH[outcome.verdict]}") and zh.endswith(" 秒")
     assert en.startswith(f"[factcheck] 1/3 {outcome.claim.name}: {VERDICTS_EN[outcome.verdict]}") and en.endswith(" s")
+
+
+def test_an_out_with_runs_or_plots_no_factcheck_wrote_is_refused_not_deleted(tmp_path, capsys):
+    """`lmpo factcheck --out .` deleted ./runs (lmpo compare's runs/compare, an exercise's runs)
+    and the user's ./plots, even for a claim that trains nothing."""
+    from lmpo.cli.main import main
+
+    (tmp_path / "runs" / "compare").mkdir(parents=True)
+    (tmp_path / "runs" / "compare" / "compare.json").write_text("precious")
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "mine.png").write_text("mine")
+    assert main(["factcheck", "--only", "gspo_geometric_mean", "--out", str(tmp_path), "--threads", "1"]) == 2
+    assert "holds runs/, plots/ that no factcheck wrote" in capsys.readouterr().err
+    assert (tmp_path / "runs" / "compare" / "compare.json").read_text() == "precious"
+    assert (tmp_path / "plots" / "mine.png").read_text() == "mine" and not (tmp_path / "factcheck.json").exists()
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert main(["factcheck", "--only", "gspo_geometric_mean", "--out", str(afile), "--threads", "1"]) == 2
+    assert "is a file; give a directory" in capsys.readouterr().err
+
+
+def test_a_second_factcheck_replaces_the_firsts_plots(tmp_path):
+    out = tmp_path / "fc"
+    run_factcheck(FactcheckOptions(fast=True, only="kl_estimators", out=str(out), threads=1))
+    assert (out / "plots" / "kl_estimators.png").exists()
+    run_factcheck(FactcheckOptions(fast=True, only="gspo_geometric_mean", out=str(out), threads=1))
+    assert not (out / "plots" / "kl_estimators.png").exists()

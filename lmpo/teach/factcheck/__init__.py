@@ -78,10 +78,7 @@ def run_factcheck(options: FactcheckOptions, on_outcome: Callable[[int, int, Out
 
     from lmpo.trainers.runtime import setup_torch
 
-    out = Path(options.out)
-    for owned in ("runs", "plots"):  # an earlier factcheck's runs and plots must not mix into this one's
-        if (out / owned).is_dir():
-            shutil.rmtree(out / owned)
+    out = prepare_out(Path(options.out))
     threads_before = torch.get_num_threads()
     try:
         setup_torch(options.threads, options.seed)
@@ -100,6 +97,31 @@ def run_factcheck(options: FactcheckOptions, on_outcome: Callable[[int, int, Out
     if show:
         print_table(report)
     return report
+
+
+OWNED = ("runs", "plots", "logs")
+"""What a factcheck writes beside factcheck.json/html, replaced by the next one in the same --out."""
+
+
+def prepare_out(out: Path) -> Path:
+    """`out`, made, and cleared of an earlier factcheck's runs, plots and logs (they must not mix
+    into this one's), before any claim runs. A directory whose runs/, plots/ or logs/ no factcheck
+    wrote (no factcheck.json beside them: `lmpo compare`'s runs/compare, the user's plots) is
+    refused rather than deleted; so is an --out that cannot be a directory."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file; give a directory (new or an earlier factcheck's)")
+    found = [name for name in OWNED if (out / name).exists()]
+    if found and not (out / "factcheck.json").is_file():
+        raise ValueError(f"--out {out}: holds {', '.join(f'{name}/' for name in found)} that no factcheck wrote "
+                         f"(no factcheck.json beside them), which a factcheck would replace; give a new directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--out {out}: cannot make it ({err.strerror or err})") from None
+    for name in found:
+        path = out / name
+        path.unlink() if path.is_file() or path.is_symlink() else shutil.rmtree(path)
+    return out
 
 
 def _sft_start(ctx: Context, lang: str = "en") -> float:
