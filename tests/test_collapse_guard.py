@@ -114,3 +114,33 @@ def test_a_blow_up_at_the_first_step_goes_back_to_the_start_and_a_hopeless_one_s
     assert "lmpo: error: collapse guard: 2 rollbacks did not help" in err and "Traceback" not in err
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["to_step"]) for r in rows if "rollback" in r] == [(2, 0), (2, 0)]
+
+
+BATCHES = {"calls": 0}
+
+
+def down_for_two_steps(task, problems, completions, terminated):
+    """Scores 1.0, but the third and fourth steps' batches (and their one-by-one retries) fail."""
+    if len(completions) > 1:
+        BATCHES["calls"] += 1
+    if BATCHES["calls"] in (3, 4):
+        raise RuntimeError("scoring service briefly down")
+    return [1.0] * len(completions)
+
+
+def test_a_step_whose_reward_could_score_nothing_is_no_reward_drop(start_model, tmp_path):
+    """Such a step was logged as reward_mean 0.0; the guard read it as a collapse, rolled good
+    training back, halved the learning rate and blamed it. It now has no reward_mean (unscorable
+    says why), and the guard's window skips it."""
+    assert CollapseGuard(GuardOptions(collapse_guard=True)).check({"entropy": 1.0, "unscorable": 8}, 0, 3) is None
+    BATCHES["calls"] = 0
+    out = tmp_path / "rl"
+    train_rl(RLConfig(model=start_model, out=str(out), steps=6, prompts_per_step=2, group_size=4, beta=0.0,
+                      eval_problems=0, save_every=2, threads=1, reward_timeout=0.0,
+                      rewards="test_collapse_guard:down_for_two_steps=1.0", collapse_guard=True, guard_window=2,
+                      guard_reward_drop=0.4))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert not [r for r in rows if "rollback" in r]
+    steps = {r["step"]: r for r in rows if "unscorable" in r}
+    assert [s for s in sorted(steps) if "reward_mean" not in steps[s]] == [3, 4]
+    assert steps[3]["unscorable"] == steps[4]["unscorable"] == 8 and steps[5]["reward_mean"] == 1.0

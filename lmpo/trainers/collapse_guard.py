@@ -80,6 +80,8 @@ class CollapseGuard:
                         f"{self.first_entropy:.4f}")
         if row.get("kl") is not None and row["kl"] > o.guard_kl_max:
             return f"KL runaway: kl {row['kl']:.4f} > {o.guard_kl_max:g}"
+        if "reward_mean" not in row:  # nothing scorable (the reward function failed): no evidence of a drop
+            return None
         self.rewards.append(row["reward_mean"])
         if len(self.rewards) > o.guard_window:
             self.rewards.popleft()

@@ -173,7 +173,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
             reward_sum = run.dist.all_sum(float(scores[ranked.valid].sum())) if ranked.valid.any() else run.dist.all_sum(0.0)
             scorable = run.dist.all_sum(float(ranked.valid.sum()))
             fault_point("after_rollout", round_)
-            row = {"step": round_, "round": round_, "reward_mean": reward_sum / scorable if scorable else 0.0,
+            row = {"step": round_, "round": round_, **({"reward_mean": reward_sum / scorable} if scorable else {}),
                    "pairs": len(pairs), "tie_frac": 1 - (len(pairs) + unended) / cfg.prompts_per_round,
                    "unended_frac": unended / cfg.prompts_per_round,
                    "lr": updater.lr,
@@ -212,7 +212,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
             if out_of_time:
                 row["stopped"] = f"the wall-time cap of {cfg.max_minutes:g} minutes"
             run.write(row)
-            progress.update(round_, reward=row["reward_mean"], pairs=row["pairs"],
+            progress.update(round_, reward=row.get("reward_mean"), pairs=row["pairs"],
                             **({"eval": row["eval_accuracy"]} if "eval_accuracy" in row else {}))  # this round's only
             if run.checkpoint_due(round_, cfg.rounds) and not out_of_time:  # capped: it finishes (SIGTERM too)
                 run.checkpoint(round_, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},

@@ -30,8 +30,9 @@ class StageProgress:
     def __exit__(self, *exc) -> None:
         self.progress.stop()
 
-    def update(self, step: int, **figures: float) -> None:
-        text = "  ".join(f"{k} {v:.3g}" for k, v in figures.items())
+    def update(self, step: int, **figures: float | None) -> None:
+        """`figures` of this step; None is one it has not (a reward where nothing was scorable): n/a."""
+        text = "  ".join(f"{k} {v:.3g}" if v is not None else f"{k} n/a" for k, v in figures.items())
         self.progress.update(self.task, completed=step, figures=text)
         if self.progress.disable and not self.quiet and (step % self.every == 0 or step == self.total):
             print(f"[{self.name}] {self.unit} {step}/{self.total}  {text}", file=sys.stderr, flush=True)

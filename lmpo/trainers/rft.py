@@ -357,4 +357,4 @@ def round_figures(samples: RoundSamples, cfg: RFTConfig, retried: int, hard: int
     return {"acceptance_rate": int(accepted.sum()) / max(n, 1), "cut_off_rate": int((~ended).sum()) / max(n, 1),
             "solved_rate": 1 - hard / max(len(samples.problems), 1),
             "kept": len(samples.kept), "hard_prompts": hard, "retried_prompts": retried,
-            "reward_mean": float(scorable.mean()) if len(scorable) else 0.0, "unscorable": n - len(scorable)}
+            **({"reward_mean": float(scorable.mean())} if len(scorable) else {}), "unscorable": n - len(scorable)}

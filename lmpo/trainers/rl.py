@@ -230,7 +230,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
                            "new_lr": optimizer.param_groups[0]["lr"]})
                 step = back.step
                 continue
-            progress.update(step, reward=row["reward_mean"], acc=row["accuracy"],
+            progress.update(step, reward=row.get("reward_mean"), acc=row["accuracy"],
                             **({"eval": row["eval_accuracy"]} if "eval_accuracy" in row else {}))  # this step's only
             if reason:
                 run.say(f"stopping at step {step}: {reason}; keeping the model of step {stop.best_step}")

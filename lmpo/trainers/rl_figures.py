@@ -51,9 +51,12 @@ def step_figures(scored: Scored, batch: Batch, ctx: Distributed = Distributed(),
 def _local_step_figures(scored: Scored, batch: Batch) -> dict:
     rollout, n = scored.rollout, len(scored.grades)
     valid = scored.valid
-    scorable = scored.rewards[valid] if valid.any() else torch.zeros(1)
-    figures = {"reward_mean": scorable.mean().item(), "reward_std": scorable.std().item() if len(scorable) > 1 else 0.0,
-               **{f"reward_{k}": v[valid].mean().item() if valid.any() else 0.0 for k, v in scored.components.items()},
+    scorable = scored.rewards[valid]
+    # a step (a process) with nothing scorable has no reward: a 0 would read as a collapse (collapse guard, doctor, plots)
+    rewards = {} if not valid.any() else {
+        "reward_mean": scorable.mean().item(), "reward_std": scorable.std().item() if len(scorable) > 1 else 0.0,
+        **{f"reward_{k}": v[valid].mean().item() for k, v in scored.components.items()}}
+    figures = {**rewards,
                "unscorable": int((~valid).sum()), **{f"unscorable_{k}": v for k, v in scored.unscorable.items()},
                "accuracy": sum(g.correct for g in scored.grades) / n,
                "format_accuracy": sum(g.well_formed for g in scored.grades) / n,
