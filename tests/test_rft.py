@@ -174,3 +174,16 @@ def test_progress_lines_show_eval_only_on_rounds_that_evaluated(trainer, start_m
     lines = [line for line in capsys.readouterr().err.splitlines() if re.search(r"\] \w+ \d/4 ", line)]
     assert len(lines) == 4
     assert ["eval" in line for line in lines] == [False, True, False, True]
+
+
+def test_a_run_that_accepted_nothing_says_keep_top_k_needs_an_open_threshold(start_model, tmp_path, capsys):
+    """QA: the warning said "keep the best with --keep_top_k N" to a run that had --keep_top_k 1 and
+    kept nothing: keep_top_k picks among the accepted samples, so it needs --accept_threshold -inf."""
+    from lmpo.cli.main import main
+
+    flags = ["--model", start_model, "--rounds", "1", "--prompts_per_round", "2", "--samples_per_prompt", "2",
+             "--rewards", VERIFIER, "--reward_timeout", "0", "--eval_problems", "0", "--max_new_tokens", "4",
+             "--threads", "1", "--accept_threshold", "5", "--keep_top_k", "1", "--out", str(tmp_path / "run")]
+    assert main(["train", "rft", *flags]) == 0
+    out = capsys.readouterr()
+    assert "--accept_threshold -inf --keep_top_k N" in out.out + out.err

@@ -150,8 +150,9 @@ def _no_updates(rows: list[Row]) -> list[Finding]:
         return [Finding("no_updates", "warning", "updates", f"0 in {plural(len(rft), 'round')}", "> 0",
                         "no sample was accepted in any round (kept 0), so nothing was fine-tuned: the saved model "
                         "is the start model",
-                        "lower --accept_threshold (or keep the best with --keep_top_k N), sample more with "
-                        "--samples_per_prompt, or start from a model that solves some prompts")]
+                        "lower --accept_threshold, or keep each prompt's best samples whatever their reward with "
+                        "--accept_threshold -inf --keep_top_k N (--keep_top_k alone keeps only accepted ones), "
+                        "sample more with --samples_per_prompt, or start from a model that solves some prompts")]
     unended = finite_values(rows, "unended_frac")
     if unended and sum(unended) / len(unended) >= 0.5:
         return [Finding("no_updates", "warning", "optimizer_steps", f"0 in {plural(len(counts), 'round')} (prompts "

@@ -317,7 +317,8 @@ def train_rft(cfg: RFTConfig) -> StageResult:
     getattr(engine, "close", lambda: None)()
     if updates == 0:
         run.say("warning: no sample was accepted in any round, so nothing was fine-tuned and the saved model is the "
-                "start model; lower --accept_threshold, keep the best with --keep_top_k N, or sample more")
+                "start model; lower --accept_threshold, keep each prompt's best samples whatever their reward with "
+                "--accept_threshold -inf --keep_top_k N (--keep_top_k alone keeps only accepted ones), or sample more")
     result = StageResult(name="rft", seconds=0.0, model_dir="", run_dir=str(run.out))
     if last_eval is not None:
         result.accuracy, result.format_accuracy = last_eval.accuracy, last_eval.format_accuracy
