@@ -16,6 +16,8 @@ from .doctor_base import Finding, Thresholds, rl_rows
 from .doctor_base import ends as _ends, finite_points as _points, finite_values as _values
 from .doctor_base import mean as _mean, pct as _pct, plural as _plural
 from .doctor_faults import check_decline, check_faults, check_nonfinite
+from .doctor_quality import check_below_chance, check_eos
+from .doctor_remedies import PAIR_TRAINERS, for_trainer
 from .metrics import Row, as_float
 
 
@@ -191,7 +193,7 @@ def check_length(rows: list[Row], th: Thresholds) -> list[Finding]:
 
 
 def check_hacking(rows: list[Row], th: Thresholds) -> list[Finding]:
-    """Reward up while held-out accuracy falls, or completions that stop ending well."""
+    """Reward up while held-out accuracy falls (completions that stop ending well: check_eos)."""
     findings = []
     reward = _values(rl_rows(rows), "reward_mean")
     evals = _values(rows, "eval_accuracy")
@@ -204,17 +206,6 @@ def check_hacking(rows: list[Row], th: Thresholds) -> list[Finding]:
                                     "the reward rose while held-out accuracy fell: the policy exploits the reward",
                                     "score with the verifier (--rewards correct=1.0), keep the reward model's "
                                     "output bounded, raise --beta, add --missing_eos_penalty, stop earlier"))
-    for key, where in (("format_accuracy", "training"), ("eval_format_accuracy", "held-out")):
-        fmt = _values(rows, key)
-        if len(fmt) >= 2:
-            f0, f1 = _ends(fmt) if len(fmt) >= 4 else (fmt[0], fmt[-1])
-            if f0 - f1 >= th.eos_drop:
-                findings.append(Finding("eos_loss", "warning", key, f"{_pct(f0)} → {_pct(f1)}",
-                                        f"a fall of >= {_pct(th.eos_drop)}",
-                                        f"fewer {where} completions end with EOS in the answer format",
-                                        "add --missing_eos_penalty, raise --beta, lower --lr; if a reward model "
-                                        "scores, it likely rewards unterminated text"))
-                break
     return findings
 
 
@@ -302,13 +293,13 @@ def check_supervised(rows: list[Row], th: Thresholds, stage: str) -> list[Findin
             findings.append(Finding("loss_still_falling", "note", "loss", f"{before:.3f} → {last:.3f} over the "
                                     "last fifth", f"a fall of >= {_pct(th.loss_still_falling)}",
                                     "the loss was still falling when the schedule ended",
-                                    "more --cpt.steps (a better CPT model gives RL more right samples to reinforce)"))
+                                    "more --steps (a better CPT model gives RL more right samples to reinforce)"))
     fmt = _values(rows, "eval_format_accuracy")
     if stage == "sft" and fmt and fmt[-1] < th.sft_format:
         findings.append(Finding("sft_format_low", "warning", "eval_format_accuracy", _pct(fmt[-1]),
                                 f"< {_pct(th.sft_format)}",
                                 "after SFT many answers are malformed or never end: RL gains would mostly be "
-                                "learning to stop, not the task", "more --sft.epochs or --sft.demonstrations"))
+                                "learning to stop, not the task", "more --epochs or --demonstrations"))
     return findings
 
 
@@ -320,15 +311,22 @@ RL_CHECKS: tuple[Callable[[list[Row], Thresholds], list[Finding]], ...] = (
 def diagnose(rows: list[Row], stage: str = "", thresholds: Thresholds | None = None,
              group_size: int | None = None, final: dict | None = None, advantage: str | None = None,
              rewards: str | None = None) -> list[Finding]:
-    """Every finding for one stage's metrics rows. RL rows (with `reward_mean`) get the RL checks;
-    supervised stages (`stage` "cpt" or "sft") the loss and format checks. `final`: the stage's
-    result.json (the figures of the model it hands on), where there is one; `advantage`: the
+    """Every finding for one stage's metrics rows. RL rows (with `reward_mean`: RL, online DPO,
+    RFT) get the RL checks; preference and reward-model runs (`stage` "dpo", "kto", "orpo", "rm")
+    the decline, format and pairwise checks; supervised stages ("cpt" or "sft") the loss and
+    format checks. `stage` is the run's trainer (run.json), whose flags the remedies name.
+    `final`: the stage's result.json (the figures of the model it hands on), where there is one; `advantage`: the
     run's advantage estimator (config.json), which decides what an all-equal group means;
     `rewards`: the run's --rewards, which decides whether partial credit is a remedy."""
     th = thresholds or Thresholds()
     if rl_rows(rows):
         found = check_signal(rows, th, group_size, advantage, rewards) + [f for check in RL_CHECKS for f in check(rows, th)]
-        return [_with_kept_model(f, rows, final) for f in found] + check_kinds(rows, th, final)
+        found = [_with_kept_model(f, rows, final) for f in found + check_eos(rows, th, group_size)]
+        return for_trainer(found + check_kinds(rows, th, final), stage)
+    if stage in PAIR_TRAINERS:
+        found = check_decline(rows, th) + check_eos(rows, th) + check_below_chance(rows, th, stage)
+        found = [_with_kept_model(f, rows, final) for f in found]
+        return for_trainer(check_nonfinite(rows, th) + found + check_faults(rows, th), stage)
     return check_nonfinite(rows, th) + check_supervised(rows, th, stage) + check_faults(rows, th)
 
 

@@ -54,7 +54,16 @@ class Thresholds:
     heldout_drop: float = 0.05
     """... while held-out accuracy falls by this much: reward hacking."""
     eos_drop: float = 0.1
-    """A fall of format accuracy (terminated, well-formed answers), train or held-out."""
+    """A fall of format accuracy (terminated, well-formed answers), train or held-out, ..."""
+    eos_noise: float = 2.0
+    """... that is also this many standard errors of sampling noise, where the completions behind each
+    training step are known (groups_sampled × group_size), ..."""
+    eos_min_steps: int = 3
+    """... or else each compared window holds at least this many training steps (one step's 8
+    completions, 12.5% → 0.0%, is one completion)."""
+    pair_chance: float = 0.45
+    """Pairwise accuracy (a reward model's held-out pairs; DPO's and ORPO's training pairs) at the
+    end at or below which the model ranks the rejected side first more often than chance."""
     kind_drop: float = 0.2
     """A fall of one kind's held-out accuracy (tasks whose problems have kinds: `eval_kind_*`)."""
     kind_gone: float = 0.05

@@ -75,7 +75,9 @@ NONFINITE_KEYS = ("loss", "kl", "reward_mean", "entropy", "eval_loss")
 def check_nonfinite(rows: list[Row], th: Thresholds) -> list[Finding]:
     """A loss, KL, reward or entropy logged as inf or NaN: the run diverged from that step on."""
     findings = []
-    rl_remedy = "raise --beta (a KL that grows without bound), use --collapse_guard true, " if rl_rows(rows) else ""
+    # only `lmpo train` RL logs zero_var_frac, and has --collapse_guard (online DPO and RFT log reward_mean too)
+    rl_trainer = any("zero_var_frac" in r for r in rows)
+    rl_remedy = "raise --beta (a KL that grows without bound), use --collapse_guard true, " if rl_trainer else ""
     for key in NONFINITE_KEYS:
         logged = [(r.get("step"), v) for r in rows if (v := as_float(r.get(key))) is not None]
         bad = [(step, v) for step, v in logged if not math.isfinite(v)]

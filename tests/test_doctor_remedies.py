@@ -1,0 +1,172 @@
+"""The doctor on every trainer: broken preference and reward-model runs are found, and each
+remedy names flags that the run's own command takes (`lmpo train online_dpo` has no
+--collapse_guard; a pipeline's stage takes --rl_stage.group_size, not --group_size). Synthetic
+metrics rows, shaped like each trainer's own."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from lmpo.cli.main import main
+from lmpo.cli.train import TRAINERS
+from lmpo.reports.doctor import diagnose
+
+STEPS = 40
+
+
+def _fields(trainer: str) -> set[str]:
+    if trainer == "rl":
+        from lmpo.trainers.rl_config import RLConfig
+
+        return {f.name for f in dataclasses.fields(RLConfig)}
+    module, config, _ = TRAINERS[trainer]
+    return {f.name for f in dataclasses.fields(getattr(importlib.import_module(f"lmpo.trainers.{module}"), config))}
+
+
+def _flags(text: str) -> tuple[set[str], set[str]]:
+    """(plain, dotted) flags a remedy names outside `backticked commands` (another command's)."""
+    text = re.sub(r"`[^`]*`", "", text)
+    plain = set(re.findall(r"(?<![\w.-])--([a-z_][a-z0-9_]*)(?![\w.])", text))
+    return plain, set(re.findall(r"(?<![\w.-])--([a-z_]+\.[a-z_]+)", text))
+
+
+def _series(**series: tuple[float, float]) -> list[dict]:
+    """STEPS training rows, each figure going linearly from its first value to its last."""
+    return [{"step": i, **{k: a + (b - a) * (i - 1) / (STEPS - 1) for k, (a, b) in series.items()}}
+            for i in range(1, STEPS + 1)]
+
+
+def _evals(accuracy: tuple[float, float], fmt: tuple[float, float] | None = (0.95, 0.05),
+           every: int = 10) -> list[dict]:
+    rows = []
+    for step in range(0, STEPS + 1, every):
+        t = step / STEPS
+        row = {"step": step, "eval_accuracy": accuracy[0] + (accuracy[1] - accuracy[0]) * t}
+        if fmt:
+            row["eval_format_accuracy"] = fmt[0] + (fmt[1] - fmt[0]) * t
+        rows.append(row)
+    return rows
+
+
+def _broken(rows: list[dict], **faults) -> list[dict]:
+    """The rows with a non-finite loss at the end and the given figures on the last row."""
+    rows = [dict(r) for r in rows]
+    last = max((r for r in rows if "loss" in r), key=lambda r: r["step"])
+    last.update(loss=math.nan, **faults)
+    return rows
+
+
+PREFERENCE = _series(loss=(0.69, 3.7), accuracy=(0.5, 0.1), margin=(0.0, -2.0), grad_norm=(50.0, 50.0))
+RL = _series(reward_mean=(0.1, 2.0), accuracy=(0.5, 0.5), format_accuracy=(1.0, 0.3), zero_var_frac=(0.95, 0.95),
+             entropy=(0.5, 0.0), kl=(0.0, 3.0), truncated_frac=(0.0, 0.9), completion_len_mean=(10.0, 40.0),
+             clip_frac=(0.5, 0.5), sampler_kl=(0.0, 0.1), loss=(0.1, 0.1))
+
+
+def _kinds(evals: list[dict]) -> list[dict]:
+    """The evaluations with a kind of problem solved half the time at first and never at the end."""
+    evals = [dict(r) for r in evals]
+    evals[0]["eval_kind_refund_accuracy"], evals[-1]["eval_kind_refund_accuracy"] = 0.5, 0.0
+    return evals
+
+
+ROWS = {
+    "rl": _broken(RL, skipped_updates=1, unscorable=3) + _kinds(_evals((0.5, 0.1), every=STEPS)),
+    "online_dpo": _broken(_series(reward_mean=(0.5, 0.5), accuracy=(0.5, 0.1), loss=(0.7, 3.0), optimizer_steps=(0, 0),
+                                  unended_frac=(0.0, 0.0)), unscorable=3) + _kinds(_evals((0.5, 0.1))),
+    "rft": _series(reward_mean=(0.5, 0.5), acceptance_rate=(0.0, 0.0), kept=(0, 0), updates=(0, 0), loss=(1.0, 1.0),
+                   unscorable=(1, 1)) + _kinds(_evals((0.5, 0.1))),
+    "dpo": _broken(PREFERENCE, skipped_updates=2) + _evals((0.6, 0.0)),
+    "kto": _broken(_series(loss=(0.5, 3.0), kl=(0.0, 2.0), margin=(0.0, -1.0)), skipped_updates=2)
+    + _evals((0.6, 0.0)),
+    "orpo": _broken(PREFERENCE, skipped_updates=2) + _evals((0.6, 0.0)),
+    "rm": _broken(PREFERENCE, skipped_updates=2) + _evals((0.4, 0.2), fmt=None),
+    "cpt": _broken(_series(loss=(3.0, 1.0)), skipped_updates=2),
+    "sft": _broken(_series(loss=(3.0, 1.0)), skipped_updates=2) + [{"step": STEPS, "eval_format_accuracy": 0.4}],
+}
+# what each trainer's broken rows must show, so that the flag check below reads the remedies that matter
+EXPECTED = {"rl": {"reward_hacking", "eos_loss", "entropy_collapse", "kl_runaway", "nonfinite", "kind_lost"},
+            "online_dpo": {"decline", "eos_loss", "no_updates", "nonfinite", "kind_lost"},
+            "rft": {"decline", "eos_loss", "no_updates", "kind_lost"},
+            "dpo": {"decline", "eos_loss", "nonfinite", "below_chance"}, "kto": {"decline", "eos_loss", "nonfinite"},
+            "orpo": {"decline", "eos_loss", "below_chance"}, "rm": {"decline", "nonfinite", "below_chance"},
+            "cpt": {"loss_still_falling", "nonfinite"}, "sft": {"sft_format_low", "nonfinite"}}
+
+
+@pytest.mark.parametrize("trainer", sorted(ROWS))
+def test_every_remedy_names_flags_of_the_runs_trainer(trainer):
+    """QA: online DPO was told `--collapse_guard true`, `--stop_patience N` and
+    `--missing_eos_penalty`, which `lmpo train online_dpo` refuses; a standalone SFT run
+    `--sft.epochs`, which only `lmpo pipeline` takes."""
+    found = diagnose(ROWS[trainer], trainer, group_size=4 if trainer == "rl" else None)
+    assert EXPECTED[trainer] <= {f.code for f in found}
+    fields = _fields(trainer)
+    for finding in found:
+        plain, dotted = _flags(finding.remedy)
+        assert plain <= fields, f"{trainer} {finding.code}: {sorted(plain - fields)} in {finding.remedy!r}"
+        assert not dotted or "`lmpo pipeline`" in finding.remedy, f"{trainer} {finding.code}: {finding.remedy!r}"
+
+
+def test_a_broken_preference_or_reward_model_run_is_found():
+    """QA: a DPO run whose held-out accuracy fell 60% → 0% and its format 95% → 5%, and a reward
+    model whose held-out pairwise accuracy fell 40% → 20%, were "no problems found"."""
+    for trainer in ("dpo", "kto", "orpo"):
+        found = {f.code: f for f in diagnose(ROWS[trainer], trainer)}
+        assert found["decline"].value.startswith("60.0% (best, step 0) → 0.0%")
+        assert found["eos_loss"].value == "95.0% → 5.0%"
+    rm = {f.code: f for f in diagnose(ROWS["rm"], "rm")}
+    assert rm["decline"].value.startswith("40.0% (best, step 0) → 20.0%")
+    assert rm["below_chance"].severity == "note" and rm["below_chance"].value == "20.0%"
+    assert "eos_loss" not in rm
+    healthy = _series(loss=(0.69, 0.3), accuracy=(0.6, 0.95)) + _evals((0.3, 0.5), fmt=(0.8, 0.9))
+    assert [f.code for f in diagnose(healthy, "dpo")] == []
+
+
+def test_one_completion_of_eight_is_no_eos_loss():
+    """QA: a GRPO run of 8 steps × 8 completions was told `eos_loss` (format 12.5% → 0.0%): its
+    first step against its last, one completion each way."""
+    short = [{"step": i, "reward_mean": 0.0, "format_accuracy": f, "groups_sampled": 2}
+             for i, f in enumerate((0.125, 0.25, 0.125, 0.125, 0.0, 0.25, 0.125, 0.0), 1)]
+    assert "eos_loss" not in {f.code for f in diagnose(short, "rl", group_size=4)}
+    assert "eos_loss" not in {f.code for f in diagnose(short, "rl")}  # completions unknown: too few steps
+    long = [{"step": i, "reward_mean": 0.0, "groups_sampled": 2, "format_accuracy": 1.0 - 0.7 * (i - 1) / 39}
+            for i in range(1, 41)]
+    (eos,) = [f for f in diagnose(long, "rl", group_size=4) if f.code == "eos_loss"]
+    assert eos.value == "97.3% → 32.7%"
+
+
+def _stage(pipeline: Path, name: str, trainer: str, rows: list[dict]) -> None:
+    (pipeline / name).mkdir(parents=True)
+    (pipeline / name / "run.json").write_text(json.dumps({"trainer": trainer, "config": {"group_size": 4}}))
+    (pipeline / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_the_doctor_names_a_pipeline_stages_flags_as_the_pipeline_takes_them(tmp_path, capsys):
+    """QA: `lmpo doctor PIPELINE_DIR` said `raise --group_size` of the GRPO stage, which `lmpo
+    pipeline` refuses (its own [doctor] lines said --rl_stage.group_size)."""
+    pipeline = tmp_path / "pipe"
+    no_signal = [{"step": i, "reward_mean": 0.0, "accuracy": 0.0, "zero_var_frac": 1.0} for i in range(1, 11)]
+    _stage(pipeline, "sft", "sft", [{"step": 5, "eval_format_accuracy": 0.4}])
+    _stage(pipeline, "grpo", "rl", no_signal)
+    (pipeline / "run.json").write_text(json.dumps({"trainer": "pipeline"}))
+    assert main(["doctor", str(pipeline)]) == 0
+    out = capsys.readouterr().out
+    assert "raise --rl_stage.group_size" in out and "--group_size" not in out
+    assert "more --sft.epochs or --sft.demonstrations" in out
+    _stage(tmp_path, "sft", "sft", [{"step": 5, "eval_format_accuracy": 0.4}])
+    assert main(["doctor", str(tmp_path / "sft")]) == 0  # a run of `lmpo train sft`: its flags
+    assert "more --epochs or --demonstrations" in capsys.readouterr().out
+
+
+def test_rft_that_accepted_nothing_is_told_how_keep_top_k_keeps_the_best():
+    """QA: "keep the best with --keep_top_k N" kept nothing in a run that had --keep_top_k 1:
+    keep_top_k picks among accepted samples, so it needs --accept_threshold -inf."""
+    rows = [{"step": r, "reward_mean": 0.0, "acceptance_rate": 0.0, "kept": 0, "updates": 0} for r in (1, 2)]
+    (found,) = [f for f in diagnose(rows, "rft") if f.code == "no_updates"]
+    assert "--accept_threshold -inf --keep_top_k N" in found.remedy
