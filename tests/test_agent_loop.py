@@ -3,13 +3,14 @@ masks and the zero gradient on observation tokens."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 import torch
 
 from lmpo.envs import Problem, make_task
-from lmpo.envs.env import TERMINATIONS, SingleTurnEnv, Step
+from lmpo.envs.env import LENGTH_ENDINGS, TERMINATIONS, SingleTurnEnv, Step
 from lmpo.envs.tool_env import ToolEnv
 from lmpo.envs.tools import ToolError, ToolTimeout, tool
 from lmpo.envs.parsing import CompactFormat
@@ -358,3 +359,23 @@ def test_a_pipeline_that_cannot_train_a_multi_turn_task_stops_before_the_first_s
     assert main(["pipeline", "--task", "vault", "--rl", "online_dpo", "--out", str(tmp_path / "p")]) == 2
     assert "multi-turn: use an RL preset" in capsys.readouterr().err
     assert not (tmp_path / "p" / "cpt").exists()
+
+
+def test_saved_training_episodes_say_what_the_loss_made_of_them(tmp_path, start_model):
+    """trajectories.jsonl showed masked episodes like trained ones and recorded no action (QA F1):
+    each training row now has the policy's action and its trained tokens, which add up to the step's."""
+    from lmpo.cli.main import main
+
+    run = tmp_path / "run"
+    assert main(["train", "grpo", "--model", start_model, "--out", str(run), "--steps", "1",
+                 "--prompts_per_step", "2", "--group_size", "2", "--max_new_tokens", "3", "--eval_problems", "0",
+                 "--save_every", "0", "--threads", "1", "--reward_timeout", "0", "--save_trajectories", "4",
+                 "--termination_policy", "length=mask"]) == 0
+    saved = [json.loads(line) for line in open(run / "trajectories.jsonl")]
+    step = next(r for r in map(json.loads, open(run / "metrics.jsonl")) if "trained_tokens" in r)
+    assert any(r["termination_action"] == "mask" for r in saved)
+    assert len(saved) == 4 and sum(r["trained_tokens"] for r in saved) == step["trained_tokens"]
+    for r in saved:
+        masked = r["termination"] in LENGTH_ENDINGS
+        assert r["termination_action"] == ("mask" if masked else "train")
+        assert (r["trained_tokens"] == 0) == masked

@@ -2,10 +2,15 @@
 
 Each line is one saved episode: counters (turns, tool calls, parse errors,
 tokens), how it ended, its reward, and ``segments`` — the text in order, each
-tagged with its ``source``: ``prompt``, ``model`` (sampled, trained on),
+tagged with its ``source``: ``prompt``, ``model`` (sampled by the policy),
 ``template`` (chat-template glue) or ``env`` (tool / environment output).
-Viewers keep the sources visibly apart; without colour, model text is wrapped
-in ``«…»`` and environment text in ``⟦…⟧``.
+A training episode also records what the loss made of it: ``termination_action``
+(the termination policy's train / mask / penalise / exclude for its ending) and
+``trained_tokens``; files written before these fields existed say nothing about it.
+Viewers keep the sources visibly apart, and model text that was not trained
+(a masked or excluded episode) apart from trained model text; without colour,
+model text is wrapped in ``«…»``, untrained model text in ``‹…›`` and
+environment text in ``⟦…⟧``.
 """
 
 from __future__ import annotations
@@ -20,10 +25,9 @@ from rich.console import Console
 from rich.text import Text
 
 from . import page
-from .run_records import unfinished_pipeline_stages
+from .trajectory_files import TRAJECTORIES_FILE, find_trajectories  # noqa: F401 (this module's API)
 from .metrics import json_error
 
-TRAJECTORIES_FILE = "trajectories.jsonl"
 SOURCES = ("prompt", "model", "template", "env")
 PHASES = ("train", "eval")
 
@@ -36,6 +40,11 @@ STYLES: dict[str, str] = {
 }
 # Markers used when colour is off (NO_COLOR, output piped to a file).
 MARKERS: dict[str, tuple[str, str]] = {"model": ("«", "»"), "env": ("⟦", "⟧")}
+# Model text of an episode the loss left out: sampled, but not learnt from.
+UNTRAINED = "untrained"
+UNTRAINED_STYLE = "dim italic green"
+UNTRAINED_MARKERS = ("‹", "›")
+ACTION_WORDS = {"mask": "masked", "exclude": "excluded", "penalise": "penalised", "train": "trained"}
 HTML_SEGMENT_CHARS = 4000  # longer segments are cut in the HTML report
 
 _INT, _NUM, _STR, _BOOL, _NONE = "an integer", "a number", "a string", "a boolean", "null"
@@ -45,7 +54,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "turns": (_INT,), "tool_calls": (_INT,), "parse_errors": (_INT,),
     "num_tokens": (_INT,), "num_model_tokens": (_INT,),
 }
-OPTIONAL: dict[str, tuple[str, ...]] = {"prompt": (_STR,), "answer": (_STR, _NONE), "error": (_STR,)}
+OPTIONAL: dict[str, tuple[str, ...]] = {"prompt": (_STR,), "answer": (_STR, _NONE), "error": (_STR,),
+                                        "termination_action": (_STR,), "trained_tokens": (_INT,)}
 
 Row = dict[str, Any]
 
@@ -191,56 +201,6 @@ def _step_ranges(steps: list[int], shown: int = 12) -> str:
     return ", ".join(texts if len(texts) <= shown else [*texts[:shown // 2], "...", *texts[-shown // 2:]])
 
 
-def find_trajectories(run_dir: str | Path, stage: str | None = None) -> Path:
-    """The ``trajectories.jsonl`` to show for ``run_dir``.
-
-    A run directory's own file; for a pipeline directory (``summary.json``, or an unfinished
-    pipeline's ``run.json``), that of the stage named ``stage``, or else of the last stage that
-    has one; a trajectories file given itself (``lmpo eval --out`` writes one too).
-    """
-    run_dir = Path(run_dir)
-    if run_dir.is_file() and stage is None:
-        return run_dir
-    if not run_dir.exists():
-        raise FileNotFoundError(f"{run_dir} does not exist")
-    own, summary = run_dir / TRAJECTORIES_FILE, run_dir / "summary.json"
-    if stage is None and own.is_file():
-        return own
-    unfinished = unfinished_pipeline_stages(run_dir)
-    if not summary.is_file() and not unfinished:
-        if stage is not None:
-            raise FileNotFoundError(f"--stage {stage}: {run_dir} is not a pipeline directory "
-                                    f"(no {summary}, and its run.json names no pipeline)")
-        raise FileNotFoundError(f"no trajectories file: {own}")
-    if unfinished:
-        dirs: list[tuple[str, Path | None]] = [(d.name, d) for d in unfinished]
-        summary = f"the stage directories of {run_dir}, a pipeline without summary.json yet"
-    else:
-        from .stages import read_summary
-
-        dirs = [(s.name, _stage_dir(run_dir, s.run_dir)) for s in read_summary(summary)[0]]
-    if stage is not None:
-        matches = [d for name, d in dirs if name == stage]
-        if not matches:
-            names = ", ".join(name for name, _ in dirs) or "none"
-            raise ValueError(f"--stage {stage}: no such stage in {summary} (stages: {names})")
-        if matches[-1] is None:
-            raise FileNotFoundError(f"--stage {stage}: the stage has no run directory in {summary}")
-        return matches[-1] / TRAJECTORIES_FILE
-    for _, stage_dir in reversed(dirs):
-        if stage_dir is not None and (stage_dir / TRAJECTORIES_FILE).is_file():
-            return stage_dir / TRAJECTORIES_FILE
-    raise FileNotFoundError(f"no trajectories file: neither {own} nor one in any stage "
-                            f"listed in {summary}")
-
-
-def _stage_dir(run_dir: Path, sub: str | None) -> Path | None:
-    if not sub:
-        return None
-    path = Path(sub)
-    return path if path.is_absolute() else run_dir / path
-
-
 # ------------------------------------------------------------------ terminal
 
 
@@ -250,6 +210,27 @@ def _fmt_num(x: Any) -> str:
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def untrained(row: Row) -> str | None:
+    """Why a training episode's model text got no loss (`not trained: turn_length → masked`), or
+    None: trained, an evaluation, or a file that does not record it."""
+    action, tokens = row.get("termination_action"), row.get("trained_tokens")
+    if row["phase"] != "train" or (action is None and tokens is None):
+        return None
+    if action in ("mask", "exclude"):
+        return f"not trained: {row['termination']} → {ACTION_WORDS[action]}"
+    if tokens == 0:
+        return "not trained: no token carried loss"
+    return None
+
+
+def _training_field(row: Row) -> tuple[str, str] | None:
+    if (why := untrained(row)) is not None:
+        return why, "warn"
+    if row.get("termination_action") == "penalise":
+        return f"trained, penalised: {row['termination']}", "warn"
+    return None
 
 
 def header_fields(row: Row) -> list[tuple[str, str]]:
@@ -267,6 +248,8 @@ def header_fields(row: Row) -> list[tuple[str, str]]:
         (_plural(row["parse_errors"], "parse error"), "bad" if row["parse_errors"] else ""),
         (f"tokens {row['num_model_tokens']}/{row['num_tokens']} model/total", ""),
     ]
+    if (training := _training_field(row)) is not None:
+        fields.append(training)
     if row.get("answer") is not None:
         fields.append((f"expected {row['answer']!r}", ""))
     if row.get("error"):
@@ -284,23 +267,35 @@ def _colourless(console: Console) -> bool:
     return console.no_color or console.color_system is None
 
 
-def _segment_text(source: str, text: str, plain: bool) -> str:
-    if plain and source in MARKERS:
-        left, right = MARKERS[source]
-        return f"{left}{text}{right}"
+def segment_kind(row: Row, source: str) -> str:
+    """The segment's source, or :data:`UNTRAINED` for model text the loss left out."""
+    return UNTRAINED if source == "model" and untrained(row) is not None else source
+
+
+def _style(kind: str) -> str:
+    return UNTRAINED_STYLE if kind == UNTRAINED else STYLES[kind]
+
+
+def _segment_text(kind: str, text: str, plain: bool) -> str:
+    markers = UNTRAINED_MARKERS if kind == UNTRAINED else MARKERS.get(kind)
+    if plain and markers:
+        return f"{markers[0]}{text}{markers[1]}"
     return text
 
 
-def legend(plain: bool) -> Text:
-    """One line naming each source in its own style (and markers when ``plain``)."""
+def legend(plain: bool, with_untrained: bool = False) -> Text:
+    """One line naming each source in its own style (and markers when ``plain``); untrained
+    model text too when some episode shown has it."""
     out = Text()
     out.append("legend: ", style="bold")
-    for i, source in enumerate(("prompt", "template", "model", "env")):
+    kinds = ("prompt", "template", "model", *((UNTRAINED,) if with_untrained else ()), "env")
+    for i, kind in enumerate(kinds):
         if i:
             out.append(" · ", style="dim")
-        out.append(_segment_text(source, source, plain), style=STYLES[source])
+        name = "untrained model" if kind == UNTRAINED else kind
+        out.append(_segment_text(kind, name, plain), style=_style(kind))
     if plain:
-        out.append("  (no colour: «…» model, ⟦…⟧ environment)")
+        out.append(f"  (no colour: «…» model,{' ‹…› untrained model,' if with_untrained else ''} ⟦…⟧ environment)")
     return out
 
 
@@ -316,7 +311,7 @@ def render_terminal(rows: list[Row], console: Console, *, width: int | None = No
     were left out."""
     plain = _colourless(console)
     soft = plain and width is None
-    console.print(legend(plain), width=width, soft_wrap=soft)
+    console.print(legend(plain, any(untrained(r) is not None for r in rows)), width=width, soft_wrap=soft)
     if not rows:
         console.print("no trajectories match", width=width, soft_wrap=soft)
         return
@@ -335,7 +330,8 @@ def render_terminal(rows: list[Row], console: Console, *, width: int | None = No
                 body.append(f"[{len(text) - prompt_chars} earlier characters of the prompt not shown]…", style="dim")
                 text = text[len(text) - prompt_chars:]
             text = page.show_controls(text)
-            body.append(_segment_text(seg["source"], text, plain), style=STYLES[seg["source"]])
+            kind = segment_kind(row, seg["source"])
+            body.append(_segment_text(kind, text, plain), style=_style(kind))
         console.print(body, width=width, soft_wrap=soft)
 
 
@@ -348,12 +344,14 @@ HTML_STYLE = """<style>
 .traj-meta .bad { color: #b42318; } .traj-meta .warn { color: #9a6700; }
 .seg-prompt { color: #777; } .seg-template { color: #999; font-style: italic; }
 .seg-model { color: #1a7f37; font-weight: bold; }
+.seg-untrained { color: #6b8f75; font-style: italic; text-decoration: line-through #b0b0b0; }
 .seg-env { color: #7fe3ff; background: #1f2b36; }
 </style>"""
 
 
-def _span(source: str, text: str) -> str:
-    return f'<span class="seg-{source}" title="{source}">{page.esc(text)}</span>'
+def _span(kind: str, text: str) -> str:
+    title = "model (sampled, not trained)" if kind == UNTRAINED else kind
+    return f'<span class="seg-{kind}" title="{title}">{page.esc(text)}</span>'
 
 
 def _html_trajectory(row: Row) -> str:
@@ -364,7 +362,7 @@ def _html_trajectory(row: Row) -> str:
         text = seg["text"]
         if len(text) > HTML_SEGMENT_CHARS:
             text = text[:HTML_SEGMENT_CHARS] + f"… ({len(text) - HTML_SEGMENT_CHARS} more characters)"
-        parts.append(_span(seg["source"], text))
+        parts.append(_span(segment_kind(row, seg["source"]), text))
     return f'<p class="traj-meta">{meta}</p>\n<pre class="traj-text">{"".join(parts)}</pre>'
 
 
@@ -389,6 +387,8 @@ def html_section(run_dir: str | Path, n: int = 6) -> list[str]:
         warnings.warn(f"could not read {path}: {exc}", RuntimeWarning, stacklevel=2)
         return body + [page.paragraph(f"could not read {path.name}: {exc}", "note")]
     legend_html = " ".join(_span(s, s) for s in ("prompt", "template", "model", "env"))
+    if any(untrained(r) is not None for rows in latest.values() for r in rows):
+        legend_html += " " + _span(UNTRAINED, "untrained model (masked or excluded: no loss)")
     body.append(f"<p>{page.esc(f'{total} trajectories in {path.name}.')} "
                 f"Text by source: {legend_html}</p>")
     for phase, (_, title) in wanted.items():

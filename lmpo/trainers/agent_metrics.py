@@ -7,6 +7,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import torch
+
 from lmpo.envs.base import Grade
 from lmpo.envs.env import TERMINATIONS
 from lmpo.rollout.evaluation import grade_all
@@ -46,7 +48,8 @@ class TrajectoryLog:
             path.unlink()
 
     def write(self, step: int, phase: str, trajectories: list[Trajectory], task, rewards: list | None = None,
-              valid: list | None = None) -> None:
+              valid: list | None = None, training: list[dict] | None = None) -> None:
+        """`training`: per trajectory, what the loss made of it (`training_records`); None for evaluations."""
         if not self.per_step:
             return
         with self.path.open("a", encoding="utf-8") as f:
@@ -55,7 +58,16 @@ class TrajectoryLog:
                 reward = None if rewards is None else (rewards[i] if valid is None or valid[i] else None)
                 if rewards is None:
                     reward = float(grade.correct)
-                f.write(json.dumps(trajectory_row(t, grade, reward, self.tokenizer, step, phase, i)) + "\n")
+                row = trajectory_row(t, grade, reward, self.tokenizer, step, phase, i)
+                f.write(json.dumps({**row, **(training[i] if training else {})}) + "\n")
+
+
+def training_records(actions: list[str], loss_mask: torch.Tensor) -> list[dict]:
+    """Per trajectory of a training batch: the termination policy's action for its ending and the
+    tokens the loss was taken on (0 for a masked or excluded episode, and for one the `overlong`
+    option masked), so a viewer can tell trained text from text that was only sampled."""
+    counts = loss_mask.sum(dim=1).tolist()
+    return [{"termination_action": a, "trained_tokens": int(n)} for a, n in zip(actions, counts)]
 
 
 def trajectory_row(t: Trajectory, grade: Grade, reward: float | None, tokenizer, step: int, phase: str,

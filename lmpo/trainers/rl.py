@@ -25,7 +25,7 @@ from lmpo.rollout import SamplingParams
 from lmpo.rollout.agent_loop import EpisodeRunner
 from lmpo.rollout.engine_select import check_engine, make_engine
 from lmpo.rollout.weight_probe import default_probe_ids
-from lmpo.trainers.agent_metrics import TrajectoryLog
+from lmpo.trainers.agent_metrics import TrajectoryLog, training_records
 from lmpo.trainers.termination import TerminationPolicy
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.distributed import Distributed, launched_rank
@@ -200,7 +200,9 @@ def train_rl(cfg: RLConfig) -> StageResult:
             env_rewards = env_rewards or "reward_env" in row
             if env_rewards:  # a step whose episodes all ended before any reward: 0, not a gap in the curve
                 row.setdefault("reward_env", 0.0)
-            saved.write(step, "train", scored.trajectories, task, scored.rewards.tolist(), scored.valid.tolist())
+            saved.write(step, "train", scored.trajectories, task, scored.rewards.tolist(), scored.valid.tolist(),
+                        training_records(endings.actions([t.termination for t in scored.trajectories]),
+                                         batch.loss_mask))
             shares = run.dist.gather([p.prompt for p in scored.problems])  # the digest covers the global batch
             row["prompts"], row["prompt_digest"] = [first_prompt, stream.position], prompt_digest(shares)
             observed = figures.get("kl_reward", stats.get("kl"))  # None: no trained token to measure it on

@@ -367,3 +367,36 @@ def test_a_large_file_is_read_a_row_at_a_time(tmp_path):
     assert matching == 3000 and [r["step"] for r in shown] == [2998, 2999]
     assert "3000 trajectories in trajectories.jsonl." in "".join(html)
     assert peak < 1_000_000, peak  # a few rows, not the file's 6 MB
+
+
+# ------------------------------------------------------- what the loss made of an episode
+
+
+def masked_and_trained(rh: SimpleNamespace, tmp_path: Path) -> Path:
+    """A masked turn_length episode next to a trained one, as a run writes them now."""
+    rows = [traj(1, index=0, termination_action="train", trained_tokens=12),
+            traj(1, index=1, correct=False, termination="turn_length", termination_action="mask",
+                 trained_tokens=0)]
+    rh.write_jsonl(tmp_path / "run" / "trajectories.jsonl", rows)
+    return tmp_path / "run"
+
+
+def test_untrained_model_text_is_marked_and_styled_apart(tmp_path: Path, rh: SimpleNamespace) -> None:
+    """A masked episode's model text read exactly like trained text (QA F1)."""
+    run = masked_and_trained(rh, tmp_path)
+    out = io.StringIO()
+    render_terminal(read_trajectories(run), Console(file=out, no_color=True))
+    text = out.getvalue()
+    assert "not trained: turn_length → masked" in text
+    assert "«s1i0<eos>»" in text and "‹s1i1<eos>›" in text and "«s1i1" not in text
+    assert "‹untrained model›" in text
+    html = "\n".join(html_section(run))
+    assert 'class="seg-untrained"' in html and html.count("not trained: turn_length → masked") == 1
+    assert '<span class="seg-model" title="model">s1i0&lt;eos&gt;</span>' in html
+
+
+def test_a_file_without_the_training_fields_reads_as_before(run: Path) -> None:
+    out = io.StringIO()
+    render_terminal(read_trajectories(run, step=1), Console(file=out, no_color=True))
+    assert "not trained" not in out.getvalue() and "‹" not in out.getvalue()
+    assert "seg-untrained" not in "\n".join(html_section(run)).split("</style>")[1]
