@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from .doctor import Finding, diagnose
-from .metrics import read_metrics
+from .metrics import kept_rows, read_metrics
 from .run_records import unfinished_pipeline_stages
 
 
@@ -82,7 +82,7 @@ def run_dirs(path: Path) -> list[Path]:
 def diagnose_stage(stage_dir: Path) -> list[Finding]:
     kind, config = _run_info(stage_dir)
     group = config.get("group_size") if isinstance(config.get("group_size"), int) else None
-    rows = read_metrics(stage_dir / "metrics.jsonl")
+    rows = kept_rows(read_metrics(stage_dir / "metrics.jsonl"))  # the kept branch, as the report plots it
     if not rows:  # "no problems found" would pass an empty log off as a healthy run
         log = ("log a row sooner (--log_every N: every N steps)" if kind in LOG_EVERY_TRAINERS else
                "let the run finish its first step or round (it logs a row after each)")

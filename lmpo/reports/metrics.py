@@ -112,6 +112,47 @@ def row_step(row: Row, index: int) -> float:
     return step if step is not None and math.isfinite(step) else float(index)
 
 
+# Shares of one whole (why episodes ended) that a trainer logs only when not 0: in a row that
+# has some key of a family, a missing key of the same family is a share of 0, not a gap.
+SHARE_PREFIXES = ("termination_", "eval_termination_")
+
+
+def kept_rows(rows: list[Row]) -> list[Row]:
+    """The rows the report and the doctor read: those of the run that was kept
+    (:func:`final_branch`), with unlogged shares filled in as 0 (:func:`with_zero_shares`)."""
+    return with_zero_shares(final_branch(rows))
+
+
+def final_branch(rows: list[Row]) -> list[Row]:
+    """Without the rows a collapse-guard rollback abandoned: a rollback row (`to_step`) undoes
+    every earlier row of a later step, whose step is then trained and logged again; without this,
+    a key the kept run did not log at a step was read from the abandoned one. Rollback rows stay
+    (the doctor reports them; `rollbacks.without_rollbacks` keeps them off the curves)."""
+    limit, kept = math.inf, []
+    for row in reversed(rows):  # a rollback undoes what came before it, up to an earlier rollback's own limit
+        step = as_float(row.get("step"))
+        if "rollback" in row:
+            to_step = as_float(row.get("to_step"))
+            limit = min(limit, to_step) if to_step is not None else limit
+            kept.append(row)
+        elif step is None or step <= limit:
+            kept.append(row)
+    return kept[::-1]
+
+
+def with_zero_shares(rows: list[Row]) -> list[Row]:
+    """Each row that logs some share of a :data:`SHARE_PREFIXES` family, with the family's other
+    keys seen in the run as 0 (`termination_answered` missing where every episode hit the token
+    budget: the table's minimum, the curves and the doctor read 0 there, not "not measured")."""
+    families = {p: [k for k in dict.fromkeys(k for r in rows for k in r) if k.startswith(p)] for p in SHARE_PREFIXES}
+    out = []
+    for row in rows:
+        missing = {k: 0.0 for p, keys in families.items() if any(k.startswith(p) for k in row)
+                   for k in keys if k not in row}
+        out.append({**row, **missing} if missing else row)
+    return out
+
+
 def numeric_keys(rows: list[Row]) -> list[str]:
     """Keys (other than ``step``) holding a number in at least one row."""
     seen: dict[str, None] = {}

@@ -13,7 +13,7 @@ from typing import Any
 from lmpo.trainers.run_dir import complete_checkpoints, saved_config
 
 from . import page
-from .metrics import Row, Series, all_series, as_float, read_metrics
+from .metrics import Row, Series, all_series, as_float, kept_rows, read_metrics
 from .panels import MAIN_KEYS, REWARD_MODEL_KEYS, REWARD_MODEL_TRAINER, Panel, panels_for
 from .plots import render_panel
 from .rollbacks import read_rollbacks, rollback_section, without_rollbacks
@@ -80,7 +80,7 @@ def _write(run_dir: Path, seen: frozenset[Path]) -> Report:
 def _metrics_section(metrics: Path, report: Report) -> list[str]:
     rows = read_metrics(metrics)
     rollbacks = read_rollbacks(rows)
-    data = all_series(without_rollbacks(rows))
+    data = all_series(without_rollbacks(kept_rows(rows)))
     body = [page.heading("Training metrics"), _run_overview(metrics, rows), *_unfinished(metrics.parent),
             *rollback_section(rollbacks)]
     if not data:

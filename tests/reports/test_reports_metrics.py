@@ -146,3 +146,52 @@ def test_all_series_is_series_of_every_numeric_key() -> None:
     expected = {k: series(rows, k) for k in numeric_keys(rows) if series(rows, k)[0]}
     got = all_series(rows)
     assert list(got) == list(expected) and got == expected
+
+
+def guarded_rows() -> list[dict]:
+    """Steps 1-4 trained, a rollback at 4 to step 0, steps 1-4 trained again. The kept run's step 2
+    logs no `termination_answered` (none answered); the abandoned step 2 did."""
+    first = [{"step": s, "zero_var_frac": 0.0, "termination_answered": 0.5, "termination_token_budget": 0.5}
+             for s in range(1, 5)]
+    again = [{"step": s, "zero_var_frac": 1.0, "termination_answered": 0.25, "termination_token_budget": 0.75}
+             for s in range(1, 5)]
+    del again[1]["termination_answered"]
+    again[1]["termination_token_budget"] = 1.0
+    return [{"step": 0, "eval_accuracy": 0.5, "eval_termination_answered": 0.8, "eval_termination_token_budget": 0.2},
+            *first, {"step": 4, "rollback": "KL runaway", "to_step": 0, "lr_scale": 0.5}, *again,
+            {"step": 4, "eval_accuracy": 0.0, "eval_termination_token_budget": 1.0}]
+
+
+def test_the_kept_rows_are_the_final_branch_with_unlogged_shares_as_0() -> None:
+    """After a rollback a key the kept run did not log at a step was read from the abandoned branch
+    (a termination stack of 112%, QA F2), and a share of 0 was missing, not 0 (QA F3)."""
+    from lmpo.reports.metrics import kept_rows
+    from lmpo.reports.rollbacks import without_rollbacks
+
+    rows = kept_rows(guarded_rows())
+    assert [r["step"] for r in rows] == [0, 4, 1, 2, 3, 4, 4] and "rollback" in rows[1]
+    data = all_series(without_rollbacks(rows))
+    assert data["zero_var_frac"] == ([1.0, 2.0, 3.0, 4.0], [1.0] * 4)
+    assert data["termination_answered"] == ([1.0, 2.0, 3.0, 4.0], [0.25, 0.0, 0.25, 0.25])
+    assert data["eval_termination_answered"] == ([0.0, 4.0], [0.8, 0.0])  # the fall to 0 is drawn
+
+
+def test_two_rollbacks_undo_everything_after_the_earliest_step_they_went_back_to() -> None:
+    from lmpo.reports.metrics import final_branch
+
+    rows = [{"step": s, "x": "a"} for s in range(1, 7)] + [{"step": 6, "rollback": "r", "to_step": 4}]
+    rows += [{"step": 5, "x": "b"}, {"step": 5, "rollback": "r", "to_step": 2}, {"step": 3, "x": "c"}]
+    assert [(r["step"], r.get("x")) for r in final_branch(rows)] == [(1, "a"), (2, "a"), (6, None), (5, None),
+                                                                   (3, "c")]
+
+
+def test_the_report_table_reads_the_kept_run(tmp_path: Path) -> None:
+    from lmpo.reports import write_report
+
+    path = tmp_path / "run" / "metrics.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(r) + "\n" for r in guarded_rows()))
+    html = write_report(path.parent).read_text()
+    row = html[html.index(">termination_answered<"):].split("</tr>")[0]
+    cells = [c.split(">")[-1] for c in row.split("</td>")[:-1]]
+    assert cells[1:] == ["0.25", "4", "0", "0.25", "4"]  # last, at step, min, max, points
