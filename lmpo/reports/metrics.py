@@ -198,6 +198,23 @@ def all_series(rows: list[Row]) -> dict[str, Series]:
     return out
 
 
+def nonfinite_points(rows: list[Row], data: dict[str, Series]) -> dict[str, list[tuple[float, float]]]:
+    """Per key, the (step, value) of each NaN or ±inf logged at a step where ``data`` (the finite
+    series) has no point: what the curves leave out, which a report must say (a diverged run
+    otherwise looks flat and healthy)."""
+    out: dict[str, dict[float, float]] = {}
+    for index, row in enumerate(rows):
+        for key, value in row.items():
+            if key != "step" and isinstance(value, float) and not math.isfinite(value):
+                out.setdefault(key, {})[row_step(row, index)] = value
+    found = {}
+    for key, points in out.items():
+        finite = set(data.get(key, ((), ()))[0])
+        if (left_out := sorted((s, v) for s, v in points.items() if s not in finite)):
+            found[key] = left_out
+    return found
+
+
 def ema(values: list[float], span: float | None = None) -> list[float]:
     """Exponential moving average; by default the span scales with length."""
     if span is None:

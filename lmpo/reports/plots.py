@@ -6,6 +6,7 @@ user's global pyplot backend is never touched.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from matplotlib.axes import Axes
@@ -40,9 +41,11 @@ def present_axes(panel: Panel, data: dict[str, Series]) -> list[Axis]:
 
 
 def render_panel(panel: Panel, data: dict[str, Series], out_dir: Path,
-                 rollbacks: list[Rollback] = ()) -> Path | None:
+                 rollbacks: list[Rollback] = (), nonfinite: dict[str, list[tuple[float, float]]] | None = None
+                 ) -> Path | None:
     """Write ``<out_dir>/<panel.name>.png``; None if the panel has no data. Collapse-guard
-    ``rollbacks`` are marked on every subplot."""
+    ``rollbacks`` are marked on every subplot; a curve's ``nonfinite`` (step, value) points break
+    its line and are marked by a dotted line."""
     axes_specs = present_axes(panel, data)
     if not axes_specs:
         return None
@@ -50,7 +53,7 @@ def render_panel(panel: Panel, data: dict[str, Series], out_dir: Path,
     axs = fig.subplots(len(axes_specs), 1, sharex=True, squeeze=False)[:, 0]
     for ax, spec in zip(axs, axes_specs):
         mark_rollbacks(ax, list(rollbacks))
-        draw_axis(ax, spec, data)
+        draw_axis(ax, spec, data, nonfinite or {})
     axs[-1].set_xlabel("step")
     # steps are whole: no tick at 2.5, and with one step in view (a 1-step run) only that one, where
     # the default min_n_ticks=2 gave up on whole numbers and ticked 0.945 ... 1.050
@@ -59,13 +62,14 @@ def render_panel(panel: Panel, data: dict[str, Series], out_dir: Path,
     return save(fig, out_dir / f"{panel.name}.png")
 
 
-def draw_axis(ax: Axes, spec: Axis, data: dict[str, Series]) -> None:
+def draw_axis(ax: Axes, spec: Axis, data: dict[str, Series],
+              nonfinite: dict[str, list[tuple[float, float]]] | None = None) -> None:
     if spec.stacked:
         draw_stacked(ax, spec, data)
     else:
         curves = [c for c in spec.curves if c.key in data]
         for i, curve in enumerate(curves):
-            draw_curve(ax, curve, data, f"C{i}")
+            draw_curve(ax, curve, data, f"C{i}", (nonfinite or {}).get(curve.key, []))
     ax.set_title(spec.title, fontsize=10)
     if spec.ylabel:
         ax.set_ylabel(spec.ylabel)
@@ -84,19 +88,30 @@ def _smoothed(curve: Curve, ys: list[float]) -> bool:
     return curve.smooth and not curve.sparse and len(ys) >= MIN_SMOOTH_POINTS
 
 
-def draw_curve(ax: Axes, curve: Curve, data: dict[str, Series], color: str) -> None:
-    """Raw points (faint) plus an EMA line, or markers for sparse/short series."""
+def with_gaps(xs: list[float], ys: list[float], gaps: list[float]) -> Series:
+    """The points with a NaN at each of ``gaps``, where matplotlib breaks the line."""
+    merged = sorted([*zip(xs, ys), *((g, math.nan) for g in gaps)], key=lambda p: p[0])
+    return [p[0] for p in merged], [p[1] for p in merged]
+
+
+def draw_curve(ax: Axes, curve: Curve, data: dict[str, Series], color: str,
+               nonfinite: list[tuple[float, float]] = ()) -> None:
+    """Raw points (faint) plus an EMA line, or markers for sparse/short series; a gap and a dotted
+    line at each step whose value was NaN or ±inf (the EMA runs over the finite points)."""
     xs, ys = data[curve.key]
+    gaps = [step for step, _ in nonfinite]
     if _smoothed(curve, ys):
-        ax.plot(xs, ys, color=color, alpha=RAW_ALPHA, lw=0.8)
+        ax.plot(*with_gaps(xs, ys, gaps), color=color, alpha=RAW_ALPHA, lw=0.8)
         line = ema(ys)
-        ax.plot(xs, line, color=color, lw=1.8, label=f"{curve.label} (EMA)")
+        ax.plot(*with_gaps(xs, line, gaps), color=color, lw=1.8, label=f"{curve.label} (EMA)")
     elif curve.sparse or len(xs) < MIN_SMOOTH_POINTS:
         line = ys
-        ax.plot(xs, ys, "o-", color=color, ms=3.5, lw=1.2, label=curve.label)
+        ax.plot(*with_gaps(xs, ys, gaps), "o-", color=color, ms=3.5, lw=1.2, label=curve.label)
     else:
         line = ys
-        ax.plot(xs, ys, color=color, lw=1.5, label=curve.label)
+        ax.plot(*with_gaps(xs, ys, gaps), color=color, lw=1.5, label=curve.label)
+    for i, (step, _) in enumerate(nonfinite):
+        ax.axvline(step, color=color, ls=":", lw=1.4, label=f"{curve.label}: not finite" if i == 0 else None)
     if curve.band and curve.band in data:
         draw_band(ax, (xs, line), data[curve.band], color, smooth=_smoothed(curve, ys))
 

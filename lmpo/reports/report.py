@@ -13,7 +13,7 @@ from typing import Any
 from lmpo.trainers.run_dir import complete_checkpoints, saved_config
 
 from . import page
-from .metrics import Row, Series, all_series, as_float, kept_rows, read_metrics
+from .metrics import Row, Series, all_series, as_float, kept_rows, nonfinite_points, read_metrics
 from .panels import MAIN_KEYS, REWARD_MODEL_KEYS, REWARD_MODEL_TRAINER, Panel, panels_for
 from .plots import render_panel
 from .rollbacks import read_rollbacks, rollback_section, without_rollbacks
@@ -80,18 +80,20 @@ def _write(run_dir: Path, seen: frozenset[Path]) -> Report:
 def _metrics_section(metrics: Path, report: Report) -> list[str]:
     rows = read_metrics(metrics)
     rollbacks = read_rollbacks(rows)
-    data = all_series(without_rollbacks(kept_rows(rows)))
+    kept = without_rollbacks(kept_rows(rows))
+    data = all_series(kept)
+    nonfinite = nonfinite_points(kept, data)
     body = [page.heading("Training metrics"), _run_overview(metrics, rows), *_unfinished(metrics.parent),
-            *rollback_section(rollbacks)]
-    if not data:
+            *rollback_section(rollbacks), *_nonfinite_note(metrics, nonfinite)]
+    if not data and not nonfinite:
         finished = (metrics.parent / "result.json").is_file()
         return body + [page.paragraph("No numeric metrics were logged: the run finished without a row."
                                       if finished else "No numeric metrics logged yet.", "note")]
     trainer = trainer_of(metrics.parent)
-    body.append(_final_values_table(data, REWARD_MODEL_KEYS if trainer == REWARD_MODEL_TRAINER else {}))
+    body.append(_final_values_table(data, REWARD_MODEL_KEYS if trainer == REWARD_MODEL_TRAINER else {}, nonfinite))
     estimator = saved_config(metrics.parent).get("kl_estimator")
     for panel in _panel_order(data, trainer, estimator if isinstance(estimator, str) else None):
-        png = render_panel(panel, data, report.html.parent, rollbacks)
+        png = render_panel(panel, data, report.html.parent, rollbacks, nonfinite)
         if png is not None:
             report.images.append(png)
             body.append(page.image(png.name, panel.title))
@@ -105,6 +107,26 @@ def _panel_order(data: dict[str, Series], trainer: str | None = None,
     if "reward_mean" not in data:
         return panels
     return [p for p in panels if p.name != "loss"] + [p for p in panels if p.name == "loss"]
+
+
+NonFinite = dict[str, list[tuple[float, float]]]
+
+
+def _nonfinite_text(points: list[tuple[float, float]], shown: int = 5) -> str:
+    """`nan at step 3, inf at step 5` (the first few, then how many more)."""
+    text = ", ".join(f"{v} at step {_fmt_step(s)}" for s, v in points[:shown])
+    return text + (f" and {len(points) - shown} more" if len(points) > shown else "")
+
+
+def _nonfinite_note(metrics: Path, nonfinite: NonFinite) -> list[str]:
+    """Said on stderr and on the page: the curves and the table's figures leave these values out."""
+    if not nonfinite:
+        return []
+    said = "; ".join(f"{key}: {_nonfinite_text(points)}" for key, points in nonfinite.items())
+    warnings.warn(f"{metrics}: non-finite values, left out of the curves (marked where they are) and of the "
+                  f"table's figures: {said}", RuntimeWarning, stacklevel=3)
+    return [page.paragraph(f"Non-finite values (NaN or ±inf), left out of the curves and of the table's last, "
+                           f"min and max; dotted lines mark their steps: {said}", "note")]
 
 
 def _run_overview(metrics: Path, rows: list[Row]) -> str:
@@ -152,19 +174,20 @@ def _fmt_step(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-def _final_values_table(data: dict[str, Series], names: dict[str, str] | None = None) -> str:
+def _final_values_table(data: dict[str, Series], names: dict[str, str] | None = None,
+                        nonfinite: NonFinite | None = None) -> str:
+    """Last, min, max and count of each metric's finite points; a column of the non-finite ones
+    when there are any (a metric with no finite point still gets its row)."""
+    nonfinite = nonfinite or {}
     rows = []
-    for key in _ordered_keys(data):
-        xs, ys = data[key]
-        rows.append([
-            page.cell((names or {}).get(key, key)),
-            page.cell(fmt_value(ys[-1]), numeric=True),
-            page.cell(_fmt_step(xs[-1]), numeric=True),
-            page.cell(fmt_value(min(ys)), numeric=True),
-            page.cell(fmt_value(max(ys)), numeric=True),
-            page.cell(len(ys), numeric=True),
-        ])
-    headers = ["metric", "last", "at step", "min", "max", "points"]
+    for key in _ordered_keys({**dict.fromkeys(nonfinite, ((), ())), **data}):
+        xs, ys = data.get(key, ([], []))
+        figures = [fmt_value(ys[-1]), _fmt_step(xs[-1]), fmt_value(min(ys)), fmt_value(max(ys))] if ys else ["n/a"] * 4
+        rows.append([page.cell((names or {}).get(key, key)), *(page.cell(f, numeric=True) for f in figures),
+                     page.cell(len(ys), numeric=True)])
+        if nonfinite:
+            rows[-1].append(page.cell(_nonfinite_text(nonfinite[key]) if key in nonfinite else ""))
+    headers = ["metric", "last", "at step", "min", "max", "points"] + ["non-finite"] * bool(nonfinite)
     return page.table(headers, rows)
 
 

@@ -58,8 +58,10 @@ def test_sparse_and_missing_keys_do_not_crash(tmp_path: Path, rh: SimpleNamespac
     rows[5]["entropy"] = float("nan")
     rows.append({"step": 15, "eval_accuracy": 0.5})
     rh.write_jsonl(tmp_path / "metrics.jsonl", rows)
-    with pytest.warns(RuntimeWarning, match=r"line 5: 'kl' is a string"):
+    with pytest.warns(RuntimeWarning) as caught:
         html = write_report(tmp_path)
+    said = [str(w.message) for w in caught]
+    assert any("line 5: 'kl' is a string" in m for m in said) and any("entropy: nan at step 5" in m for m in said)
     assert len(rh.img_srcs(html)) >= 8
     for src in rh.img_srcs(html):
         rh.assert_png(html.parent / src)
@@ -290,3 +292,29 @@ def test_a_pipeline_is_finished_by_its_summary_and_its_stages_resume_with_it(
     (pipe / "summary.json").write_text('{"stages": []}')
     assert lmpo(["report", str(pipe)]) == 0
     assert "note" not in capsys.readouterr().out
+
+
+def nan_rows() -> list[dict]:
+    rows = [{"step": s, "loss": 1.0 / s, "kl": 0.0, "reward_mean": 0.1} for s in range(1, 9)]
+    rows[2] |= {"loss": float("nan"), "kl": float("inf")}
+    rows[4]["kl"] = float("-inf")
+    return rows
+
+
+def test_non_finite_values_are_said_tabled_and_marked(tmp_path: Path, rh: SimpleNamespace, monkeypatch) -> None:
+    """The report dropped NaN/inf without a word and drew the line straight over them: kl read 0 at
+    min and max, and a diverged run looked flat and healthy (QA F4)."""
+    from lmpo.reports import plots
+
+    figures = []
+    monkeypatch.setattr(plots, "save", lambda fig, path: figures.append((path.stem, fig)) or path)
+    rh.write_jsonl(tmp_path / "run" / "metrics.jsonl", nan_rows())
+    with pytest.warns(RuntimeWarning, match=r"non-finite values.*loss: nan at step 3; kl: inf at step 3, -inf at step 5"):
+        html = write_report(tmp_path / "run").read_text()
+    assert "<th>non-finite</th>" in html and "<td>inf at step 3, -inf at step 5</td>" in html
+    kl = dict(figures)["kl"].axes[0]
+    xs, ys = kl.lines[0].get_data()
+    assert list(xs) == [1, 2, 3, 4, 5, 6, 7, 8] and [y != y for y in ys] == [False, False, True, False, True,
+                                                                            False, False, False]
+    assert {tuple(line.get_xdata()) for line in kl.lines[1:]} == {(3, 3), (5, 5)}  # the dotted markers
+    assert any("not finite" in text.get_text() for text in kl.get_legend().get_texts())
