@@ -141,8 +141,19 @@ def draw_stacked(ax: Axes, spec: Axis, data: dict[str, Series]) -> None:
         if len(steps) >= MIN_SMOOTH_POINTS:
             layers = [ema(layer) for layer in layers]
             labels = [f"{label} (EMA)" for label in labels]
-        ax.stackplot(steps, *layers, labels=labels, alpha=0.85)
+        if len(steps) == 1:  # an area over one step has no width: stackplot drew nothing
+            _stacked_bar(ax, steps[0], [layer[0] for layer in layers], labels)
+        else:
+            ax.stackplot(steps, *layers, labels=labels, alpha=0.85)
     if spec.total and spec.total in data:
         xs, ys = data[spec.total]
-        ax.plot(xs, ys, color="black", lw=0.8, alpha=0.5, label="total step time")
+        ax.plot(xs, ys, "o-" if len(xs) == 1 else "-", color="black", lw=0.8, alpha=0.5, label="total step time")
     ax.set_ylim(bottom=0)
+
+
+def _stacked_bar(ax: Axes, step: float, heights: list[float], labels: list[str]) -> None:
+    """The stack of one step as one bar, in the colours stackplot gives its layers."""
+    bottom = 0.0
+    for i, (height, label) in enumerate(zip(heights, labels)):
+        ax.bar(step, height, width=0.6, bottom=bottom, color=f"C{i}", alpha=0.85, label=label)
+        bottom += height

@@ -318,3 +318,20 @@ def test_non_finite_values_are_said_tabled_and_marked(tmp_path: Path, rh: Simple
                                                                             False, False, False]
     assert {tuple(line.get_xdata()) for line in kl.lines[1:]} == {(3, 3), (5, 5)}  # the dotted markers
     assert any("not finite" in text.get_text() for text in kl.get_legend().get_texts())
+
+
+def test_a_one_step_run_draws_its_stacks(tmp_path: Path, monkeypatch) -> None:
+    """stackplot over a single step draws nothing: a 1-step run's termination and phase-time plots
+    had a legend and no area (QA F8)."""
+    from lmpo.reports import plots
+    from lmpo.reports.metrics import all_series
+    from lmpo.reports.panels import PANELS
+
+    figures = []
+    monkeypatch.setattr(plots, "save", lambda fig, path: figures.append(fig) or path)
+    row = {"step": 1, "time_generate": 2.0, "time_update": 1.0, "time_step": 3.0}
+    plots.render_panel(next(p for p in PANELS if p.name == "phase_time"), all_series([row]), tmp_path)
+    ax = figures[0].axes[0]
+    bars = [(p.get_x() + p.get_width() / 2, p.get_y(), p.get_height()) for p in ax.patches]
+    assert bars == [(1.0, 0.0, 2.0), (1.0, 2.0, 1.0)]
+    assert ax.lines[0].get_marker() == "o"  # the total, one point
