@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.text import Text
 
 from . import page
-from .trajectory_files import TRAJECTORIES_FILE, find_trajectories  # noqa: F401 (this module's API)
+from .trajectory_files import TRAJECTORIES_FILE, find_trajectories, step_ranges  # noqa: F401 (re-exported)
 from .metrics import json_error
 
 SOURCES = ("prompt", "model", "template", "env")
@@ -44,7 +44,7 @@ MARKERS: dict[str, tuple[str, str]] = {"model": ("«", "»"), "env": ("⟦", "�
 UNTRAINED = "untrained"
 UNTRAINED_STYLE = "dim italic green"
 UNTRAINED_MARKERS = ("‹", "›")
-ACTION_WORDS = {"mask": "masked", "exclude": "excluded", "penalise": "penalised", "train": "trained"}
+ACTION_WORDS = {"mask": "masked", "exclude": "excluded"}
 HTML_SEGMENT_CHARS = 4000  # longer segments are cut in the HTML report
 
 _INT, _NUM, _STR, _BOOL, _NONE = "an integer", "a number", "a string", "a boolean", "null"
@@ -186,19 +186,7 @@ def unsaved_filter(path_or_run_dir: str | Path, step: int | None, phase: str | N
         return None
     kind = f"{phase} " if phase else ""
     return f"--step {step}: no {kind}trajectories were saved for step {step} in {path}; saved {kind}steps: " \
-           f"{_step_ranges(sorted(steps)) or 'none'}"
-
-
-def _step_ranges(steps: list[int], shown: int = 12) -> str:
-    """`1-6, 8, 10-12`; the first and last few runs of a longer list."""
-    runs: list[list[int]] = []
-    for step in steps:
-        if runs and step == runs[-1][-1] + 1:
-            runs[-1].append(step)
-        else:
-            runs.append([step])
-    texts = [f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs]
-    return ", ".join(texts if len(texts) <= shown else [*texts[:shown // 2], "...", *texts[-shown // 2:]])
+           f"{step_ranges(sorted(steps)) or 'none'}"
 
 
 # ------------------------------------------------------------------ terminal
@@ -295,7 +283,8 @@ def legend(plain: bool, with_untrained: bool = False) -> Text:
         name = "untrained model" if kind == UNTRAINED else kind
         out.append(_segment_text(kind, name, plain), style=_style(kind))
     if plain:
-        out.append(f"  (no colour: «…» model,{' ‹…› untrained model,' if with_untrained else ''} ⟦…⟧ environment)")
+        untrained_key = " ‹…› untrained model," if with_untrained else ""
+        out.append(f"  (no colour: «…» model,{untrained_key} ⟦…⟧ environment)")
     return out
 
 

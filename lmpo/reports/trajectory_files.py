@@ -1,4 +1,4 @@
-"""Which `trajectories.jsonl` a run directory, a pipeline directory or a path names."""
+"""Which `trajectories.jsonl` a run directory, a pipeline directory or a path names; saved steps in words."""
 
 from __future__ import annotations
 
@@ -57,3 +57,15 @@ def _stage_dir(run_dir: Path, sub: str | None) -> Path | None:
         return None
     path = Path(sub)
     return path if path.is_absolute() else run_dir / path
+
+
+def step_ranges(steps: list[int], shown: int = 12) -> str:
+    """`1-6, 8, 10-12`; the first and last few runs of a longer list."""
+    runs: list[list[int]] = []
+    for step in steps:
+        if runs and step == runs[-1][-1] + 1:
+            runs[-1].append(step)
+        else:
+            runs.append([step])
+    texts = [f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs]
+    return ", ".join(texts if len(texts) <= shown else [*texts[:shown // 2], "...", *texts[-shown // 2:]])
