@@ -47,7 +47,8 @@ def read_metrics(path: str | Path) -> list[Row]:
         linenos.append(lineno)
     if damaged:  # one warning, not one per line: a file damaged throughout may have 100k lines
         lineno, reason = damaged[0]
-        more = f" (and {len(damaged) - 1} more damaged lines)" if len(damaged) > 1 else ""
+        extra = len(damaged) - 1
+        more = f" (and {extra} more damaged line{'s' if extra > 1 else ''})" if extra else ""
         warnings.warn(f"{path}: line {lineno}: skipping damaged line ({reason}){more}; the report and the "
                       f"doctor read the other {len(rows)} rows", RuntimeWarning, stacklevel=2)
     _warn_wrong_types(path, rows, linenos)

@@ -53,7 +53,7 @@ PANELS: tuple[Panel, ...] = (
         )),
     )),
     Panel("reward", "Reward", (
-        Axis("Reward (mean, band = +-std within batch)", (
+        Axis("Reward (mean; band: +-std within the batch, where logged)", (
             Curve("reward_mean", "reward mean", band="reward_std"),
         ), ylabel="reward"),
     )),
@@ -75,7 +75,8 @@ PANELS: tuple[Panel, ...] = (
             Curve("desirable_reward", "desirable"),
             Curve("undesirable_reward", "undesirable"),
         ), ylabel="reward"),
-        Axis("Reward margin (chosen - rejected)", (Curve("margin", "margin"),), ylabel="reward"),
+        Axis("Reward margin (chosen - rejected; KTO: desirable - undesirable)", (Curve("margin", "margin"),),
+             ylabel="reward"),
         Axis("Sequence log-probabilities", (
             Curve("chosen_logps", "chosen"),
             Curve("rejected_logps", "rejected"),
@@ -126,7 +127,7 @@ PANELS: tuple[Panel, ...] = (
             Curve("obs_token_frac", "observation fraction"),
         ), percent=True),
     )),
-    Panel("zero_var", "Groups with zero reward variance (no learning signal)", (
+    Panel("zero_var", "Groups with zero reward variance (no group-relative learning signal)", (
         Axis("Zero-variance groups", (
             Curve("zero_var_frac", "fraction of groups"),
         ), percent=True),

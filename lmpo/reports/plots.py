@@ -18,7 +18,7 @@ from .metrics import Series, align, ema
 from .panels import Axis, Curve, Panel
 from .rollbacks import Rollback, mark_rollbacks
 
-MIN_SMOOTH_POINTS = 10  # below this, draw raw points only
+MIN_SMOOTH_POINTS = 21  # below this, draw raw points only (the EMA's span, n/20, is 1 up to 20 points: no smoothing)
 RAW_ALPHA = 0.25
 DPI = 100
 
@@ -147,7 +147,9 @@ def draw_stacked(ax: Axes, spec: Axis, data: dict[str, Series]) -> None:
             ax.stackplot(steps, *layers, labels=labels, alpha=0.85)
     if spec.total and spec.total in data:
         xs, ys = data[spec.total]
-        ax.plot(xs, ys, "o-" if len(xs) == 1 else "-", color="black", lw=0.8, alpha=0.5, label="total step time")
+        smooth = len(xs) >= MIN_SMOOTH_POINTS  # as the layers: a raw total over smoothed layers read as one more layer
+        ax.plot(xs, ema(ys) if smooth else ys, "o-" if len(xs) == 1 else "-", color="black", lw=0.8, alpha=0.5,
+                label="total step time" + (" (EMA)" if smooth else ""))
     ax.set_ylim(bottom=0)
 
 

@@ -278,7 +278,7 @@ def _stage_table(
     agent: list[AgentFields] | None = None,
 ) -> str:
     agent = agent or [(None, {})] * len(stages)
-    has_rate = any(rate is not None for rate, _ in agent)
+    has_rate = any(agent_rate for agent_rate, _ in agent)  # 0 everywhere (a task without tools): as the console, none
     has_ends = any(ends for _, ends in agent)
     rows = []
     for i, s in enumerate(stages):

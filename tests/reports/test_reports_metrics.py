@@ -33,7 +33,7 @@ def test_a_damaged_middle_line_is_skipped_with_a_warning_naming_file_and_line(tm
     assert [r["step"] for r in rows] == [0, 2, 4]
     (message,) = [str(w.message) for w in caught]
     assert message.startswith(f"{path}: line 2: skipping damaged line (invalid JSON: ")
-    assert message.endswith("(and 1 more damaged lines); the report and the doctor read the other 3 rows")
+    assert message.endswith("(and 1 more damaged line); the report and the doctor read the other 3 rows")
 
 
 def test_report_and_doctor_go_on_past_a_damaged_middle_line(tmp_path: Path, capsys) -> None:

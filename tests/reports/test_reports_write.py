@@ -335,3 +335,28 @@ def test_a_one_step_run_draws_its_stacks(tmp_path: Path, monkeypatch) -> None:
     bars = [(p.get_x() + p.get_width() / 2, p.get_y(), p.get_height()) for p in ax.patches]
     assert bars == [(1.0, 0.0, 2.0), (1.0, 2.0, 1.0)]
     assert ax.lines[0].get_marker() == "o"  # the total, one point
+
+
+def test_a_curve_is_called_an_ema_only_when_it_is_smoothed():
+    """Up to 20 points the EMA's span is 1 (no smoothing), yet 10-20 points were labelled '(EMA)'
+    over a copy of the raw line; a stacked panel's total stayed raw over smoothed layers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lmpo.reports.panels import Axis, Curve
+    from lmpo.reports.plots import draw_curve, draw_stacked
+
+    for n, label in ((15, "loss"), (30, "loss (EMA)")):
+        fig, ax = plt.subplots()
+        draw_curve(ax, Curve("loss", "loss"), {"loss": (list(range(n)), [float(i % 3) for i in range(n)])}, "C0")
+        assert [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")] == [label]
+        plt.close(fig)
+    fig, ax = plt.subplots()
+    steps = list(range(30))
+    draw_stacked(ax, Axis("t", (Curve("a", "a"),), stacked=True, total="time_step"),
+                 {"a": (steps, [1.0] * 30), "time_step": (steps, [float(i % 2) for i in steps])})
+    total = next(line for line in ax.get_lines() if line.get_label().startswith("total"))
+    assert total.get_label() == "total step time (EMA)" and max(total.get_ydata()) < 1.0
+    plt.close(fig)

@@ -342,7 +342,8 @@ def test_pipeline_table_agent_columns(pipeline: Path, tmp_path: Path) -> None:
     assert "<td>answered 95.0%, parse_error_limit 5.0%</td>" in text
     plain = tmp_path / "plain"
     plain.mkdir()
-    (plain / "summary.json").write_text(json.dumps({"stages": [{"name": "a", "accuracy": 0.5}]}))
+    # a task without tools logs a rate of 0 in every stage: no column, as the console says none
+    (plain / "summary.json").write_text(json.dumps({"stages": [{"name": "a", "accuracy": 0.5, "tool_call_rate": 0.0}]}))
     text = write_report(plain).read_text(encoding="utf-8")
     assert "<th>time</th><th>run</th>" in text and "tool-call" not in text
 
