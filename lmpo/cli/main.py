@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import re
@@ -35,7 +36,17 @@ def cmd_report(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.reports import write_report
     from lmpo.reports.report import unfinished_note
 
-    print(write_report(args.run_dir))
+    try:
+        print(write_report(args.run_dir))
+    except OSError as err:
+        if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or not err.filename:
+            raise
+        from lmpo.trainers.fs_faults import fs_error
+
+        # the report lives beside the metrics it reads: an archived or shared run is reported from a copy
+        print(f"lmpo: error: {fs_error(err.filename, err)}; lmpo report writes its report/ inside the run directory: "
+              f"copy the run somewhere writable (cp -r {args.run_dir} /tmp/) and report the copy", file=sys.stderr)
+        return 1
     note = unfinished_note(Path(args.run_dir))
     if note:
         print(f"note: {note}")

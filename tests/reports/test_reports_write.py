@@ -360,3 +360,18 @@ def test_a_curve_is_called_an_ema_only_when_it_is_smoothed():
     total = next(line for line in ax.get_lines() if line.get_label().startswith("total"))
     assert total.get_label() == "total step time (EMA)" and max(total.get_ydata()) < 1.0
     plt.close(fig)
+
+
+def test_a_run_on_a_read_only_file_system_is_told_to_report_a_copy(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from lmpo.cli.main import main
+
+    def read_only(run_dir):
+        raise OSError(errno.EROFS, "Read-only file system", str(tmp_path / "report"))
+
+    monkeypatch.setattr("lmpo.reports.write_report", read_only)
+    assert main(["report", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"lmpo: error: cannot write {tmp_path / 'report'}: read-only file system")
+    assert f"copy the run somewhere writable (cp -r {tmp_path} /tmp/) and report the copy" in err
