@@ -56,6 +56,11 @@ def _write(run_dir: Path, seen: frozenset[Path]) -> Report:
             raise FileNotFoundError(f"{run_dir} is a pipeline that has not finished (no {SUMMARY_FILE}); report "
                                     f"its stages: {', '.join(f'lmpo report {run_dir / s}' for s in stages)}; if "
                                     f"it was interrupted, `lmpo pipeline --resume {run_dir}` continues it")
+        if (run_dir / "compare.html").is_file():  # `lmpo compare` writes its own page
+            runs = sorted(str(m.parent) for m in run_dir.rglob(METRICS_FILE))[:2]
+            raise FileNotFoundError(f"{run_dir} is a comparison (lmpo compare): its page is {run_dir / 'compare.html'}"
+                                    + (f"; report one of its runs: {', '.join(f'lmpo report {r}' for r in runs)}"
+                                       if runs else ""))
         raise FileNotFoundError(
             f"{run_dir} has neither {METRICS_FILE} nor {SUMMARY_FILE}; nothing to report"
         )

@@ -375,3 +375,15 @@ def test_a_run_on_a_read_only_file_system_is_told_to_report_a_copy(tmp_path, mon
     err = capsys.readouterr().err
     assert err.startswith(f"lmpo: error: cannot write {tmp_path / 'report'}: read-only file system")
     assert f"copy the run somewhere writable (cp -r {tmp_path} /tmp/) and report the copy" in err
+
+
+def test_a_comparison_directory_is_pointed_to_its_page_and_runs(tmp_path, capsys):
+    from lmpo.cli.main import main
+
+    (tmp_path / "compare.html").write_text("<html></html>")
+    (tmp_path / "seed0" / "grpo" / "grpo").mkdir(parents=True)
+    (tmp_path / "seed0" / "grpo" / "grpo" / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"is a comparison (lmpo compare): its page is {tmp_path / 'compare.html'}" in err
+    assert f"lmpo report {tmp_path / 'seed0' / 'grpo' / 'grpo'}" in err
