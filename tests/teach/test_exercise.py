@@ -28,6 +28,8 @@ PLANTED = {
     "ppo_clip_loss_wrong_sign": ("clip_grid", ["wrong sign"]),
     "ppo_clip_loss_no_mask": ("padding", ["padding tokens change the loss", "mask is not applied"]),
     "ppo_clip_loss_mask_multiply": ("inf_padding", ["NaN at padding", "torch.where"]),
+    "ppo_clip_loss_where_output": ("inf_padding_gradient", ["torch.where on the loss does not stop",
+                                                            "mask the log-ratio", "before exp"]),
     "ppo_clip_loss_no_detach": ("gradient", ["gradient flows through the old log-probs", "detach"]),
     "aggregation_token_mean": ("ragged", ["token-mean vs sequence-mean", "loss changes when one sequence gets longer"]),
     "aggregation_unmasked": ("ragged", ["padding tokens change the loss"]),

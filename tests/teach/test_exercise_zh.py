@@ -24,6 +24,7 @@ PLANTED_ZH = {
     "ppo_clip_loss_wrong_sign": ["损失的符号反了"],
     "ppo_clip_loss_no_mask": ["padding token 改变了损失", "没有应用掩码"],
     "ppo_clip_loss_mask_multiply": ["你的损失是 NaN", "torch.where"],
+    "ppo_clip_loss_where_output": ["对损失用 torch.where 挡不住", "在 exp 之前", "对数比"],
     "ppo_clip_loss_no_detach": ["梯度流过了旧策略的 log 概率", "detach"],
     "aggregation_token_mean": ["token 均值而不是序列均值", "长序列权重更大"],
     "aggregation_unmasked": ["padding token 改变了损失"],

@@ -263,7 +263,8 @@ def _gradient_finding(exercise: Exercise, probe: Probe, case: Case, expected: An
         elif _zero(r):
             continue
         elif not bool(torch.isfinite(u).all()) and bool(torch.isfinite(r).all()):
-            symptom = msg("grad.nan", lang, name=name)
+            given = probe.grad_nan_messages.get(name)
+            symptom = tr(given, lang) if given else msg("grad.nan", lang, name=name)
         elif not bool(torch.isclose(u.double(), r.double(), rtol=1e-3, atol=1e-6).all()):
             symptom = msg("grad.differs", lang, name=name)
         else:

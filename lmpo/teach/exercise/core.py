@@ -86,6 +86,8 @@ class Probe:
     """If set, the probe compares gradients of the output with respect to these arguments."""
     grad_messages: dict[str, Text] = field(default_factory=dict)
     """Per argument, the symptom when gradient reaches it although the reference's does not."""
+    grad_nan_messages: dict[str, Text] = field(default_factory=dict)
+    """Per argument, the symptom when the values agree but its gradient is NaN/inf where the reference's is not."""
 
 
 @dataclass(frozen=True)

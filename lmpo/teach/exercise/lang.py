@@ -144,11 +144,13 @@ MESSAGES: dict[str, dict[str, str]] = {
                       "(a `.detach()`, `.item()` or `torch.no_grad()` too many?)",
                       "没有梯度传到 `{name}`：在 autograd 看来你的结果不依赖它（是不是多了一个 `.detach()`、"
                       "`.item()` 或 `torch.no_grad()`？）"),
-    "grad.nan": both("your gradient with respect to `{name}` has NaN/inf where the reference's is finite: "
-                     "masked-out positions must be removed with torch.where, not multiplied by 0 "
-                     "(0 × inf = NaN)",
-                     "你对 `{name}` 的梯度含 NaN/inf，而参考实现的梯度是有限值：被掩码的位置必须用 torch.where "
-                     "去掉，而不是乘以 0（0 × inf = NaN）"),
+    "grad.nan": both("your values agree, but your gradient with respect to `{name}` has NaN/inf where the "
+                     "reference's is finite: an intermediate is NaN/inf at masked-out positions, and removing it "
+                     "from the result (torch.where on the output, or × 0) does not stop NaN in the backward pass "
+                     "(0 × NaN = NaN); mask the inputs before the operation that makes the NaN/inf",
+                     "你的数值一致，但你对 `{name}` 的梯度含 NaN/inf，而参考实现的梯度是有限值：被掩码的位置上"
+                     "有中间结果是 NaN/inf，从结果中去掉它（对输出用 torch.where，或乘以 0）挡不住反向传播中的 NaN"
+                     "（0 × NaN = NaN）；请在产生 NaN/inf 的运算之前就对输入做掩码"),
     "grad.differs": both("the values agree but the gradient with respect to `{name}` differs from the "
                          "reference's (a term computed from a detached copy, or a mask applied after the loss?)",
                          "数值一致，但对 `{name}` 的梯度与参考实现不同（是不是某一项用了 detach 过的副本，"

@@ -122,6 +122,14 @@ NAN_PADDING = both("your loss is NaN at padding positions whose log-probs are -i
                    "multiplying by the mask lets them through (0 × inf = NaN); select with torch.where(mask != 0, …, 0)",
                    "padding 位置的 log 概率为 -inf 时（例如 top-k 采样之后），你的损失是 NaN：乘以掩码挡不住它们"
                    "（0 × inf = NaN）；请用 torch.where(mask != 0, …, 0) 来选取")
+NAN_GRADIENT = both("your loss is right but its gradient is NaN at padding positions whose log-probs are -inf: "
+                    "exp(−inf − (−inf)) = exp(NaN) is computed there, and torch.where on the loss does not stop "
+                    "that NaN in the backward pass (the unselected branch gets 0 × NaN = NaN); mask the log-ratio "
+                    "before exp: ρ = torch.where(mask != 0, logprobs − old_logprobs, 0), then r = ρ.exp()",
+                    "你的损失数值正确，但在 log 概率为 -inf 的 padding 位置梯度是 NaN：那里算了 "
+                    "exp(−inf − (−inf)) = exp(NaN)，而对损失用 torch.where 挡不住反向传播中的这个 NaN（未被选中的"
+                    "分支得到 0 × NaN = NaN）；请在 exp 之前对对数比做掩码：ρ = torch.where(mask != 0, logprobs − "
+                    "old_logprobs, 0)，然后 r = ρ.exp()")
 CLIP_HIGHER = both("clip-higher: the upper bound must be 1 + clip_eps_high and the lower one 1 − clip_eps_low; you use "
                    "one ε for both sides (or swapped them)",
                    "clip-higher：上界必须是 1 + clip_eps_high，下界是 1 − clip_eps_low；你两侧用了同一个 ε（或把两者用反了）")
@@ -234,7 +242,8 @@ PPO_CLIP = Exercise(
                                      "梯度流过了优势（缺少 stop-gradient / detach）：优势是策略梯度损失中的常数")}),
         Probe("inf_padding_gradient", both("-inf log-probs at padding give a finite gradient",
                                            "padding 处 log 概率为 -inf 时梯度仍是有限值"),
-              lambda: [_inf_padding_case()], always(NAN_PADDING), grad=("logprobs",)),
+              lambda: [_inf_padding_case()], always(NAN_PADDING), grad=("logprobs",),
+              grad_nan_messages={"logprobs": NAN_GRADIENT}),
         Probe("extreme_ratios", both("ratios far outside the clip range (|ρ| up to 8)",
                                      "远超裁剪范围的比值（|ρ| 最大为 8）"),
               lambda: [loss_case(both("log-ratios ±8 (ratio 2981 and 0.00034) with A = ±1",
