@@ -125,7 +125,7 @@ def cmd_train(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.teach.exercise.check import user_function
     from lmpo.teach.exercise.core import UserCodeError, user_error
     from lmpo.teach.exercise.lang import msg
-    from lmpo.teach.exercise.train import TrainOptions, figures_table, train_exercise, verdict
+    from lmpo.teach.exercise.train import TrainOptions, failed_note, figures_table, train_exercise, verdict
 
     exercise = _exercise_for(args.file, args.name)
     lang = _lang_for(args)
@@ -164,5 +164,5 @@ def cmd_train(args: argparse.Namespace, flags: dict) -> int:
     print(figures_table(runs, lang))
     print(verdict(*runs, lang=lang))
     if not report.ok:
-        print(msg("train.failed_note", lang, steps=opts.steps))
+        print(failed_note(*runs, steps=opts.steps, lang=lang))
     return 0

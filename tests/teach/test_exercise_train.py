@@ -146,3 +146,22 @@ def test_same_run_to_float_tolerance_is_the_same():
     yours = _figures("yours", 0.5, [0.4 + 1e-9, 0.6, 0.5])
     assert "exactly like lmpo's" in verdict(yours, ref)
     assert "完全相同" in verdict(yours, ref, lang="zh")
+
+
+@pytest.mark.parametrize("lang, hedge", [("en", "may be too few"), ("zh", "可能还不足以显现差异")])
+def test_the_too_few_steps_hedge_only_where_the_runs_look_alike(tmp_path, monkeypatch, capsys, lang, hedge):
+    """A wrong sign ended 28 points below lmpo's, and the note still said the difference had not shown yet
+    (in Chinese as a fact: 差异尚未显现)."""
+    import lmpo.teach.exercise.train as train
+    from lmpo.cli.main import main
+    from lmpo.teach.exercise.train import RunFigures
+
+    wrong = _fails_check(tmp_path, " * -1")
+    apart = [RunFigures("yours", 0.31, 0.20, 1.0, "y"), RunFigures("lmpo grpo", 0.31, 0.48, 1.0, "l")]
+    alike = [RunFigures("yours", 0.31, 0.46, 1.0, "y"), RunFigures("lmpo grpo", 0.31, 0.48, 1.0, "l")]
+    for runs, shown in ((apart, False), (alike, True)):
+        monkeypatch.setattr(train, "train_exercise", lambda *a, runs=runs, **k: runs)
+        assert main(["exercise", "train", str(wrong), "--steps", "20", "--lang", lang]) == 0
+        out = capsys.readouterr().out
+        assert ("20" in out and hedge in out) == shown, out
+        assert "尚未显现" not in out

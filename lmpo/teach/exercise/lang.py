@@ -169,9 +169,12 @@ MESSAGES: dict[str, dict[str, str]] = {
     "train.stopped": both("training with your function stopped: {error}\n    (the check above says why: {symptom})",
                           "用你的函数训练时中断：{error}\n    （原因见上面的检查结果：{symptom}）"),
     "train.failed_note": both("(your function failed the check above, so it is not lmpo's function whatever these "
-                              "figures show: {steps} steps may be too few for the difference to show)",
-                              "（你的函数没有通过上面的检查，所以无论这些数字如何，它都不是 lmpo 的函数："
-                              "{steps} 步可能还太少，差异尚未显现）"),
+                              "figures show)",
+                              "（你的函数没有通过上面的检查，所以无论这些数字如何，它都不是 lmpo 的函数）"),
+    "train.failed_note_alike": both("(your function failed the check above, so it is not lmpo's function whatever "
+                                    "these figures show: {steps} steps may be too few for the difference to show)",
+                                    "（你的函数没有通过上面的检查，所以无论这些数字如何，它都不是 lmpo 的函数："
+                                    "{steps} 步可能还不足以显现差异）"),
     "train.start": both("[exercise] {name}: your {function} as {role}; {steps} steps from the SFT checkpoint "
                         "{model_dir}",
                         "[exercise] {name}：把你的 {function} 用作 {role}；从 SFT 检查点 {model_dir} 出发训练 "

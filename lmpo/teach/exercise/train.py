@@ -160,14 +160,41 @@ def figures_table(runs: list[RunFigures], lang: str = "en") -> str:
     return "\n".join(lines)
 
 
+CLOSE_POINTS = 0.05
+"""Gains (as fractions) within this of each other read as close."""
+
+
+def _reading(yours: RunFigures, reference: RunFigures) -> str:
+    """How the two runs compare: same_accuracy, no_learning, close or different."""
+    gain, ref_gain = yours.after - yours.before, reference.after - reference.before
+    if abs(yours.after - reference.after) < 1e-9:
+        return "same_accuracy"
+    if gain <= 0 < ref_gain:
+        return "no_learning"
+    return "close" if abs(gain - ref_gain) <= CLOSE_POINTS else "different"
+
+
+def runs_indistinguishable(yours: RunFigures, reference: RunFigures) -> bool:
+    """Whether the figures cannot tell the runs apart (same final accuracy, or gains close)."""
+    return _reading(yours, reference) in ("same_accuracy", "close")
+
+
 def verdict(yours: RunFigures, reference: RunFigures, lang: str = "en") -> str:
     """A plain reading of the two runs (accuracies are deterministic for a seed)."""
     gain, ref_gain = yours.after - yours.before, reference.after - reference.before
-    differs = first_step_difference(yours, reference)
-    if abs(yours.after - reference.after) < 1e-9:
+    reading = _reading(yours, reference)
+    if reading == "same_accuracy":
+        differs = first_step_difference(yours, reference)
         return msg("verdict.same", lang) if differs is None else msg("verdict.same_accuracy", lang, **differs)
     points = {"gain": f"{100 * gain:+.1f}", "ref_gain": f"{100 * ref_gain:+.1f}"}
-    if gain <= 0 < ref_gain:
+    if reading == "no_learning":
         return msg("verdict.no_learning", lang, **points)
-    closeness = msg("verdict.close" if abs(gain - ref_gain) <= 0.05 else "verdict.different", lang)
-    return msg("verdict.compare", lang, closeness=closeness, **points)
+    return msg("verdict.compare", lang, closeness=msg(f"verdict.{reading}", lang), **points)
+
+
+def failed_note(yours: RunFigures, reference: RunFigures, steps: int, lang: str = "en") -> str:
+    """What to make of the figures of a function that failed the check: the "too few steps" hedge
+    only where the figures do not already tell the runs apart."""
+    if runs_indistinguishable(yours, reference):
+        return msg("train.failed_note_alike", lang, steps=steps)
+    return msg("train.failed_note", lang)
