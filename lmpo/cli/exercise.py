@@ -80,15 +80,11 @@ def cmd_list(args: argparse.Namespace, flags: dict) -> int:
 def cmd_start(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.teach.exercise import get_exercise, write_starter
     from lmpo.teach.exercise.lang import msg
+    from lmpo.teach.exercise.starter import starter_path
 
     exercise = get_exercise(args.name)
-    out = args.out or f"{exercise.name}.py"
-    try:
-        path = write_starter(exercise, out, lang=args.lang, force=args.force)
-    except FileExistsError:
-        raise ValueError(msg("start.exists", args.lang, path=out)) from None
-    except FileNotFoundError:
-        raise FileNotFoundError(msg("start.no_dir", args.lang, path=Path(out).parent)) from None
+    path = starter_path(exercise, args.out or f"{exercise.name}.py", lang=args.lang, force=args.force)
+    write_starter(exercise, path, lang=args.lang, force=True)
     print(msg("start.wrote", args.lang, path=path, function=exercise.function))
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from lmpo.cli.out_paths import ready_dir
 
 HELP = ("work a method through a small numeric example computed by lmpo.algos: print it step by step "
         "and write an HTML page with diagrams")
@@ -35,11 +36,13 @@ def cmd_explain(args: argparse.Namespace, flags: dict) -> int:
         raise ValueError(f"{' and '.join(given)} ask for different things: give one (METHOD explains one "
                          f"method, --list lists them, --all writes every method's page)")
     if args.all:
+        ready_dir(args.docs, "--docs") if args.docs else ready_dir(args.out)
         return _all(args)
     if args.list or args.method is None:
         return _list(args.lang)
     if args.method not in METHODS:
         raise ValueError(f"unknown method {args.method!r}; choose one of: {', '.join(METHODS)}")
+    ready_dir(args.out)
     from rich.console import Console
 
     from lmpo.teach.explain import explain

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from lmpo.teach.exercise.core import Exercise
-from lmpo.teach.exercise.lang import LANGUAGES, check_lang, tr
+from lmpo.teach.exercise.lang import LANGUAGES, check_lang, msg, tr
 
 HEADER = {
     "en": """# lmpo exercise: {name}
@@ -60,4 +61,23 @@ def write_starter(exercise: Exercise, out: str | Path, lang: str = "en", force: 
     if path.parent and not path.parent.exists():
         raise FileNotFoundError(f"{path.parent}: no such directory")
     path.write_text(starter_text(exercise, lang, file=str(path)))
+    return path
+
+
+def starter_path(exercise: Exercise, out: str, lang: str = "en", force: bool = False) -> Path:
+    """`out` as the starter's file, checked before anything is written: a ValueError (or, for a
+    missing directory, FileNotFoundError) in `lang` naming what is wrong."""
+    path = Path(out)
+    example = path / f"{exercise.name}.py"
+    if out.endswith(("/", os.sep)) or path.is_dir():
+        raise ValueError(msg("start.is_dir", lang, path=out, example=example))
+    for part in reversed(path.parents):
+        if part.exists() and not part.is_dir():
+            raise ValueError(msg("start.parent_file", lang, path=out, blocker=part))
+    if not path.parent.is_dir():
+        raise FileNotFoundError(msg("start.no_dir", lang, path=path.parent))
+    if path.exists() and not force:
+        raise ValueError(msg("start.exists", lang, path=out))
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(msg("start.not_writable", lang, path=out))
     return path
