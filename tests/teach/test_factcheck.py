@@ -199,3 +199,19 @@ def test_a_second_factcheck_replaces_the_firsts_plots(tmp_path):
     assert (out / "plots" / "kl_estimators.png").exists()
     run_factcheck(FactcheckOptions(fast=True, only="gspo_geometric_mean", out=str(out), threads=1))
     assert not (out / "plots" / "kl_estimators.png").exists()
+
+
+def test_kl_estimators_judges_k1s_bias_too():
+    """k1 was called unbiased, but its z was shown and never judged: a biased k1 still got "holds"."""
+    claim = BY_NAME["kl_estimators"]
+    fine = {"k3_max_z": 1.0, "k3_min": 0.0, "k1_max_z": 1.2, "k1_min": -2.0, "k2_max_z": 30.0}
+    assert claim.judge(fine, claim.limits).verdict == HOLDS
+    biased = claim.judge({**fine, "k1_max_z": 9.0}, claim.limits)
+    assert (biased.verdict, biased.note) == (FAILS, "k1_off")
+    assert "k1" in claim.criterion.split("standard errors")[1]
+
+
+def test_dpo_weight_note_says_the_weight_fades_not_stops():
+    for text in (BY_NAME["dpo_weight_sigmoid"].notes["sigmoid"], CLAIMS_ZH["dpo_weight_sigmoid"]["notes"]["sigmoid"]):
+        assert "stops pushing" not in text and "不再推" not in text
+        assert "never reaches 0" in text or "永远不会到 0" in text

@@ -57,6 +57,8 @@ def _judge_estimators(v: dict, limits: dict) -> Verdict:
     k3_ok = v["k3_max_z"] <= limits["z"] and v["k3_min"] >= 0
     if not k3_ok:
         return Verdict(FAILS, "k3_off")
+    if v["k1_max_z"] > limits["z"]:
+        return Verdict(FAILS, "k1_off")
     if v["k1_min"] >= 0:
         return Verdict(FAILS, "k1_never_negative")
     return Verdict(HOLDS, "k2_biased" if v["k2_max_z"] > limits["z"] else "k2_not_biased")
@@ -70,7 +72,8 @@ ESTIMATORS = Claim(
          "is unbiased too but can be negative per sample; k2 = κ²/2 is biased.",
     criterion="Four pairs of categorical distributions over 50 tokens, {samples:,.0f} samples from p each, "
               "lmpo's k1/k2/k3 against the exact KL. Holds if k3's mean is within {z:g} standard errors of the "
-              "exact KL for every pair, k3 is never below 0, and some k1 sample is below 0.",
+              "exact KL for every pair, k3 is never below 0, k1's mean is within {z:g} standard errors too, and some k1 "
+              "sample is below 0.",
     summary="k3: worst |z| {k3_max_z:.1f}, min {k3_min:.3g}; k1: worst |z| {k1_max_z:.1f}, min {k1_min:.2f}, "
             "up to {k1_neg_share:.0%} negative; k2: worst |z| {k2_max_z:.0f} (far pair: {far_k2:.3f} vs "
             "KL {far_exact:.3f})",
@@ -80,6 +83,7 @@ ESTIMATORS = Claim(
            "k2_not_biased": "k1 and k3 both average to the exact KL; k1 is negative on up to {k1_neg_share:.0%} "
                             "of samples, k3 never; k2's bias was not measurable at this sample size.",
            "k3_off": "k3 missed the exact KL (worst |z| {k3_max_z:.1f}) or went below 0 ({k3_min:.3g}).",
+           "k1_off": "k1 missed the exact KL: worst |z| {k1_max_z:.1f}, so it is not unbiased here.",
            "k1_never_negative": "No k1 sample was negative."},
     limits={"z": 4.0, "samples": SAMPLES},
     measure=_estimators, judge=_judge_estimators,

@@ -194,7 +194,8 @@ DPO_WEIGHT = Claim(
     summary="max |weight − σ(−h)| = {max_error:.2g}; weight at h = −5: {weight_at_m5:.3f}, 0: {weight_at_0:.3f}, "
             "5: {weight_at_5:.4f}",
     notes={"sigmoid": "A pair ordered wrongly by 5 nats gets weight {weight_at_m5:.3f}, one ordered rightly by 5 "
-                      "gets {weight_at_5:.4f}: DPO stops pushing pairs it already gets right.",
+                      "gets {weight_at_5:.4f}: DPO pushes the pairs it already gets right less and less; the weight fades but "
+                      "never reaches 0.",
            "not_sigmoid": "The weight differs from σ(−h) by up to {max_error:.3g}."},
     limits={"tol": 1e-12},
     measure=_dpo_weight, judge=_judge_tol("sigmoid", "not_sigmoid"),

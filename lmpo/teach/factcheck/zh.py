@@ -70,7 +70,8 @@ CLAIMS_ZH: dict[str, dict] = {
         "text": "k3 = exp(κ) − 1 − κ 是 KL(π‖π_ref) 的无偏（unbiased）且永不为负的估计；k1 = log π − log π_ref 也无偏，但单个样本"
                 "可能为负；k2 = κ²/2 有偏（biased）。",
         "criterion": "取四对 50 个词元上的类别分布，每对从 p 采样 {samples:,.0f} 次，用 lmpo 的 k1/k2/k3 与精确 KL 比较。若每一对上 k3 的"
-                     "均值都落在精确 KL 的 {z:g} 个标准误以内、k3 从不小于 0，并且有 k1 样本小于 0，则成立。",
+                     "均值都落在精确 KL 的 {z:g} 个标准误以内、k3 从不小于 0、k1 的均值也落在 {z:g} 个标准误以内，并且有 k1 样本"
+                     "小于 0，则成立。",
         "summary": "k3：最差 |z| {k3_max_z:.1f}，最小值 {k3_min:.3g}；k1：最差 |z| {k1_max_z:.1f}，最小值 {k1_min:.2f}，最多 "
                    "{k1_neg_share:.0%} 为负；k2：最差 |z| {k2_max_z:.0f}（最远的一对：{far_k2:.3f}，而 KL 为 {far_exact:.3f}）",
         "notes": {
@@ -80,6 +81,7 @@ CLAIMS_ZH: dict[str, dict] = {
             "k2_not_biased": "k1 和 k3 的均值都等于精确 KL；k1 在最多 {k1_neg_share:.0%} 的样本上为负，k3 从不为负；在这个样本量下"
                              "测不出 k2 的偏差。",
             "k3_off": "k3 偏离了精确 KL（最差 |z| {k3_max_z:.1f}）或小于 0（{k3_min:.3g}）。",
+            "k1_off": "k1 偏离了精确 KL：最差 |z| {k1_max_z:.1f}，所以在这里它不是无偏的。",
             "k1_never_negative": "没有一个 k1 样本为负。",
         },
     },
@@ -278,7 +280,7 @@ CLAIMS_ZH: dict[str, dict] = {
         "summary": "max |权重 − σ(−h)| = {max_error:.2g}；h = −5 时权重 {weight_at_m5:.3f}，0 时 {weight_at_0:.3f}，5 时 {weight_at_5:.4f}",
         "notes": {
             "sigmoid": "排错 5 奈特的一对权重为 {weight_at_m5:.3f}，排对 5 奈特的一对只有 {weight_at_5:.4f}：已经排对的偏好对，DPO "
-                       "就不再推了。",
+                       "推得越来越轻，权重逐渐变小，但永远不会到 0。",
             "not_sigmoid": "权重与 σ(−h) 最多相差 {max_error:.3g}。",
         },
     },
