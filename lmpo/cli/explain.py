@@ -49,8 +49,9 @@ def cmd_explain(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.teach.explain.render import render_terminal, write_html
 
     expl = explain(args.method, args.lang)
+    page = write_html(expl, args.out)  # before the terminal text, which `| head` may cut short
     render_terminal(expl, Console())
-    print(f"page: {write_html(expl, args.out)}")
+    print(f"page: {page}")
     return 0
 
 

@@ -29,8 +29,16 @@ def value_rows(value: Value) -> list[tuple[str, list[str]]]:
 
 def provenance(value: Value, tx: Texts) -> str:
     """`(given)` or `(computed by FUNCTION)`, with the language's parentheses."""
-    text = tx("heading.given") if value.given else f"{tx('heading.computed')} {value.source}"
+    text = tx("heading.given") if value.given else tx("heading.computed", source=value.source)
     return tx("heading.provenance", text=text)
+
+
+def legend(expl: Explanation, tx: Texts) -> str:
+    """The notes on `·` and on push, each only where the page has such a cell or table."""
+    values = expl.values()
+    notes = [tx("heading.note_masked")] if any(c is None for v in values for row in v.rows for c in row) else []
+    notes += [tx("heading.note_push")] if any(v.name == "push" for v in values) else []
+    return " ".join(notes)
 
 
 # ---------------------------------------------------------------- terminal
@@ -46,7 +54,8 @@ def render_terminal(expl: Explanation, console) -> None:
     for key, text in (("heading.commands", "  |  ".join(expl.commands)), ("heading.settings", settings_text(expl.settings)),
                       ("heading.when", expl.when), ("heading.paper", "; ".join(expl.papers))):
         console.print(f"[bold]{x(tx(key))}[/]{tx('heading.colon')}{x(text)}", highlight=False)
-    console.print(f"[dim]{x(tx('heading.note_masked'))} {x(tx('heading.note_push'))}[/]", highlight=False)
+    if legend(expl, tx):
+        console.print(f"[dim]{x(legend(expl, tx))}[/]", highlight=False)
     for n, step in enumerate(expl.steps, 1):
         console.rule(f"[bold]{n}. {x(step.title)}")
         console.print(f"[cyan]{x(step.formula)}[/]", highlight=False)
@@ -95,7 +104,7 @@ def render_markdown(expl: Explanation, image_prefix: str = f"../{IMAGE_DIR}/") -
     out += ["", f"**{tx('heading.settings')}**{tx('heading.colon')}`{settings_text(expl.settings)}`", "",
             f"## {tx('heading.when')}", "", expl.when, "", f"## {tx('heading.paper')}", ""]
     out += [f"- {p}" for p in expl.papers]
-    out += ["", f"## {tx('heading.example')}", "", f"{tx('heading.note_masked')} {tx('heading.note_push')}", ""]
+    out += ["", f"## {tx('heading.example')}", ""] + ([legend(expl, tx), ""] if legend(expl, tx) else [])
     for n, step in enumerate(expl.steps, 1):
         out += [f"### {n}. {step.title}", "", f"`{step.formula}`", "", step.text, ""]
         for value in step.values:
@@ -138,8 +147,7 @@ def render_html(expl: Explanation, image_prefix: str = f"{IMAGE_DIR}/") -> str:
              + f"</ul><p><b>{e(tx('heading.settings'))}</b>{e(tx('heading.colon'))}<code>{e(settings_text(expl.settings))}</code></p>",
              f"<h2>{e(tx('heading.when'))}</h2><p>{e(expl.when)}</p>",
              f"<h2>{e(tx('heading.paper'))}</h2><ul>" + "".join(f"<li>{e(p)}</li>" for p in expl.papers) + "</ul>",
-             f"<h2>{e(tx('heading.example'))}</h2><p class=\"src\">{e(tx('heading.note_masked'))} "
-             f"{e(tx('heading.note_push'))}</p>"]
+             f"<h2>{e(tx('heading.example'))}</h2>" + (f'<p class="src">{e(legend(expl, tx))}</p>' if legend(expl, tx) else "")]
     for n, step in enumerate(expl.steps, 1):
         parts.append(f'<section class="step" data-step="{e(step.key)}"><h3>{n}. {e(step.title)}</h3>'
                      f'<span class="formula">{e(step.formula)}</span><p>{e(step.text)}</p>'

@@ -18,7 +18,7 @@ TEXT: dict[str, str] = {
     "heading.given": "given",
     "heading.colon": ": ",
     "heading.provenance": "({text})",
-    "heading.computed": "computed by",
+    "heading.computed": "computed by {source}",
     "heading.methods": "Learn the methods",
     "heading.index_intro": ("Each page works one small example through the functions lmpo trains with "
                             "(`lmpo.algos`, called with the method's preset); every number on it is their output. "
@@ -99,7 +99,7 @@ TEXT: dict[str, str] = {
                       "and the loss asks the chosen reward to beat the rejected one by a margin γ "
                       "(β = {beta}, γ = {gamma} here, lmpo's defaults; the paper uses β of 2 to 2.5)."),
     "simpo.when": ("When memory is tight (no reference model) and length bias matters: averaging per token stops "
-                   "longer answers winning by length. Set β and γ for it; the defaults are DPO's."),
+                   "longer answers winning by length. Set β and γ for it: lmpo's default β ({beta}) is the one DPO uses, far below the paper's 2 to 2.5."),
     "reward_model.title": "Reward model — Bradley–Terry",
     "reward_model.summary": ("A scalar head on a language model, read at the last real token, trained on preference "
                              "pairs so that the chosen answer scores higher: the probability that y_w beats y_l is "

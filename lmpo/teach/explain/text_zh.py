@@ -45,7 +45,7 @@ TEXT: dict[str, str] = {
     "heading.given": "给定",
     "heading.colon": "：",
     "heading.provenance": "（{text}）",
-    "heading.computed": "计算自",
+    "heading.computed": "由 {source} 计算",
     "heading.methods": "学习各方法",
     "heading.index_intro": ("每一页都用一个小例子走一遍 lmpo 训练时调用的函数（`lmpo.algos`，参数取自该方法的预设）；"
                             "页面上的每个数字都是这些函数的输出。重新生成：`lmpo explain --all --docs docs/methods`。"),
@@ -104,7 +104,7 @@ TEXT: dict[str, str] = {
     "simpo.title": "SimPO —— 简单偏好优化",
     "simpo.summary": ("无需参考模型：隐式奖励是回答的平均对数概率乘以 β，损失要求被选回答的奖励比被拒回答高出间隔 γ"
                       "（这里 β = {beta}、γ = {gamma}，是 lmpo 的默认值；论文用 β 为 2 到 2.5）。"),
-    "simpo.when": "显存紧张（不需要参考模型）且在意长度偏差时：按词元平均使长回答不能靠长度取胜。请为它专门设置 β 和 γ，默认值是 DPO 的。",
+    "simpo.when": "显存紧张（不需要参考模型）且在意长度偏差时：按词元平均使长回答不能靠长度取胜。请为它专门设置 β 和 γ：lmpo 的默认 β（{beta}）是 DPO 所用的值，远小于论文中的 2 到 2.5。",
     "reward_model.title": "奖励模型 —— Bradley–Terry",
     "reward_model.summary": ("在语言模型上加一个标量输出头，在最后一个真实词元处读取分数，用偏好对训练，使被选回答得分更高："
                              "y_w 胜过 y_l 的概率是 σ(r_w − r_l)。可选：间隔 m 和中心化项 c·(r_w + r_l)²。"),
