@@ -215,3 +215,18 @@ def test_dpo_weight_note_says_the_weight_fades_not_stops():
     for text in (BY_NAME["dpo_weight_sigmoid"].notes["sigmoid"], CLAIMS_ZH["dpo_weight_sigmoid"]["notes"]["sigmoid"]):
         assert "stops pushing" not in text and "不再推" not in text
         assert "never reaches 0" in text or "永远不会到 0" in text
+
+
+@pytest.mark.parametrize("lang, said", [("en", "skipped grpo_no_critic: training experiments, which --fast leaves out"),
+                                        ("zh", "已跳过 grpo_no_critic：它们是训练实验")])
+def test_only_with_fast_says_which_named_claims_it_skips(tmp_path, capsys, lang, said):
+    """`--only kl_estimators,grpo_no_critic --fast` ran one claim and said nothing of the other."""
+    from lmpo.cli.main import main
+
+    assert not BY_NAME["grpo_no_critic"].fast and BY_NAME["ppo_clip_lower_bound"].fast
+    argv = ["factcheck", "--only", "ppo_clip_lower_bound,grpo_no_critic", "--fast", "--threads", "1",
+            "--out", str(tmp_path / lang), "--lang", lang]
+    assert main(argv) == 0
+    assert said in capsys.readouterr().err
+    assert main([*argv[:2], "grpo_no_critic", *argv[3:]]) == 2
+    assert "--fast leaves out grpo_no_critic" in capsys.readouterr().err

@@ -63,6 +63,12 @@ def select(only: str = "", fast: bool = False) -> list[Claim]:
     return [c for c in chosen if c.fast] if fast else chosen
 
 
+def skipped_by_fast(only: str, fast: bool) -> list[str]:
+    """The claims `--only` names that `--fast` leaves out (training experiments)."""
+    names = {n.strip() for n in only.split(",") if n.strip()}
+    return [c.name for c in CLAIMS if fast and c.name in names and not c.fast]
+
+
 def run_factcheck(options: FactcheckOptions, on_outcome: Callable[[int, int, Outcome], None] | None = None,
                   show: bool = False) -> Report:
     """Run the selected claims, write DIR/factcheck.json and DIR/factcheck.html, and return the report;
@@ -72,13 +78,17 @@ def run_factcheck(options: FactcheckOptions, on_outcome: Callable[[int, int, Out
     if options.threads < 0:
         raise ValueError(f"--threads {options.threads}: must be >= 0 (0 = one per core)")
     claims = select(options.only, options.fast)
+    skipped = skipped_by_fast(options.only, options.fast)
     if not claims:
-        raise ValueError("no claim selected (--only and --fast together left none)")
+        raise ValueError(f"no claim selected: --fast leaves out {', '.join(skipped)} (training experiments, "
+                         f"which --fast does not run)")
     import torch
 
     from lmpo.trainers.runtime import setup_torch
 
     out = prepare_out(Path(options.out))
+    if skipped:
+        print(fill(ui(options.lang)["skipped_fast"], {"names": ", ".join(skipped)}), file=sys.stderr, flush=True)
     threads_before = torch.get_num_threads()
     try:
         setup_torch(options.threads, options.seed)

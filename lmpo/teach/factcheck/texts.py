@@ -21,6 +21,7 @@ UI_EN = {
     "progress": "[factcheck] {i}/{n} {name}: {verdict}{error}, {seconds:.1f} s",
     "sft_start": "[factcheck] training the SFT start for seed {seed} once (CPT → SFT, about 70 s on a quiet "
                  "2-core CPU; kept in {cache})",
+    "skipped_fast": "[factcheck] skipped {names}: training experiments, which --fast leaves out",
     "start_trained": "(the SFT start was trained first: {seconds:.0f} s of the total; it is cached now)",
     "outputs": "report: {html}  data: {json}",
 }

@@ -17,6 +17,7 @@ UI_ZH = {
     "fast": "精确计算", "slow": "训练实验",
     "progress": "[factcheck] {i}/{n} {name}：{verdict}{error}，{seconds:.1f} 秒",
     "sft_start": "[factcheck] 为种子 {seed} 训练一次 SFT 起点（CPT → SFT，在空闲的双核 CPU 上约 70 秒；缓存在 {cache}）",
+    "skipped_fast": "[factcheck] 已跳过 {names}：它们是训练实验，--fast 不运行训练实验",
     "start_trained": "（先训练了 SFT 起点：占总用时 {seconds:.0f} 秒；现已缓存）",
     "outputs": "报告：{html}  数据：{json}",
 }
