@@ -41,7 +41,10 @@ def cmd_explain(args: argparse.Namespace, flags: dict) -> int:
     if args.list or args.method is None:
         return _list(args.lang)
     if args.method not in METHODS:
-        raise ValueError(f"unknown method {args.method!r}; choose one of: {', '.join(METHODS)}")
+        from lmpo.teach.names import did_you_mean
+
+        raise ValueError(f"unknown method {args.method!r}{did_you_mean(args.method, METHODS)}; "
+                         f"choose one of: {', '.join(METHODS)}")
     ready_dir(args.out)
     from rich.console import Console
 

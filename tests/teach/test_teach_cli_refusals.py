@@ -46,3 +46,32 @@ def test_explain_refuses_conflicting_requests(argv, said, capsys, tmp_path):
     assert main(["explain", *argv, "--out", str(tmp_path / "pages")]) == 2
     assert said in capsys.readouterr().err
     assert not (tmp_path / "pages").exists()
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["explain", "grpoo"], "unknown method 'grpoo' (did you mean 'grpo'?)"),
+    (["explain", "GRPO"], "unknown method 'GRPO' (did you mean 'grpo'?)"),
+    (["explain", "dr-grpo"], "unknown method 'dr-grpo' (did you mean 'dr_grpo'?)"),
+    (["exercise", "start", "grpo_advantage"], "unknown exercise 'grpo_advantage' (did you mean 'grpo_advantages'?)"),
+    (["factcheck", "--only", "kl_estimator"], "unknown claim(s) kl_estimator (did you mean 'kl_estimators'?)"),
+    (["compare", "--methods", "grpo,dpoo"], "unknown method 'dpoo' (did you mean 'dpo'?)"),
+])
+def test_an_unknown_name_gets_the_nearest_known_one(argv, said, monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)  # nothing is written, were a name accepted
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_name_near_nothing_gets_no_suggestion(capsys):
+    assert main(["explain", "zzzz"]) == 2
+    assert "did you mean" not in capsys.readouterr().err
+
+
+def test_an_unknown_exercise_in_a_files_header_gets_a_suggestion(tmp_path):
+    from lmpo.teach.exercise import EXERCISES, ExerciseFileError, exercise_of_file
+
+    path = tmp_path / "mine.py"
+    path.write_text("# lmpo exercise: ppo_clip\ndef ppo_clip_loss(): ...\n")
+    with pytest.raises(ExerciseFileError, match="did you mean 'ppo_clip_loss'"):
+        exercise_of_file(path, EXERCISES)

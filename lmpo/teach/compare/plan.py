@@ -23,6 +23,7 @@ from typing import Literal
 
 from lmpo.algos import PREFERENCE_LOSSES
 from lmpo.trainers.pipeline import PipelineConfig, resolve_pipeline, validate_stages, with_options
+from lmpo.teach.names import did_you_mean
 from lmpo.trainers.presets import RL_PRESETS
 
 DEFAULT_METHODS = "ppo,grpo,dpo,online_dpo"
@@ -115,7 +116,9 @@ class Method:
     def parse(cls, name: str) -> "Method":
         stage, _, loss = name.partition(":")
         if stage not in (*RL_PRESETS, *PREFERENCE_STAGES):
-            raise ValueError(f"unknown method {name!r}; choose RL presets ({', '.join(RL_PRESETS)}), dpo or online_dpo")
+            hint = did_you_mean(stage, (*RL_PRESETS, *PREFERENCE_STAGES))
+            raise ValueError(f"unknown method {name!r}{hint}; choose RL presets ({', '.join(RL_PRESETS)}), dpo or "
+                             f"online_dpo")
         if loss and stage not in PREFERENCE_STAGES:
             raise ValueError(f"method {name!r}: a loss after ':' is for dpo and online_dpo only")
         if loss and loss not in PREFERENCE_LOSSES:

@@ -19,6 +19,7 @@ from lmpo.teach.exercise.plug import Plug, plugged
 from lmpo.teach.exercise.ppo import PPO_CLIP
 from lmpo.teach.exercise.preference import BRADLEY_TERRY, DPO
 from lmpo.teach.exercise.starter import starter_text, write_starter
+from lmpo.teach.names import did_you_mean
 
 EXERCISES: dict[str, Exercise] = {ex.name: ex for ex in (GRPO, RLOO, PPO_CLIP, AGGREGATION, GAE, K3, DPO,
                                                           BRADLEY_TERRY)}
@@ -26,7 +27,8 @@ EXERCISES: dict[str, Exercise] = {ex.name: ex for ex in (GRPO, RLOO, PPO_CLIP, A
 
 def get_exercise(name: str) -> Exercise:
     if name not in EXERCISES:
-        raise ValueError(f"unknown exercise {name!r}; choose one of: {', '.join(EXERCISES)}")
+        raise ValueError(f"unknown exercise {name!r}{did_you_mean(name, EXERCISES)}; "
+                         f"choose one of: {', '.join(EXERCISES)}")
     return EXERCISES[name]
 
 

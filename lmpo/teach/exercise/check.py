@@ -123,7 +123,10 @@ def exercise_of_file(path: Path, exercises: dict[str, Exercise]) -> str:
     header = HEADER.search(text)
     if header:
         if header.group(1) not in exercises:
-            raise ExerciseFileError(f"{path}: unknown exercise {header.group(1)!r} in its header; "
+            from lmpo.teach.names import did_you_mean
+
+            hint = did_you_mean(header.group(1), exercises)
+            raise ExerciseFileError(f"{path}: unknown exercise {header.group(1)!r}{hint} in its header; "
                                     f"choose one of: {', '.join(exercises)}")
         return header.group(1)
     found = [name for name, ex in exercises.items() if re.search(rf"^def {ex.function}\(", text, re.MULTILINE)]

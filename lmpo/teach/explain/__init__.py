@@ -18,7 +18,10 @@ def explain(method: str, lang: str = "en") -> Explanation:
     from lmpo.teach.explain import ppo_example, pref_examples, rl_examples
 
     if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of: {', '.join(METHODS)}")
+        from lmpo.teach.names import did_you_mean
+
+        raise ValueError(f"unknown method {method!r}{did_you_mean(method, METHODS)}; "
+                         f"choose one of: {', '.join(METHODS)}")
     if lang not in LANGS:
         raise ValueError(f"unknown language {lang!r}; choose one of: {', '.join(LANGS)}")
     if method == "ppo":

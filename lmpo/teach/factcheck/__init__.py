@@ -19,6 +19,7 @@ from lmpo.teach.factcheck.context import Context
 from lmpo.teach.factcheck.core import DEPENDS, ERROR, FAILS, HOLDS, Claim, Outcome, check, fill
 from lmpo.teach.factcheck.report import Report, print_table, write_outputs
 from lmpo.teach.factcheck.texts import LANGS, ui, verdict_word
+from lmpo.teach.names import did_you_mean
 
 _BY_NAME = {c.name: c for c in [*sampling.CLAIMS, *signal.CLAIMS, *preference.CLAIMS, *kl.CLAIMS, *clipping.CLAIMS,
                                 *length.CLAIMS, *hacking.CLAIMS, *breadth.CLAIMS]}
@@ -58,7 +59,8 @@ def select(only: str = "", fast: bool = False) -> list[Claim]:
         raise ValueError(f"--only {only!r} names {', '.join(twice)} twice; name each claim once")
     unknown = [n for n in names if n not in _BY_NAME]
     if unknown:
-        raise ValueError(f"--only: unknown claim(s) {', '.join(unknown)}; choose from: {', '.join(ORDER)}")
+        named = ", ".join(f"{n}{did_you_mean(n, ORDER)}" for n in unknown)
+        raise ValueError(f"--only: unknown claim(s) {named}; choose from: {', '.join(ORDER)}")
     chosen = [c for c in CLAIMS if not names or c.name in names]
     return [c for c in chosen if c.fast] if fast else chosen
 
