@@ -17,6 +17,8 @@ SOLUTIONS = Path(__file__).parent / "exercise_solutions"
 PLANTED = {
     "grpo_advantages_population_std": ("worked_example", ["N instead of N-1", "population vs sample", "1.155×"]),
     "grpo_advantages_wrong_sign": ("worked_example", ["wrong sign"]),
+    "grpo_advantages_no_eps": ("float64", ["you forgot eps", "(std + eps)"]),
+    "grpo_advantages_eps_on_variance": ("float64", ["eps is added to the variance, not to the std"]),
     "grpo_advantages_naive_equal_group": ("equal_groups", ["advantages of an all-equal group are not zero"]),
     "grpo_advantages_contiguous_groups": ("unsorted_ids", ["group ids may be any integers in any order"]),
     "grpo_advantages_batch_std": ("unsorted_ids", ["not per group"]),
@@ -220,3 +222,9 @@ def test_grpo_starter_worked_example_is_what_check_prints(lang):
     advantages = ADVANTAGES.get("grpo")(torch.tensor([0.9, 0.6, 0.2, 0.0]), torch.tensor([0, 0, 0, 0]))
     printed = fmt(advantages).strip("[]").replace("-", "−")  # as check's expected: line, in the starter's minus sign
     assert "0.0 →\n    " + printed in text
+
+
+def test_the_float64_probe_shows_its_rewards_at_full_precision():
+    """Shown with 5 digits, 1 ± 1e-9 read as four equal rewards with a nonzero expected result."""
+    report = _check("grpo_advantages_no_eps")
+    assert "rewards=[1.000000001, 1, 0.999999999, 1]" in report.mismatch.inputs

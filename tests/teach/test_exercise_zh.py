@@ -14,6 +14,8 @@ SOLUTIONS = Path(__file__).parent / "exercise_solutions"
 PLANTED_ZH = {
     "grpo_advantages_population_std": ["N 而不是 N-1", "总体标准差", "1.155 倍"],
     "grpo_advantages_wrong_sign": ["优势的符号反了"],
+    "grpo_advantages_no_eps": ["你漏掉了 eps", "(std + eps)"],
+    "grpo_advantages_eps_on_variance": ["eps 加在了方差上而不是标准差上"],
     "grpo_advantages_naive_equal_group": ["奖励全部相等的组，优势却不为零"],
     "grpo_advantages_contiguous_groups": ["group id 可以是任意整数、任意顺序"],
     "grpo_advantages_batch_std": ["不是按组计算的", "整个批次的均值和标准差"],

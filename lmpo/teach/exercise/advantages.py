@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
 from torch import Tensor
 
 from lmpo.algos import ADVANTAGES
-from lmpo.teach.exercise.core import Case, Exercise, Probe
+from lmpo.teach.exercise.core import Case, Exercise, Explainer, Probe
 from lmpo.teach.exercise.explain import always, by_variants, fixed
 from lmpo.teach.exercise.lang import Text, both, cat
 from lmpo.teach.exercise.plug import Plug
@@ -16,8 +17,10 @@ from lmpo.teach.exercise.plug import Plug
 WORKED = [0.9, 0.6, 0.2, 0.0]  # ALGORITHMS.md's worked example
 
 
-def case(label: Text, rewards: list[float], ids: list[int], dtype: torch.dtype = torch.float32) -> Case:
-    return Case(label, {"rewards": torch.tensor(rewards, dtype=dtype), "group_ids": torch.tensor(ids, dtype=torch.long)})
+def case(label: Text, rewards: list[float], ids: list[int], dtype: torch.dtype = torch.float32,
+         digits: int = 5) -> Case:
+    return Case(label, {"rewards": torch.tensor(rewards, dtype=dtype), "group_ids": torch.tensor(ids, dtype=torch.long)},
+                digits=digits)
 
 
 def random_case(gen: torch.Generator) -> Case:
@@ -109,7 +112,36 @@ _BATCH_VARIANTS = ((_lib("grpo", scale="batch"), fixed(NOT_PER_GROUP)),
                     fixed(cat(NOT_PER_GROUP, both(" (you subtracted the batch mean)", "（你减去的是整个批次的均值）")))))
 
 
-def _common_probes(single_symptom: Text) -> list[Probe]:
+GRPO_EPS = inspect.signature(ADVANTAGES.get("grpo")).parameters["eps"].default
+FLOAT64_CASE = case(both("float64 rewards 1 ± 1e-9: a group whose rewards differ only in the 9th decimal",
+                         "float64 奖励 1 ± 1e-9：组内奖励只在小数点后第 9 位不同"),
+                    [1.0 + 1e-9, 1.0, 1.0 - 1e-9, 1.0], [0, 0, 0, 0], torch.float64, digits=12)
+
+
+def _eps_on_variance(c: Case) -> Tensor:
+    """(R − mean) / sqrt(var + eps) per group: eps added to the variance instead of the std."""
+    r, ids = c.args["rewards"].double(), c.args["group_ids"]
+    out = torch.zeros_like(r)
+    for g in ids.unique():
+        x = r[ids == g]
+        if x.numel() > 1 and bool((x != x[0]).any()):
+            out[ids == g] = (x - x.mean()) / (x.var() + GRPO_EPS).sqrt()
+    return out.to(c.args["rewards"].dtype)
+
+
+EPS_MISSING = both(f"you forgot eps: the std of these rewards is about 1e-9, and without eps = {GRPO_EPS:g} added to "
+                   f"it the tiny differences are blown up to order 1; lmpo divides by (std + eps)",
+                   f"你漏掉了 eps：这些奖励的标准差约为 1e-9，不在标准差上加 eps = {GRPO_EPS:g}，微小的差异就被放大"
+                   f"到 1 的量级；lmpo 除以的是 (std + eps)")
+EPS_ON_VARIANCE = both(f"eps is added to the variance, not to the std: sqrt(var + {GRPO_EPS:g}) ≈ {GRPO_EPS ** 0.5:g} "
+                       f"where lmpo's std + eps ≈ {GRPO_EPS:g}, so near-equal groups come out "
+                       f"about {GRPO_EPS ** 0.5:g}× lmpo's; divide by (std + eps)",
+                       f"eps 加在了方差上而不是标准差上：sqrt(var + {GRPO_EPS:g}) ≈ {GRPO_EPS ** 0.5:g}，而 lmpo 的 "
+                       f"std + eps ≈ {GRPO_EPS:g}，于是几乎相等的组的结果约为 lmpo 的 {GRPO_EPS ** 0.5:g} 倍；应除以 (std + eps)")
+GRPO_FLOAT64_EXPLAIN = by_variants((_lib("grpo", eps=0.0), fixed(EPS_MISSING)), (_eps_on_variance, fixed(EPS_ON_VARIANCE)))
+
+
+def _common_probes(single_symptom: Text, float64_explain: Explainer | None = None) -> list[Probe]:
     return [
         Probe("unsorted_ids", both("group ids are arbitrary and interleaved", "group id 是任意整数且交错排列"),
               lambda: [SHARED_PROBES["unsorted_ids"]], by_variants(*_BATCH_VARIANTS, fallback=always(UNSORTED))),
@@ -127,8 +159,7 @@ def _common_probes(single_symptom: Text) -> list[Probe]:
                           "空批次（N = 0）必须返回形状为 [0] 的空结果"))),
         Probe("float64", both("float64 rewards give float64 advantages, at float64 precision",
                               "float64 的奖励得到 float64 的优势，精度也是 float64"),
-              lambda: [case(both("float64 rewards", "float64 奖励"), [1.0 + 1e-9, 1.0, 1.0 - 1e-9, 1.0], [0, 0, 0, 0],
-                            torch.float64)]),
+              lambda: [FLOAT64_CASE], float64_explain),
         Probe("constants", both("no gradient flows through the advantages", "没有梯度流经优势"),
               lambda: [case(both("rewards that require grad", "requires_grad 的奖励"), WORKED, [0, 0, 0, 0])],
               grad=("rewards",), grad_messages={"rewards": CONSTANTS}),
@@ -201,7 +232,7 @@ GRPO = Exercise(
         *_common_probes(both("a group of one completion must get advantage 0: its sample std (N−1 = 0) is "
                              "taken as 0, not NaN, and R − mean is 0",
                              "只有一个补全的组优势必须为 0：它的样本标准差（N−1 = 0）取 0 而不是 NaN，"
-                             "且 R − mean 为 0")),
+                             "且 R − mean 为 0"), GRPO_FLOAT64_EXPLAIN),
     ),
     plug=Plug("rl", ADVANTAGES, "advantage", "grpo", {},
               both("the GRPO stage's advantage estimator", "GRPO 阶段的优势估计器")),

@@ -29,6 +29,8 @@ class Case:
     """Positional arguments, by the parameter names of the starter's signature."""
     options: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments (e.g. ``beta``, ``clip_eps_low``)."""
+    digits: int = 5
+    """Significant digits the input is shown with: more where 5 would hide what the case is about."""
 
     def value(self, name: str) -> Any:
         return self.args[name] if name in self.args else self.options[name]
@@ -183,7 +185,8 @@ def _fmt_list(x: Any, digits: int) -> str:
 
 
 def fmt_case(case: Case) -> str:
-    parts = [f"{k}={fmt(v)}" for k, v in case.args.items()] + [f"{k}={fmt(v)}" for k, v in case.options.items()]
+    shown = {**case.args, **case.options}
+    parts = [f"{k}={fmt(v, case.digits)}" for k, v in shown.items()]
     return ", ".join(parts)
 
 
