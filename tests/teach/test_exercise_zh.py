@@ -20,16 +20,16 @@ PLANTED_ZH = {
     "grpo_advantages_contiguous_groups": ["group id 可以是任意整数、任意顺序"],
     "grpo_advantages_batch_std": ["不是按组计算的", "整个批次的均值和标准差"],
     "grpo_advantages_no_detach": ["梯度流过了基线", "stop-gradient"],
-    "rloo_advantages_includes_self": ["基线包含了补全自身", "0.75 倍"],
-    "rloo_advantages_single_member": ["只有一个补全的组", "G−1 = 0"],
+    "rloo_advantages_includes_self": ["基线包含了回答自身", "0.75 倍"],
+    "rloo_advantages_single_member": ["只有一个回答的组", "G−1 = 0"],
     "ppo_clip_loss_wrong_side": ["负优势时裁剪放错了一侧", "在比值 0.5、A=-1 处"],
     "ppo_clip_loss_wrong_sign": ["损失的符号反了"],
-    "ppo_clip_loss_no_mask": ["padding token 改变了损失", "没有应用掩码"],
+    "ppo_clip_loss_no_mask": ["padding 词元改变了损失", "没有应用掩码"],
     "ppo_clip_loss_mask_multiply": ["你的损失是 NaN", "torch.where"],
     "ppo_clip_loss_where_output": ["对损失用 torch.where 挡不住", "在 exp 之前", "对数比"],
     "ppo_clip_loss_no_detach": ["梯度流过了旧策略的 log 概率", "detach"],
-    "aggregation_token_mean": ["token 均值而不是序列均值", "长序列权重更大"],
-    "aggregation_unmasked": ["padding token 改变了损失"],
+    "aggregation_token_mean": ["词元均值而不是序列均值", "长序列权重更大"],
+    "aggregation_unmasked": ["padding 词元改变了损失"],
     "aggregation_empty_rows": ["全是 padding 的行被算成了一个序列"],
     "gae_bootstrap_padding": ["padding 位置的价值做了自举"],
     "gae_discounted_returns": ["奖励的折扣和", "A + V"],
@@ -219,3 +219,20 @@ def test_start_in_chinese_over_an_existing_file_refuses_in_chinese(tmp_path, cap
     assert main(["exercise", "start", "gae", "--out", str(tmp_path / "nowhere" / "g.py"), "--lang", "zh"]) == 2
     assert "目录不存在" in capsys.readouterr().err
     assert out.read_text() == "# my work\n"
+
+
+def test_chinese_exercises_use_the_terms_of_lmpo_explain():
+    """`explain ppo --lang zh` says 裁剪, 回答, 词元; the exercises said 截断, 补全 and token for the same things."""
+    import re
+
+    from lmpo.teach.explain.text_zh import GLOSSARY, TEXT
+
+    explain_zh = " ".join(TEXT.values())
+    assert "裁剪" in GLOSSARY and "回答" in explain_zh and "词元" in explain_zh
+    for ex in EXERCISES.values():
+        texts = [starter_text(ex, "zh"), ex.summary["zh"], ex.plug.role["zh"]]
+        texts += [p.checks["zh"] for p in ex.probes if isinstance(p.checks, dict)]
+        for text in texts:
+            prose = re.sub(r"`[^`]*`|[A-Za-z_]+token[A-Za-z_]*|token[A-Za-z_]+", "", text)
+            assert "补全" not in prose and "截断代理" not in prose, (ex.name, text)
+            assert not re.search(r"(?<![A-Za-z_])tokens?(?![A-Za-z_])", prose), (ex.name, text)

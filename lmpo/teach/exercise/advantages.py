@@ -88,7 +88,7 @@ SHARED_PROBES = {
 }
 NOT_PER_GROUP = both("your statistics are not per group: each completion must be compared with the other completions "
                      "of its own prompt (same group id) only",
-                     "你的统计量不是按组计算的：每个补全只能与同一提示（相同 group id）下的其他补全比较")
+                     "你的统计量不是按组计算的：每个回答只能与同一提示（相同 group id）下的其他回答比较")
 UNSORTED = both("groups are not found by their ids: group ids may be any integers in any order (not 0..G-1, not "
                 "contiguous blocks); gather each group with `group_ids == id` or torch.unique(return_inverse=True)",
                 "没有按 id 找出各组：group id 可以是任意整数、任意顺序（不一定是 0..G-1，也不一定是连续的块）；"
@@ -149,12 +149,12 @@ def _common_probes(single_symptom: Text, float64_explain: Explainer | None = Non
               lambda: [SHARED_PROBES["two_groups"]], by_variants(*_BATCH_VARIANTS, fallback=always(NOT_PER_GROUP))),
         Probe("equal_groups", both("an all-equal group gets exactly 0", "奖励全部相等的组优势恰好为 0"),
               lambda: [EQUAL_GROUPS], always(EQUAL_GROUPS_SYMPTOM)),
-        Probe("single_member", both("a group of one completion gets 0", "只有一个补全的组优势为 0"),
+        Probe("single_member", both("a group of one completion gets 0", "只有一个回答的组优势为 0"),
               lambda: [case(both("a group of one completion next to a group of three",
-                                 "一个只有一个补全的组，旁边是一个有三个补全的组"), [0.7, 1.0, 0.0, 0.5], [5, 6, 6, 6])],
+                                 "一个只有一个回答的组，旁边是一个有三个回答的组"), [0.7, 1.0, 0.0, 0.5], [5, 6, 6, 6])],
               always(single_symptom)),
-        Probe("empty_batch", both("a batch without completions gives an empty result", "没有补全的批次返回空结果"),
-              lambda: [case(both("no completions at all (N = 0)", "没有任何补全（N = 0）"), [], [])],
+        Probe("empty_batch", both("a batch without completions gives an empty result", "没有回答的批次返回空结果"),
+              lambda: [case(both("no completions at all (N = 0)", "没有任何回答（N = 0）"), [], [])],
               always(both("an empty batch (N = 0) must give an empty [0] result",
                           "空批次（N = 0）必须返回形状为 [0] 的空结果"))),
         Probe("float64", both("float64 rewards give float64 advantages, at float64 precision",
@@ -170,7 +170,7 @@ _WORKED_CASE = case(both("the worked example of ALGORITHMS.md: one group of 4 re
                          "ALGORITHMS.md 中的示例：一个包含 4 个奖励的组"), WORKED, [0, 0, 0, 0])
 _SIGN = fixed(both("the advantages have the wrong sign: better-than-average completions get a negative advantage, "
                    "so training would push the policy away from its best answers",
-                   "优势的符号反了：好于组内平均的补全得到了负的优势，训练会把策略推离它最好的回答"))
+                   "优势的符号反了：好于组内平均的回答得到了负的优势，训练会把策略推离它最好的回答"))
 _WORKED_CHECKS = both("ALGORITHMS.md's example: rewards 0.9, 0.6, 0.2, 0.0", "ALGORITHMS.md 中的示例：奖励 0.9, 0.6, 0.2, 0.0")
 
 GRPO_DOC = {
@@ -193,15 +193,15 @@ GRPO_DOC = {
     1.1783, 0.43412, −0.55815, −1.0543.""",
     "zh": """GRPO 优势（DeepSeekMath，Shao 等 2024，arXiv:2402.03300）。
 
-    A_i = (R_i − mean_j R_j) / (std_j R_j + eps)，j 取遍补全 i 所在的组
+    A_i = (R_i − mean_j R_j) / (std_j R_j + eps)，j 取遍回答 i 所在的组
 
-    rewards:   float [N]，每个补全一个标量奖励（N = 该批全部补全）。
-    group_ids: int [N]；同一提示采样出的补全共享一个 id。id 可以是任意整数、任意顺序
+    rewards:   float [N]，每个回答一个标量奖励（N = 该批全部回答）。
+    group_ids: int [N]；同一提示采样出的回答共享一个 id。id 可以是任意整数、任意顺序
                （例如 [7, 3, 7, 3]）；各组大小可以不同。
     返回:      [N] 优势，dtype 与 `rewards` 相同。
 
     lmpo 的约定（`lmpo.algos.ADVANTAGES.get("grpo")`，std="sample"，scale="group"）：
-    - std 为样本标准差（Bessel 校正，除以 N−1）；只有一个补全的组 std 为 0。
+    - std 为样本标准差（Bessel 校正，除以 N−1）；只有一个回答的组 std 为 0。
     - eps = 1e-6，加在标准差上（不是方差上）。
     - 奖励全部相等的组，每个成员的优势都必须恰好为 0（没有信号）。
     - 优势是损失中的常数：梯度不能流回 `rewards`（stop-gradient）。
@@ -231,7 +231,7 @@ GRPO = Exercise(
                                                     "你用的是 RLOO 的留一法基线，也没有除以标准差"))))),
         *_common_probes(both("a group of one completion must get advantage 0: its sample std (N−1 = 0) is "
                              "taken as 0, not NaN, and R − mean is 0",
-                             "只有一个补全的组优势必须为 0：它的样本标准差（N−1 = 0）取 0 而不是 NaN，"
+                             "只有一个回答的组优势必须为 0：它的样本标准差（N−1 = 0）取 0 而不是 NaN，"
                              "且 R − mean 为 0"), GRPO_FLOAT64_EXPLAIN),
     ),
     plug=Plug("rl", ADVANTAGES, "advantage", "grpo", {},
@@ -256,16 +256,16 @@ RLOO_DOC = {
     Worked example: rewards 0.9, 0.6, 0.2, 0.0 → 0.63333, 0.23333, −0.30000, −0.56667.""",
     "zh": """RLOO 优势（Ahmadian 等 2024，"Back to Basics"，arXiv:2402.14740）。
 
-    A_i = R_i − (1/(G−1)) Σ_{j≠i} R_j     （G = 补全 i 所在组的大小）
+    A_i = R_i − (1/(G−1)) Σ_{j≠i} R_j     （G = 回答 i 所在组的大小）
 
-    rewards:   float [N]，每个补全一个标量奖励。
-    group_ids: int [N]；同一提示的补全共享一个 id（任意整数、任意顺序）。
+    rewards:   float [N]，每个回答一个标量奖励。
+    group_ids: int [N]；同一提示的回答共享一个 id（任意整数、任意顺序）。
     返回:      [N] 优势，dtype 与 `rewards` 相同。
 
     lmpo 的约定（`lmpo.algos.ADVANTAGES.get("rloo")`）：
-    - 基线是同组其他补全的平均值，不包括 i 自己。
+    - 基线是同组其他回答的平均值，不包括 i 自己。
     - 不除以标准差。
-    - 只有一个补全的组没有基线：优势为 0。
+    - 只有一个回答的组没有基线：优势为 0。
     - 奖励全部相等的组优势恰好为 0。
     - 优势是常数：梯度不能流回 `rewards`。
     示例：奖励 0.9, 0.6, 0.2, 0.0 → 0.63333, 0.23333, −0.30000, −0.56667。""",
@@ -277,14 +277,14 @@ def _includes_self(c: Case, expected: Tensor, got: Tensor) -> Text:
     factor, ratio = f"{_factor(c, expected, got):.4g}", f"{(n - 1) / n:.4g}"
     return both(f"your baseline includes the completion itself: it must be the mean of the OTHER G−1 rewards; on a "
                 f"group of {n} your advantages are {factor}× the reference ((G−1)/G = {ratio})",
-                f"你的基线包含了补全自身：基线必须是同组其他 G−1 个奖励的平均值；在大小为 {n} 的组上，你的优势是"
+                f"你的基线包含了回答自身：基线必须是同组其他 G−1 个奖励的平均值；在大小为 {n} 的组上，你的优势是"
                 f"参考结果的 {factor} 倍（(G−1)/G = {ratio}）")
 
 
 RLOO = Exercise(
     name="rloo_advantages",
     summary=both("RLOO's leave-one-out advantage R_i − mean of the other completions of the group",
-                 "RLOO 的留一法优势：R_i 减去同组其他补全奖励的平均值"),
+                 "RLOO 的留一法优势：R_i 减去同组其他回答奖励的平均值"),
     function="rloo_advantages",
     signature="def rloo_advantages(rewards: Tensor, group_ids: Tensor) -> Tensor:",
     reference=ADVANTAGES.get("rloo"),
@@ -299,7 +299,7 @@ RLOO = Exercise(
                                                     "你除以了标准差：RLOO 的优势不做归一化"))))),
         *_common_probes(both("a group of one completion has no other completions to form a baseline: its "
                              "advantage must be 0 (you divide by G−1 = 0)",
-                             "只有一个补全的组没有其他补全来构成基线：它的优势必须为 0（你除以了 G−1 = 0）")),
+                             "只有一个回答的组没有其他回答来构成基线：它的优势必须为 0（你除以了 G−1 = 0）")),
     ),
     plug=Plug("rl", ADVANTAGES, "advantage", "rloo", {"preset": "rloo"},
               both("the RLOO stage's advantage estimator", "RLOO 阶段的优势估计器")),

@@ -71,16 +71,16 @@ RETURNS = both("your returns are the discounted sum of rewards; lmpo's returns a
                "这样价值损失才与优势一致")
 TERMINAL = both("you bootstrap from the value at the padding position after the last token: the value after a "
                 "completion's last loss token is 0 (the episode ended), whatever the critic says at padding",
-                "你用最后一个 token 之后 padding 位置的价值做了自举（bootstrap）：补全的最后一个损失 token 之后"
+                "你用最后一个词元之后 padding 位置的价值做了自举（bootstrap）：回答的最后一个损失词元之后"
                 "价值为 0（回合已结束），不管价值网络在 padding 处输出什么")
 PADDING_OUT = both("padding positions get nonzero advantages/returns: both outputs must be exactly 0 where mask is 0",
                    "padding 位置的优势/returns 不为零：mask 为 0 处两个输出都必须恰好为 0")
 GAPS = both("tokens with mask 0 in the middle of a row (tool output, observations) are treated as time steps: lmpo's "
             "GAE (as verl's) links each loss token to the NEXT loss token, skipping mask-0 positions, so their "
             "rewards and values are never read and discounting counts model tokens only",
-            "一行中间 mask 为 0 的 token（工具输出、观测）被当成了时间步：lmpo 的 GAE（与 verl 相同）把每个损失 "
-            "token 接到下一个损失 token 上，跳过 mask 为 0 的位置，所以不会读取它们的奖励和价值，折扣也只按模型"
-            "生成的 token 计")
+            "一行中间 mask 为 0 的词元（工具输出、观测）被当成了时间步：lmpo 的 GAE（与 verl 相同）把每个损失"
+            "词元接到下一个损失词元上，跳过 mask 为 0 的位置，所以不会读取它们的奖励和价值，折扣也只按模型"
+            "生成的词元计")
 VARIANTS = (
     (lambda c: _loop(c, returns="discounted"), fixed(RETURNS)),
     # before TERMINAL: on a row without trailing padding, walking every position is walking the gaps,
@@ -128,16 +128,16 @@ GAE_DOC = {
     A_t = Σ_l (γλ)^l · δ_{t+l}        （倒序计算：A_t = δ_t + γλ·A_{t+1}）
     returns_t = A_t + V_t             （价值网络的目标）
 
-    token_rewards: [B, T] 逐 token 奖励（lmpo 把 R_i 放在最后一个损失 token 上，其余为 −β·KL）。
-    mask:          [B, T] 模型生成的 token 为 1，padding 与工具/观测 token 为 0。
-    values:        [B, T] 价值网络对每个 token 的 V（关键字参数）。
+    token_rewards: [B, T] 逐词元奖励（lmpo 把 R_i 放在最后一个损失词元上，其余为 −β·KL）。
+    mask:          [B, T] 模型生成的词元为 1，padding 与工具/观测词元为 0。
+    values:        [B, T] 价值网络对每个词元的 V（关键字参数）。
     返回:          (advantages [B, T], returns [B, T])，mask 为 0 处都恰好为 0，
                    dtype 与 token_rewards 相同。
 
     lmpo 的约定（`lmpo.algos.TOKEN_ADVANTAGES.get("gae")`）：
-    - "t+1" 是同一行中下一个 mask 为 1 的 token：中间 mask 为 0 的位置（工具输出）被跳过，
+    - "t+1" 是同一行中下一个 mask 为 1 的词元：中间 mask 为 0 的位置（工具输出）被跳过，
       它们的奖励和价值不会被读取。
-    - 一行最后一个 mask 为 1 的 token 之后 V = 0（终止），即使该行后面有 padding。
+    - 一行最后一个 mask 为 1 的词元之后 V = 0（终止），即使该行后面有 padding。
     - 输出不带梯度（输入被当作常数）。
     - 这里不做优势白化（训练器之后可能会做）。""",
 }
@@ -145,7 +145,7 @@ GAE_DOC = {
 GAE = Exercise(
     name="gae",
     summary=both("GAE: δ_t = r_t + γV_{t+1} − V_t, A_t = Σ (γλ)^l δ_{t+l}, returns = A + V, over masked tokens",
-                 "GAE：δ_t = r_t + γV_{t+1} − V_t，A_t = Σ (γλ)^l δ_{t+l}，returns = A + V，只在掩码内的 token 上计算"),
+                 "GAE：δ_t = r_t + γV_{t+1} − V_t，A_t = Σ (γλ)^l δ_{t+l}，returns = A + V，只在掩码内的词元上计算"),
     function="gae",
     signature=("def gae(token_rewards: Tensor, mask: Tensor, *, values: Tensor, gamma: float = 1.0,\n"
                "        lam: float = 1.0) -> tuple[Tensor, Tensor]:"),
@@ -156,7 +156,7 @@ GAE = Exercise(
     outputs=("advantages", "returns"),
     probes=(
         Probe("one_row", both("one completion of 4 tokens, reward 1 on the last, gamma=1, lam=0.95",
-                              "一个 4 token 的补全，最后一个 token 奖励为 1，gamma=1，lam=0.95"),
+                              "一个 4 词元的回答，最后一个词元奖励为 1，gamma=1，lam=0.95"),
               lambda: [gae_case("rewards [0, 0, 0, 1], values [0.5, 0.6, 0.7, 0.8], gamma=1, lam=0.95",
                                 [[0, 0, 0, 1.0]], [[0.5, 0.6, 0.7, 0.8]], [[1, 1, 1, 1]])], EXPLAIN),
         Probe("gamma_lambda", both("gamma and lambda both discount (gamma=0.9, lam=0.8)",
@@ -165,17 +165,17 @@ GAE = Exercise(
                                 [[0.1, 0, -0.2, 1.0]], [[0.5, 0.6, 0.7, 0.8]], [[1, 1, 1, 1]], 0.9, 0.8)],
               EXPLAIN),
         Probe("padding", both("the value after the last token is 0; padding gets 0",
-                              "最后一个 token 之后的价值为 0；padding 处输出 0"),
+                              "最后一个词元之后的价值为 0；padding 处输出 0"),
               lambda: [gae_case(both("row 0 has 2 tokens then padding whose values are 5.0",
-                                     "第 0 行有 2 个 token，后面是价值为 5.0 的 padding"),
+                                     "第 0 行有 2 个词元，后面是价值为 5.0 的 padding"),
                                 [[0.0, 1.0, 0.3, 0.3], [0.0, 0.0, 0.0, 1.0]],
                                 [[0.4, 0.6, 5.0, 5.0], [0.1, 0.2, 0.3, 0.4]],
                                 [[1, 1, 0, 0], [1, 1, 1, 1]], 0.9, 0.8)], by_variants(*VARIANTS,
                                                                                      fallback=always(PADDING_OUT))),
         Probe("tool_tokens", both("mask-0 tokens inside a row (tool output) are skipped",
-                                  "跳过行内 mask 为 0 的 token（工具输出）"),
+                                  "跳过行内 mask 为 0 的词元（工具输出）"),
               lambda: [gae_case(both("mask [1, 1, 0, 0, 1, 1]: two tool-output tokens in the middle",
-                                     "mask [1, 1, 0, 0, 1, 1]：中间有两个工具输出 token"),
+                                     "mask [1, 1, 0, 0, 1, 1]：中间有两个工具输出词元"),
                                 [[0.0, 0.0, 0.7, 0.7, 0.0, 1.0]], [[0.2, 0.3, 9.0, 9.0, 0.5, 0.6]],
                                 [[1, 1, 0, 0, 1, 1]], 0.9, 0.8)], by_variants(*VARIANTS, fallback=always(GAPS))),
         Probe("lambda_ends", both("lam=0 gives A = δ; lam=1 gives A = return − V",

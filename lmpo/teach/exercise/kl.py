@@ -47,7 +47,7 @@ EXPLAIN = by_variants(
     (_k("k3", flip=True), fixed(both("κ has the wrong sign: κ = log π_ref − log π_θ (the log of π_ref/π_θ at a token "
                                      "sampled from π_θ); with the sign flipped you estimate KL(π_ref ‖ π_θ), the "
                                      "other direction",
-                                     "κ 的符号反了：κ = log π_ref − log π_θ（在从 π_θ 采样的 token 上 π_ref/π_θ 的"
+                                     "κ 的符号反了：κ = log π_ref − log π_θ（在从 π_θ 采样的词元上 π_ref/π_θ 的"
                                      "对数）；符号反过来，你估计的就是反方向的 KL(π_ref ‖ π_θ)"))),
     (_k("k1"), fixed(both("that is k1 = log π_θ − log π_ref (unbiased but can be negative); k3 = exp(κ) − 1 − κ is "
                           "always ≥ 0",
@@ -80,18 +80,18 @@ K3_DOC = {
     [−{K3_KAPPA_CLAMP:g}, {K3_KAPPA_CLAMP:g}] before exp, so the result stays finite (e.g. a reference
     log-prob of −inf under top-k). GRPO adds β·k3 to each token's loss (β = 0.04).
     The gradient with respect to logprobs is 1 − exp(κ).""",
-    "zh": f"""KL(π_θ ‖ π_ref) 的逐 token k3 估计（Schulman 2020，"Approximating KL Divergence"）。
+    "zh": f"""KL(π_θ ‖ π_ref) 的逐词元 k3 估计（Schulman 2020，"Approximating KL Divergence"）。
 
-    κ = ref_logprobs − logprobs   （在从 π_θ 采样的 token 上 π_ref/π_θ 的对数）
+    κ = ref_logprobs − logprobs   （在从 π_θ 采样的词元上 π_ref/π_θ 的对数）
     k3 = exp(κ) − 1 − κ          （无偏，恒 ≥ 0；k1 = −κ，k2 = κ²/2）
 
-    logprobs:     [B, T] 采样 token 在 π_θ 下的 log 概率（带梯度）。
-    ref_logprobs: [B, T] 同一 token 在冻结参考模型 π_ref 下的 log 概率。
-    返回:         [B, T] 逐 token 的 k3，形状和 dtype 不变。mask 由调用方处理。
+    logprobs:     [B, T] 采样词元在 π_θ 下的 log 概率（带梯度）。
+    ref_logprobs: [B, T] 同一词元在冻结参考模型 π_ref 下的 log 概率。
+    返回:         [B, T] 逐词元的 k3，形状和 dtype 不变。mask 由调用方处理。
 
     lmpo 的约定（`lmpo.algos.KL_ESTIMATORS.get("k3")`）：exp 之前把 κ 截断到
     [−{K3_KAPPA_CLAMP:g}, {K3_KAPPA_CLAMP:g}]，使结果保持有限（例如 top-k 下参考 log 概率为 −inf）。
-    GRPO 把 β·k3 加到每个 token 的损失上（β = 0.04）。对 logprobs 的梯度为 1 − exp(κ)。""",
+    GRPO 把 β·k3 加到每个词元的损失上（β = 0.04）。对 logprobs 的梯度为 1 − exp(κ)。""",
 }
 
 K3 = Exercise(
@@ -121,5 +121,5 @@ K3 = Exercise(
     ),
     plug=Plug("rl", KL_ESTIMATORS, "kl_estimator", "k3", {"beta": 0.04, "kl_placement": "loss"},
               both("the GRPO stage's KL term, β·k3 added to each token's loss (β = 0.04)",
-                   "GRPO 阶段的 KL 项：把 β·k3 加到每个 token 的损失上（β = 0.04）")),
+                   "GRPO 阶段的 KL 项：把 β·k3 加到每个词元的损失上（β = 0.04）")),
 )

@@ -46,7 +46,7 @@ def random_case(gen: torch.Generator) -> Case:
     lengths = torch.randint(1, length + 1, (rows,), generator=gen)
     mask = (torch.arange(length) < lengths[:, None]).float()
     return loss_case(both(f"random batch of {rows} row(s) × {length} tokens, right-padded",
-                          f"随机批次，{rows} 行 × {length} 个 token，右侧填充"), ratios, adv, mask, old)
+                          f"随机批次，{rows} 行 × {length} 个词元，右侧填充"), ratios, adv, mask, old)
 
 
 def _ratio_and_adv(c: Case) -> tuple[Tensor, Tensor]:
@@ -77,7 +77,7 @@ def _cell_symptom(c: Case, expected: Tensor, got: Tensor) -> Text:
     if adv < 0 and ratio < lo:
         why = both("the clip is applied on the wrong side for negative advantages: a token whose probability has "
                    "already dropped below (1−ε)·π_old gets no further push down",
-                   "负优势时裁剪放错了一侧：概率已经降到 (1−ε)·π_old 以下的 token 不应再被继续往下压")
+                   "负优势时裁剪放错了一侧：概率已经降到 (1−ε)·π_old 以下的词元不应再被继续往下压")
     elif adv < 0 and ratio > hi:
         why = both("for a negative advantage a ratio above 1+ε must NOT be clipped: the pessimistic bound keeps the "
                    "full loss −r·A (only the lower side is clipped when A < 0)",
@@ -96,7 +96,7 @@ def _cell_symptom(c: Case, expected: Tensor, got: Tensor) -> Text:
 
 _SIGN = fixed(both("the loss has the wrong sign: minimising it would lower the probability of tokens with a positive "
                    "advantage (the surrogate is maximised, so the loss is −min(r·A, clip(r)·A))",
-                   "损失的符号反了：最小化它会降低正优势 token 的概率（代理目标是要最大化的，所以损失是 "
+                   "损失的符号反了：最小化它会降低正优势词元的概率（代理目标是要最大化的，所以损失是 "
                    "−min(r·A, clip(r)·A)）"))
 GRID_EXPLAIN = by_variants(
     (_variant(lambda r, c, a: torch.minimum(r * a, c * a)), _SIGN),
@@ -117,7 +117,7 @@ GRID_EXPLAIN = by_variants(
 
 PADDING = both("padding tokens change the loss: the mask is not applied (where mask is 0 the loss must be exactly 0, "
                "whatever the log-probs and advantages there)",
-               "padding token 改变了损失：没有应用掩码（mask 为 0 处损失必须恰好为 0，不管那里的 log 概率和优势是多少）")
+               "padding 词元改变了损失：没有应用掩码（mask 为 0 处损失必须恰好为 0，不管那里的 log 概率和优势是多少）")
 NAN_PADDING = both("your loss is NaN at padding positions whose log-probs are -inf (as after top-k sampling): "
                    "multiplying by the mask lets them through (0 × inf = NaN); select with torch.where(mask != 0, …, 0)",
                    "padding 位置的 log 概率为 -inf 时（例如 top-k 采样之后），你的损失是 NaN：乘以掩码挡不住它们"
@@ -167,17 +167,17 @@ PPO_DOC = {
     Clip-higher (DAPO) is clip_eps_high > clip_eps_low. lmpo's `ppo_clip` returns
     (loss, indicators); here returning the loss alone is enough. lmpo also clamps ρ to
     [−20, 20] before exp so that r stays finite; the checks keep |ρ| well below that.""",
-    "zh": """PPO 截断代理损失，逐 token（Schulman 等 2017，arXiv:1707.06347）。
+    "zh": """PPO 裁剪代理损失，逐词元（Schulman 等 2017，arXiv:1707.06347）。
 
     ρ = logprobs − old_logprobs，r = exp(ρ)
     ℓ = −min(r·A, clip(r, 1−clip_eps_low, 1+clip_eps_high)·A)
 
-    logprobs:     [B, T] 采样 token 在 π_θ 下的 log 概率（带梯度）。
+    logprobs:     [B, T] 采样词元在 π_θ 下的 log 概率（带梯度）。
     old_logprobs: [B, T] 采样时策略 π_old 的 log 概率：常数（无梯度）。
-    advantages:   [B, T] 每个 token 的优势（序列优势重复到每个 token）：常数。
-    mask:         [B, T] 计入损失的补全 token 为 1，padding（以及提示、工具输出）为 0。
+    advantages:   [B, T] 每个词元的优势（序列优势重复到每个词元）：常数。
+    mask:         [B, T] 计入损失的回答词元为 1，padding（以及提示、工具输出）为 0。
                   mask 为 0 的位置上的 log 概率可能是任意值，甚至 -inf。
-    返回:         [B, T] 逐 token 损失，mask 为 0 处恰好为 0（聚合另行处理）。
+    返回:         [B, T] 逐词元损失，mask 为 0 处恰好为 0（聚合另行处理）。
 
     Clip-higher（DAPO）即 clip_eps_high > clip_eps_low。lmpo 的 `ppo_clip` 返回
     (loss, indicators)；这里只返回 loss 即可。lmpo 在 exp 前把 ρ 截到 [−20, 20]，
@@ -208,7 +208,7 @@ def wrap_policy_loss(fn: Callable) -> Callable:
 PPO_CLIP = Exercise(
     name="ppo_clip_loss",
     summary=both("PPO's clipped surrogate −min(r·A, clip(r, 1−ε, 1+ε)·A) per token, with the mask",
-                 "PPO 的裁剪代理损失 −min(r·A, clip(r, 1−ε, 1+ε)·A)，逐 token 计算，带掩码"),
+                 "PPO 的裁剪代理损失 −min(r·A, clip(r, 1−ε, 1+ε)·A)，逐词元计算，带掩码"),
     function="ppo_clip_loss",
     signature=("def ppo_clip_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,\n"
                "                  clip_eps_low: float = 0.2, clip_eps_high: float = 0.2) -> Tensor:"),

@@ -82,7 +82,7 @@ DPO_DOC = {
     loss = −log σ(h)
 
     chosen_logps, rejected_logps:         [B] 被选回答 (y_w) 与被拒回答 (y_l) 在 π_θ 下的
-                                          log 概率，对补全 token 求和（调用方已去掉提示和 padding）。
+                                          log 概率，对回答词元求和（调用方已去掉提示和 padding）。
     ref_chosen_logps, ref_rejected_logps: [B] 同样的量在冻结参考模型 π_ref 下的值：
                                           常数（梯度不能流到它们）。
     beta:                                 β，隐式 KL 的强度（0.1）。
