@@ -189,9 +189,18 @@ def _looks_like_file(where: str) -> bool:
     return where.endswith(".py") or "/" in where or "\\" in where
 
 
+def on_module_path(*directories: str | Path) -> None:
+    """Put `directories` at the front of sys.path, the first one first, unless already there.
+    The installed `lmpo` script's sys.path starts with the script's directory, not the current
+    one as `python -m lmpo`'s does; the reward workers get this process's sys.path."""
+    for directory in reversed(directories):
+        directory = str(Path(directory).resolve())
+        if directory not in sys.path and not (directory == os.getcwd() and ("" in sys.path or "." in sys.path)):
+            sys.path.insert(0, directory)
+
+
 def _import_module(name: str, target: str):
-    if "" not in sys.path and "." not in sys.path:  # the installed `lmpo` script lacks the cwd
-        sys.path.insert(0, "")
+    on_module_path(os.getcwd())
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as err:
@@ -213,6 +222,9 @@ def load_file(where: str, target: str, what: str = "task"):
     name = f"lmpo_task_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
     if name in sys.modules:
         return sys.modules[name]
+    # as `python path/to/file.py` would: a helper module beside the file imports, and so does one
+    # in the current directory (as for a `module:Class` spec)
+    on_module_path(path.parent, os.getcwd())
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

@@ -170,7 +170,9 @@ def import_reward(path: str) -> RewardFn:
 
         module = load_file(module_name, path, "reward function")
     else:
-        _import_from_cwd()
+        from lmpo.envs.plugins import on_module_path
+
+        on_module_path(os.getcwd())
         try:
             module = importlib.import_module(module_name)
         except ImportError as err:
@@ -184,13 +186,3 @@ def import_reward(path: str) -> RewardFn:
     if not callable(fn):
         raise ValueError(f"reward function {path!r}: module {module_name!r} has no function {attr!r}")
     return fn
-
-
-def _import_from_cwd() -> None:
-    """A reward function's module is found in the current directory, as `python -m lmpo` finds
-    it (its sys.path starts with the current directory) and the installed `lmpo` command does
-    not by itself (its sys.path starts with the script's directory). The reward workers get the
-    same sys.path."""
-    cwd = os.getcwd()
-    if "" not in sys.path and cwd not in sys.path:
-        sys.path.insert(0, cwd)
