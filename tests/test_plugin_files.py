@@ -66,3 +66,42 @@ def test_a_reward_file_imports_a_helper_beside_it_in_its_worker(installed_script
     with RewardRunner({name: (fn, 1.0) for name, fn in fns.items()}, timeout_s=20.0) as runner:
         scores = runner.score(task, [task.make("12345")], ["1"], [True])
     assert scores.components[f"{installed_script}/rw.py:bonus"].tolist() == [0.5] and scores.valid.all()
+
+
+REWARDS = """import math
+
+
+def ok(task, problems, completions, terminated):
+    return [1.0 for _ in completions]
+
+
+def three(task, problems, completions):
+    return [1.0 for _ in completions]
+
+
+class Scorer:
+    def __call__(self, task, problems, completions, terminated):
+        return [1.0 for _ in completions]
+
+
+scorer = Scorer()
+notcallable = 5
+"""
+
+
+@pytest.mark.parametrize("name, said", [
+    ("okk", "has no function 'okk' \\(did you mean 'ok'\\?\\); its functions: ok, scorer, three$"),
+    ("notcallable", "'notcallable' in module '.*rw.py' is an int, not a function"),
+    ("Scorer", "Scorer is a class, and calling it makes an instance .*`scorer = Scorer\\(\\)`"),
+    ("three", "cannot be called as fn\\(task, problems, completions, terminated\\): it takes "
+              "\\(task, problems, completions\\)"),
+])
+def test_a_wrong_reward_name_is_refused_saying_what_the_module_has(name: str, said: str, tmp_path: Path):
+    """A typo got no suggestion, 5 was 'no function', and a class passed the start-up check to
+    make every completion of the run unscorable with `TypeError: Scorer() takes no arguments`."""
+    from lmpo.envs.rewards import import_reward
+
+    (tmp_path / "rw.py").write_text(REWARDS)
+    with pytest.raises(ValueError, match=said):
+        import_reward(f"{tmp_path}/rw.py:{name}")
+    assert import_reward(f"{tmp_path}/rw.py:scorer")(None, [], ["a"], [True]) == [1.0]

@@ -8,7 +8,9 @@ may be None or NaN for a completion the function cannot judge; see `reward_runne
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
 import json
 import math
 import os
@@ -182,7 +184,53 @@ def import_reward(path: str) -> RewardFn:
             what = f"{err.msg} ({err.filename}:{err.lineno})" if isinstance(err, SyntaxError) else str(err)
             raise ValueError(f"reward function {path!r}: importing module {module_name!r} failed: "
                              f"{type(err).__name__}: {what}") from None
-    fn = getattr(module, attr, None)
+    if not hasattr(module, attr):
+        raise ValueError(f"reward function {path!r}: module {module_name!r} has no function {attr!r}"
+                         f"{_suggestion(module, attr)}")
+    fn = getattr(module, attr)
     if not callable(fn):
-        raise ValueError(f"reward function {path!r}: module {module_name!r} has no function {attr!r}")
+        raise ValueError(f"reward function {path!r}: {attr!r} in module {module_name!r} is "
+                         f"{_article(type(fn).__name__)} {type(fn).__name__}, not a function")
+    _check_signature(fn, path)
     return fn
+
+
+def _suggestion(module, attr: str) -> str:
+    """`(did you mean 'ok'?); its functions: ...` for a name the module lacks."""
+    names = sorted(name for name, value in vars(module).items() if not name.startswith("_") and callable(value)
+                   and not isinstance(value, type) and _defined_in(value, module))
+    if not names:
+        return "; it defines no functions"
+    close = difflib.get_close_matches(attr, names, n=1)
+    shown = ", ".join(names[:30]) + (f" and {len(names) - 30} more" if len(names) > 30 else "")
+    return f"{f' (did you mean {close[0]!r}?)' if close else ''}; its functions: {shown}"
+
+
+def _defined_in(value, module) -> bool:
+    """Defined in `module`, not imported into it (`from math import sqrt`); a callable instance
+    counts where its class is defined."""
+    owner = value if inspect.isfunction(value) else type(value)
+    return getattr(owner, "__module__", None) == module.__name__
+
+
+def _article(noun: str) -> str:
+    return "an" if noun[:1].lower() in "aeiou" else "a"
+
+
+def _check_signature(fn: Callable, path: str) -> None:
+    """Refuse, before training, a callable that cannot take the four arguments every call
+    passes: each call would raise TypeError, and every completion of the run would be unscorable."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a built-in without a signature: its first call will say
+        return
+    try:
+        signature.bind(None, None, None, None)
+    except TypeError as err:
+        if isinstance(fn, type):
+            what = (f"{fn.__name__} is a class, and calling it makes an instance (its constructor takes "
+                    f"{signature}); define an instance in the module, `scorer = {fn.__name__}()`, and name that")
+        else:
+            what = f"it takes {signature} ({err})"
+        raise ValueError(f"reward function {path!r} cannot be called as fn(task, problems, completions, "
+                         f"terminated): {what}") from None
