@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import time
 
 
@@ -99,3 +100,7 @@ def exits(task, problems, completions, terminated):
 
 def past_float32(task, problems, completions, terminated):
     return [1e39 if "7" in c else 2.0 for c in completions]
+
+
+def segfaults(task, problems, completions, terminated):
+    os.kill(os.getpid(), signal.SIGSEGV)

@@ -79,10 +79,20 @@ class _Worker:
                 self.stop()
                 return "timeout", f"{TIMED_OUT} {timeout_s:.3g} s (the worker was killed)"
             return self.reader.recv()
-        except (EOFError, BrokenPipeError, ConnectionResetError, OSError) as err:
-            code = self.process.poll() if self.process is not None else None
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            code = self._reap()
             self.stop()
-            return "error", f"the worker process died (exit code {code}): {err!r}"
+            return "error", f"the worker process died: {describe_exit(code)}"
+
+    def _reap(self) -> int | None:
+        """The worker's exit status: its pipe closes a moment before the process is reaped, so an
+        immediate poll() said `exit code None`."""
+        if self.process is None:
+            return None
+        try:
+            return self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
 
     def _start(self) -> None:
         to_child, from_parent = os.pipe()
@@ -115,6 +125,18 @@ class _Worker:
             self.reader.close()
             self.writer.close()
         self.process = self.reader = self.writer = None
+
+
+def describe_exit(code: int | None) -> str:
+    """`killed by SIGSEGV`, `exit code 0 (...)`: how a worker process ended, from its status."""
+    if code is None:
+        return "its pipe closed but it did not exit (it was killed)"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code} (the function ended its process: os._exit, or native code)"
 
 
 def _stop_all(workers: list[_Worker]) -> None:

@@ -1,0 +1,28 @@
+"""What a reward failure is called: a worker's death, the memory limit, a None under
+`--reward_failure error`, a 2-D array of scores; each says what happened, as one kind."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmpo.envs import make_task
+from lmpo.rollout.reward_runner import RewardRunner
+
+from reward_fns import kills_itself, segfaults
+
+TASK = make_task("sort_digits")
+PROBLEMS = [TASK.make("12345") for _ in range(4)]
+
+
+def _score(fn, completions: list[str], timeout_s: float = 5.0, policy: str = "unscorable"):
+    with RewardRunner({"r": (fn, 1.0)}, timeout_s=timeout_s, policy=policy) as runner:
+        return runner.score(TASK, PROBLEMS[:len(completions)], completions, [True] * len(completions))
+
+
+@pytest.mark.parametrize("fn, said", [(kills_itself, "the worker process died: exit code 3 (the function ended "
+                                                     "its process: os._exit, or native code)"),
+                                      (segfaults, "the worker process died: killed by SIGSEGV")])
+def test_a_dead_worker_is_reported_with_its_exit_status(fn, said: str):
+    """It said `exit code None: EOFError()`: the status was read before the process was reaped."""
+    scores = _score(fn, ["1"])
+    assert scores.reasons["r"] == said
