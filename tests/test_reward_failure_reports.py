@@ -8,7 +8,7 @@ import pytest
 from lmpo.envs import make_task
 from lmpo.rollout.reward_runner import RewardRunner
 
-from reward_fns import kills_itself, segfaults
+from reward_fns import allocates, kills_itself, segfaults
 
 TASK = make_task("sort_digits")
 PROBLEMS = [TASK.make("12345") for _ in range(4)]
@@ -26,3 +26,14 @@ def test_a_dead_worker_is_reported_with_its_exit_status(fn, said: str):
     """It said `exit code None: EOFError()`: the status was read before the process was reaped."""
     scores = _score(fn, ["1"])
     assert scores.reasons["r"] == said
+
+
+def test_the_memory_limit_is_said_once_without_a_stray_colon(tmp_path):
+    """It said `(memory): memory: MemoryError over the worker's limit of 1000 MB: (see ...)`."""
+    from lmpo.trainers.reward_watch import failure_kind
+
+    with RewardRunner({"r": (allocates, 1.0)}, timeout_s=30.0) as runner:
+        runner._workers["r"].memory_mb = 512
+        reason = runner.score(TASK, PROBLEMS[:1], ["1"], [True]).reasons["r"]
+    assert reason == "MemoryError over the worker's limit of 512 MB (raise --reward_memory_mb)"
+    assert failure_kind(reason) == "memory"

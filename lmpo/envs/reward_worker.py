@@ -167,7 +167,8 @@ def serve(reader: Connection, writer: Connection) -> None:
         except NotScores as err:
             reply = ("contract", str(err))
         except MemoryError as err:
-            reply = ("error", f"memory: MemoryError over the worker's limit of {memory_mb} MB: {err}")
+            reply = ("error", f"MemoryError over the worker's limit of {memory_mb} MB (raise --reward_memory_mb)"
+                              f"{f': {err}' if str(err) else ''}")
         except BaseException as err:  # noqa: BLE001 - anything the function does is reported, not fatal
             reply = ("error", f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}")
         writer.send(reply)

@@ -36,7 +36,7 @@ FIRST_FAILURES = 3  # recorded per reward function
 def failure_kind(reason: str) -> str:
     if reason.startswith("no answer within"):
         return "timeout"
-    if reason.startswith("memory:") or reason.startswith("MemoryError"):
+    if reason.startswith("MemoryError"):
         return "memory"
     if reason.startswith("the worker process died"):
         return "exit"
