@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from lmpo.envs import make_task
 from lmpo.rollout.reward_runner import RewardRunner
 
-from reward_fns import allocates, kills_itself, segfaults
+from reward_fns import allocates, kills_itself, none_and_nan, segfaults
 
 TASK = make_task("sort_digits")
 PROBLEMS = [TASK.make("12345") for _ in range(4)]
@@ -37,3 +39,19 @@ def test_the_memory_limit_is_said_once_without_a_stray_colon(tmp_path):
         reason = runner.score(TASK, PROBLEMS[:1], ["1"], [True]).reasons["r"]
     assert reason == "MemoryError over the worker's limit of 512 MB (raise --reward_memory_mb)"
     assert failure_kind(reason) == "memory"
+
+
+@pytest.mark.parametrize("policy", ["unscorable", "error"])
+def test_a_none_score_is_of_kind_value_under_either_failure_policy(policy: str, tmp_path):
+    """Under `--reward_failure error` it was recorded as kind `exception`."""
+    from lmpo.rollout.reward_runner import RewardFailure
+    from lmpo.trainers.reward_watch import WatchedRewards
+
+    runner = RewardRunner({"r": (none_and_nan, 1.0)}, timeout_s=0.0, policy=policy)
+    with WatchedRewards(runner, tmp_path, max_unscorable_steps=0, memory_mb=512) as watched:
+        try:
+            watched.score(TASK, PROBLEMS[:2], ["a", "2"], [True, True])
+        except RewardFailure as err:
+            assert policy == "error" and err.kind == "value"
+    record = json.loads((tmp_path / "reward_failures.jsonl").read_text().splitlines()[0])
+    assert record["kind"] == "value" and "returned None" in record["reason"]

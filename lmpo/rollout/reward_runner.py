@@ -127,6 +127,19 @@ class _Worker:
         self.process = self.reader = self.writer = None
 
 
+def failure_kind(reason: str) -> str:
+    """A failure's kind, as recorded and printed, from its reason."""
+    if reason.startswith(TIMED_OUT):
+        return "timeout"
+    if reason.startswith("MemoryError"):
+        return "memory"
+    if reason.startswith("the worker process died"):
+        return "exit"
+    if reason.startswith("returned"):
+        return "value"
+    return "exception"
+
+
 def describe_exit(code: int | None) -> str:
     """`killed by SIGSEGV`, `exit code 0 (...)`: how a worker process ended, from its status."""
     if code is None:
@@ -195,7 +208,8 @@ class RewardRunner:
                 first = reason or getattr(values, "reason", None) or "returned None or a non-finite number"
                 if self.policy == "error":
                     raise RewardFailure(f"reward function {name!r} could not score the completion "
-                                        f"{completions[bad[0]]!r} of prompt {problems[bad[0]].prompt!r}: {first}", name)
+                                        f"{completions[bad[0]]!r} of prompt {problems[bad[0]].prompt!r}: {first}", name,
+                                        kind=failure_kind(first))
                 scores.failures[name], scores.reasons[name] = len(bad), first
                 valid[bad] = False
             scores.components[name] = torch.tensor([0.0 if v is None else v for v in values])

@@ -25,24 +25,12 @@ import sys
 from pathlib import Path
 
 from lmpo.envs.env import CONTEXT_OVERFLOW, INFRASTRUCTURE_ENDINGS
-from lmpo.rollout.reward_runner import RewardFailure, RewardRunner, RewardScores
+from lmpo.rollout.reward_runner import RewardFailure, RewardRunner, RewardScores, failure_kind
 from lmpo.trainers.distributed import Distributed
 
 FAILURES_FILE = "reward_failures.jsonl"
 WORKER_LOG = "reward_workers.log"
 FIRST_FAILURES = 3  # recorded per reward function
-
-
-def failure_kind(reason: str) -> str:
-    if reason.startswith("no answer within"):
-        return "timeout"
-    if reason.startswith("MemoryError"):
-        return "memory"
-    if reason.startswith("the worker process died"):
-        return "exit"
-    if reason.startswith("returned"):
-        return "value"
-    return "exception"
 
 
 class EnvFailure(RuntimeError):
