@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+import torch
 
 from lmpo.envs import make_task
 from lmpo.rollout.reward_runner import RewardRunner
@@ -55,3 +57,17 @@ def test_a_none_score_is_of_kind_value_under_either_failure_policy(policy: str, 
             assert policy == "error" and err.kind == "value"
     record = json.loads((tmp_path / "reward_failures.jsonl").read_text().splitlines()[0])
     assert record["kind"] == "value" and "returned None" in record["reason"]
+
+
+@pytest.mark.parametrize("scores, shape", [(lambda n: np.ones((n, 1)), "ndarray of shape \\(2, 1\\)"),
+                                           (lambda n: torch.ones(n, 2), "Tensor of shape \\(2, 2\\)")])
+def test_a_two_dimensional_array_of_scores_is_a_broken_contract(scores, shape: str):
+    """numpy (N, 1) passed as N scores; torch (N, 2) made each completion unscorable, row by row."""
+    from lmpo.rollout.reward_runner import RewardFailure
+
+    def two_d(task, problems, completions, terminated):
+        return scores(len(completions))
+
+    with pytest.raises(RewardFailure, match=f"returned a {shape}, not a list of scores") as caught:
+        _score(two_d, ["1", "2"], timeout_s=0.0)
+    assert caught.value.kind == "contract"

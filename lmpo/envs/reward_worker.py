@@ -82,6 +82,9 @@ def as_scores(values) -> Scores:
     if (values is None or isinstance(values, (str, bytes, dict, numbers.Number)) or not hasattr(values, "__iter__")
             or getattr(values, "ndim", 1) == 0):
         raise NotScores(f"returned {_short(values)} ({type(values).__name__}), not a list of scores")
+    if getattr(values, "ndim", 1) > 1:  # rows of one element would each pass as a scalar
+        raise NotScores(f"returned a {type(values).__name__} of shape {tuple(values.shape)}, not a list of scores "
+                        f"(one dimension, one number per completion)")
     out = Scores()
     for x in values:
         value, why = _number(x)
