@@ -195,3 +195,16 @@ def test_a_null_or_missing_field_is_named_as_such(char_tokenizer, tmp_path):
                                         r"rows under 'data' \(a list of 3 objects\), give that list itself as the "
                                         r"file \(a JSON array, or one object per line\)$"):
         load_sft(path, char_tokenizer, max_length=32)
+
+
+def test_a_symlink_loop_or_a_broken_symlink_is_named_as_such(tmp_path):
+    """`ls` lists both, and both were 'no such file or directory'."""
+    (tmp_path / "loop1.jsonl").symlink_to("loop2.jsonl")
+    (tmp_path / "loop2.jsonl").symlink_to("loop1.jsonl")
+    (tmp_path / "broken.jsonl").symlink_to("gone.jsonl")
+    with pytest.raises(DataError, match="loop1.jsonl: a symlink loop \\(too many levels of symbolic links\\)"):
+        read_records(tmp_path / "loop1.jsonl")
+    with pytest.raises(DataError, match="broken.jsonl: a broken symlink \\(to gone.jsonl, which does not exist\\)"):
+        read_records(tmp_path / "broken.jsonl")
+    with pytest.raises(DataError, match="absent.jsonl: no such file or directory"):
+        read_records(tmp_path / "absent.jsonl")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import json
+import os
 import re
 import sys
 import time
@@ -164,7 +166,7 @@ def read_records(path: str | Path) -> list[Record]:
     if p.is_dir():
         return _read_saved_dataset(p, None, label)
     if not p.exists():
-        raise DataError(label, "no such file or directory")
+        raise DataError(label, _why_missing(p))
     suffix = p.suffix.lower()
     if suffix in COMPRESSED:
         suffix = Path(p.stem).suffix.lower()
@@ -182,6 +184,18 @@ def read_records(path: str | Path) -> list[Record]:
 
         return read_csv(p, label, "\t" if suffix == ".tsv" else ",")
     raise DataError(label, f"unsupported file type '{suffix or p.name}'; supported: {SUPPORTED}")
+
+
+def _why_missing(p: Path) -> str:
+    """A name `ls` lists may still not open: say a symlink loop or a broken symlink as such."""
+    try:
+        os.stat(p)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a symlink loop (too many levels of symbolic links)"
+        if p.is_symlink():
+            return f"a broken symlink (to {os.readlink(p)}, which does not exist)"
+    return "no such file or directory"
 
 
 class LoadProgress:
