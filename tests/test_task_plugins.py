@@ -237,3 +237,16 @@ def test_online_dpo_takes_a_task_that_declares_its_token_budget(tmp_path, capsys
     assert json.loads((tmp_path / "od" / "run.json").read_text())["config"]["max_new_tokens"] == 6
     assert main(["train", "online_dpo", "--model", "tiny", "--task", "vault", "--threads", "1", "--out", str(tmp_path / "v")]) == 2
     assert "is multi-turn" in capsys.readouterr().err
+
+
+def test_a_task_with_no_training_problems_is_named_with_the_method(tmp_path):
+    """It said 'the prompt pool is empty', naming neither the task nor the method."""
+    from lmpo.trainers.prompts import training_prompts
+
+    path = tmp_path / "empty_tasks.py"
+    path.write_text(f"import sys; sys.path.insert(0, {str(DATA)!r})\nfrom user_task import Reverse\n\n\n"
+                    "class EmptyProblems(Reverse):\n    def train_problems(self, n, seed):\n        return []\n")
+    task = make_task(f"{path}:EmptyProblems")
+    with pytest.raises(ValueError, match=f"\\(EmptyProblems in {path}\\): EmptyProblems.train_problems"
+                                         "\\(n=8, seed=3\\) returned 0 problems"):
+        training_prompts(task, {}, "", 8, 3, "rl")

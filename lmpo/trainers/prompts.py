@@ -3,6 +3,7 @@ reproducible, resumable stream of the training ones."""
 
 from __future__ import annotations
 
+import inspect
 import random
 from dataclasses import dataclass
 from typing import Sequence
@@ -34,9 +35,29 @@ def training_prompts(task, loaded: dict[str, list], prompts: str, pool_size: int
     """The rows of the file `prompts` (as `lmpo.trainers.preflight.load_prompt_files` loaded them
     into `loaded`), else `pool_size` problems of the task's training split."""
     if not prompts:
-        return task.train_problems(pool_size, seed)
+        return task_training_problems(task, pool_size, seed)
     print(f"[{tag}] {len(loaded['prompts'])} training prompts from {prompts}")
     return loaded["prompts"]
+
+
+def task_training_problems(task, pool_size: int, seed: int) -> list[Problem]:
+    """The task's training split; one it returned empty is an error naming the task's class and
+    file (the prompt stream's own error could not say whose split it was)."""
+    problems = task.train_problems(pool_size, seed)
+    if not problems:
+        cls = type(task)
+        got = "0 problems" if problems is not None else "None"
+        raise ValueError(f"task {getattr(task, 'name', cls.__name__)!r} ({cls.__qualname__} in {_source(cls)}): "
+                         f"{cls.__qualname__}.train_problems(n={pool_size}, seed={seed}) returned {got}; "
+                         f"training needs at least one problem")
+    return problems
+
+
+def _source(cls: type) -> str:
+    try:
+        return inspect.getfile(cls)
+    except (TypeError, OSError):
+        return cls.__module__
 
 
 def heldout_prompts(task, loaded: dict[str, list], eval_prompts: str, n: int, tag: str = "") -> list[Problem]:
