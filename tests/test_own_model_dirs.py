@@ -43,6 +43,20 @@ def test_a_models_file_given_for_its_directory_says_so(start_model, tmp_path, ca
                                   f"({start_model})")
 
 
+def test_a_run_directorys_config_given_for_a_model_points_at_the_runs_model(start_model, tmp_path, capsys):
+    """`--model RUN/config.json` suggested RUN, which was then refused as a run directory."""
+    from lmpo.models.loading import check_model_source
+
+    run = tmp_path / "run"
+    shutil.copytree(start_model, run / "model")
+    (run / "run.json").write_text("{}")
+    (run / "config.json").write_text(json.dumps({"steps": 2}))
+    assert main(["eval", "--model", str(run / "config.json"), "--eval_problems", "2"]) == 2
+    assert error_line(capsys) == (f"lmpo: error: {run / 'config.json'} is a file; a model is given as its directory "
+                                  f"({run / 'model'}: {run} is a run directory, and its model is there)")
+    check_model_source(str(run / "model"))
+
+
 def test_an_adapter_names_its_base_by_absolute_path_and_a_lost_base_is_named(start_model, tmp_path, monkeypatch,
                                                                               capsys):
     shutil.copytree(start_model, tmp_path / "base")

@@ -292,8 +292,7 @@ def _check_local_path(name_or_path: str, trust_remote_code: bool = False) -> Non
     path = Path(name_or_path)
     looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") >= 2
     if path.is_file():  # `--model DIR/config.json`, `--model model.safetensors`
-        raise FileNotFoundError(f"{path} is a file; a model is given as its directory"
-                                f"{f' ({path.parent})' if (path.parent / 'config.json').is_file() else ''}")
+        raise FileNotFoundError(f"{path} is a file; a model is given as its directory{_directory_of(path)}")
     run_dir = (path / "run.json").is_file() and (path / "config.json").is_file()  # an RL run's: its options
     if path.exists() and (run_dir or not (path / "config.json").exists()) and not is_adapter_dir(path):
         inside = _models_inside(path)
@@ -310,6 +309,16 @@ def _check_local_path(name_or_path: str, trust_remote_code: bool = False) -> Non
         check_hub_id(name_or_path)
     elif is_adapter_dir(path):
         _check_adapter_base(path, trust_remote_code)
+
+
+def _directory_of(file: Path) -> str:
+    """` (DIR)`, the model directory a file given as --model stands for: its own directory, or
+    the model a run directory holds (its config.json is the run's options, refused next)."""
+    parent = file.parent
+    if (parent / "run.json").is_file():
+        inside = _models_inside(parent)
+        return f" ({inside[0]}: {parent} is a run directory, and its model is there)" if inside else ""
+    return f" ({parent})" if (parent / "config.json").is_file() or is_adapter_dir(parent) else ""
 
 
 def _check_adapter_base(adapter: Path, trust_remote_code: bool) -> None:
