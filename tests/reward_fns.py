@@ -104,3 +104,9 @@ def past_float32(task, problems, completions, terminated):
 
 def segfaults(task, problems, completions, terminated):
     os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def fails_on_batches(task, problems, completions, terminated):
+    if len(completions) > 1:
+        raise RuntimeError("batch too large")
+    return [1.0]

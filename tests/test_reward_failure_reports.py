@@ -12,7 +12,7 @@ import torch
 from lmpo.envs import make_task
 from lmpo.rollout.reward_runner import RewardRunner
 
-from reward_fns import allocates, kills_itself, none_and_nan, segfaults
+from reward_fns import allocates, fails_on_batches, kills_itself, none_and_nan, segfaults
 
 TASK = make_task("sort_digits")
 PROBLEMS = [TASK.make("12345") for _ in range(4)]
@@ -71,3 +71,19 @@ def test_a_two_dimensional_array_of_scores_is_a_broken_contract(scores, shape: s
     with pytest.raises(RewardFailure, match=f"returned a {shape}, not a list of scores") as caught:
         _score(two_d, ["1", "2"], timeout_s=0.0)
     assert caught.value.kind == "contract"
+
+
+def test_a_batch_call_that_fails_where_single_calls_score_is_said_once(tmp_path, capsys):
+    """Every round paid a batch call and a call per completion, and nothing said so."""
+    from lmpo.trainers.reward_watch import WatchedRewards
+
+    runner = RewardRunner({"r": (fails_on_batches, 1.0)}, timeout_s=0.0)
+    with WatchedRewards(runner, tmp_path, max_unscorable_steps=0, memory_mb=512) as watched:
+        for _ in range(2):
+            scores = watched.score(TASK, PROBLEMS[:3], ["1", "2", "3"], [True] * 3)
+            assert scores.valid.all() and scores.retried == {"r": "RuntimeError: batch too large"}
+    err = capsys.readouterr().err
+    assert err.count("[reward] r failed on the batch of 3 completions (exception): RuntimeError: batch too large; "
+                     "it scored them one by one instead") == 1
+    records = [json.loads(line) for line in (tmp_path / "reward_failures.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["unscorable"], r["reason"]) for r in records] == [("batch", 0, "RuntimeError: batch too large")]

@@ -52,12 +52,15 @@ class RewardFailure(RuntimeError):
 class RewardScores:
     """`components[name][i]`: reward `name` of completion i (0.0 where unscorable);
     `valid[i]`: every reward of completion i is a finite number; `failures[name]`: how many
-    completions reward `name` could not score, and `reasons[name]` the first reason."""
+    completions reward `name` could not score, and `reasons[name]` the first reason;
+    `retried[name]`: why reward `name`'s batch call failed where calls on single completions
+    then scored some of them."""
 
     components: dict[str, torch.Tensor]
     valid: torch.Tensor
     failures: dict[str, int] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
+    retried: dict[str, str] = field(default_factory=dict)
 
 
 class _Worker:
@@ -203,6 +206,8 @@ class RewardRunner:
                 lone = self.timeout_s / n if reason.startswith(TIMED_OUT) else self.timeout_s
                 values = [self._call(name, (task, [p], [c], [t]), 1, lone)[0][0]
                           for p, c, t in zip(problems, completions, terminated)]
+                if any(v is not None for v in values):
+                    scores.retried[name] = reason
             bad = [i for i, v in enumerate(values) if v is None]
             if bad:
                 first = reason or getattr(values, "reason", None) or "returned None or a non-finite number"

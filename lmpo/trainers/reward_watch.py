@@ -46,6 +46,7 @@ class WatchedRewards:
         self.max_unscorable_steps = max_unscorable_steps
         self.path = self.out / FAILURES_FILE
         self.recorded: dict[str, int] = {}
+        self.retries_said: set[str] = set()
         self.rounds = self.streak = 0
         self.last_reasons: dict[str, str] = {}
         self.env_rounds = self.env_streak = self.env_said = self.crashes_said = 0
@@ -64,6 +65,10 @@ class WatchedRewards:
         except RewardFailure as err:  # reward_failure=error or a wrong count: recorded too, then stops the run
             self._record(err.function, err.unscorable or 1, len(problems), str(err), err.kind)
             raise
+        for name, reason in scores.retried.items():
+            if name not in self.retries_said:
+                self.retries_said.add(name)
+                self._note_retry(name, len(problems), reason)
         for name, count in scores.failures.items():
             reason = scores.reasons.get(name, "")
             self.last_reasons[name] = reason
@@ -104,16 +109,28 @@ class WatchedRewards:
             raise EnvFailure(f"every episode ended in an environment failure in {self.env_streak} consecutive rounds "
                              f"(max_unscorable_steps={self.max_unscorable_steps}); the last: {self.env_reason}")
 
+    def _note_retry(self, name: str, total: int, reason: str) -> None:
+        """Once per function: its batch call failed and single calls scored instead, a call per
+        completion every such round, which nothing said."""
+        self._append({"round": self.rounds, "function": name, "kind": "batch", "unscorable": 0, "of": total,
+                      "reason": reason})
+        print(f"[reward] {name} failed on the batch of {total} completions ({failure_kind(reason)}): "
+              f"{_first_line(reason)}; it scored them one by one instead, a call per completion (said once; "
+              f"see {self.path})", file=sys.stderr)
+
     def _record(self, name: str, count: int, total: int, reason: str, kind: str = "") -> None:
         entry = {"round": self.rounds, "function": name, "kind": kind or failure_kind(reason), "unscorable": count,
                  "of": total, "reason": reason}
+        self._append(entry)
+        print(f"[reward] {name} could not score {count} of {total} completions ({entry['kind']}): "
+              f"{_first_line(reason)} (see {self.path})", file=sys.stderr)
+
+    def _append(self, entry: dict) -> None:
         try:
             with self.path.open("a") as f:
                 f.write(json.dumps(entry) + "\n")
         except OSError:
-            pass  # the record is a courtesy; the terminal line below still says it
-        print(f"[reward] {name} could not score {count} of {total} completions ({entry['kind']}): "
-              f"{_first_line(reason)} (see {self.path})", file=sys.stderr)
+            pass  # the record is a courtesy; the terminal line still says it
 
     def close(self) -> None:
         """Stop the workers; a run shorter than `max_unscorable_steps` whose every completion was
