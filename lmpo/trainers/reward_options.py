@@ -13,7 +13,7 @@ class RewardOptions:
     reward_model: str = ""
     """Directory of a trained reward model (`lmpo train rm`) for the `rm` reward."""
     reward_timeout: float = 60.0
-    """Seconds a reward function may take per call; the reward model and your own functions each run in their own process, killed when it overruns (0 = call them in this process, without a timeout). The built-in graders always run in this process."""
+    """Seconds a reward function may take per call; the reward model and your own functions each run in their own process, killed when it overruns (0 = call them in this process, without a timeout and without isolation: a function that calls os._exit ends the run, exit status and all, before anything is saved, and one can change the problems the trainer keeps). The built-in graders always run in this process."""
     reward_failure: Literal["unscorable", "error"] = "unscorable"
     """When a reward raises, times out or returns None/NaN: mark the sample unscorable (never used as a right answer, counted in the metrics) or stop with an error naming the prompt and the function."""
     max_unscorable_steps: int = 3
