@@ -12,6 +12,7 @@ from lmpo.envs import make_task
 from lmpo.trainers import pipeline
 from lmpo.trainers.pipeline import LAST_STAGES, PipelineConfig, run_pipeline
 from lmpo.trainers.presets import task_settings
+from lmpo.trainers.supervised import CPTConfig
 
 DATA = Path(__file__).parent / "data"
 USER_TASK = DATA / "user_task.py"
@@ -118,7 +119,7 @@ def test_python_api_and_cli_build_the_same_configuration(rl, task, tmp_path, mon
     seen = _captured_config(monkeypatch)
     out = str(tmp_path / "run")
     with pytest.raises(seen["stop"]):
-        run_pipeline(PipelineConfig(out=out, rl=rl, task=task, cpt=pipeline.CPTConfig(steps=11)))
+        run_pipeline(PipelineConfig(out=out, rl=rl, task=task, cpt=CPTConfig(steps=11)))
     api = seen.pop("cfg")
     with pytest.raises(seen["stop"]):
         main(["pipeline", "--out", out, "--rl", rl, "--task", task, "--cpt.steps", "11"])
