@@ -230,7 +230,8 @@ def test_reward_failures_are_recorded_and_a_run_that_never_scores_stops(start_mo
     assert records[0]["function"] == "reward_fns:raises" and records[0]["kind"] == "exception"
     assert "ValueError: the grader crashed" in records[0]["reason"] and "Traceback" in records[0]["reason"]
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in steps if "reward_mean" in r] == [1]  # stopped in step 2, before its update
+    assert [r["step"] for r in steps if "unscorable" in r] == [1]  # stopped in step 2, before its update
+    assert "reward_mean" not in steps[-1] and steps[-1]["unscorable"] == 4  # nothing scored: no reward, not 0
 
 
 def test_the_installed_command_imports_reward_modules_from_the_current_directory(tmp_path, monkeypatch):
