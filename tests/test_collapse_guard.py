@@ -144,3 +144,16 @@ def test_a_step_whose_reward_could_score_nothing_is_no_reward_drop(start_model, 
     steps = {r["step"]: r for r in rows if "unscorable" in r}
     assert [s for s in sorted(steps) if "reward_mean" not in steps[s]] == [3, 4]
     assert steps[3]["unscorable"] == steps[4]["unscorable"] == 8 and steps[5]["reward_mean"] == 1.0
+
+
+def test_the_doctor_reads_the_run_a_rollback_kept_not_the_branch_it_abandoned(tmp_path):
+    """It averaged over the rolled-back steps too (QA F11): here all-equal groups in every kept step,
+    none in the abandoned ones, which read as 50% and no finding."""
+    from lmpo.reports.doctor_runs import diagnose_stage
+
+    rows = [{"step": s, "reward_mean": 0.5, "accuracy": 0.5, "zero_var_frac": 0.0} for s in range(1, 5)]
+    rows.append({"step": 4, "rollback": "KL runaway", "to_step": 0, "lr_scale": 0.5})
+    rows += [{"step": s, "reward_mean": 0.0, "accuracy": 0.0, "zero_var_frac": 1.0} for s in range(1, 5)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    found = {f.code: f for f in diagnose_stage(tmp_path)}
+    assert found["no_signal"].value == "100.0%" and "rollback" in found

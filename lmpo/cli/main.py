@@ -75,9 +75,10 @@ def cmd_trajectories(args: argparse.Namespace, flags: dict) -> int:
 def cmd_doctor(args: argparse.Namespace, flags: dict) -> int:
     """What limits training in a run: each finding with its metric, value, threshold and remedy."""
     from lmpo.reports.doctor import format_findings
+    from lmpo.cli.pipeline import in_pipeline_flags
     from lmpo.reports.doctor_runs import diagnose_run, unfinished_notes
 
-    findings = _in_pipeline_flags(diagnose_run(args.run_dir), Path(args.run_dir))
+    findings = in_pipeline_flags(diagnose_run(args.run_dir), Path(args.run_dir))
     text = format_findings(findings)
     print(text or f"no problems found in: {', '.join(findings)}")
     healthy = [stage for stage, items in findings.items() if not items]
@@ -90,25 +91,6 @@ def cmd_doctor(args: argparse.Namespace, flags: dict) -> int:
         print(f"lmpo: error: could not diagnose: {', '.join(unreadable)}", file=sys.stderr)
         return 2
     return 0
-
-
-def _in_pipeline_flags(findings: dict, path: Path) -> dict:
-    """A pipeline stage's findings name the pipeline's flags (`--rl_stage.group_size`), as its own
-    [doctor] lines do: `lmpo pipeline` refuses the stage's (`--group_size`)."""
-    from dataclasses import replace
-
-    from lmpo.reports.doctor_runs import labelled_runs
-    from lmpo.reports.run_records import trainer_of
-
-    runs = labelled_runs(path.parent if path.is_file() else path)
-    stages = {label: run.name for label, run in runs.items() if trainer_of(run.parent) == "pipeline"}
-    if not stages:
-        return findings
-    from lmpo.trainers.pipeline_config import as_pipeline_flags
-
-    return {label: [replace(f, message=as_pipeline_flags(f.message, stages[label]),
-                            remedy=as_pipeline_flags(f.remedy, stages[label])) for f in items]
-            if label in stages else items for label, items in findings.items()}
 
 
 def cmd_presets(args: argparse.Namespace, flags: dict) -> int:

@@ -104,6 +104,25 @@ def _print_findings(result) -> None:
         print(as_pipeline_flags(text, result.name))
 
 
+def in_pipeline_flags(findings: dict, path: Path) -> dict:
+    """A pipeline stage's findings name the pipeline's flags (`--rl_stage.group_size`), as its own
+    [doctor] lines do: `lmpo pipeline` refuses the stage's (`--group_size`)."""
+    from dataclasses import replace
+
+    from lmpo.reports.doctor_runs import labelled_runs
+    from lmpo.reports.run_records import trainer_of
+
+    runs = labelled_runs(path.parent if path.is_file() else path)
+    stages = {label: run.name for label, run in runs.items() if trainer_of(run.parent) == "pipeline"}
+    if not stages:
+        return findings
+    from lmpo.trainers.pipeline_config import as_pipeline_flags
+
+    return {label: [replace(f, message=as_pipeline_flags(f.message, stages[label]),
+                            remedy=as_pipeline_flags(f.remedy, stages[label])) for f in items]
+            if label in stages else items for label, items in findings.items()}
+
+
 PIPELINE_OWNED = ("model", "out", "task", "seed", "threads", "resume", "overwrite", "device", "precision")
 
 

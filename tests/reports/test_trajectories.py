@@ -342,7 +342,6 @@ def test_pipeline_table_agent_columns(pipeline: Path, tmp_path: Path) -> None:
     assert "<td>answered 95.0%, parse_error_limit 5.0%</td>" in text
     plain = tmp_path / "plain"
     plain.mkdir()
-    # a task without tools logs a rate of 0 in every stage: no column, as the console says none
     (plain / "summary.json").write_text(json.dumps({"stages": [{"name": "a", "accuracy": 0.5, "tool_call_rate": 0.0}]}))
     text = write_report(plain).read_text(encoding="utf-8")
     assert "<th>time</th><th>run</th>" in text and "tool-call" not in text
@@ -370,14 +369,10 @@ def test_a_large_file_is_read_a_row_at_a_time(tmp_path):
     assert peak < 1_000_000, peak  # a few rows, not the file's 6 MB
 
 
-# ------------------------------------------------------- what the loss made of an episode
-
-
 def masked_and_trained(rh: SimpleNamespace, tmp_path: Path) -> Path:
     """A masked turn_length episode next to a trained one, as a run writes them now."""
     rows = [traj(1, index=0, termination_action="train", trained_tokens=12),
-            traj(1, index=1, correct=False, termination="turn_length", termination_action="mask",
-                 trained_tokens=0)]
+            traj(1, index=1, correct=False, termination="turn_length", termination_action="mask", trained_tokens=0)]
     rh.write_jsonl(tmp_path / "run" / "trajectories.jsonl", rows)
     return tmp_path / "run"
 
