@@ -146,7 +146,7 @@ def failure_kind(reason: str) -> str:
 def describe_exit(code: int | None) -> str:
     """`killed by SIGSEGV`, `exit code 0 (...)`: how a worker process ended, from its status."""
     if code is None:
-        return "its pipe closed but it did not exit (it was killed)"
+        return "its pipe closed, and it had not exited 5 s later (it was then stopped)"
     if code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"
