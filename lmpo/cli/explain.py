@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lmpo.cli.out_paths import ready_dir
+from lmpo.trainers.fs_faults import ready_dir
 
 HELP = ("work a method through a small numeric example computed by lmpo.algos: print it step by step "
         "and write an HTML page with diagrams")
@@ -36,7 +36,10 @@ def cmd_explain(args: argparse.Namespace, flags: dict) -> int:
         raise ValueError(f"{' and '.join(given)} ask for different things: give one (METHOD explains one "
                          f"method, --list lists them, --all writes every method's page)")
     if args.all:
-        ready_dir(args.docs, "--docs") if args.docs else ready_dir(args.out)
+        if args.docs:
+            ready_dir(args.docs, "--docs")
+        else:
+            ready_dir(args.out)
         return _all(args)
     if args.list or args.method is None:
         return _list(args.lang)

@@ -4,6 +4,7 @@ report it), a read-only file system, a permission refused."""
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -41,3 +42,35 @@ def fault_cause(err: BaseException) -> str:
 def fs_error(path: str | Path, err: BaseException) -> str:
     """One line for a failed write of `path`."""
     return f"cannot write {path}: {fault_cause(err)}"
+
+
+# --out paths checked before any work: a bad one is refused in one line (exit 2), not after the work
+
+
+def blocking_file(path: Path) -> Path | None:
+    """The first existing part of `path` (from the root down, `path` itself included) that is not a
+    directory, so that nothing can be made under it; None if there is none."""
+    for part in [*reversed(path.parents), path]:
+        if not part.exists():
+            return None
+        if not part.is_dir():
+            return part
+    return None
+
+
+def ready_dir(out: str | Path, flag: str = "--out") -> Path:
+    """`out` as a directory that exists and can be written, made if needed; a ValueError naming
+    what is wrong otherwise."""
+    path = Path(out)
+    blocker = blocking_file(path)
+    if blocker == path:
+        raise ValueError(f"{flag} {out}: is a file; give a directory")
+    if blocker is not None:
+        raise ValueError(f"{flag} {out}: {blocker} is a file, so no directory can be made under it")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"{flag} {out}: cannot make this directory ({err.strerror or err})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {out}: this directory is not writable")
+    return path

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from lmpo.teach.exercise.core import Exercise
 from lmpo.teach.exercise.lang import LANGUAGES, check_lang, msg, tr
+from lmpo.trainers.fs_faults import blocking_file
 
 HEADER = {
     "en": """# lmpo exercise: {name}
@@ -71,9 +72,9 @@ def starter_path(exercise: Exercise, out: str, lang: str = "en", force: bool = F
     example = path / f"{exercise.name}.py"
     if out.endswith(("/", os.sep)) or path.is_dir():
         raise ValueError(msg("start.is_dir", lang, path=out, example=example))
-    for part in reversed(path.parents):
-        if part.exists() and not part.is_dir():
-            raise ValueError(msg("start.parent_file", lang, path=out, blocker=part))
+    blocker = blocking_file(path.parent)
+    if blocker is not None:
+        raise ValueError(msg("start.parent_file", lang, path=out, blocker=blocker))
     if not path.parent.is_dir():
         raise FileNotFoundError(msg("start.no_dir", lang, path=path.parent))
     if path.exists() and not force:

@@ -19,6 +19,7 @@ from lmpo.teach.factcheck.context import Context
 from lmpo.teach.factcheck.core import DEPENDS, ERROR, FAILS, HOLDS, Claim, Outcome, check, fill
 from lmpo.teach.factcheck.report import Report, print_table, write_outputs
 from lmpo.teach.factcheck.texts import LANGS, ui, verdict_word
+from lmpo.trainers.fs_faults import ready_dir
 from lmpo.teach.names import did_you_mean
 
 _BY_NAME = {c.name: c for c in [*sampling.CLAIMS, *signal.CLAIMS, *preference.CLAIMS, *kl.CLAIMS, *clipping.CLAIMS,
@@ -120,19 +121,17 @@ def prepare_out(out: Path) -> Path:
     into this one's), before any claim runs. A directory whose runs/, plots/ or logs/ no factcheck
     wrote (no factcheck.json beside them: `lmpo compare`'s runs/compare, the user's plots) is
     refused rather than deleted; so is an --out that cannot be a directory."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out}: is a file; give a directory (new or an earlier factcheck's)")
     found = [name for name in OWNED if (out / name).exists()]
     if found and not (out / "factcheck.json").is_file():
         raise ValueError(f"--out {out}: holds {', '.join(f'{name}/' for name in found)} that no factcheck wrote "
                          f"(no factcheck.json beside them), which a factcheck would replace; give a new directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ValueError(f"--out {out}: cannot make it ({err.strerror or err})") from None
+    ready_dir(out)
     for name in found:
         path = out / name
-        path.unlink() if path.is_file() or path.is_symlink() else shutil.rmtree(path)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
     return out
 
 
