@@ -17,6 +17,7 @@ import pytest
 from lmpo.cli.main import main
 from lmpo.cli.train import TRAINERS
 from lmpo.reports.doctor import diagnose
+from lmpo.reports.doctor_runs import diagnose_run
 
 STEPS = 40
 
@@ -141,9 +142,9 @@ def test_one_completion_of_eight_is_no_eos_loss():
     assert eos.value == "97.3% → 32.7%"
 
 
-def _stage(pipeline: Path, name: str, trainer: str, rows: list[dict]) -> None:
+def _stage(pipeline: Path, name: str, trainer: str, rows: list[dict], **config) -> None:
     (pipeline / name).mkdir(parents=True)
-    (pipeline / name / "run.json").write_text(json.dumps({"trainer": trainer, "config": {"group_size": 4}}))
+    (pipeline / name / "run.json").write_text(json.dumps({"trainer": trainer, "config": {"group_size": 4, **config}}))
     (pipeline / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -170,3 +171,27 @@ def test_rft_that_accepted_nothing_is_told_how_keep_top_k_keeps_the_best():
     rows = [{"step": r, "reward_mean": 0.0, "acceptance_rate": 0.0, "kept": 0, "updates": 0} for r in (1, 2)]
     (found,) = [f for f in diagnose(rows, "rft") if f.code == "no_updates"]
     assert "--accept_threshold -inf --keep_top_k N" in found.remedy
+
+
+def test_held_out_format_checks_weigh_the_problems_behind_each_evaluation(tmp_path, capsys):
+    """A held-out format accuracy of 1/8 then 0/8 was `eos_loss` (12.5% → 0.0%), and an SFT run
+    at 7/8 was `sft_format_low` (87.5% < 90%): one problem each, noise. The run's --eval_problems
+    says how many problems each share counts; the findings name the counts."""
+    grpo = [{"step": 0, "eval_format_accuracy": 0.125}, {"step": 1, "reward_mean": 0.0},
+            {"step": 2, "reward_mean": 0.0, "eval_format_accuracy": 0.0}]
+    _stage(tmp_path, "grpo", "rl", grpo, eval_problems=8)
+    _stage(tmp_path, "sft", "sft", [{"step": 5, "eval_format_accuracy": 0.875}], eval_problems=8)
+    assert main(["doctor", str(tmp_path / "grpo")]) == 0
+    assert main(["doctor", str(tmp_path / "sft")]) == 0
+    out = capsys.readouterr().out
+    assert "eos_loss" not in out and "sft_format_low" not in out and out.count("no problems found") == 2
+    fell = [dict(r, eval_format_accuracy=v) if "eval_format_accuracy" in r else r for r, v in zip(grpo, (0.75, 0, 0.0))]
+    _stage(tmp_path, "grpo6", "rl", fell, eval_problems=8)
+    (eos,) = [f for f in diagnose_run(tmp_path / "grpo6")["grpo6"] if f.code == "eos_loss"]
+    assert eos.value == "75.0% (6/8) → 0.0% (0/8)" and "standard errors" in eos.threshold
+    _stage(tmp_path, "sft5", "sft", [{"step": 5, "eval_format_accuracy": 0.5}], eval_problems=8)
+    (low,) = diagnose_run(tmp_path / "sft5")["sft5"]
+    assert low.code == "sft_format_low" and low.value == "50.0% (4/8)"
+    # an --eval_prompts file of 8 rows under the default --eval_problems 500: 1/8 is no whole count of 500
+    _stage(tmp_path, "short", "rl", grpo, eval_problems=500)
+    assert "eos_loss" not in {f.code for f in diagnose_run(tmp_path / "short")["short"]}

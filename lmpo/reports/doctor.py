@@ -16,7 +16,7 @@ from .doctor_base import Finding, Thresholds, rl_rows
 from .doctor_base import ends as _ends, finite_points as _points, finite_values as _values
 from .doctor_base import mean as _mean, pct as _pct, plural as _plural
 from .doctor_faults import check_decline, check_faults, check_nonfinite
-from .doctor_quality import check_below_chance, check_eos
+from .doctor_quality import check_below_chance, check_eos, format_low
 from .doctor_remedies import PAIR_TRAINERS, for_trainer
 from .metrics import Row, as_float
 
@@ -282,7 +282,7 @@ def check_sampler(rows: list[Row], th: Thresholds) -> list[Finding]:
                     "engine is at fault: report it with the run directory")]
 
 
-def check_supervised(rows: list[Row], th: Thresholds, stage: str) -> list[Finding]:
+def check_supervised(rows: list[Row], th: Thresholds, stage: str, eval_n: int | None = None) -> list[Finding]:
     findings = []
     loss = [(as_float(r.get("step")), as_float(r.get("loss"))) for r in rows if as_float(r.get("loss")) is not None]
     values = [v for _, v in loss if v is not None and math.isfinite(v)]
@@ -294,10 +294,9 @@ def check_supervised(rows: list[Row], th: Thresholds, stage: str) -> list[Findin
                                     "last fifth", f"a fall of >= {_pct(th.loss_still_falling)}",
                                     "the loss was still falling when the schedule ended",
                                     "more --steps (a better CPT model gives RL more right samples to reinforce)"))
-    fmt = _values(rows, "eval_format_accuracy")
-    if stage == "sft" and fmt and fmt[-1] < th.sft_format:
-        findings.append(Finding("sft_format_low", "warning", "eval_format_accuracy", _pct(fmt[-1]),
-                                f"< {_pct(th.sft_format)}",
+    low = format_low(rows, th, eval_n) if stage == "sft" else None
+    if low is not None:
+        findings.append(Finding("sft_format_low", "warning", "eval_format_accuracy", *low,
                                 "after SFT many answers are malformed or never end: RL gains would mostly be "
                                 "learning to stop, not the task", "more --epochs or --demonstrations"))
     return findings
@@ -310,24 +309,25 @@ RL_CHECKS: tuple[Callable[[list[Row], Thresholds], list[Finding]], ...] = (
 
 def diagnose(rows: list[Row], stage: str = "", thresholds: Thresholds | None = None,
              group_size: int | None = None, final: dict | None = None, advantage: str | None = None,
-             rewards: str | None = None) -> list[Finding]:
+             rewards: str | None = None, eval_n: int | None = None) -> list[Finding]:
     """Every finding for one stage's metrics rows. RL rows (with `reward_mean`: RL, online DPO,
     RFT) get the RL checks; preference and reward-model runs (`stage` "dpo", "kto", "orpo", "rm")
     the decline, format and pairwise checks; supervised stages ("cpt" or "sft") the loss and
     format checks. `stage` is the run's trainer (run.json), whose flags the remedies name.
     `final`: the stage's result.json (the figures of the model it hands on), where there is one; `advantage`: the
     run's advantage estimator (config.json), which decides what an all-equal group means;
-    `rewards`: the run's --rewards, which decides whether partial credit is a remedy."""
+    `rewards`: the run's --rewards, which decides whether partial credit is a remedy; `eval_n`: its
+    --eval_problems, the problems behind each held-out share (1/8 → 0/8 is noise, not a fall)."""
     th = thresholds or Thresholds()
     if rl_rows(rows):
         found = check_signal(rows, th, group_size, advantage, rewards) + [f for check in RL_CHECKS for f in check(rows, th)]
-        found = [_with_kept_model(f, rows, final) for f in found + check_eos(rows, th, group_size)]
+        found = [_with_kept_model(f, rows, final) for f in found + check_eos(rows, th, group_size, eval_n)]
         return for_trainer(found + check_kinds(rows, th, final), stage)
     if stage in PAIR_TRAINERS:
-        found = check_decline(rows, th) + check_eos(rows, th) + check_below_chance(rows, th, stage)
+        found = check_decline(rows, th) + check_eos(rows, th, eval_n=eval_n) + check_below_chance(rows, th, stage)
         found = [_with_kept_model(f, rows, final) for f in found]
         return for_trainer(check_nonfinite(rows, th) + found + check_faults(rows, th), stage)
-    return check_nonfinite(rows, th) + check_supervised(rows, th, stage) + check_faults(rows, th)
+    return check_nonfinite(rows, th) + check_supervised(rows, th, stage, eval_n) + check_faults(rows, th)
 
 
 # A held-out finding's metric -> (the result.json field of the same figure, its metrics series, its name).

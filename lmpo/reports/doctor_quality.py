@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .doctor_base import Finding, Thresholds, ends, finite_values, mean, pct, plural
+from .doctor_base import Finding, Thresholds, finite_values, mean, pct, plural
 from .metrics import Row, as_float
 
 
@@ -40,25 +40,75 @@ def _training_fall(rows: list[Row], th: Thresholds, group_size: int | None) -> t
     return f0, f1
 
 
-def _heldout_fall(rows: list[Row], th: Thresholds) -> tuple[float, float] | None:
+def eval_count(shares: list[float], configured: int | None) -> int | None:
+    """How many problems each held-out evaluation graded: the run's --eval_problems when every
+    logged share is a whole number of them, else (fewer problems than asked for, as from a short
+    --eval_prompts file) the smallest count every share is a whole number of, a lower bound.
+    None when the run does not say (rows without a run.json)."""
+    def fits(n: int) -> bool:
+        return all(abs(v * n - round(v * n)) < 1e-6 for v in shares)
+
+    if not configured or configured < 1:
+        return None
+    return configured if fits(configured) else next((n for n in range(1, configured) if fits(n)), None)
+
+
+def counted(share: float, n: int | None, evals: int = 1) -> str:
+    """A held-out share with the problems behind it: "12.5% (1/8)"; of a window of evaluations,
+    their total ("6.2% (1/16 over 2 evaluations)")."""
+    if n is None:
+        return pct(share)
+    total = n * evals
+    over = f" over {evals} evaluations" if evals > 1 else ""
+    return f"{pct(share)} ({round(share * total)}/{total}{over})"
+
+
+def _heldout_fall(rows: list[Row], th: Thresholds, eval_n: int | None) -> tuple[str, str] | None:
+    """(value, what it rests on) of a fall of held-out format accuracy from the first evaluations
+    to the last, beyond `th.eos_noise` standard errors where the problems behind each are known."""
     fmt = finite_values(rows, "eval_format_accuracy")
     if len(fmt) < 2:
         return None
-    f0, f1 = ends(fmt) if len(fmt) >= 4 else (fmt[0], fmt[-1])
-    return (f0, f1) if f0 - f1 >= th.eos_drop else None
+    k = max(1, len(fmt) // 10) if len(fmt) >= 4 else 1
+    f0, f1 = mean(fmt[:k]), mean(fmt[-k:])
+    n = eval_count(fmt, eval_n)
+    if f0 - f1 < th.eos_drop or (n is not None and not _beyond_noise(f0, k * n, f1, k * n, th)):
+        return None
+    return f"{counted(f0, n, k)} → {counted(f1, n, k)}", f" and {_noise_bar(th)}" if n is not None else ""
 
 
-def check_eos(rows: list[Row], th: Thresholds, group_size: int | None = None) -> list[Finding]:
-    """Completions that stop ending with EOS in the answer format, in training or held out."""
-    for key, where, fall in (("format_accuracy", "training", _training_fall(rows, th, group_size)),
-                             ("eval_format_accuracy", "held-out", _heldout_fall(rows, th))):
-        if fall is not None:
-            f0, f1 = fall
-            return [Finding("eos_loss", "warning", key, f"{pct(f0)} → {pct(f1)}", f"a fall of >= {pct(th.eos_drop)}",
-                            f"fewer {where} completions end with EOS in the answer format",
-                            "add --missing_eos_penalty, raise --beta, lower --lr; if a reward model "
-                            "scores, it likely rewards unterminated text")]
-    return []
+def _noise_bar(th: Thresholds) -> str:
+    return f">= {th.eos_noise:g} standard errors of sampling noise"
+
+
+def format_low(rows: list[Row], th: Thresholds, eval_n: int | None = None) -> tuple[str, str] | None:
+    """(value, threshold) of the last held-out format accuracy, with its count, where it is below
+    `th.sft_format` by `th.eos_noise` standard errors of sampling noise (7/8 is no evidence of < 90%)."""
+    fmt = finite_values(rows, "eval_format_accuracy")
+    if not fmt or fmt[-1] >= th.sft_format:
+        return None
+    n = eval_count(fmt, eval_n)
+    noise = th.eos_noise * math.sqrt(th.sft_format * (1 - th.sft_format) / n) if n else 0.0
+    if th.sft_format - fmt[-1] < noise:
+        return None
+    return counted(fmt[-1], n), f"< {pct(th.sft_format)}" + (f" by {_noise_bar(th)}" if n else "")
+
+
+def check_eos(rows: list[Row], th: Thresholds, group_size: int | None = None,
+              eval_n: int | None = None) -> list[Finding]:
+    """Completions that stop ending with EOS in the answer format, in training or held out
+    (`eval_n`: the run's --eval_problems, the problems behind each held-out share)."""
+    train = _training_fall(rows, th, group_size)
+    found = (("format_accuracy", "training", (f"{pct(train[0])} → {pct(train[1])}", "")) if train else
+             ("eval_format_accuracy", "held-out", _heldout_fall(rows, th, eval_n)))
+    key, where, fall = found
+    if fall is None:
+        return []
+    value, noise = fall
+    return [Finding("eos_loss", "warning", key, value, f"a fall of >= {pct(th.eos_drop)}{noise}",
+                    f"fewer {where} completions end with EOS in the answer format",
+                    "add --missing_eos_penalty, raise --beta, lower --lr; if a reward model "
+                    "scores, it likely rewards unterminated text")]
 
 
 def check_below_chance(rows: list[Row], th: Thresholds, trainer: str) -> list[Finding]:
