@@ -4,6 +4,7 @@ rolls back to the last checkpoint with a lower learning rate, and the run recove
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from html import escape as html_escape
 
@@ -157,3 +158,26 @@ def test_the_doctor_reads_the_run_a_rollback_kept_not_the_branch_it_abandoned(tm
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     found = {f.code: f for f in diagnose_stage(tmp_path)}
     assert found["no_signal"].value == "100.0%" and "rollback" in found
+
+
+def test_a_nan_only_in_an_abandoned_branch_is_named_as_such_not_as_the_kept_runs(tmp_path):
+    """A loss gone NaN at step 3 of a branch the guard then rolled back was not reported at all
+    (the doctor reads the kept run). It is a note that the learning rate diverged once, in the
+    abandoned branch, not a `nonfinite` warning about the kept run, whose figures are finite."""
+    from lmpo.reports.doctor_runs import diagnose_stage
+
+    rows = [{"step": s, "reward_mean": 0.5, "accuracy": 0.5, "zero_var_frac": 0.0, "loss": 0.1} for s in range(1, 5)]
+    rows[2]["loss"] = math.nan
+    rows.append({"step": 4, "rollback": "KL runaway: kl 1.9 > 1", "to_step": 2, "lr_scale": 0.5})
+    rows += [{"step": s, "reward_mean": 0.5, "accuracy": 0.5, "zero_var_frac": 0.0, "loss": 0.1} for s in (3, 4)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    found = {f.code: f for f in diagnose_stage(tmp_path)}
+    assert "nonfinite" not in found
+    note = found["nonfinite_abandoned"]
+    assert note.severity == "note" and note.value == "nan at step 3"
+    assert "in an abandoned branch (rolled back at step 4 to step 2: KL runaway" in note.message
+    assert "its loss stayed finite" in note.message and "--lr" in note.remedy
+    rows[-1]["loss"] = math.inf  # non-finite in the kept run too: that is the kept run's warning
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    found = {f.code: f for f in diagnose_stage(tmp_path)}
+    assert found["nonfinite"].severity == "warning" and "in the kept run too" in found["nonfinite_abandoned"].message

@@ -7,7 +7,7 @@ import itertools
 import math
 
 from .doctor_base import Finding, Thresholds, ends, finite_points, finite_values, pct, plural, rl_rows
-from .metrics import Row, as_float
+from .metrics import Row, as_float, final_branch
 
 
 def _windows(xs: list[float], k: int) -> list[float]:
@@ -90,6 +90,35 @@ def check_nonfinite(rows: list[Row], th: Thresholds) -> list[Finding]:
                                 "figures after that step (and the model it saved) cannot be trusted",
                                 f"lower --lr, keep --grad_clip, {rl_remedy}or restart from a checkpoint saved "
                                 f"before step {step}"))
+    return findings
+
+
+def check_abandoned_nonfinite(rows: list[Row]) -> list[Finding]:
+    """A figure that went to inf or NaN only in steps a collapse-guard rollback abandoned (`rows`:
+    every row logged, the abandoned branches too): the kept run's checks never see it, yet it says
+    the learning rate diverged once; the kept run's curves and model do not contain it."""
+    kept = final_branch(rows)
+    kept_ids, kept_bad = {id(r) for r in kept}, {f.metric for f in check_nonfinite(kept, Thresholds())}
+    findings = []
+    for key in NONFINITE_KEYS:
+        bad = next(((i, r) for i, r in enumerate(rows) if id(r) not in kept_ids
+                    and (v := as_float(r.get(key))) is not None and not math.isfinite(v)), None)
+        if bad is None:
+            continue
+        i, row = bad
+        step = as_float(row.get("step"))
+        undone = next((r for r in rows[i + 1:] if "rollback" in r and step is not None
+                       and (as_float(r.get("to_step")) or 0.0) < step), {})
+        kept_too = ("; it left the finite range in the kept run too (see nonfinite)" if key in kept_bad else
+                    f"; the kept run trained the steps after step {undone.get('to_step')} again and its {key} "
+                    "stayed finite")
+        findings.append(Finding("nonfinite_abandoned", "note", key, f"{row.get(key)} at step {row.get('step')}",
+                                "finite", f"{key} left the finite range at step {row.get('step')} in an abandoned "
+                                f"branch (rolled back at step {undone.get('step')} to step {undone.get('to_step')}: "
+                                f"{undone.get('rollback')}){kept_too}",
+                                "nothing to repair in the kept run (its curves and model leave that branch out); "
+                                "the learning rate diverged once: start the next run with a lower --lr and keep "
+                                "--grad_clip"))
     return findings
 
 

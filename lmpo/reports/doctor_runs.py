@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from .doctor import Finding, diagnose
+from .doctor_faults import check_abandoned_nonfinite
 from .metrics import kept_rows, read_metrics
 from .run_records import unfinished_pipeline_stages
 
@@ -82,7 +83,8 @@ def run_dirs(path: Path) -> list[Path]:
 def diagnose_stage(stage_dir: Path) -> list[Finding]:
     kind, config = _run_info(stage_dir)
     group = config.get("group_size") if isinstance(config.get("group_size"), int) else None
-    rows = kept_rows(read_metrics(stage_dir / "metrics.jsonl"))  # the kept branch, as the report plots it
+    logged = read_metrics(stage_dir / "metrics.jsonl")
+    rows = kept_rows(logged)  # the kept branch, as the report plots it
     if not rows:  # "no problems found" would pass an empty log off as a healthy run
         log = ("log a row sooner (--log_every N: every N steps)" if kind in LOG_EVERY_TRAINERS else
                "let the run finish its first step or round (it logs a row after each)")
@@ -93,7 +95,7 @@ def diagnose_stage(stage_dir: Path) -> list[Finding]:
     rewards = config.get("rewards") if isinstance(config.get("rewards"), str) else None
     eval_n = config.get("eval_problems") if isinstance(config.get("eval_problems"), int) else None
     return diagnose(rows, kind, group_size=group, final=_result(stage_dir), advantage=advantage, rewards=rewards,
-                    eval_n=eval_n)
+                    eval_n=eval_n) + check_abandoned_nonfinite(logged)
 
 
 def _ordered(path: Path, stages: list[Path]) -> list[Path]:
