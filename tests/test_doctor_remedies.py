@@ -195,3 +195,14 @@ def test_held_out_format_checks_weigh_the_problems_behind_each_evaluation(tmp_pa
     # an --eval_prompts file of 8 rows under the default --eval_problems 500: 1/8 is no whole count of 500
     _stage(tmp_path, "short", "rl", grpo, eval_problems=500)
     assert "eos_loss" not in {f.code for f in diagnose_run(tmp_path / "short")["short"]}
+
+
+def test_online_dpo_pair_accuracy_is_not_read_as_sampled_accuracy():
+    """Online DPO logs `accuracy` as its pairs' (the implicit reward ranks the chosen first), of one
+    or a few pairs a round; without held-out evaluations the doctor said `decline: training accuracy
+    (sampled) fell ... 100.0% → 0.0%` of it, and beside a held-out fall "training accuracy fell too"."""
+    rounds = [{"step": i, "round": i, "reward_mean": 0.3, "pairs": 1, "accuracy": float(i <= 12)} for i in range(1, 25)]
+    assert "decline" not in {f.code for f in diagnose(rounds, "online_dpo")}
+    evals = [{"step": s, "eval_accuracy": 0.6 - 0.5 * s / 24} for s in range(0, 25, 4)]
+    (decline,) = [f for f in diagnose(rounds + evals, "online_dpo") if f.code == "decline"]
+    assert decline.metric == "eval_accuracy" and "training accuracy" not in decline.message

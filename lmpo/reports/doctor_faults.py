@@ -38,7 +38,9 @@ def check_decline(rows: list[Row], th: Thresholds) -> list[Finding]:
     if len(reward) >= 4 and ends(reward)[1] - ends(reward)[0] >= th.reward_rise:
         return []
     evals = finite_points(rows, "eval_accuracy")
-    train = finite_values(rl_rows(rows), "accuracy")
+    # online DPO's rows (`pairs`) log its pairs' accuracy (the implicit reward ranks the chosen
+    # first; 0 at the first update, whose policy is the reference), not how often samples were right
+    train = finite_values([r for r in rl_rows(rows) if "pairs" not in r], "accuracy")
     k_train = max(3, len(train) // 10)
     train_fall = _decline(train, k_train, th) if len(train) >= 2 * k_train else None
     if len(evals) >= 3:
