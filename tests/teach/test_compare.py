@@ -270,3 +270,21 @@ def test_the_start_row_names_what_the_runs_started_from():
     assert "(start model: 30.0%)" in rec.lines[0] and "over the start model" in "\n".join(rec.lines)
     comparison = Comparison("", "sort_digits", {}, [0], start, methods, rec, [], "start model")
     assert table_rows(comparison)[0][0] == "start model"
+
+
+def test_a_run_is_read_without_the_steps_a_rollback_abandoned(tmp_path):
+    """A run whose collapse guard rolled steps 3–4 back was read whole: the abandoned branch's
+    evaluation was a point of the curve and its samples were counted."""
+    from lmpo.teach.compare.records import read_run
+
+    rows = [{"step": 0, "eval_accuracy": 0.3}]
+    rows += [{"step": s, "groups_sampled": 2, "completion_len_mean": 5.0} for s in range(1, 5)]
+    rows += [{"step": 4, "eval_accuracy": 0.0}, {"step": 4, "rollback": "KL runaway", "to_step": 2, "lr_scale": 0.5}]
+    rows += [{"step": s, "groups_sampled": 2, "completion_len_mean": 5.0} for s in (3, 4)]
+    rows += [{"step": 4, "eval_accuracy": 0.5}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "result.json").write_text(json.dumps({"accuracy": 0.5, "seconds": 1.0,
+                                                       "config": {"group_size": 4, "prompts_per_step": 2}}))
+    record = read_run(tmp_path, "grpo", 0, "rl")
+    assert [(p.samples, p.accuracy) for p in record.curve] == [(0, 0.3), (32, 0.5)]
+    assert record.samples == 32 and record.completion_tokens == 4 * 5 * 2 * 4

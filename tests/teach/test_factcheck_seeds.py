@@ -49,3 +49,21 @@ def test_a_run_name_carries_the_seed_given_to_it(tmp_path, monkeypatch):
     first = runs.rl_run(ctx, "same", seed=1)
     second = runs.rl_run(ctx, "same")
     assert first is not second and trained == {"same_seed1": 1, "same_seed0": 0}
+
+
+def test_a_run_is_read_without_the_steps_a_rollback_abandoned(tmp_path, monkeypatch):
+    """Claims read every row, the steps a collapse-guard rollback abandoned too: a series had
+    the abandoned step 3 and its retrained step 3 both, an evaluation the abandoned model's."""
+    def train_rl(cfg):
+        out = Path(cfg.out)
+        out.mkdir(parents=True, exist_ok=True)
+        rows = [{"step": s, "reward_mean": 0.5, "entropy": 1.0} for s in (1, 2, 3)]
+        rows += [{"step": 3, "eval_accuracy": 0.0}, {"step": 3, "rollback": "KL runaway", "to_step": 2}]
+        rows += [{"step": 3, "reward_mean": 0.5, "entropy": 2.0}, {"step": 3, "eval_accuracy": 0.5}]
+        (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (out / "result.json").write_text("{}")
+
+    monkeypatch.setattr("lmpo.trainers.rl.train_rl", train_rl)
+    monkeypatch.setattr(Context, "start", lambda self: SimpleNamespace(model_dir="sft-start"))
+    run = runs.rl_run(Context(out=tmp_path, threads=1), "guarded")
+    assert run.series("entropy") == [1.0, 1.0, 2.0] and run.evals() == [0.5]

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lmpo.reports.metrics import read_metrics
+from lmpo.reports.metrics import kept_rows, read_metrics
 
 
 @dataclass
@@ -38,7 +38,7 @@ class RunRecord:
 def read_run(stage_dir: Path, method: str, seed: int, stage: str) -> RunRecord:
     """The record of a finished run in `stage_dir` (a dpo, online_dpo or RL stage directory)."""
     result = json.loads((stage_dir / "result.json").read_text())
-    rows = read_metrics(stage_dir / "metrics.jsonl")
+    rows = kept_rows(read_metrics(stage_dir / "metrics.jsonl"))  # not the steps a rollback abandoned
     config = result.get("config", {})
     if stage == "dpo":
         samples_at, tokens = _pair_counts(result, config, rows)

@@ -102,7 +102,7 @@ ONLINE_ROUNDS = 20
 
 
 def _online_vs_offline(ctx: Context) -> Measured:
-    from lmpo.reports.metrics import read_metrics
+    from lmpo.reports.metrics import kept_rows, read_metrics
     from lmpo.trainers.online_dpo import train_online_dpo
     from lmpo.trainers.preference import train_preference
 
@@ -113,7 +113,7 @@ def _online_vs_offline(ctx: Context) -> Measured:
     online_cfg = ctx.stage("online_dpo", "online_dpo", "online_dpo", rounds=ONLINE_ROUNDS,
                            eval_every=ONLINE_ROUNDS, eval_problems=EVAL_PROBLEMS, save_every=0)
     online = ctx.once("online_dpo", lambda: train(train_online_dpo, online_cfg))
-    rows = read_metrics(Path(online.run_dir) / "metrics.jsonl")
+    rows = kept_rows(read_metrics(Path(online.run_dir) / "metrics.jsonl"))
     pairs = int(sum(r.get("pairs", 0) for r in rows if "round" in r))
     offline_cfg = ctx.stage("dpo", "offline_dpo", "dpo", pairs=pairs, eval_problems=EVAL_PROBLEMS, save_every=0)
     offline = train(train_preference, offline_cfg)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from lmpo.reports.metrics import read_metrics
+from lmpo.reports.metrics import kept_rows, read_metrics
 from lmpo.teach.factcheck.context import Context
 
 RL_STEPS = 60
@@ -56,7 +56,7 @@ def rl_run(ctx: Context, name: str, preset: str = "grpo", **overrides: Any) -> R
         with ctx.quiet(name), _captured_references() as references:
             train_rl(cfg)
         out = Path(cfg.out)
-        run = RLRun(out, read_metrics(out / "metrics.jsonl"), json.loads((out / "result.json").read_text()))
+        run = RLRun(out, kept_rows(read_metrics(out / "metrics.jsonl")), json.loads((out / "result.json").read_text()))
         if references:
             run.reference = reference_figures(references[0], cfg.model, out / "model")
         return run
