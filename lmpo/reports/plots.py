@@ -41,11 +41,12 @@ def present_axes(panel: Panel, data: dict[str, Series]) -> list[Axis]:
 
 
 def render_panel(panel: Panel, data: dict[str, Series], out_dir: Path,
-                 rollbacks: list[Rollback] = (), nonfinite: dict[str, list[tuple[float, float]]] | None = None
-                 ) -> Path | None:
+                 rollbacks: list[Rollback] = (), nonfinite: dict[str, list[tuple[float, float]]] | None = None,
+                 x_label: str = "step") -> Path | None:
     """Write ``<out_dir>/<panel.name>.png``; None if the panel has no data. Collapse-guard
     ``rollbacks`` are marked on every subplot; a curve's ``nonfinite`` (step, value) points break
-    its line and are marked by a dotted line."""
+    its line and are marked by a dotted line. ``x_label``: what a row's `step` counts (online DPO
+    and RFT log one row per round)."""
     axes_specs = present_axes(panel, data)
     if not axes_specs:
         return None
@@ -54,7 +55,7 @@ def render_panel(panel: Panel, data: dict[str, Series], out_dir: Path,
     for ax, spec in zip(axs, axes_specs):
         mark_rollbacks(ax, list(rollbacks))
         draw_axis(ax, spec, data, nonfinite or {})
-    axs[-1].set_xlabel("step")
+    axs[-1].set_xlabel(x_label)
     # steps are whole: no tick at 2.5, and with one step in view (a 1-step run) only that one, where
     # the default min_n_ticks=2 gave up on whole numbers and ticked 0.945 ... 1.050
     axs[-1].xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
@@ -75,6 +76,7 @@ def draw_axis(ax: Axes, spec: Axis, data: dict[str, Series],
         ax.set_ylabel(spec.ylabel)
     if spec.percent:
         ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
+        _within_shares(ax)
     ax.grid(True, alpha=0.3)
     if not ax.get_legend_handles_labels()[0]:
         return
@@ -82,6 +84,16 @@ def draw_axis(ax: Axes, spec: Axis, data: dict[str, Series],
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
         ax.legend(fontsize=8, loc="best")
+
+
+def _within_shares(ax: Axes) -> None:
+    """A share's axis ends at 0% and 100% (autoscaling's margin put ticks at 96–104% around a line
+    at 100%), unless a logged value lies beyond them: values are drawn as logged."""
+    low, high = ax.get_ylim()
+    data = ax.dataLim
+    low, high = max(low, 0.0) if data.y0 >= 0 else low, min(high, 1.0) if data.y1 <= 1 else high
+    if low < high:
+        ax.set_ylim(low, high)
 
 
 def _smoothed(curve: Curve, ys: list[float]) -> bool:

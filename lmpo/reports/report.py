@@ -22,6 +22,8 @@ from .stages import Stage, fmt_pct, fmt_seconds, read_summary, render_stages
 from .trajectories import TRAJECTORIES_FILE, html_section
 
 METRICS_FILE = "metrics.jsonl"
+ROUND_TRAINERS = {"online_dpo": "round", "rft": "round"}
+"""Trainers whose `step` counts rounds (sample, then train), as their x axes say."""
 SUMMARY_FILE = "summary.json"
 REPORT_DIR = "report"
 HTML_FILE = "report.html"
@@ -98,7 +100,7 @@ def _metrics_section(metrics: Path, report: Report) -> list[str]:
     body.append(_final_values_table(data, REWARD_MODEL_KEYS if trainer == REWARD_MODEL_TRAINER else {}, nonfinite))
     estimator = saved_config(metrics.parent).get("kl_estimator")
     for panel in _panel_order(data, trainer, estimator if isinstance(estimator, str) else None):
-        png = render_panel(panel, data, report.html.parent, rollbacks, nonfinite)
+        png = render_panel(panel, data, report.html.parent, rollbacks, nonfinite, ROUND_TRAINERS.get(trainer, "step"))
         if png is not None:
             report.images.append(png)
             body.append(page.image(png.name, panel.title))
