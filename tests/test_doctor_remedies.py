@@ -206,3 +206,19 @@ def test_online_dpo_pair_accuracy_is_not_read_as_sampled_accuracy():
     evals = [{"step": s, "eval_accuracy": 0.6 - 0.5 * s / 24} for s in range(0, 25, 4)]
     (decline,) = [f for f in diagnose(rounds + evals, "online_dpo") if f.code == "decline"]
     assert decline.metric == "eval_accuracy" and "training accuracy" not in decline.message
+
+
+@pytest.mark.parametrize("trainer", sorted(ROWS))
+def test_a_gradient_norm_that_exploded_under_a_finite_loss_is_a_finding(trainer):
+    """A run whose loss stayed finite while grad_norm went from 3 to 1e6 (--grad_clip cut every
+    update) was "no problems found"; a norm that wanders, or starts at 0 (RL steps without
+    signal), is none."""
+    routed = {"reward_mean": 0.5} if trainer in ("rl", "online_dpo", "rft") else {}
+    rows = [{"step": i, "loss": 1.0, "lr": 1e-3, "grad_norm": 3.0 if i <= 30 else 1e6, **routed}
+            for i in range(1, STEPS + 1)]
+    (found,) = [f for f in diagnose(rows, trainer) if f.code == "grad_norm_explosion"]
+    assert found.value.startswith("3 → 1e+06") and found.severity == "warning"
+    plain, dotted = _flags(found.remedy)
+    assert plain <= _fields(trainer) and not dotted
+    wander = [dict(r, grad_norm=(0.0 if r["step"] <= 5 else 0.5 * (1 + r["step"] % 7))) for r in rows]
+    assert "grad_norm_explosion" not in {f.code for f in diagnose(wander, trainer)}

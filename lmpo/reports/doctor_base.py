@@ -90,6 +90,9 @@ class Thresholds:
     that was >= `decline`) at or below which a run without signal had collapsed."""
     sft_format: float = 0.9
     """Held-out format accuracy after SFT below which RL would mostly learn to stop."""
+    grad_growth: float = 1000.0
+    """The gradient norm (before clipping) over the last tenth, against the first tenth's, at or
+    above which it exploded (a healthy run's norm moves within a factor of 10 or so)."""
 
 
 def finite_points(rows: list[Row], key: str) -> list[tuple[object, float]]:

@@ -124,6 +124,35 @@ def check_abandoned_nonfinite(rows: list[Row]) -> list[Finding]:
     return findings
 
 
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
+
+
+def check_grad_norm(rows: list[Row], th: Thresholds) -> list[Finding]:
+    """A gradient norm that exploded while the loss may still look finite: --grad_clip cuts each
+    update to its norm, so only `grad_norm` (logged before clipping) shows the steep ground the
+    weights reached. Medians of the first and last tenth (at least 3 logged values each, the
+    first of those above 0: an RL step with no signal has a norm of 0), so a spike is no explosion.
+    Non-finite norms skip their update, and check_faults reports those (skipped_updates)."""
+    norms = finite_points(rows, "grad_norm")
+    k = max(3, len(norms) // 10)
+    start = [v for _, v in norms if v > 0][:k]
+    if len(norms) < 2 * k or len(start) < k or _median(start) <= 0:
+        return []
+    before, after = _median(start), _median([v for _, v in norms[-k:]])
+    if after < th.grad_growth * before:
+        return []
+    return [Finding("grad_norm_explosion", "warning", "grad_norm",
+                    f"{before:.3g} → {after:.3g} (medians of the first and last {k} logged steps)",
+                    f">= {th.grad_growth:g} × the start",
+                    f"the gradient norm grew {after / before:.3g}-fold by step {norms[-1][0]}: the updates took the "
+                    "weights where the loss is very steep, close to diverging (each update is cut to --grad_clip, "
+                    "which is what keeps the loss finite, if it is on)",
+                    "lower --lr (or lengthen --warmup_steps), keep --grad_clip on (> 0), or restart from a "
+                    "checkpoint saved before the norm grew")]
+
+
 def _skipped_updates(rows: list[Row]) -> str:
     """How many updates were skipped in all, as evidence; "" when none. The RL trainer logs each
     step's own count (zero_var_frac is its figure alone); the others log the running total."""
@@ -138,7 +167,7 @@ def _skipped_updates(rows: list[Row]) -> str:
 
 
 def check_faults(rows: list[Row], th: Thresholds) -> list[Finding]:
-    findings = []
+    findings = check_grad_norm(rows, th)
     skipped = _skipped_updates(rows)
     if skipped:
         findings.append(Finding("nonfinite_skips", "warning", "skipped_updates", skipped, "> 0",
