@@ -222,3 +222,14 @@ def test_a_gradient_norm_that_exploded_under_a_finite_loss_is_a_finding(trainer)
     assert plain <= _fields(trainer) and not dotted
     wander = [dict(r, grad_norm=(0.0 if r["step"] <= 5 else 0.5 * (1 + r["step"] % 7))) for r in rows]
     assert "grad_norm_explosion" not in {f.code for f in diagnose(wander, trainer)}
+
+
+@pytest.mark.parametrize("trainer", ["cpt", "sft"])
+def test_a_supervised_loss_that_ended_above_its_start_is_a_finding(trainer):
+    """A real `lmpo train sft --lr 1.0` run: loss 4.7 at step 1, 164 at step 13, 30 at the end;
+    the doctor said only that the format was low."""
+    rising = _series(loss=(4.7, 30.0))
+    (found,) = [f for f in diagnose(rising, trainer) if f.code == "loss_rising"]
+    assert found.value.startswith("6.") and found.severity == "warning"
+    assert _flags(found.remedy)[0] <= _fields(trainer)
+    assert "loss_rising" not in {f.code for f in diagnose(_series(loss=(4.7, 1.0)), trainer)}

@@ -294,6 +294,15 @@ def check_supervised(rows: list[Row], th: Thresholds, stage: str, eval_n: int | 
                                     "last fifth", f"a fall of >= {_pct(th.loss_still_falling)}",
                                     "the loss was still falling when the schedule ended",
                                     "more --steps (a better CPT model gives RL more right samples to reinforce)"))
+    if len(values) >= 5 and stage in ("cpt", "sft"):
+        k = max(1, len(values) // 5)
+        first, last = _mean(values[:k]), _mean(values[-k:])
+        if first > 0 and (last - first) / first >= th.loss_rise:
+            findings.append(Finding("loss_rising", "warning", "loss", f"{first:.3f} → {last:.3f} (first and last "
+                                    "fifth)", f"a rise of >= {_pct(th.loss_rise)}",
+                                    "the training loss ended above where it started: the updates made the model "
+                                    "worse on its own data (the learning rate is too high for it)",
+                                    "lower --lr (or lengthen --warmup_steps), keep --grad_clip on (> 0)"))
     low = format_low(rows, th, eval_n) if stage == "sft" else None
     if low is not None:
         findings.append(Finding("sft_format_low", "warning", "eval_format_accuracy", *low,

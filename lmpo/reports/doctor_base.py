@@ -79,6 +79,9 @@ class Thresholds:
     """... in this share of steps is persistently high."""
     loss_still_falling: float = 0.05
     """Relative fall of a supervised loss over the last fifth of the schedule."""
+    loss_rise: float = 0.1
+    """Relative rise of a supervised loss, its last fifth's mean over its first fifth's: training
+    made the model worse on its own data (a learning rate that diverged)."""
     decline: float = 0.15
     """A fall of accuracy (held-out, or training without held-out evaluations) from its best
     window to the last one, ..."""
