@@ -18,6 +18,9 @@ def find_trajectories(run_dir: str | Path, stage: str | None = None) -> Path:
     """
     run_dir = Path(run_dir)
     if run_dir.is_file() and stage is None:
+        if run_dir.name == "metrics.jsonl":  # read as trajectories, its first row was "missing key 'phase'"
+            raise ValueError(f"{run_dir} is a run's metrics, not trajectories: `lmpo report` and `lmpo doctor` "
+                             f"read it; give the run directory ({run_dir.parent}) or its {TRAJECTORIES_FILE}")
         return run_dir
     if not run_dir.exists():
         raise FileNotFoundError(f"{run_dir} does not exist")
