@@ -85,12 +85,17 @@ def _write(run_dir: Path, seen: frozenset[Path]) -> Report:
 
 
 def _metrics_section(metrics: Path, report: Report) -> list[str]:
-    rows = read_metrics(metrics)
+    with warnings.catch_warnings(record=True) as skipped:  # said on the page too, not on stderr alone
+        warnings.simplefilter("always")
+        rows = read_metrics(metrics)
+    for said in skipped:
+        warnings.warn(said.message, said.category, stacklevel=2)
     rollbacks = read_rollbacks(rows)
     kept = without_rollbacks(kept_rows(rows))
     data = all_series(kept)
     nonfinite = nonfinite_points(kept, data)
-    body = [page.heading("Training metrics"), _run_overview(metrics, rows), *_unfinished(metrics.parent),
+    body = [page.heading("Training metrics"), _run_overview(metrics, rows),
+            *(page.paragraph(str(said.message), "note") for said in skipped), *_unfinished(metrics.parent),
             *rollback_section(rollbacks), *_nonfinite_note(metrics, nonfinite)]
     if not data and not nonfinite:
         finished = (metrics.parent / "result.json").is_file()

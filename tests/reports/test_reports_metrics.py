@@ -44,7 +44,9 @@ def test_report_and_doctor_go_on_past_a_damaged_middle_line(tmp_path: Path, caps
     (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + "\n")
     assert main(["report", str(tmp_path)]) == 0
     assert f"lmpo: warning: {tmp_path / 'metrics.jsonl'}: line 4: skipping damaged line" in capsys.readouterr().err
-    assert (tmp_path / "report" / "report.html").is_file()
+    html = (tmp_path / "report" / "report.html").read_text()
+    # QA: the page said "5 rows logged" and nothing of the line it skipped (stderr alone did)
+    assert "5 rows logged" in html and "line 4: skipping damaged line" in html
     assert main(["doctor", str(tmp_path)]) == 0
     assert "line 4: skipping damaged line" in capsys.readouterr().err
 
