@@ -49,6 +49,11 @@ PLANTED = {
     "ppo_clip_loss_mutates_mask": ("clip_grid", ["changes its input `mask` in place"]),
     "grpo_advantages_inplace_ids": ("unsorted_ids", ["changes its input `group_ids` in place"]),
     "grpo_advantages_inplace_result": ("worked_example", ["changes its input `rewards` in place"]),
+    "gae_off_by_one": ("one_row", ["off by one token", "NEXT loss token"]),
+    "gae_gamma_lambda_swapped": ("one_row", ["γ and λ are swapped in δ", "λ·V_{t+1}"]),
+    "aggregation_wrong_axis": ("ragged", ["averaged over the wrong axis", "over the batch (dim 0)"]),
+    "rloo_advantages_whole_sum": ("worked_example", ["sum of the WHOLE group", "(Σ_j R_j − R_i) / (G−1)"]),
+    "dpo_loss_ref_added": ("pairs", ["added instead of subtracted", "log-RATIO"]),
 }
 
 

@@ -44,6 +44,11 @@ PLANTED_ZH = {
     "ppo_clip_loss_mutates_mask": ["原地修改了输入 `mask`"],
     "grpo_advantages_inplace_ids": ["原地修改了输入 `group_ids`"],
     "grpo_advantages_inplace_result": ["原地修改了输入 `rewards`"],
+    "gae_off_by_one": ["错位了一个词元", "下一个损失词元"],
+    "gae_gamma_lambda_swapped": ["δ 中的 γ 和 λ 弄反了", "λ·V_{t+1}"],
+    "aggregation_wrong_axis": ["在错误的维度上取了平均", "dim 0"],
+    "rloo_advantages_whole_sum": ["整组奖励之和（包括回答自身）除以了 G−1"],
+    "dpo_loss_ref_added": ["被加上而不是减去", "对数比"],
 }
 
 # the English words of the report's frame: none may remain in a Chinese report

@@ -281,6 +281,24 @@ def _includes_self(c: Case, expected: Tensor, got: Tensor) -> Text:
                 f"参考结果的 {factor} 倍（(G−1)/G = {ratio}）")
 
 
+def _whole_sum_over_g_minus_1(c: Case) -> Tensor:
+    """R_i − Σ_j R_j / (G−1), j over the whole group (i included); 0 for a group of one."""
+    r, ids = c.args["rewards"].double(), c.args["group_ids"]
+    out = torch.zeros_like(r)
+    for g in ids.unique():
+        x = r[ids == g]
+        if x.numel() > 1:
+            out[ids == g] = x - x.sum() / (x.numel() - 1)
+    return out.to(c.args["rewards"].dtype)
+
+
+SUM_INCLUDES_SELF = both("your baseline divides the sum of the WHOLE group (the completion itself included) by G−1: "
+                         "the leave-one-out baseline is the sum of the OTHER rewards over G−1, "
+                         "(Σ_j R_j − R_i) / (G−1)",
+                         "你的基线把整组奖励之和（包括回答自身）除以了 G−1：留一法基线是其他奖励之和除以 G−1，"
+                         "即 (Σ_j R_j − R_i) / (G−1)")
+
+
 RLOO = Exercise(
     name="rloo_advantages",
     summary=both("RLOO's leave-one-out advantage R_i − mean of the other completions of the group",
@@ -294,6 +312,7 @@ RLOO = Exercise(
     probes=(
         Probe("worked_example", _WORKED_CHECKS, lambda: [_WORKED_CASE],
               by_variants((_lib("dr_grpo"), _includes_self),
+                          (_whole_sum_over_g_minus_1, fixed(SUM_INCLUDES_SELF)),
                           (_negated("rloo"), _SIGN),
                           (_lib("grpo"), fixed(both("you divided by the std: RLOO's advantage is not normalised",
                                                     "你除以了标准差：RLOO 的优势不做归一化"))))),

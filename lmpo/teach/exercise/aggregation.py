@@ -51,6 +51,15 @@ def _row_sums(c: Case) -> Tensor:
     return torch.where(mask != 0, loss, 0.0).sum(-1).mean()
 
 
+def _columns(c: Case, *, every_column: bool) -> Tensor:
+    """The means taken over the wrong axis: per position over the batch (dim 0), then over positions
+    (all of them, or those with a loss token)."""
+    loss, mask = c.args["loss"], c.args["mask"]
+    counts = mask.sum(0)
+    per_column = torch.where(mask != 0, loss, 0.0).sum(0) / counts.clamp_min(1)
+    return per_column.mean() if every_column else per_column[counts > 0].mean()
+
+
 TOKEN_MEAN = both("token-mean vs sequence-mean aggregation: you divide the sum over all loss tokens by the batch's "
                   "token count (DAPO's token_mean), so a long sequence weighs more and the loss changes when one "
                   "sequence gets longer; GRPO's seq_mean_token_mean averages each sequence over its own tokens first, "
@@ -65,8 +74,15 @@ EMPTY_ROW = both("an all-padding row counts as a sequence: only rows with at lea
                  "row may be fully masked, e.g. an overlong completion masked out), so your mean divides by too many",
                  "全是 padding 的行被算成了一个序列：只有至少含一个损失词元的行才是序列（一行可能被整行 mask 掉，"
                  "例如被屏蔽的超长回答），所以你的均值除以的序列数偏多")
+WRONG_AXIS = both("you averaged over the wrong axis: per position over the batch (dim 0), then over the positions; "
+                  "a sequence is a ROW, so average each row over its own loss tokens (dim −1, dividing by L_i), then "
+                  "average those row means over the G sequences",
+                  "你在错误的维度上取了平均：先对每个位置在批次维（dim 0）上平均，再对各位置平均；一个序列是一"
+                  "行，所以应先在每一行自己的损失词元上取平均（dim −1，除以 L_i），再对这 G 个序列的均值取平均")
 VARIANTS = (
     (_token_mean, fixed(TOKEN_MEAN)),
+    (lambda c: _columns(c, every_column=True), fixed(WRONG_AXIS)),
+    (lambda c: _columns(c, every_column=False), fixed(WRONG_AXIS)),
     (_unmasked_mean, fixed(PADDING)),
     (_unmasked_row_means, fixed(PADDING)),
     (_rows_counting_empty, fixed(EMPTY_ROW)),

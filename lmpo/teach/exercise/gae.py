@@ -33,11 +33,12 @@ def random_case(gen: torch.Generator) -> Case:
 
 
 def _loop(c: Case, *, over_all: bool = False, gaps_as_steps: bool = False, decay: str = "gamma*lam",
-          returns: str = "a+v", zero_masked: bool = True) -> tuple[Tensor, Tensor]:
+          returns: str = "a+v", zero_masked: bool = True, bootstrap: str = "gamma") -> tuple[Tensor, Tensor]:
     """GAE written as a plain loop, with one convention changed (the wrong variants)."""
     r, m = c.args["token_rewards"].double(), c.args["mask"]
     v, gamma, lam = c.options["values"].double(), c.options["gamma"], c.options["lam"]
     k = {"gamma*lam": gamma * lam, "gamma": gamma, "lam": lam}[decay]
+    discount = {"gamma": gamma, "lam": lam}[bootstrap]
     adv, disc = torch.zeros_like(r), torch.zeros_like(r)
     for b in range(r.shape[0]):
         valid = [t for t in range(r.shape[1]) if m[b, t] != 0]
@@ -49,7 +50,7 @@ def _loop(c: Case, *, over_all: bool = False, gaps_as_steps: bool = False, decay
             steps = valid
         running, next_v, ret = 0.0, 0.0, 0.0
         for t in reversed(steps):
-            delta = r[b, t] + gamma * next_v - v[b, t]
+            delta = r[b, t] + discount * next_v - v[b, t]
             running = delta + k * running
             ret = r[b, t] + gamma * ret
             adv[b, t], disc[b, t], next_v = running, ret, v[b, t]
@@ -58,6 +59,30 @@ def _loop(c: Case, *, over_all: bool = False, gaps_as_steps: bool = False, decay
         out = tuple(torch.where(m != 0, x, 0.0) for x in out)
     dtype = c.args["token_rewards"].dtype
     return tuple(x.to(dtype) for x in out)
+
+
+def _shifted(case: Case, expected: tuple, got: tuple) -> Text | None:
+    """Your advantages are the reference's of the next (or previous) loss token of the row: compared on
+    every loss token but the one at the row's end (or start), where a shift has nothing to take."""
+    mask = case.args["mask"] != 0
+    want, have = expected[0].detach().double(), got[0].detach().double()
+    for step, text in ((1, SHIFT_NEXT), (-1, SHIFT_PREVIOUS)):
+        pairs = [(b, int(now), int(then)) for b in range(mask.shape[0])
+                 for now, then in _neighbours(mask[b].nonzero().flatten().tolist(), step)]
+        if len(pairs) < 2:
+            continue
+        mine = torch.stack([have[b, now] for b, now, _ in pairs])
+        shifted = torch.stack([want[b, then] for b, _, then in pairs])
+        own = torch.stack([want[b, now] for b, now, _ in pairs])
+        if torch.allclose(mine, shifted, rtol=1e-4, atol=1e-5) and not torch.allclose(shifted, own, rtol=1e-4,
+                                                                                       atol=1e-5):
+            return text
+    return None
+
+
+def _neighbours(positions: list[int], step: int) -> list[tuple[int, int]]:
+    """(a loss token, the loss token `step` further along the row) for every pair that exists."""
+    return [(positions[i], positions[i + step]) for i in range(len(positions)) if 0 <= i + step < len(positions)]
 
 
 def _negated(c: Case) -> tuple[Tensor, Tensor]:
@@ -81,8 +106,22 @@ GAPS = both("tokens with mask 0 in the middle of a row (tool output, observation
             "一行中间 mask 为 0 的词元（工具输出、观测）被当成了时间步：lmpo 的 GAE（与 verl 相同）把每个损失"
             "词元接到下一个损失词元上，跳过 mask 为 0 的位置，所以不会读取它们的奖励和价值，折扣也只按模型"
             "生成的词元计")
+SHIFT_NEXT = both("your advantages are off by one token: at each token you give the advantage of the NEXT loss token "
+                  "(A_{t+1} where A_t belongs); walk the row backwards and store A_t at position t, after computing "
+                  "it from δ_t and the A_{t+1} carried from the step before",
+                  "你的优势错位了一个词元：每个词元上给出的是下一个损失词元的优势（该放 A_t 的地方放了 A_{t+1}）；"
+                  "倒序遍历一行，先由 δ_t 和上一步带来的 A_{t+1} 算出 A_t，再存到位置 t")
+SHIFT_PREVIOUS = both("your advantages are off by one token: at each token you give the advantage of the PREVIOUS loss "
+                      "token (A_{t−1} where A_t belongs); store A_t at position t",
+                      "你的优势错位了一个词元：每个词元上给出的是上一个损失词元的优势（该放 A_t 的地方放了 "
+                      "A_{t−1}）；请把 A_t 存到位置 t")
+SWAPPED = both("γ and λ are swapped in δ: δ_t = r_t + γ·V_{t+1} − V_t bootstraps with the discount γ; λ only weighs "
+               "the later δs in A_t = δ_t + γλ·A_{t+1}. You use λ·V_{t+1}",
+               "δ 中的 γ 和 λ 弄反了：δ_t = r_t + γ·V_{t+1} − V_t 用折扣因子 γ 做自举；λ 只在 A_t = δ_t + γλ·A_{t+1} "
+               "中给后面的 δ 加权。你用的是 λ·V_{t+1}")
 VARIANTS = (
     (lambda c: _loop(c, returns="discounted"), fixed(RETURNS)),
+    (lambda c: _loop(c, bootstrap="lam"), fixed(SWAPPED)),
     # before TERMINAL: on a row without trailing padding, walking every position is walking the gaps,
     # and a padded row (where the two differ) is probed earlier, by `padding`
     (lambda c: _loop(c, gaps_as_steps=True), fixed(GAPS)),
@@ -97,7 +136,7 @@ VARIANTS = (
     (_negated, fixed(both("your advantages have the wrong sign: δ_t = r_t + γ·V_{t+1} − V_t",
                           "你的优势符号反了：δ_t = r_t + γ·V_{t+1} − V_t"))),
 )
-EXPLAIN = by_variants(*VARIANTS)
+EXPLAIN = by_variants(*VARIANTS, fallback=_shifted)
 CONSTANTS = both("gradient flows through the values into the advantages and returns: they are targets of the policy "
                  "and value losses, constants (detach the inputs, as lmpo does)",
                  "梯度经由 values 流进了优势和 returns：它们是策略损失和价值损失的目标，是常数（像 lmpo 一样对输入"

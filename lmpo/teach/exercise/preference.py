@@ -37,6 +37,11 @@ def _h(c: Case) -> Tensor:
     return c.options["beta"] * ((a["chosen_logps"] - a["ref_chosen_logps"]) - (a["rejected_logps"] - a["ref_rejected_logps"]))
 
 
+def _h_ref_added(c: Case) -> Tensor:
+    a = c.args
+    return c.options["beta"] * ((a["chosen_logps"] + a["ref_chosen_logps"]) - (a["rejected_logps"] + a["ref_rejected_logps"]))
+
+
 DPO_VARIANTS = (
     (lambda c: -F.logsigmoid(-_h(c)),
      fixed(both("the chosen and rejected answers are swapped (wrong sign of h): the loss decreases when the rejected "
@@ -52,6 +57,11 @@ DPO_VARIANTS = (
     (lambda c: -F.logsigmoid(c.options["beta"] * (c.args["chosen_logps"] - c.args["rejected_logps"])),
      fixed(both("the reference log-probs are not subtracted: DPO's implicit reward is β·(log π_θ − log π_ref)",
                 "没有减去参考模型的 log 概率：DPO 的隐式奖励是 β·(log π_θ − log π_ref)"))),
+    (lambda c: -F.logsigmoid(_h_ref_added(c)),
+     fixed(both("the reference log-probs are added instead of subtracted: DPO's implicit reward is the log-RATIO "
+                "β·(log π_θ − log π_ref), so h = β·[(π_w − ref_w) − (π_l − ref_l)]",
+                "参考模型的 log 概率被加上而不是减去：DPO 的隐式奖励是对数比 β·(log π_θ − log π_ref)，"
+                "所以 h = β·[(π_w − ref_w) − (π_l − ref_l)]"))),
     (lambda c: F.logsigmoid(_h(c)), fixed(both("your loss has the wrong sign: it is −log σ(h), minimised by a large h",
                                                "你的损失符号反了：应为 −log σ(h)，h 越大损失越小"))),
 )
