@@ -82,22 +82,23 @@ def cmd_start(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.teach.exercise.lang import msg
     from lmpo.teach.exercise.starter import starter_path
 
-    exercise = get_exercise(args.name)
+    exercise = get_exercise(args.name, args.lang)
     path = starter_path(exercise, args.out or f"{exercise.name}.py", lang=args.lang, force=args.force)
     write_starter(exercise, path, lang=args.lang, force=True)
     print(msg("start.wrote", args.lang, path=path, function=exercise.function))
     return 0
 
 
-def _exercise_for(file: str, name: str | None):
+def _exercise_for(file: str, name: str | None, lang: str):
     from lmpo.teach.exercise import EXERCISES, exercise_of_file, get_exercise
+    from lmpo.teach.refusals import refusal
 
     path = Path(file)
     if path.is_dir():
-        raise ValueError(f"{path} is a directory: give your solution's Python file (e.g. {path / 'grpo.py'})")
+        raise ValueError(refusal("exercise.is_dir", lang, path=path, example=path / "grpo.py"))
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    return get_exercise(name or exercise_of_file(path, EXERCISES))
+        raise FileNotFoundError(refusal("exercise.no_file", lang, path=path))
+    return get_exercise(name or exercise_of_file(path, EXERCISES, lang), lang)
 
 
 def _lang_for(args: argparse.Namespace) -> str:
@@ -110,8 +111,9 @@ def _lang_for(args: argparse.Namespace) -> str:
 def cmd_check(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.teach.exercise import check_file
 
-    exercise = _exercise_for(args.file, args.name)
-    report = check_file(args.file, exercise, lang=_lang_for(args))
+    lang = _lang_for(args)
+    exercise = _exercise_for(args.file, args.name, lang)
+    report = check_file(args.file, exercise, lang=lang)
     print(report.text())
     return 0 if report.ok else 1
 
@@ -123,11 +125,14 @@ def cmd_train(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.teach.exercise.lang import msg
     from lmpo.teach.exercise.train import TrainOptions, failed_note, figures_table, train_exercise, verdict
 
-    exercise = _exercise_for(args.file, args.name)
+    from lmpo.teach.refusals import ready_out
+
     lang = _lang_for(args)
+    exercise = _exercise_for(args.file, args.name, lang)
     opts = TrainOptions(steps=args.steps, seed=args.seed, out=args.out or f"runs/exercise/{exercise.name}",
                         threads=args.threads, eval_problems=args.eval_problems)
-    opts.validate()
+    opts.validate(lang)
+    ready_out(opts.out, lang)  # before the check and the minutes of training
     report = check_file(args.file, exercise, lang=lang)
     if report.error is not None:
         print(report.text())

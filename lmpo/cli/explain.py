@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lmpo.trainers.fs_faults import ready_dir
+from lmpo.teach.refusals import ready_out, refusal
 
 HELP = ("work a method through a small numeric example computed by lmpo.algos: print it step by step "
         "and write an HTML page with diagrams")
@@ -29,26 +29,25 @@ def cmd_explain(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.teach.explain import METHODS
 
     if args.docs and not args.all:
-        raise ValueError("--docs DIR writes every method's pages; add --all")
+        raise ValueError(refusal("explain.docs_without_all", args.lang))
     given = [what for what, on in ((f"METHOD ({args.method})", args.method is not None), ("--list", args.list),
                                    ("--all", args.all)) if on]
     if len(given) > 1:
-        raise ValueError(f"{' and '.join(given)} ask for different things: give one (METHOD explains one "
-                         f"method, --list lists them, --all writes every method's page)")
+        raise ValueError(refusal("explain.several", args.lang, given=" and ".join(given)))
     if args.all:
         if args.docs:
-            ready_dir(args.docs, "--docs")
+            ready_out(args.docs, args.lang, "--docs")
         else:
-            ready_dir(args.out)
+            ready_out(args.out, args.lang)
         return _all(args)
     if args.list or args.method is None:
         return _list(args.lang)
     if args.method not in METHODS:
         from lmpo.teach.names import did_you_mean
 
-        raise ValueError(f"unknown method {args.method!r}{did_you_mean(args.method, METHODS)}; "
-                         f"choose one of: {', '.join(METHODS)}")
-    ready_dir(args.out)
+        raise ValueError(refusal("unknown_method", args.lang, name=args.method,
+                                 hint=did_you_mean(args.method, METHODS, args.lang), names=", ".join(METHODS)))
+    ready_out(args.out, args.lang)
     from rich.console import Console
 
     from lmpo.teach.explain import explain

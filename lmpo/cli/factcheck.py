@@ -41,8 +41,9 @@ def cmd_factcheck(args: argparse.Namespace, flags: dict) -> int:
             print(f"{claim.name:26s} {kind}  {claim_texts(claim, args.lang)['text']}")
         return 0
     if args.only is not None and not args.only.replace(",", "").strip():  # `--only ""`: all claims would run
-        raise ValueError(f"--only {args.only!r} names no claim; give claim names (see --list), or leave --only "
-                         f"out to run them all")
+        from lmpo.teach.refusals import refusal
+
+        raise ValueError(refusal("factcheck.only_empty", args.lang, only=args.only))
     options = FactcheckOptions(only=args.only or "", fast=args.fast, out=args.out, threads=args.threads, lang=args.lang,
                                seed=args.seed)
     report = run_factcheck(options, on_outcome=lambda i, n, outcome: progress_line(i, n, outcome, args.lang), show=True)

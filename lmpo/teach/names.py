@@ -5,6 +5,8 @@ from __future__ import annotations
 import difflib
 from typing import Iterable
 
+from lmpo.teach.refusals import refusal
+
 
 def _key(name: str) -> str:
     """Case and `-`/`_` do not tell two names apart (GRPO, dr-grpo)."""
@@ -18,7 +20,7 @@ def closest(name: str, known: Iterable[str]) -> str | None:
     return by_key[found[0]] if found else None
 
 
-def did_you_mean(name: str, known: Iterable[str]) -> str:
-    """` (did you mean 'grpo'?)` to put after the name in an error, or "" when no name is near."""
+def did_you_mean(name: str, known: Iterable[str], lang: str = "en") -> str:
+    """` (did you mean 'grpo'?)` (in `lang`) to put after the name in an error, or "" when no name is near."""
     near = closest(name, known)
-    return f" (did you mean {near!r}?)" if near else ""
+    return refusal("did_you_mean", lang, near=near) if near else ""

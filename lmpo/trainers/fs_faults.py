@@ -58,19 +58,28 @@ def blocking_file(path: Path) -> Path | None:
     return None
 
 
-def ready_dir(out: str | Path, flag: str = "--out") -> Path:
+OUT_WORDS = {
+    "is_file": "{flag} {out}: is a file; give a directory",
+    "blocked": "{flag} {out}: {blocker} is a file, so no directory can be made under it",
+    "cannot_make": "{flag} {out}: cannot make this directory ({reason})",
+    "not_writable": "{flag} {out}: this directory is not writable",
+}
+"""ready_dir's refusals; a caller that speaks another language passes its own (lmpo.teach.refusals)."""
+
+
+def ready_dir(out: str | Path, flag: str = "--out", words: dict[str, str] = OUT_WORDS) -> Path:
     """`out` as a directory that exists and can be written, made if needed; a ValueError naming
-    what is wrong otherwise."""
+    what is wrong otherwise (in `words`)."""
     path = Path(out)
     blocker = blocking_file(path)
     if blocker == path:
-        raise ValueError(f"{flag} {out}: is a file; give a directory")
+        raise ValueError(words["is_file"].format(flag=flag, out=out))
     if blocker is not None:
-        raise ValueError(f"{flag} {out}: {blocker} is a file, so no directory can be made under it")
+        raise ValueError(words["blocked"].format(flag=flag, out=out, blocker=blocker))
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ValueError(f"{flag} {out}: cannot make this directory ({err.strerror or err})") from None
+        raise ValueError(words["cannot_make"].format(flag=flag, out=out, reason=err.strerror or err)) from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise ValueError(f"{flag} {out}: this directory is not writable")
+        raise ValueError(words["not_writable"].format(flag=flag, out=out))
     return path

@@ -1,5 +1,6 @@
 """`lmpo exercise check` and `train` in Chinese: chosen by the starter's `# lang: zh` line or --lang."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -199,18 +200,41 @@ def test_train_in_chinese_after_a_failed_check(tmp_path, monkeypatch, capsys):
     assert "training with your function stopped: RuntimeError: shape mismatch" in capsys.readouterr().out
 
 
-def test_train_exercise_says_what_it_does_in_chinese(tmp_path):
-    """One tiny run (a fresh preset model, 1 step, 2 held-out problems), as in test_exercise_train.py."""
+def test_train_exercise_says_what_it_does_in_chinese(tmp_path, capsys):
+    """One tiny run (a fresh preset model, 1 step, 2 held-out problems), as in test_exercise_train.py.
+    The trainer's own English lines ([dpo] ..., [rl] step 2/20 reward ...) go to a log file, not
+    between the Chinese lines; the user's function runs under a readable name, not exercise_5dab73e0."""
     from lmpo.teach.exercise.check import user_function
     from lmpo.teach.exercise.train import TrainOptions, train_exercise
 
     said = []
+    fn = user_function(SOLUTIONS / "grpo_advantages_correct.py", EXERCISES["grpo_advantages"])
+    opts = TrainOptions(steps=1, eval_problems=2, out=str(tmp_path), threads=1)
+    yours, reference = train_exercise(EXERCISES["grpo_advantages"], fn, opts, model_dir="tiny", say=said.append,
+                                      lang="zh")
+    assert said[0].startswith("[exercise] grpo_advantages：把你的 grpo_advantages 用作 GRPO 阶段的优势估计器；"
+                              "从 SFT 检查点 tiny 出发训练 1 步")
+    assert said[1] == f"[exercise] 训练 1 步……训练器自己的日志（英文）写在 {tmp_path / 'yours.log'}"
+    assert said[2].startswith("[exercise] 完成，用时 ") and "留出集准确率" in said[2]
+    assert said[3] == "[exercise] 用 lmpo 的 grpo 跑同样的训练"
+    assert all(_cjk(line) for line in said)
+    captured = capsys.readouterr()
+    assert "[rl]" not in captured.out + captured.err, captured
+    log = (tmp_path / "yours.log").read_text()
+    assert "[rl]" in log and "your_grpo_advantages advantages" in log and not re.search(r"exercise_[0-9a-f]{8}", log)
+    assert "[rl] grpo advantages" in (tmp_path / "lmpo.log").read_text()
+    assert yours.label == "你的" and reference.label == "lmpo grpo"
+
+
+def test_train_exercise_in_english_leaves_the_trainer_lines_on_the_terminal(tmp_path, capsys):
+    from lmpo.teach.exercise.check import user_function
+    from lmpo.teach.exercise.train import TrainOptions, train_exercise
+
     fn = user_function(SOLUTIONS / "dpo_loss_correct.py", EXERCISES["dpo_loss"])
     opts = TrainOptions(steps=1, eval_problems=2, out=str(tmp_path), threads=1)
-    yours, reference = train_exercise(EXERCISES["dpo_loss"], fn, opts, model_dir="tiny", say=said.append, lang="zh")
-    assert said[0].startswith("[exercise] dpo_loss：把你的 dpo_loss 用作 DPO 阶段的损失；从 SFT 检查点 tiny 出发训练 1 步")
-    assert said[1] == "[exercise] 用 lmpo 的 dpo 跑同样的训练"
-    assert yours.label == "你的" and reference.label == "lmpo dpo"
+    train_exercise(EXERCISES["dpo_loss"], fn, opts, model_dir="tiny", say=lambda s: None, lang="en")
+    captured = capsys.readouterr()
+    assert "[dpo]" in captured.out + captured.err and not (tmp_path / "yours.log").exists()
 
 
 def test_start_in_chinese_over_an_existing_file_refuses_in_chinese(tmp_path, capsys):

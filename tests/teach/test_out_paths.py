@@ -78,3 +78,38 @@ def test_exercise_start_still_writes_and_refuses_to_overwrite(tmp_path, capsys):
     assert "pass --force" in capsys.readouterr().err and path.read_text() == "my code"
     assert main(["exercise", "start", "gae", "--out", str(path), "--force"]) == 0
     assert path.read_text().startswith("# lmpo exercise: gae")
+
+
+def _nothing_trains(monkeypatch) -> None:
+    def trained(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr("lmpo.teach.exercise.check_file", trained)
+    monkeypatch.setattr("lmpo.teach.exercise.train.train_exercise", trained)
+    monkeypatch.setattr("lmpo.teach.compare.start_model", trained)
+
+
+SOLUTION = "tests/teach/exercise_solutions/grpo_advantages_correct.py"
+
+
+@pytest.mark.parametrize("lang, said", [("en", "{out}: is a file; give a directory"), ("zh", "{out}：这是一个文件；请给出目录")])
+def test_exercise_train_out_a_file_is_refused_before_the_check_and_training(tmp_path, capsys, monkeypatch, lang, said):
+    _nothing_trains(monkeypatch)
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    assert main(["exercise", "train", SOLUTION, "--out", str(afile), "--lang", lang]) == 2
+    out, err = _one_line_error(capsys)
+    assert out == "" and said.format(out=afile) in err and afile.read_text() == "mine"
+    assert main(["exercise", "train", SOLUTION, "--out", str(afile / "runs"), "--lang", lang]) == 2
+    assert str(afile) in _one_line_error(capsys)[1]
+
+
+def test_compare_out_a_file_is_refused_in_the_words_of_explain_before_any_run(tmp_path, capsys, monkeypatch):
+    _nothing_trains(monkeypatch)
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    argv = ["compare", "--methods", "grpo", "--seeds", "0", "--samples", "100", "--threads", "1"]
+    assert main([*argv, "--out", str(afile)]) == 2
+    assert f"--out {afile}: is a file; give a directory" in _one_line_error(capsys)[1]
+    assert main([*argv, "--out", str(afile / "x")]) == 2
+    assert f"--out {afile / 'x'}: {afile} is a file, so no directory can be made under it" in _one_line_error(capsys)[1]

@@ -20,6 +20,7 @@ from lmpo.teach.compare.plan import (DEFAULT_METHODS, CompareConfig, Method, bud
 from lmpo.teach.compare.records import RunRecord, read_run
 from lmpo.teach.compare.render import Comparison, print_table, write_all
 from lmpo.teach.compare.summary import Spread, recommend, summarise
+from lmpo.trainers.fs_faults import ready_dir
 from lmpo.trainers.run_dir import lock_directory
 
 __all__ = ["CompareConfig", "Comparison", "DEFAULT_METHODS", "run_compare", "collect", "RunRecord"]
@@ -55,6 +56,7 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
         check_model_source(cfg.start or cfg.model)
     except FileNotFoundError as err:
         raise FileNotFoundError(f"--start: {err}" if cfg.start else str(err)) from None
+    ready_dir(cfg.out)  # in explain's and factcheck's words, before any model is trained
     refuse_changed_runs(cfg, methods)
     lock_directory(cfg.out)  # a second compare over this --out would delete the runs in progress as "killed"
     starts: dict[int, float | None] = {}

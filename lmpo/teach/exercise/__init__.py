@@ -20,15 +20,16 @@ from lmpo.teach.exercise.ppo import PPO_CLIP
 from lmpo.teach.exercise.preference import BRADLEY_TERRY, DPO
 from lmpo.teach.exercise.starter import starter_text, write_starter
 from lmpo.teach.names import did_you_mean
+from lmpo.teach.refusals import refusal
 
 EXERCISES: dict[str, Exercise] = {ex.name: ex for ex in (GRPO, RLOO, PPO_CLIP, AGGREGATION, GAE, K3, DPO,
                                                           BRADLEY_TERRY)}
 
 
-def get_exercise(name: str) -> Exercise:
+def get_exercise(name: str, lang: str = "en") -> Exercise:
     if name not in EXERCISES:
-        raise ValueError(f"unknown exercise {name!r}{did_you_mean(name, EXERCISES)}; "
-                         f"choose one of: {', '.join(EXERCISES)}")
+        raise ValueError(refusal("exercise.unknown", lang, name=name, hint=did_you_mean(name, EXERCISES, lang),
+                                 names=", ".join(EXERCISES)))
     return EXERCISES[name]
 
 

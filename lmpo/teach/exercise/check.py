@@ -19,6 +19,7 @@ from torch import Tensor
 from lmpo.teach.exercise.core import (Case, Exercise, Mismatch, Probe, UserCodeError, as_tuple, difference, fmt,
                                       fmt_case, generic_symptom, user_error)
 from lmpo.teach.exercise.lang import check_lang, msg, tr
+from lmpo.teach.refusals import refusal
 
 RANDOM_DRAWS = 20
 HEADER = re.compile(r"^#\s*lmpo exercise:\s*(\w+)", re.MULTILINE)
@@ -102,12 +103,12 @@ def time_limit(lang: str = "en", seconds: float | None = None):
         signal.signal(signal.SIGALRM, previous)
 
 
-def load_module(path: Path) -> ModuleType:
+def load_module(path: Path, lang: str = "en") -> ModuleType:
     """Import the user's file under a name of its own (exceptions propagate to the caller)."""
     name = f"lmpo_exercise_user_{abs(hash(str(path)))}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise ExerciseFileError(f"{path}: not a Python file")
+        raise ExerciseFileError(refusal("exercise.not_python", lang, path=path))
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
@@ -117,41 +118,42 @@ def load_module(path: Path) -> ModuleType:
     return module
 
 
-def exercise_of_file(path: Path, exercises: dict[str, Exercise]) -> str:
+def exercise_of_file(path: Path, exercises: dict[str, Exercise], lang: str = "en") -> str:
     """The exercise a file is for: its `# lmpo exercise: NAME` line, else the one function it defines."""
     text = path.read_text()
     header = HEADER.search(text)
+    names = ", ".join(exercises)
     if header:
         if header.group(1) not in exercises:
             from lmpo.teach.names import did_you_mean
 
-            hint = did_you_mean(header.group(1), exercises)
-            raise ExerciseFileError(f"{path}: unknown exercise {header.group(1)!r}{hint} in its header; "
-                                    f"choose one of: {', '.join(exercises)}")
+            raise ExerciseFileError(refusal("exercise.header_unknown", lang, path=path, name=header.group(1),
+                                            hint=did_you_mean(header.group(1), exercises, lang), names=names))
         return header.group(1)
     found = [name for name, ex in exercises.items() if re.search(rf"^def {ex.function}\(", text, re.MULTILINE)]
     if len(found) == 1:
         return found[0]
-    raise ExerciseFileError(f"{path}: cannot tell which exercise it is ({'several' if found else 'no'} exercise "
-                            f"functions found); pass --name, one of: {', '.join(exercises)}")
+    key = "exercise.cannot_tell_several" if found else "exercise.cannot_tell_none"
+    raise ExerciseFileError(refusal(key, lang, path=path, names=names))
 
 
 def user_function(path: Path, exercise: Exercise, lang: str = "en") -> Callable | UserCodeError:
     """The user's function from `path`, or the error its import raised."""
     if path.is_dir():
-        raise ExerciseFileError(f"{path} is a directory: give your solution's Python file")
+        raise ExerciseFileError(refusal("exercise.is_dir", lang, path=path, example=path / f"{exercise.name}.py"))
     if not path.is_file():
-        raise ExerciseFileError(f"{path}: no such file (write one with `lmpo exercise start {exercise.name}`)")
+        raise ExerciseFileError(refusal("exercise.no_file_start", lang, path=path, name=exercise.name))
     try:
         with time_limit(lang):
-            module = load_module(path)
+            module = load_module(path, lang)
     except KeyboardInterrupt:
         raise
     except BaseException as err:  # the user's code, sys.exit() included: reported, not a crash or exit of lmpo
         return user_error(err, str(path), "import", msg("case.import", lang))
     fn = getattr(module, exercise.function, None)
     if not callable(fn):
-        raise ExerciseFileError(f"{path}: defines no function `{exercise.function}` (exercise {exercise.name})")
+        raise ExerciseFileError(refusal("exercise.no_function", lang, path=path, function=exercise.function,
+                                        name=exercise.name))
     return fn
 
 

@@ -35,11 +35,14 @@ class Plug:
 
 
 @contextmanager
-def plugged(registry: Registry, fn: Callable[..., Any], name: str | None = None) -> Iterator[str]:
+def plugged(registry: Registry, fn: Callable[..., Any], name: str | None = None,
+            stem: str = "exercise") -> Iterator[str]:
     """Register `fn` for the duration of the block, under `name` (replacing that entry) or a fresh
-    unique name; the registry is exactly as before afterwards, whatever happens inside."""
+    name: `stem` (the name the trainer's log shows, e.g. ``your_grpo_advantages``), made unique when
+    taken; the registry is exactly as before afterwards, whatever happens inside."""
     saved = registry.unregister(name) if name is not None else None
-    name = name or f"exercise_{uuid.uuid4().hex[:8]}"
+    if name is None:
+        name = stem if stem not in registry else f"{stem}_{uuid.uuid4().hex[:8]}"
     registry.register(name)(fn)
     try:
         yield name

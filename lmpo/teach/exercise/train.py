@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
@@ -35,14 +36,15 @@ class TrainOptions:
     task: str = "sort_digits"
     """The task of the runs and of the SFT checkpoint."""
 
-    def validate(self) -> None:
+    def validate(self, lang: str = "en") -> None:
+        from lmpo.teach.refusals import refusal
+
         if self.steps < 1:
-            raise ValueError(f"--steps must be >= 1, got {self.steps}")
+            raise ValueError(refusal("exercise.steps", lang, value=self.steps))
         if self.eval_problems < 1:
-            raise ValueError(f"--eval-problems must be >= 1 (accuracy is what the runs are compared on), "
-                             f"got {self.eval_problems}")
+            raise ValueError(refusal("exercise.eval_problems", lang, value=self.eval_problems))
         if self.threads < 0:
-            raise ValueError(f"--threads must be >= 0, got {self.threads}")
+            raise ValueError(refusal("exercise.threads", lang, value=self.threads))
 
 
 @dataclass(frozen=True)
@@ -140,13 +142,29 @@ def train_exercise(exercise: Exercise, fn: Callable, opts: TrainOptions, model_d
     wrapped = plug.wrap(fn) if plug.wrap else fn
     say(msg("train.start", lang, name=exercise.name, function=exercise.function, role=tr(plug.role, lang),
             steps=opts.steps, model_dir=model_dir))
-    with plugged(plug.registry, wrapped, plug.reference if plug.own_name else None) as name:
+    own = None if not plug.own_name else plug.reference
+    with plugged(plug.registry, wrapped, own, stem=f"your_{exercise.function}") as name:
         kind, values = stage_settings(plug, name, model_dir, out / "yours", opts)
-        yours = run_stage(kind, values, msg("train.yours", lang))
+        yours = _run_said(kind, values, msg("train.yours", lang), out / "yours.log", say, lang, opts.steps)
     say(msg("train.reference", lang, reference=plug.reference))
     kind, values = stage_settings(plug, plug.reference, model_dir, out / "lmpo", opts)
-    reference = run_stage(kind, values, f"lmpo {plug.reference}")
+    reference = _run_said(kind, values, f"lmpo {plug.reference}", out / "lmpo.log", say, lang, opts.steps)
     return [yours, reference]
+
+
+def _run_said(kind: str, values: dict, label: str, log: Path, say: Callable[[str], None], lang: str,
+              steps: int) -> RunFigures:
+    """`run_stage`; in Chinese, with the trainer's own English lines written to `log` instead of the
+    terminal (its format is every command's), and a line in Chinese before and after."""
+    if lang == "en":
+        return run_stage(kind, values, label)
+    say(msg("train.quiet", lang, steps=steps, log=log))
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as sink, redirect_stdout(sink), redirect_stderr(sink):
+        figures = run_stage(kind, values, label)
+    say(msg("train.done", lang, seconds=f"{figures.seconds:.1f}",
+            accuracy=f"{100 * figures.before:.1f}% → {100 * figures.after:.1f}%"))
+    return figures
 
 
 def figures_table(runs: list[RunFigures], lang: str = "en") -> str:

@@ -19,9 +19,10 @@ def explain(method: str, lang: str = "en") -> Explanation:
 
     if method not in METHODS:
         from lmpo.teach.names import did_you_mean
+        from lmpo.teach.refusals import refusal
 
-        raise ValueError(f"unknown method {method!r}{did_you_mean(method, METHODS)}; "
-                         f"choose one of: {', '.join(METHODS)}")
+        raise ValueError(refusal("unknown_method", lang, name=method, hint=did_you_mean(method, METHODS, lang),
+                                 names=", ".join(METHODS)))
     if lang not in LANGS:
         raise ValueError(f"unknown language {lang!r}; choose one of: {', '.join(LANGS)}")
     if method == "ppo":

@@ -19,8 +19,8 @@ from lmpo.teach.factcheck.context import Context
 from lmpo.teach.factcheck.core import DEPENDS, ERROR, FAILS, HOLDS, Claim, Outcome, check, fill
 from lmpo.teach.factcheck.report import Report, print_table, write_outputs
 from lmpo.teach.factcheck.texts import LANGS, ui, verdict_word
-from lmpo.trainers.fs_faults import ready_dir
 from lmpo.teach.names import did_you_mean
+from lmpo.teach.refusals import ready_out, refusal
 
 _BY_NAME = {c.name: c for c in [*sampling.CLAIMS, *signal.CLAIMS, *preference.CLAIMS, *kl.CLAIMS, *clipping.CLAIMS,
                                 *length.CLAIMS, *hacking.CLAIMS, *breadth.CLAIMS]}
@@ -49,19 +49,19 @@ class FactcheckOptions:
     """Seed of the SFT start and of every experiment."""
 
 
-def select(only: str = "", fast: bool = False) -> list[Claim]:
-    """The claims to run, in the report's order; unknown names are an error that lists the known ones."""
+def select(only: str = "", fast: bool = False, lang: str = "en") -> list[Claim]:
+    """The claims to run, in the report's order; unknown names are an error (in `lang`) that lists the
+    known ones."""
     names = [n.strip() for n in only.split(",") if n.strip()]
     if only.strip() and not names:
-        raise ValueError(f"--only {only!r} names no claim; give claim names (see --list), or leave --only out "
-                         f"to run them all")
+        raise ValueError(refusal("factcheck.only_empty", lang, only=only))
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise ValueError(f"--only {only!r} names {', '.join(twice)} twice; name each claim once")
+        raise ValueError(refusal("factcheck.only_twice", lang, only=only, names=", ".join(twice)))
     unknown = [n for n in names if n not in _BY_NAME]
     if unknown:
-        named = ", ".join(f"{n}{did_you_mean(n, ORDER)}" for n in unknown)
-        raise ValueError(f"--only: unknown claim(s) {named}; choose from: {', '.join(ORDER)}")
+        named = ", ".join(f"{n}{did_you_mean(n, ORDER, lang)}" for n in unknown)
+        raise ValueError(refusal("factcheck.only_unknown", lang, named=named, names=", ".join(ORDER)))
     chosen = [c for c in CLAIMS if not names or c.name in names]
     return [c for c in chosen if c.fast] if fast else chosen
 
@@ -79,17 +79,16 @@ def run_factcheck(options: FactcheckOptions, on_outcome: Callable[[int, int, Out
     if options.lang not in LANGS:
         raise ValueError(f"--lang {options.lang!r}: choose one of {', '.join(LANGS)}")
     if options.threads < 0:
-        raise ValueError(f"--threads {options.threads}: must be >= 0 (0 = one per core)")
-    claims = select(options.only, options.fast)
+        raise ValueError(refusal("factcheck.threads", options.lang, threads=options.threads))
+    claims = select(options.only, options.fast, options.lang)
     skipped = skipped_by_fast(options.only, options.fast)
     if not claims:
-        raise ValueError(f"no claim selected: --fast leaves out {', '.join(skipped)} (training experiments, "
-                         f"which --fast does not run)")
+        raise ValueError(refusal("factcheck.fast_none", options.lang, names=", ".join(skipped)))
     import torch
 
     from lmpo.trainers.runtime import setup_torch
 
-    out = prepare_out(Path(options.out))
+    out = prepare_out(Path(options.out), options.lang)
     if skipped:
         print(fill(ui(options.lang)["skipped_fast"], {"names": ", ".join(skipped)}), file=sys.stderr, flush=True)
     threads_before = torch.get_num_threads()
@@ -116,16 +115,15 @@ OWNED = ("runs", "plots", "logs")
 """What a factcheck writes beside factcheck.json/html, replaced by the next one in the same --out."""
 
 
-def prepare_out(out: Path) -> Path:
+def prepare_out(out: Path, lang: str = "en") -> Path:
     """`out`, made, and cleared of an earlier factcheck's runs, plots and logs (they must not mix
     into this one's), before any claim runs. A directory whose runs/, plots/ or logs/ no factcheck
     wrote (no factcheck.json beside them: `lmpo compare`'s runs/compare, the user's plots) is
     refused rather than deleted; so is an --out that cannot be a directory."""
     found = [name for name in OWNED if (out / name).exists()]
     if found and not (out / "factcheck.json").is_file():
-        raise ValueError(f"--out {out}: holds {', '.join(f'{name}/' for name in found)} that no factcheck wrote "
-                         f"(no factcheck.json beside them), which a factcheck would replace; give a new directory")
-    ready_dir(out)
+        raise ValueError(refusal("factcheck.foreign_out", lang, out=out, found=", ".join(f"{name}/" for name in found)))
+    ready_out(out, lang)
     for name in found:
         path = out / name
         if path.is_dir() and not path.is_symlink():

@@ -1,0 +1,86 @@
+"""The one-line errors of the teaching commands (explain, exercise, factcheck) in the language the
+command was given: a learner who asked for Chinese reads why a command refused in Chinese too.
+
+`refusal(key, lang, **fields)` fills a template of `REFUSALS`; `ready_out` is `ready_dir` (the
+check of an --out before any work) with its words in `lang`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lmpo.trainers.fs_faults import OUT_WORDS, ready_dir
+
+REFUSALS: dict[str, dict[str, str]] = {
+    "did_you_mean": {"en": " (did you mean {near!r}?)", "zh": "（是不是 {near!r}？）"},
+    "unknown_method": {"en": "unknown method {name!r}{hint}; choose one of: {names}",
+                       "zh": "没有名为 {name!r} 的方法{hint}；可选：{names}"},
+    "unknown_language": {"en": "unknown language {name!r}; choose one of: {names}",
+                         "zh": "不支持的语言 {name!r}；可选：{names}"},
+    "explain.docs_without_all": {"en": "--docs DIR writes every method's pages; add --all",
+                                 "zh": "--docs DIR 会写出所有方法的页面；请同时加上 --all"},
+    "explain.several": {"en": "{given} ask for different things: give one (METHOD explains one method, --list lists "
+                              "them, --all writes every method's page)",
+                        "zh": "{given} 要求的是不同的事：只给一个（METHOD 讲解一个方法，--list 列出所有方法，"
+                              "--all 写出所有方法的页面）"},
+    "exercise.unknown": {"en": "unknown exercise {name!r}{hint}; choose one of: {names}",
+                         "zh": "没有名为 {name!r} 的练习{hint}；可选：{names}"},
+    "exercise.header_unknown": {"en": "{path}: unknown exercise {name!r}{hint} in its header; choose one of: {names}",
+                                "zh": "{path}：文件头里的练习 {name!r} 不存在{hint}；可选：{names}"},
+    "exercise.cannot_tell_several": {
+        "en": "{path}: cannot tell which exercise it is (several exercise functions found); pass --name, one of: "
+              "{names}",
+        "zh": "{path}：无法判断这是哪个练习（找到了多个练习函数）；请用 --name 指定，可选：{names}"},
+    "exercise.cannot_tell_none": {
+        "en": "{path}: cannot tell which exercise it is (no exercise functions found); pass --name, one of: {names}",
+        "zh": "{path}：无法判断这是哪个练习（没有找到任何练习函数）；请用 --name 指定，可选：{names}"},
+    "exercise.is_dir": {"en": "{path} is a directory: give your solution's Python file (e.g. {example})",
+                        "zh": "{path} 是目录：请给出你的解答所在的 Python 文件（例如 {example}）"},
+    "exercise.no_file": {"en": "{path}: no such file", "zh": "{path}：文件不存在"},
+    "exercise.no_file_start": {"en": "{path}: no such file (write one with `lmpo exercise start {name}`)",
+                               "zh": "{path}：文件不存在（可以用 `lmpo exercise start {name}` 写一个）"},
+    "exercise.not_python": {"en": "{path}: not a Python file", "zh": "{path}：不是 Python 文件"},
+    "exercise.no_function": {"en": "{path}: defines no function `{function}` (exercise {name})",
+                             "zh": "{path}：没有定义函数 `{function}`（练习 {name}）"},
+    "exercise.steps": {"en": "--steps must be >= 1, got {value}", "zh": "--steps 必须 >= 1，而给出的是 {value}"},
+    "exercise.eval_problems": {"en": "--eval-problems must be >= 1 (accuracy is what the runs are compared on), "
+                                     "got {value}",
+                               "zh": "--eval-problems 必须 >= 1（两次训练正是按准确率比较的），而给出的是 {value}"},
+    "exercise.threads": {"en": "--threads must be >= 0, got {value}", "zh": "--threads 必须 >= 0，而给出的是 {value}"},
+    "factcheck.only_empty": {"en": "--only {only!r} names no claim; give claim names (see --list), or leave --only "
+                                   "out to run them all",
+                             "zh": "--only {only!r} 没有给出任何论断；请给出论断名（见 --list），或者去掉 --only "
+                                   "以运行全部论断"},
+    "factcheck.only_twice": {"en": "--only {only!r} names {names} twice; name each claim once",
+                             "zh": "--only {only!r} 把 {names} 写了两次；每个论断只写一次"},
+    "factcheck.only_unknown": {"en": "--only: unknown claim(s) {named}; choose from: {names}",
+                               "zh": "--only：没有这些论断：{named}；可选：{names}"},
+    "factcheck.fast_none": {"en": "no claim selected: --fast leaves out {names} (training experiments, which --fast "
+                                  "does not run)",
+                            "zh": "没有选中任何论断：--fast 去掉了 {names}（它们是训练实验，--fast 不运行训练）"},
+    "factcheck.threads": {"en": "--threads {threads}: must be >= 0 (0 = one per core)",
+                          "zh": "--threads {threads}：必须 >= 0（0 表示每个核一个线程）"},
+    "factcheck.foreign_out": {"en": "--out {out}: holds {found} that no factcheck wrote (no factcheck.json beside "
+                                    "them), which a factcheck would replace; give a new directory",
+                              "zh": "--out {out}：其中的 {found} 不是 factcheck 写的（旁边没有 factcheck.json），"
+                                    "factcheck 会替换掉它们；请换一个新目录"},
+}
+
+OUT_WORDS_ZH = {
+    "is_file": "{flag} {out}：这是一个文件；请给出目录",
+    "blocked": "{flag} {out}：{blocker} 是文件，无法在它下面建目录",
+    "cannot_make": "{flag} {out}：无法创建这个目录（系统的说明：{reason}）",
+    "not_writable": "{flag} {out}：这个目录不可写",
+}
+assert set(OUT_WORDS_ZH) == set(OUT_WORDS)
+
+
+def refusal(key: str, lang: str = "en", **fields) -> str:
+    """The error `key` in `lang` (English for a language it lacks), with `fields` filled in."""
+    texts = REFUSALS[key]
+    return (texts.get(lang) or texts["en"]).format(**fields)
+
+
+def ready_out(out: str | Path, lang: str = "en", flag: str = "--out") -> Path:
+    """`ready_dir(out, flag)`, refusing in `lang`."""
+    return ready_dir(out, flag, words=OUT_WORDS_ZH if lang == "zh" else OUT_WORDS)
