@@ -25,16 +25,16 @@ VERDICTS_ZH = {HOLDS: "成立", FAILS: "不成立", DEPENDS: "视情况而定", 
 
 CLAIMS_ZH: dict[str, dict] = {
     "grpo_no_critic": {
-        "text": "GRPO 不需要评论家模型（critic，即价值模型 value model）：组内平均奖励就是它的基线（baseline）。",
+        "text": "GRPO 不需要价值网络（critic，也叫 value model）：组内平均奖励就是它的基线（baseline）。",
         "criterion": "用 lmpo 的 RL 训练器按流水线（pipeline）的 grpo 与 ppo 预设各训练一步，读取训练器自己记录的所持模型，"
-                     "并统计其保存的参数量。若 grpo 没有构建评论家模型而 ppo 构建了，则成立。",
-        "summary": "grpo：{grpo_models} 个模型，{grpo_params:,} 个参数（评论家 {grpo_critic_params:,}）；ppo：{ppo_models} 个模型，"
-                   "{ppo_params:,} 个参数（评论家 {ppo_critic_params:,}）",
+                     "并统计其保存的参数量。若 grpo 没有构建价值网络而 ppo 构建了，则成立。",
+        "summary": "grpo：{grpo_models} 个模型，{grpo_params:,} 个参数（价值网络 {grpo_critic_params:,}）；ppo：{ppo_models} 个模型，"
+                   "{ppo_params:,} 个参数（价值网络 {ppo_critic_params:,}）",
         "notes": {
             "no_critic": "GRPO 只持有策略模型和（β > 0 时的）参考模型，共 {grpo_params:,} 个参数；PPO 另加一个 "
-                         "{ppo_critic_params:,} 参数的评论家模型。去掉它，参数少 {saving:.0%}。β = 0 时 GRPO 只持有策略模型本身。",
-            "critic": "grpo 这次运行构建了评论家模型（{grpo_critic_params:,} 个参数）。",
-            "no_control": "ppo 也没有构建评论家模型，这个计数说明不了问题。",
+                         "{ppo_critic_params:,} 参数的价值网络。去掉它，参数少 {saving:.0%}。β = 0 时 GRPO 只持有策略模型本身。",
+            "critic": "grpo 这次运行构建了价值网络（{grpo_critic_params:,} 个参数）。",
+            "no_control": "ppo 也没有构建价值网络，这个计数说明不了问题。",
         },
     },
     "zero_var_no_gradient": {
