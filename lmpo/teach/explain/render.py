@@ -43,23 +43,26 @@ def legend(expl: Explanation, tx: Texts) -> str:
 
 # ---------------------------------------------------------------- terminal
 def render_terminal(expl: Explanation, console) -> None:
-    """Print the explanation step by step (rich); every text is escaped, so `[1]` stays `[1]`."""
+    """Print the explanation step by step (rich); every text is escaped, so `[1]` stays `[1]`.
+    Chinese prose is broken into lines here (cjk_wrap), where rich would break it at a lone space."""
     from rich.markup import escape as x
     from rich.panel import Panel
     from rich.table import Table
 
     tx = Texts(expl.lang)
-    console.print(Panel(f"{x(expl.summary)}\n\n[bold]{x(tx('heading.formula'))}[/]{tx('heading.colon')}{x(expl.formula)}",
-                        title=f"[bold]{x(expl.title)}", expand=True), highlight=False)
+    fit = _line_breaker(expl.lang, console.width)
+    console.print(Panel(f"{x(fit(expl.summary, 4))}\n\n[bold]{x(tx('heading.formula'))}[/]{tx('heading.colon')}"
+                        f"{x(expl.formula)}", title=f"[bold]{x(expl.title)}", expand=True), highlight=False)
     for key, text in (("heading.commands", "  |  ".join(expl.commands)), ("heading.settings", settings_text(expl.settings)),
                       ("heading.when", expl.when), ("heading.paper", "; ".join(expl.papers))):
-        console.print(f"[bold]{x(tx(key))}[/]{tx('heading.colon')}{x(text)}", highlight=False)
+        head = tx(key)
+        console.print(f"[bold]{x(head)}[/]{x(fit(head + tx('heading.colon') + text)[len(head):])}", highlight=False)
     if legend(expl, tx):
-        console.print(f"[dim]{x(legend(expl, tx))}[/]", highlight=False)
+        console.print(f"[dim]{x(fit(legend(expl, tx)))}[/]", highlight=False)
     for n, step in enumerate(expl.steps, 1):
         console.rule(f"[bold]{n}. {x(step.title)}")
         console.print(f"[cyan]{x(step.formula)}[/]", highlight=False)
-        console.print(x(step.text), highlight=False)
+        console.print(x(fit(step.text)), highlight=False)
         for value in step.values:
             console.print(f"[bold]{x(value.symbol)}[/] — {x(value.label)}  [dim]{x(provenance(value, tx))}[/]",
                           highlight=False)
@@ -76,7 +79,17 @@ def render_terminal(expl: Explanation, console) -> None:
     if expl.diagrams:
         console.rule(f"[bold]{x(tx('heading.diagrams'))}")
         for diagram in expl.diagrams:
-            console.print(f"{x(diagram.key)}.png — {x(diagram.caption)}", highlight=False)
+            console.print(x(fit(f"{diagram.key}.png — {diagram.caption}")), highlight=False)
+
+
+def _line_breaker(lang: str, width: int):
+    """(text, columns taken by a frame) -> the text with its line breaks for `width` columns: Chinese
+    broken by cjk_wrap, any other language left to rich."""
+    if lang != "zh":
+        return lambda text, frame=0: text
+    from lmpo.teach.explain.cjk_wrap import wrap_cjk
+
+    return lambda text, frame=0: wrap_cjk(text, width - frame)
 
 
 # ---------------------------------------------------------------- markdown
