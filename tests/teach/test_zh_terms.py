@@ -60,3 +60,16 @@ def test_no_rejected_variant_in_the_chinese_texts(concept):
     hits = [f"{where}: {m.group(0)!r} in …{_prose(text)[max(0, m.start() - 15):m.end() + 15]}…"
             for where, text in texts for m in re.finditer(REJECTED[concept], _prose(text))]
     assert not hits, f"use {CHOSEN[concept]} for {concept}:\n" + "\n".join(hits)
+
+
+def test_the_zh_diagrams_say_what_their_plot_shows(monkeypatch, tmp_path):
+    """The plots are drawn once for both languages, with formula labels: the aggregation plot had
+    "(each token)" on its y axis, and the zh DPO caption named the plot's "margin" 间隔 only."""
+    from lmpo.teach.explain import diagrams
+    from lmpo.teach.explain.text_zh import TEXT
+
+    drawn = []
+    monkeypatch.setattr(diagrams, "_save", lambda fig, path: drawn.append(fig))
+    diagrams.aggregation(str(tmp_path / "a.png"))
+    assert not re.search(r"[A-Za-z]{3,}", drawn[0].axes[0].get_ylabel())
+    assert "∂L/∂margin" in TEXT["diagram.preference_dpo"] and "∂L/∂间隔" not in TEXT["diagram.preference_dpo"]

@@ -137,7 +137,7 @@ def aggregation(path: str) -> None:
         (weight,) = torch.autograd.grad(AGGREGATIONS.get(name)(token_loss, mask, max_len=8), token_loss)
         ax.bar([i + (k - 1) * 0.27 for i in range(len(lengths))], weight[:, 0].tolist(), width=0.27, label=name)
     ax.set_xticks(range(len(lengths)), [f"L_i = {n}" for n in lengths])
-    ax.set_ylabel("∂L/∂ℓ_{i,t}  (each token)")
+    ax.set_ylabel("∂L/∂ℓ_{i,t}")  # a formula only: the zh page shows the same plot
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
     _save(fig, path)

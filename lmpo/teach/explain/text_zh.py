@@ -246,7 +246,7 @@ TEXT: dict[str, str] = {
     "diagram.token_returns": "REINFORCE++ 作用于示例组：每个词元的回报（结果奖励与 −β·k1，β = {beta}），以及在批次上白化后的优势。",
     "diagram.gae_masked": "沿一条多轮轨迹的广义优势估计（γ {gamma}，λ {lam}）：灰色位置是工具输出（掩码为 0），递推跳过它们，也从不读取它们的价值。",
     "diagram.kl_estimators": "k1、k2、k3 随 κ = log π_ref − log π_θ 的变化及其梯度。k3 ≥ 0，在 0 附近与 k2 相近；k1 是直线，会取负值。",
-    "diagram.preference_dpo": "DPO 损失及 ∂L/∂间隔 随间隔的变化：被选回答领先越多，梯度越小，但永不为零。",
+    "diagram.preference_dpo": "DPO 损失及 ∂L/∂margin 随间隔（margin，图中的横轴）的变化：被选回答领先越多，梯度越小，但永不为零。",
     "diagram.preference_ipo": "IPO 损失随间隔的变化：一条抛物线，最小值在目标间隔 β·1/(2β) = 1/2 处。",
     "diagram.preference_simpo": "SimPO 损失随间隔的变化：即 DPO 曲线向右平移 γ = {gamma}。",
     "diagram.bradley_terry": "Bradley–Terry 损失及其梯度随 r_w − r_l 的变化，无间隔与 m = {margin} 两种情形。",
