@@ -73,3 +73,11 @@ def test_the_zh_diagrams_say_what_their_plot_shows(monkeypatch, tmp_path):
     diagrams.aggregation(str(tmp_path / "a.png"))
     assert not re.search(r"[A-Za-z]{3,}", drawn[0].axes[0].get_ylabel())
     assert "∂L/∂margin" in TEXT["diagram.preference_dpo"] and "∂L/∂间隔" not in TEXT["diagram.preference_dpo"]
+
+
+def test_the_zh_pages_say_why_their_plots_are_english():
+    from lmpo.teach.explain.text_zh import TEXT
+    from lmpo.teach.factcheck.texts import ui
+
+    assert "英文" in TEXT["heading.diagrams"] and "中文字体" in TEXT["heading.diagrams"]
+    assert "英文" in ui("zh")["intro"] and "中文字体" in ui("zh")["intro"]

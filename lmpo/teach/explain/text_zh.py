@@ -41,7 +41,7 @@ TEXT: dict[str, str] = {
     "heading.when": "何时选用",
     "heading.formula": "公式",
     "heading.example": "数值示例",
-    "heading.diagrams": "图示",
+    "heading.diagrams": "图示（图内标注为英文和公式：不能假定装有中文字体）",
     "heading.given": "给定",
     "heading.colon": "：",
     "heading.provenance": "（{text}）",

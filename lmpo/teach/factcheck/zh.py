@@ -9,7 +9,8 @@ from lmpo.teach.factcheck.core import DEPENDS, ERROR, FAILS, HOLDS
 UI_ZH = {
     "title": "lmpo 事实核查：业内反复流传的说法，逐条实测",
     "intro": "共 {claims}。每条都用 lmpo 自己的函数和训练器做一个小实验或一次精确计算来检验；结论按列出的判据由测得的数字"
-             "算出，不是事先写好的。用时 {seconds:.0f} 秒，{threads} 个线程。",
+             "算出，不是事先写好的。用时 {seconds:.0f} 秒，{threads} 个线程。图内的标注为英文：画图的机器上不能假定装有"
+             "中文字体。",
     "claims_one": "1 条说法", "claims_many": "{n} 条说法",
     "table_title": "lmpo 事实核查 — {claims}，{seconds:.0f} 秒，{threads} 个线程",
     "claim": "说法", "verdict": "结论", "seconds": "秒", "criterion": "判据：", "source": "出处：",
