@@ -265,3 +265,26 @@ def test_chinese_exercises_use_the_terms_of_lmpo_explain():
             prose = re.sub(r"`[^`]*`|[A-Za-z_]+token[A-Za-z_]*|token[A-Za-z_]+", "", text)
             assert "补全" not in prose and "截断代理" not in prose, (ex.name, text)
             assert not re.search(r"(?<![A-Za-z_])tokens?(?![A-Za-z_])", prose), (ex.name, text)
+
+
+def test_train_in_chinese_trains_the_sft_start_without_its_english_log(tmp_path, capsys, monkeypatch):
+    """The first `exercise train` trains the SFT start (CPT → SFT); in Chinese its trainers' lines go
+    to OUT/sft_start.log (the start itself is replaced by a printing stand-in: this is about the words)."""
+    import lmpo.teach.start as start
+    from lmpo.teach.exercise.check import user_function
+    from lmpo.teach.exercise.train import TrainOptions, train_exercise
+
+    def trained(*args, **kwargs):
+        print("[cpt] step 10/10  loss 1.0")
+        return start.StartPoint(model_dir="tiny", sft_accuracy=0.3, cpt_accuracy=0.0, seconds=1.0, directory="d")
+
+    monkeypatch.setattr(start, "is_cached", lambda *a, **k: False)
+    monkeypatch.setattr(start, "sft_start", trained)
+    said = []
+    fn = user_function(SOLUTIONS / "dpo_loss_correct.py", EXERCISES["dpo_loss"])
+    opts = TrainOptions(steps=1, eval_problems=2, out=str(tmp_path), threads=1)
+    train_exercise(EXERCISES["dpo_loss"], fn, opts, say=said.append, lang="zh")
+    assert said[0].startswith("[exercise] 先训练 SFT 起点检查点（只需一次") and str(tmp_path / "sft_start.log") in said[0]
+    captured = capsys.readouterr()
+    assert "[cpt]" not in captured.out + captured.err
+    assert "[cpt] step 10/10" in (tmp_path / "sft_start.log").read_text()

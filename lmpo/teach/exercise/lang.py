@@ -187,6 +187,9 @@ MESSAGES: dict[str, dict[str, str]] = {
                         "{steps} 步"),
     "train.reference": both("[exercise] the same run with lmpo's {reference}",
                             "[exercise] 用 lmpo 的 {reference} 跑同样的训练"),
+    "train.sft_start": both("[exercise] training the SFT starting checkpoint first (once, about a minute; kept in "
+                            "{directory}); its log: {log}",
+                            "[exercise] 先训练 SFT 起点检查点（只需一次，约一分钟；保存在 {directory}）；训练日志写在 {log}"),
     "train.quiet": both("[exercise] training ({steps} steps); the trainer's log: {log}",
                         "[exercise] 训练 {steps} 步……训练器自己的日志（英文）写在 {log}"),
     "train.done": both("[exercise] done in {seconds} s: held-out accuracy {accuracy}",

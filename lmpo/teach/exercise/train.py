@@ -134,11 +134,9 @@ def train_exercise(exercise: Exercise, fn: Callable, opts: TrainOptions, model_d
     is in `lang`."""
     opts.validate()
     plug: Plug = exercise.plug
-    if model_dir is None:
-        from lmpo.teach.start import sft_start
-
-        model_dir = sft_start(opts.task, seed=opts.seed, threads=opts.threads or 2).model_dir
     out = Path(opts.out)
+    if model_dir is None:
+        model_dir = _start_model(opts, out, say, lang)
     wrapped = plug.wrap(fn) if plug.wrap else fn
     say(msg("train.start", lang, name=exercise.name, function=exercise.function, role=tr(plug.role, lang),
             steps=opts.steps, model_dir=model_dir))
@@ -150,6 +148,21 @@ def train_exercise(exercise: Exercise, fn: Callable, opts: TrainOptions, model_d
     kind, values = stage_settings(plug, plug.reference, model_dir, out / "lmpo", opts)
     reference = _run_said(kind, values, f"lmpo {plug.reference}", out / "lmpo.log", say, lang, opts.steps)
     return [yours, reference]
+
+
+def _start_model(opts: TrainOptions, out: Path, say: Callable[[str], None], lang: str) -> str:
+    """The task's SFT checkpoint (`sft_start`); in Chinese, a first-time training of it logs to
+    OUT/sft_start.log instead of the terminal, said in one Chinese line."""
+    from lmpo.teach.start import is_cached, sft_start, start_directory
+
+    train = lambda: sft_start(opts.task, seed=opts.seed, threads=opts.threads or 2).model_dir  # noqa: E731
+    if lang == "en" or is_cached(opts.task, opts.seed):
+        return train()
+    log = out / "sft_start.log"
+    say(msg("train.sft_start", lang, directory=start_directory(opts.task, opts.seed, "tiny"), log=log))
+    out.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as sink, redirect_stdout(sink), redirect_stderr(sink):
+        return train()
 
 
 def _run_said(kind: str, values: dict, label: str, log: Path, say: Callable[[str], None], lang: str,
