@@ -33,10 +33,11 @@ from lmpo.trainers.run_dir import MARKER, checkpoint_dir, complete_checkpoints
 SHARDED = "sharded"  # an FSDP run's weights and optimizer state: a distributed checkpoint
 # Options that may differ between a run and its resumption without changing what it trains: where
 # and how often it saves, and how a step is computed (threads, and the memory options that split
-# or recompute the same sums; these change only the float rounding, like the thread count).
+# or recompute the same sums; these change only the float rounding, like the thread count); and the
+# wall-time cap, which says only where the run stops (`cap_switch_problem`: where it is a stopping rule's).
 RESUME_MAY_CHANGE = frozenset({"out", "resume", "overwrite", "save_every", "keep_checkpoints", "threads", "log_every",
                                "max_unscorable_steps", "reward_memory_mb", "gradient_checkpointing",
-                               "logprob_chunk_tokens", "micro_batch_size", "micro_batch_tokens"})
+                               "logprob_chunk_tokens", "micro_batch_size", "micro_batch_tokens", "max_minutes"})
 
 
 @dataclass
@@ -280,6 +281,8 @@ def check_same_config(saved: dict, current: dict, run_dir: str | Path) -> None:
     changed = sorted(k for k in saved.keys() | current.keys()
                      if k.rpartition(".")[2] not in RESUME_MAY_CHANGE and saved_files.get(k) != current_files.get(k)
                      and not _picked_alike(k, saved, current))
+    if switched := cap_switch_problem(saved, current):
+        raise ValueError(f"--resume {run_dir}: {switched}")
     if changed:
         parts = ", ".join(f"{k}={current.get(k)!r} ({_was(k, saved.get(k))})" for k in changed)
         if (Path(run_dir) / "result.json").is_file():  # a resume repeats a finished run; it does not extend it
@@ -287,6 +290,23 @@ def check_same_config(saved: dict, current: dict, run_dir: str | Path) -> None:
                              f"to train its model further start a new run from it (--model {Path(run_dir) / 'model'})")
         raise ValueError(f"--resume {run_dir}: options differ from the interrupted run: {parts}; "
                          f"repeat the run's own options")
+
+
+def cap_switch_problem(saved: dict, current: dict) -> str | None:
+    """`max_minutes` may change on resume, except from or to 0 where, without `stop_patience`, it
+    alone turns a stopping rule on or off (CPT, RL): held-out evaluations to pick the best model
+    on, and that model kept instead of the last, would change what the run computes."""
+    for key in sorted(k for k in saved.keys() | current.keys() if k.rpartition(".")[2] == "max_minutes"):
+        section = key.rpartition(".")[0]
+        patience = f"{section}.stop_patience" if section else "stop_patience"
+        if patience not in saved or saved.get(patience) or current.get(patience):
+            continue  # no stopping rule (the offline trainers' plain cap), or patience keeps one on
+        before, now = saved.get(key, 0), current.get(key, 0)
+        if bool(before) != bool(now):
+            return (f"{key}={now!r} (was {before!r}): here the wall-time cap is a stopping rule (held-out "
+                    f"evaluations, the best model kept), which {'0 turns off' if before else 'this turns on'}; "
+                    f"give {'a larger --max_minutes (it counts the time trained before) instead of 0' if before else '--max_minutes 0, as the run had'}")
+    return None
 
 
 # options whose 0 is "the task's own": a run started without them recorded 0, not the task's value

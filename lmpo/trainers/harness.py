@@ -200,8 +200,15 @@ class Run:
         if resumed is not None:
             self.sync(model)  # FSDP: sample from the resumed weights
         self.clock.resume(resumed)
+        self.say_budget(resumed)
         self.open_log(resumed.step if resumed else None)
         return resumed
+
+    def say_budget(self, resumed: Resumed | None) -> None:
+        """On resume: the time trained before, and what `--max_minutes` (which counts it) leaves."""
+        if resumed is None or STATE_KEY not in resumed.state:
+            return
+        self.say(budget_line(self.clock.before, getattr(self.cfg, "max_minutes", 0)))
 
     def open_log(self, resumed_step: int | None, key: str = "step") -> None:
         if self.dist.is_main:
@@ -250,8 +257,10 @@ class Run:
         return bool(every) and step < last and (step % every == 0 or stop_requested())
 
     def checkpoint(self, step: int, model, tokenizer, optimizer, scheduler, generators: dict | None = None,
-                   state: dict | None = None, extra_modules: dict | None = None, data_state: dict | None = None) -> None:
-        """Every rank's generator states go into one resumable checkpoint, written by rank 0."""
+                   state: dict | None = None, extra_modules: dict | None = None, data_state: dict | None = None,
+                   stopping: bool = False) -> None:
+        """Every rank's generator states go into one resumable checkpoint, written by rank 0.
+        `stopping`: the run ends after it anyway (its wall-time cap), so a SIGTERM does not stop it here."""
         generators = generators or {}
         rng = self.dist.gather({"torch": torch.get_rng_state(),
                                 **{f"gen_{k}": g.get_state() for k, g in generators.items()}})
@@ -269,7 +278,7 @@ class Run:
                             self.cfg.keep_checkpoints, extra_modules,
                             data_state, rank_rng=rng if self.dist.active else None, sharded=sharded)
         self.dist.barrier()
-        if stop_requested():  # SIGTERM: this checkpoint is where the run stops
+        if stop_requested() and not stopping:  # SIGTERM: this checkpoint is where the run stops
             self.close()
             raise Preempted(step, checkpoint_dir(self.out) / f"step_{step:06d}")
 
@@ -322,6 +331,17 @@ class Run:
             self._dir.close()
             self._dir = None
         self.dist.close()
+
+
+def budget_line(before_s: float, max_minutes: float) -> str:
+    """What a resumed run is told of its clock: `--max_minutes` counts the time trained before."""
+    spent = f"{before_s / 60:.2f} minutes trained before this resume"
+    if not max_minutes:
+        return f"{spent}; no wall-time cap (--max_minutes 0)"
+    left = max_minutes - before_s / 60
+    if left <= 0:
+        return f"{spent}; --max_minutes {max_minutes:g} counts them, so no time is left: it stops after its next step"
+    return f"{spent}; --max_minutes {max_minutes:g} counts them and leaves {left:.2f} minutes"
 
 
 def _check_parallel_options(cfg, ctx: Distributed) -> None:

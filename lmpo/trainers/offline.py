@@ -20,6 +20,7 @@ from lmpo.trainers.distributed import equal_split_refusal
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater
 from lmpo.trainers.result import StageResult
+from lmpo.trainers.run_clock import cap_record
 from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, no_heldout_problems,
                                       optimizer_problems)
@@ -167,14 +168,17 @@ def train_offline(run: Run, cfg: OfflineConfig, policy, tokenizer, task, batches
                 run.write(row)
             updater.check(step)
             progress.update(step, loss=row["loss"], **{short: row[k] for k, short in SHOWN.items() if k in row})
-            if run.checkpoint_due(step, len(batches)) and not out_of_time:  # capped: it finishes (SIGTERM too)
-                run.checkpoint(step, policy, tokenizer, optimizer, scheduler, state=updater.state())
+            # capped: it finishes (SIGTERM too), with a checkpoint there that `--resume --max_minutes` goes on from
+            if run.checkpoint_due(step, len(batches)) or (out_of_time and cfg.save_every):
+                run.checkpoint(step, policy, tokenizer, optimizer, scheduler, state=updater.state(), stopping=out_of_time)
             if step % per_epoch == 0:
                 fault_point("epoch_end", step)
             fault_point("step_end", step)
             if out_of_time:
                 reason = f"the wall-time cap of {cfg.max_minutes:g} minutes"
-                run.say(f"stopping at step {step} of {len(batches)}: {reason}")
+                goes_on = (f"; --resume {run.out} with a larger --max_minutes (or 0) trains the remaining steps"
+                           if cfg.save_every else "")
+                run.say(f"stopping at step {step} of {len(batches)}: {reason}{goes_on}")
                 run.write({"step": step, "stopped": reason})
                 break
     result = StageResult(name=label, seconds=0.0, model_dir="", run_dir=str(run.out))
@@ -186,8 +190,10 @@ def train_offline(run: Run, cfg: OfflineConfig, policy, tokenizer, task, batches
                    "elapsed_s": run.elapsed()})
         result.accuracy, result.format_accuracy = final.accuracy, final.format_accuracy
     trained_items = min(data.items, last_step * cfg.batch_size)  # a second epoch is not new data
+    capped = cap_record(last_step, len(batches), cfg.max_minutes, bool(cfg.save_every)) if last_step < len(batches) else {}
     return run.finish(policy, tokenizer, result, models_held={"policy": 1, "reference": 0},
-                      pairs_trained=trained_items, completion_tokens=round(data.tokens_per_item * trained_items))
+                      pairs_trained=trained_items, completion_tokens=round(data.tokens_per_item * trained_items),
+                      **capped)
 
 
 @dataclass

@@ -135,6 +135,8 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
         record = path / RUN_RECORD
         if resume:
             _check_resumed(path, cfg, name)
+            # a run stopped at its cap, going on: no longer finished (a kill now leaves an interrupted run)
+            (path / "result.json").unlink(missing_ok=True)
         else:
             _clear_earlier_run(path, name, bool(getattr(cfg, "overwrite", False)))
             write_text(record, json.dumps({"trainer": name, "command": _COMMAND[-1] if _COMMAND else None,
@@ -364,6 +366,8 @@ def check_resume(cfg, name: str) -> None:
 
 
 def _check_resumed(path: Path, cfg, name: str) -> None:
+    from lmpo.trainers.run_clock import continued_cap  # a run stopped at its wall-time cap goes on
+
     check_resumable(path, name, _COMMAND[-1] if _COMMAND else None)
     recorded = saved_config(path)
     if recorded:  # every trainer, with or without a checkpoint
@@ -375,7 +379,8 @@ def _check_resumed(path: Path, cfg, name: str) -> None:
         except ValueError:
             raise RunDirError(f"--resume {path}: {saved_config_file} is not valid JSON") from None
         compare_options(saved, cfg, path)
-    if (path / "result.json").is_file():  # its kept checkpoints would redo its last steps and rewrite model/
+    if (path / "result.json").is_file() and continued_cap(path, getattr(cfg, "max_minutes", 0)) is None:
+        # its kept checkpoints would redo its last steps and rewrite model/
         raise RunDirError(f"--resume {path}: that run finished (result.json), so there is nothing to resume; its "
                           f"model is {path / 'model'}: to train it further, start a new run from it "
                           f"(--model {path / 'model'})")

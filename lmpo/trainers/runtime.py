@@ -116,6 +116,8 @@ def keep_rows_through(path: Path, key: str, last: int) -> None:
                 print(f"[metrics] {path}: line {lineno} is damaged (not a JSON object); the resumed run's log "
                       f"goes on without it")
             continue
+        if "stopped" in row and row.get(key) == last:  # a run stopped at its cap there goes on: not its ending
+            break
         if row.get(key, 0) <= last:
             kept.append(line)
     tmp = path.with_suffix(".jsonl.tmp")  # a kill mid-rewrite must not lose the log
