@@ -52,6 +52,7 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
             raise_if_any("RL", preset_problems(cfg, command, set_options(args.config, flags)))
         from lmpo.trainers.distributed import launched_rank
         from lmpo.trainers.preemption import Preempted, stop_at_next_step
+        from lmpo.trainers.reference_pass import StoppedBeforeTraining
 
         one_process = int(os.environ.get("WORLD_SIZE", "1")) == 1
         fresh = not getattr(cfg, "resume", "") and not Path(cfg.out).exists()
@@ -63,6 +64,9 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
                     if fresh and launched_rank() == 0:
                         remove_if_only_records(cfg.out)
                     raise
+            except StoppedBeforeTraining as stop:  # in the reference pass: its cap, or SIGTERM
+                print(f"lmpo: {stop}", file=sys.stderr)
+                return stop.code
             except Preempted as stop:
                 print(f"lmpo: {stop}; {_continue_with(command, cfg.resume or cfg.out)}", file=sys.stderr)
                 return 143  # 128 + SIGTERM, as if the signal had ended it
@@ -97,8 +101,9 @@ def _resume_hint(command: str, out: Path) -> str:
     """What an interrupted `lmpo train` leaves, and how to go on from it."""
     newest = _newest_checkpoint(out)
     if newest is None:
+        kept = " from the reference log-probs kept there" if (out / "reference_logps.pt").is_file() else ""
         return (f"{out} has no complete checkpoint yet (they come every --save_every steps); "
-                f"`{launcher()}lmpo train {command} --resume {out}` starts it over with its options")
+                f"`{launcher()}lmpo train {command} --resume {out}` starts it over with its options{kept}")
     return f"{out}: its newest complete checkpoint is {newest.name}; {_continue_with(command, out)}"
 
 

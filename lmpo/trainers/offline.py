@@ -19,6 +19,7 @@ from lmpo.rollout.evaluation import evaluate
 from lmpo.trainers.distributed import equal_split_refusal
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater
+from lmpo.trainers.reference_pass import stoppable_reference_pass
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.run_clock import cap_record
 from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
@@ -121,12 +122,10 @@ def reference_logps(run: Run, policy, batches: list, score: Callable) -> list:
     shards (wrong gradients, and a KeyError at the first checkpoint)."""
     model = run.plain(policy)
     model.eval()
-    out = []
-    # one forward per batch before the first step: on a large file, minutes to show progress for
-    with run.autocast(), run.progress(len(batches), label=f"{run.name} reference log-probs", unit="batch") as progress:
-        for batch in batches:
-            out.append(score(model, batch))
-            progress.update(len(out))
+    # one forward per batch before the first step: on a large file, minutes to show progress for, and
+    # to stop in (the cap, SIGTERM, Ctrl-C) with what was done kept for `--resume`
+    with run.autocast():
+        out = stoppable_reference_pass(run, model, batches, score)
     policy.train()
     return out
 

@@ -204,7 +204,7 @@ def _clear_earlier_run(path: Path, name: str, overwrite: bool) -> None:
 
 EARLIER_RUN_FILES = ("metrics.jsonl", "config.json", "trajectories.jsonl", "reward_workers.log",
                      "reward_failures.jsonl", "summary.json", "eval.json", "critic.safetensors", "report", "best",
-                     "best.tmp", "tensorboard")
+                     "best.tmp", "tensorboard", "reference_logps.pt")
 """What a run writes in its directory beside checkpoints/, result.json and model/, removed when a new run
 starts there (only where `run.json` says an earlier run wrote them), with RFT's `round_K/` (`_rft_rounds`).
 model/ may be the new run's input (`--model RUN/model`): it stays until the new run's model replaces it

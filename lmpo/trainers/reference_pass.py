@@ -1,0 +1,97 @@
+"""The offline trainers' reference log-prob pass (one forward per batch before step 1), stoppable.
+
+On a large file the pass takes minutes. `--max_minutes`, SIGTERM and Ctrl-C stop it at a batch
+boundary, with one line, instead of only after step 1 (the cap, SIGTERM) or with a traceback.
+What it computed is kept in `RUN_DIR/reference_logps.pt`: a few floats per example, written in
+milliseconds, where recomputing costs a forward of the model per batch; `--resume RUN` loads it
+and scores only the batches not yet done. A run that checkpoints keeps the whole pass there too,
+so a resume from a checkpoint does not repeat it, and scores with the very numbers the
+interrupted run trained with (a resume may change the thread count, which changes the rounding).
+One process only: under torchrun each process scores its own share, recomputed on resume.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from lmpo.trainers.faults import fault_point
+from lmpo.trainers.preemption import stop_requested
+from lmpo.trainers.run_clock import STATE_KEY
+
+FILE = "reference_logps.pt"
+
+
+class StoppedBeforeTraining(Exception):
+    """The run stopped in its reference pass (its cap, or SIGTERM: `code` 143), before any step."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+@torch.no_grad()
+def stoppable_reference_pass(run, model, batches: list, score: Callable) -> list:
+    """`score(model, batch)` of every batch, from where a saved partial pass left off (see the module
+    docstring); the caller has put `model` in eval mode and autocast on."""
+    path, keep = run.out / FILE, not run.dist.active
+    out = _saved(run, path, len(batches)) if keep and run.cfg.resume else []
+    if out:
+        run.say(f"reference log-probs of {len(out)} of {len(batches)} batches read from {path}")
+    max_minutes = getattr(run.cfg, "max_minutes", 0)
+    with run.progress(len(batches), initial=len(out), label=f"{run.name} reference log-probs", unit="batch") as progress:
+        try:
+            for batch in batches[len(out):]:
+                why = "SIGTERM" if stop_requested() else None
+                if why is None and run.out_of_time(max_minutes):
+                    why = f"the wall-time cap of {max_minutes:g} minutes"
+                if why is not None:
+                    raise StoppedBeforeTraining(_stopped(run, path, out, len(batches), why, keep),
+                                                143 if why == "SIGTERM" else 1)
+                out.append(score(model, batch))
+                progress.update(len(out))
+                fault_point("reference_batch", len(out))
+        except KeyboardInterrupt:
+            if keep and run.dist.is_main:
+                _save(run, path, out, len(batches))
+                print(f"[{run.name}] interrupted in the reference log-prob pass: {len(out)} of {len(batches)} "
+                      f"batches kept in {path}", flush=True)
+            raise
+    if keep and run.cfg.save_every and len(out) and run.dist.is_main:
+        _save(run, path, out, len(batches))  # a resume from a checkpoint reads it instead of a second pass
+    return out
+
+
+def _stopped(run, path: Path, out: list, total: int, why: str, keep: bool) -> str:
+    if keep and run.dist.is_main:
+        _save(run, path, out, total)
+    run.close()  # the run directory's lock, the trackers: as a stop at a checkpoint releases them
+    kept = f"; their log-probs are kept in {path}" if keep and out else ""
+    more = " with a larger --max_minutes (it counts the time spent here) or 0" if why.startswith("the wall") else ""
+    return (f"{why} stopped the reference log-prob pass at batch {len(out)} of {total}, before any training step "
+            f"(no model written){kept}; `--resume {run.out}`{more} goes on from there")
+
+
+def _save(run, path: Path, out: list, total: int) -> None:
+    cpu = [tuple(t.cpu() for t in x) if isinstance(x, tuple) else x.cpu() for x in out]
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"batches": total, "done": cpu, STATE_KEY: run.clock.seconds()}, tmp)
+    tmp.replace(path)  # a kill while writing keeps the previous file whole
+
+
+def _saved(run, path: Path, total: int) -> list:
+    """The saved pass's batches, on the run's device; [] when there is none or it is of other batches.
+    The time it had taken counts for `--max_minutes` (a checkpoint's time replaces it, when one loads)."""
+    try:
+        saved = torch.load(path, weights_only=True)
+    except FileNotFoundError:
+        return []
+    except Exception as err:  # noqa: BLE001 - a damaged file costs a recomputation, not the run
+        run.say(f"{path} cannot be read ({type(err).__name__}); computing the reference log-probs again")
+        return []
+    if saved.get("batches") != total:
+        return []
+    run.clock.go_on_from(saved.get(STATE_KEY))
+    return [tuple(run.to_device(*x)) if isinstance(x, (tuple, list)) else run.to_device(x) for x in saved["done"]]
