@@ -312,8 +312,11 @@ def test_resuming_a_finished_run_with_more_steps_says_how_to_train_it_further(tm
     from lmpo.trainers.checkpoint import check_same_config
 
     (tmp_path / "result.json").write_text("{}")
-    with pytest.raises(ValueError, match=r"steps=80 \(was 60\); that run finished.*--model " + str(tmp_path / "model")):
-        check_same_config({"steps": 60}, {"steps": 80}, tmp_path)
+    with pytest.raises(ValueError, match=r"steps=80 \(was 60\): the cosine learning-rate schedule decays.*that run "
+                                         r"finished.*--model " + str(tmp_path / "model")):
+        check_same_config({"steps": 60, "lr_schedule": "cosine"}, {"steps": 80, "lr_schedule": "cosine"}, tmp_path)
+    with pytest.raises(ValueError, match=r"lr=0.1 \(was 0.2\); that run finished.*--model " + str(tmp_path / "model")):
+        check_same_config({"steps": 60, "lr": 0.2}, {"steps": 60, "lr": 0.1}, tmp_path)
 
 
 def test_resume_alone_reuses_the_interrupted_runs_options(tmp_path, start_model):

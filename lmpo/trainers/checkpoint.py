@@ -28,6 +28,7 @@ from lmpo.models import save_model
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.inputs import check_same_inputs, input_fingerprints
 from lmpo.trainers.option_paths import absolute_paths, started_in
+from lmpo.trainers.resume_changes import cap_switch_problem, steps_extension_problem
 from lmpo.trainers.run_dir import MARKER, checkpoint_dir, complete_checkpoints
 
 SHARDED = "sharded"  # an FSDP run's weights and optimizer state: a distributed checkpoint
@@ -283,6 +284,15 @@ def check_same_config(saved: dict, current: dict, run_dir: str | Path) -> None:
                      and not _picked_alike(k, saved, current))
     if switched := cap_switch_problem(saved, current):
         raise ValueError(f"--resume {run_dir}: {switched}")
+    if "steps" in changed and (why := steps_extension_problem(saved, current)) is None:
+        changed.remove("steps")  # trained further: what the steps so far computed is the same
+    elif "steps" in changed and why:
+        model = f"--model {Path(run_dir) / 'model'}"
+        then = (f"that run finished, so to train further start a new run from its model ({model})"
+                if (Path(run_dir) / "result.json").is_file() else
+                f"to train further, finish this run with its --steps {saved['steps']}, then start a new run from its "
+                f"model ({model})")
+        raise ValueError(f"--resume {run_dir}: {why}; {then}")
     if changed:
         parts = ", ".join(f"{k}={current.get(k)!r} ({_was(k, saved.get(k))})" for k in changed)
         if (Path(run_dir) / "result.json").is_file():  # a resume repeats a finished run; it does not extend it
@@ -290,23 +300,6 @@ def check_same_config(saved: dict, current: dict, run_dir: str | Path) -> None:
                              f"to train its model further start a new run from it (--model {Path(run_dir) / 'model'})")
         raise ValueError(f"--resume {run_dir}: options differ from the interrupted run: {parts}; "
                          f"repeat the run's own options")
-
-
-def cap_switch_problem(saved: dict, current: dict) -> str | None:
-    """`max_minutes` may change on resume, except from or to 0 where, without `stop_patience`, it
-    alone turns a stopping rule on or off (CPT, RL): held-out evaluations to pick the best model
-    on, and that model kept instead of the last, would change what the run computes."""
-    for key in sorted(k for k in saved.keys() | current.keys() if k.rpartition(".")[2] == "max_minutes"):
-        section = key.rpartition(".")[0]
-        patience = f"{section}.stop_patience" if section else "stop_patience"
-        if patience not in saved or saved.get(patience) or current.get(patience):
-            continue  # no stopping rule (the offline trainers' plain cap), or patience keeps one on
-        before, now = saved.get(key, 0), current.get(key, 0)
-        if bool(before) != bool(now):
-            return (f"{key}={now!r} (was {before!r}): here the wall-time cap is a stopping rule (held-out "
-                    f"evaluations, the best model kept), which {'0 turns off' if before else 'this turns on'}; "
-                    f"give {'a larger --max_minutes (it counts the time trained before) instead of 0' if before else '--max_minutes 0, as the run had'}")
-    return None
 
 
 # options whose 0 is "the task's own": a run started without them recorded 0, not the task's value

@@ -21,7 +21,7 @@ from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater
 from lmpo.trainers.reference_pass import stoppable_reference_pass
 from lmpo.trainers.result import StageResult
-from lmpo.trainers.run_clock import cap_record
+from lmpo.trainers.resume_changes import cap_record
 from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, no_heldout_problems,
                                       optimizer_problems)

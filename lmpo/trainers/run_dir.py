@@ -135,8 +135,9 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
         record = path / RUN_RECORD
         if resume:
             _check_resumed(path, cfg, name)
-            # a run stopped at its cap, going on: no longer finished (a kill now leaves an interrupted run)
-            (path / "result.json").unlink(missing_ok=True)
+            from lmpo.trainers.resume_changes import reopen_finished
+
+            reopen_finished(path, name)
         else:
             _clear_earlier_run(path, name, bool(getattr(cfg, "overwrite", False)))
             write_text(record, json.dumps({"trainer": name, "command": _COMMAND[-1] if _COMMAND else None,
@@ -366,7 +367,7 @@ def check_resume(cfg, name: str) -> None:
 
 
 def _check_resumed(path: Path, cfg, name: str) -> None:
-    from lmpo.trainers.run_clock import continued_cap  # a run stopped at its wall-time cap goes on
+    from lmpo.trainers.resume_changes import continued_cap, extends_finished  # finished runs that go on
 
     check_resumable(path, name, _COMMAND[-1] if _COMMAND else None)
     recorded = saved_config(path)
@@ -379,7 +380,9 @@ def _check_resumed(path: Path, cfg, name: str) -> None:
         except ValueError:
             raise RunDirError(f"--resume {path}: {saved_config_file} is not valid JSON") from None
         compare_options(saved, cfg, path)
-    if (path / "result.json").is_file() and continued_cap(path, getattr(cfg, "max_minutes", 0)) is None:
+    current = json.loads(json.dumps(dataclasses.asdict(cfg)))
+    if (path / "result.json").is_file() and continued_cap(path, getattr(cfg, "max_minutes", 0)) is None \
+            and not extends_finished(path, recorded, current):
         # its kept checkpoints would redo its last steps and rewrite model/
         raise RunDirError(f"--resume {path}: that run finished (result.json), so there is nothing to resume; its "
                           f"model is {path / 'model'}: to train it further, start a new run from it "

@@ -1,0 +1,134 @@
+"""What `--resume RUN` may change of the run it continues, beyond `RESUME_MAY_CHANGE`
+(lmpo/trainers/checkpoint.py), and the finished runs it may go on with.
+
+- `--max_minutes`: it says only where a run stops; except from or to 0 where it alone turns a
+  stopping rule on or off (`cap_switch_problem`).
+- A run stopped by its wall-time cap finishes (model/, result.json) and, when it checkpoints,
+  writes a checkpoint at the step it stopped at, noted in result.json (`cap_record`); `--resume
+  RUN --max_minutes M` goes on from it as if the run had never stopped (`continued_cap`).
+- `--steps` may grow where nothing the steps so far computed depends on it: with a constant
+  learning-rate schedule (`steps_extension_problem`). A finished run is extended from its newest
+  checkpoint (`extends_finished`): its last checkpoint comes before its last step, so the steps
+  since are trained again, to the same result, and its model, metrics and result.json are rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lmpo.trainers.run_clock import STATE_KEY
+
+
+def cap_switch_problem(saved: dict, current: dict) -> str | None:
+    """`max_minutes` may change on resume, except from or to 0 where, without `stop_patience`, it
+    alone turns a stopping rule on or off (CPT, RL): held-out evaluations to pick the best model
+    on, and that model kept instead of the last, would change what the run computes."""
+    for key in sorted(k for k in saved.keys() | current.keys() if k.rpartition(".")[2] == "max_minutes"):
+        section = key.rpartition(".")[0]
+        patience = f"{section}.stop_patience" if section else "stop_patience"
+        if patience not in saved or saved.get(patience) or current.get(patience):
+            continue  # no stopping rule (the offline trainers' plain cap), or patience keeps one on
+        before, now = saved.get(key, 0), current.get(key, 0)
+        if bool(before) != bool(now):
+            return (f"{key}={now!r} (was {before!r}): here the wall-time cap is a stopping rule (held-out "
+                    f"evaluations, the best model kept), which {'0 turns off' if before else 'this turns on'}; "
+                    f"give {'a larger --max_minutes (it counts the time trained before) instead of 0' if before else '--max_minutes 0, as the run had'}")
+    return None
+
+
+def steps_extension_problem(saved: dict, current: dict) -> str | None:
+    """Why `steps` may not grow on resume (None: it may; "": it did not grow). What a step computes
+    depends on the total only through the learning-rate schedule's warm-up-then-decay (the data
+    order, the prompt stream, the KL controller and the evaluation cadence do not): with a
+    constant schedule the steps trained so far are those of a run planned longer."""
+    before, now = saved.get("steps"), current.get("steps")
+    if not isinstance(before, int) or not isinstance(now, int) or now <= before:
+        return ""
+    if current.get("lr_schedule") == "constant":
+        return None
+    schedule = f"{current['lr_schedule']} " if current.get("lr_schedule") else ""
+    return (f"steps={now} (was {before}): the {schedule}learning-rate schedule decays over the "
+            f"run's --steps, so the steps already trained would have had other rates in a run of {now}; only "
+            f"a run with --lr_schedule constant can be extended")
+
+
+# A run stopped by its wall-time cap before its last step finishes (model/, result.json) and, when
+# it checkpoints, writes a checkpoint at the step it stopped at, named in result.json under this
+# key; `--resume RUN --max_minutes M` then continues it as if it had never stopped.
+CAP_RECORD = "time_cap"
+
+
+def cap_record(step: int, steps: int, max_minutes: float, checkpointed: bool) -> dict:
+    """result.json's note of a stop at the cap: after `step` of `steps`, and whether it can go on."""
+    return {CAP_RECORD: {"step": step, "steps": steps, "max_minutes": max_minutes, "checkpoint": checkpointed}}
+
+
+def continued_cap(run_dir, max_minutes: float) -> dict | None:
+    """For `--resume` of a finished run: its cap record when it stopped at its wall-time cap with a
+    checkpoint of that step, the newest (it then goes on from there); None when it did not stop so.
+    Raises RunDirError when it did but cannot go on, or `max_minutes` leaves it no time."""
+    from lmpo.trainers.run_dir import RunDirError, complete_checkpoints
+
+    try:
+        cap = json.loads((Path(run_dir) / "result.json").read_text()).get(CAP_RECORD)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(cap, dict):
+        return None
+    done = complete_checkpoints(run_dir)
+    if not cap.get("checkpoint") or not done or done[-1].name != f"step_{cap['step']:06d}":
+        raise RunDirError(f"--resume {run_dir}: that run stopped at its wall-time cap after step {cap['step']} of "
+                         f"{cap['steps']} without a checkpoint of that step (--save_every 0), so it cannot go on; "
+                         f"train its model further with a new run (--model {Path(run_dir) / 'model'})")
+    spent = _seconds_at(done[-1])
+    if max_minutes and spent is not None and 60 * max_minutes <= spent:
+        raise RunDirError(f"--resume {run_dir}: that run stopped at its wall-time cap of {cap['max_minutes']:g} minutes "
+                         f"after step {cap['step']} of {cap['steps']}, {spent / 60:.2f} minutes of training; "
+                         f"--max_minutes counts those too, so give more than {spent / 60:.2f} (or 0: no cap)")
+    return cap
+
+
+def _seconds_at(checkpoint) -> float | None:
+    try:
+        return json.loads((checkpoint / "state.json").read_text()).get(STATE_KEY)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def extends_finished(run_dir, saved: dict, current: dict) -> bool:
+    """A finished run (not stopped at its cap) resumed with more `--steps` that may grow, and a
+    checkpoint to go on from (else its model starts a new run)."""
+    from lmpo.trainers.run_dir import complete_checkpoints
+
+    return steps_extension_problem(saved, current) is None and bool(complete_checkpoints(run_dir))
+
+
+def reopen_finished(run_dir: Path, name: str) -> None:
+    """A finished run that `--resume` goes on with (checked before) is no longer finished: a kill now
+    leaves an interrupted run, not one whose result.json speaks of fewer steps."""
+    if (run_dir / "result.json").is_file():
+        print(going_on(run_dir, name), flush=True)
+        (run_dir / "result.json").unlink()
+
+
+def going_on(run_dir, name: str) -> str:
+    """What `--resume` of a finished run tells the user, before it takes result.json away."""
+    newest = _newest(run_dir)
+    try:
+        result = json.loads((Path(run_dir) / "result.json").read_text())
+    except (OSError, ValueError):
+        result = {}
+    cap = result.get(CAP_RECORD) if isinstance(result, dict) else None
+    if isinstance(cap, dict):
+        return (f"[{name}] {run_dir} stopped at its wall-time cap after step {cap.get('step')} of "
+                f"{cap.get('steps')}; going on from {newest}")
+    return (f"[{name}] {run_dir} finished; going on to the longer --steps from its newest checkpoint, {newest} "
+            f"(the steps after it are trained again, to the same result, and its model/ and result.json rewritten)")
+
+
+def _newest(run_dir) -> str:
+    from lmpo.trainers.run_dir import complete_checkpoints
+
+    done = complete_checkpoints(run_dir)
+    return done[-1].name if done else "the start"

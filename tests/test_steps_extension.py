@@ -1,0 +1,56 @@
+"""`--resume RUN --steps N` with more steps than the run planned: allowed where nothing the steps
+so far computed depends on the total (a constant learning-rate schedule), and then the run ends
+with the weights and step rows of a run planned that long from the start, bit for bit, whether it
+was interrupted or had finished; refused in one line where the schedule decays over the steps."""
+
+from __future__ import annotations
+
+import json
+
+from lmpo.cli.main import main
+from tests.test_max_minutes_resume import _same_model
+
+CPT = ["train", "cpt", "--log_every", "1", "--corpus_documents", "40", "--seq_len", "15", "--batch_size", "8",
+       "--warmup_steps", "1", "--eval_problems", "0", "--save_every", "2", "--threads", "1"]
+GRPO = ["train", "grpo", "--prompts_per_step", "2", "--group_size", "4", "--prompt_pool", "5", "--max_new_tokens", "12",
+        "--eval_problems", "0", "--save_every", "2", "--lr", "1e-3", "--rewards", "reward_fns:count_sevens=1.0",
+        "--reward_timeout", "0", "--threads", "1"]
+
+
+def _rows(out) -> list[dict]:
+    """The step rows, without their timings (seconds, throughput, memory: the machine's, not the run's)."""
+    rows = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+    return [{k: v for k, v in r.items() if not (k.endswith(("_s", "_mb")) or "per_s" in k or k.startswith("time_"))} for r in rows]
+
+
+def test_a_constant_schedule_run_interrupted_is_extended_like_a_longer_run(start_model, tmp_path, monkeypatch):
+    argv = [*CPT, "--model", start_model, "--lr_schedule", "constant"]
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    assert main([*argv, "--steps", "8", "--out", str(full)]) == 0
+    monkeypatch.setenv("LMPO_TERM_AT", "step_end:3")
+    assert main([*argv, "--steps", "6", "--out", str(cut)]) == 143
+    monkeypatch.delenv("LMPO_TERM_AT")
+    assert main(["train", "cpt", "--resume", str(cut), "--steps", "8"]) == 0
+    assert _same_model(full, cut) and _rows(cut) == _rows(full)
+
+
+def test_a_finished_rl_run_is_extended_from_its_newest_checkpoint(start_model, tmp_path, capsys):
+    argv = [*GRPO, "--model", start_model]  # RL's schedule is constant by default
+    full, done = tmp_path / "full", tmp_path / "done"
+    assert main([*argv, "--steps", "7", "--out", str(full)]) == 0
+    assert main([*argv, "--steps", "5", "--out", str(done)]) == 0
+    capsys.readouterr()
+    assert main(["train", "grpo", "--resume", str(done), "--steps", "7"]) == 0
+    assert "finished; going on to the longer --steps from its newest checkpoint, step_000004" in capsys.readouterr().out
+    assert _same_model(full, done)
+    assert [r["step"] for r in _rows(done)] == list(range(1, 8)) and _rows(done) == _rows(full)  # step 5 once
+    assert json.loads((done / "result.json").read_text())["config"]["steps"] == 7
+
+
+def test_a_decaying_schedule_refuses_more_steps_saying_why(start_model, tmp_path, capsys):
+    run = tmp_path / "cpt"
+    assert main([*CPT, "--model", start_model, "--steps", "4", "--out", str(run)]) == 0  # cosine, the default
+    assert main(["train", "cpt", "--resume", str(run), "--steps", "8"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lmpo:")]
+    assert len(err) == 1 and "steps=8 (was 4): the cosine learning-rate schedule decays over the run's --steps" in err[0]
+    assert f"that run finished, so to train further start a new run from its model (--model {run / 'model'})" in err[0]
