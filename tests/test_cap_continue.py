@@ -65,3 +65,19 @@ def test_a_stopping_rules_cap_is_not_turned_off_on_resume():
     check_same_config(plain, {**plain, "max_minutes": 0.0}, "")
     with pytest.raises(ValueError, match=r"rl_stage.max_minutes=0.0 \(was 20.0\)"):  # a pipeline's stage section
         check_same_config({"rl_stage": saved}, {"rl_stage": {**saved, "max_minutes": 0.0}}, "")
+
+
+def test_a_capped_online_dpo_run_goes_on_to_the_uncapped_runs_model(start_model, clock, tmp_path):
+    argv = ["train", "online_dpo", "--model", start_model, "--rounds", "8", "--prompts_per_round", "8",
+            "--samples_per_prompt", "4", "--max_new_tokens", "48", "--batch_size", "2", "--lr", "1e-3",
+            "--rewards", "reward_fns:count_sevens=1.0", "--reward_timeout", "0", "--eval_problems", "0",
+            "--save_every", "3", "--threads", "1"]
+    full, capped = tmp_path / "full", tmp_path / "capped"
+    assert main([*argv, "--out", str(full)]) == 0
+    assert main([*argv, "--max_minutes", CAP, "--out", str(capped)]) == 0
+    stop = _stopped(capped)[0]["round"]
+    assert 1 < stop < 8 and (capped / "checkpoints" / f"step_{stop:06d}").exists()
+    assert main(["train", "online_dpo", "--resume", str(capped), "--max_minutes", "0"]) == 0
+    rows = lambda out: [{k: v for k, v in r.items() if not k.startswith("time_") and not k.endswith("_s")}  # noqa: E731
+                        for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
+    assert _same_model(full, capped) and rows(capped) == rows(full)

@@ -24,6 +24,7 @@ from lmpo.trainers.harness import Run, Updater, preflight_run
 from lmpo.trainers.preference import (EncodedPairs, PreferenceLoss, encode_pair_ids, preference_options,
                                       preference_problems, preference_step, sequence_logps)
 from lmpo.trainers.prompts import PromptFileOptions, PromptStream, heldout_prompts, training_prompts
+from lmpo.trainers.resume_changes import cap_record
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_options import RewardOptions
 from lmpo.trainers.reward_watch import note_episodes, watch_rewards
@@ -141,6 +142,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     run.open_log(start_round if resumed else None, key="round")  # rows by round: a round without pairs updates nothing
     last_eval = None
     no_pair = {"unended": 0, "prompts": 0}  # why rounds formed no pair, for the warning at the end
+    capped = {}  # result.json's note of a stop at the wall-time cap
     if heldout and not resumed:
         last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens)
         run.write({"step": 0, "eval_accuracy": last_eval.accuracy, "eval_format_accuracy": last_eval.format_accuracy,
@@ -209,17 +211,21 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
                 last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens)
                 row["eval_accuracy"], row["eval_format_accuracy"] = last_eval.accuracy, last_eval.format_accuracy
                 row["elapsed_s"] = run.elapsed()
-            if out_of_time:
-                row["stopped"] = f"the wall-time cap of {cfg.max_minutes:g} minutes"
             run.write(row)
             progress.update(round_, reward=row.get("reward_mean"), pairs=row["pairs"],
                             **({"eval": row["eval_accuracy"]} if "eval_accuracy" in row else {}))  # this round's only
-            if run.checkpoint_due(round_, cfg.rounds) and not out_of_time:  # capped: it finishes (SIGTERM too)
+            # capped: it finishes (SIGTERM too), with a checkpoint there that `--resume --max_minutes` goes on from
+            if run.checkpoint_due(round_, cfg.rounds) or (out_of_time and cfg.save_every):
                 run.checkpoint(round_, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
-                               {"updates": step, "prompt_position": stream.position, **updater.state()})
+                               {"updates": step, "prompt_position": stream.position, **updater.state()},
+                               stopping=out_of_time)
             fault_point("step_end", round_)
             if out_of_time:
-                run.say(f"stopping after round {round_} of {cfg.rounds}: {row['stopped']}")
+                capped = cap_record(round_, cfg.rounds, cfg.max_minutes, bool(cfg.save_every))
+                reason = f"the wall-time cap of {cfg.max_minutes:g} minutes"
+                goes_on = f"; --resume {run.out} with a larger --max_minutes (or 0) trains the rest" if cfg.save_every else ""
+                run.say(f"stopping after round {round_} of {cfg.rounds}: {reason}{goes_on}")
+                run.write({"step": round_, "round": round_, "stopped": reason})  # its own row: a resume drops it
                 break
     rank_by.close()
     if step == 0 and no_pair["unended"] * 2 >= no_pair["prompts"] > 0:
@@ -234,7 +240,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     if last_eval:
         result.accuracy, result.format_accuracy = last_eval.accuracy, last_eval.format_accuracy
     held = {"policy": 1, "reference": int(reference is not None and run.lora is None)}
-    return run.finish(policy, tokenizer, result, models_held=held)
+    return run.finish(policy, tokenizer, result, models_held=held, **capped)
 
 
 def best_vs_worst(rollout, scores: torch.Tensor, group: int,
