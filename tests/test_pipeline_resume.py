@@ -136,3 +136,23 @@ def test_a_fresh_pipeline_over_an_interrupted_one_is_refused_unless_overwrite(tm
     (out / "summary.json").write_text("{}")  # a finished pipeline is replaced, as a finished run is
     with pytest.raises(AssertionError, match="CPT ran"):
         main(["pipeline", "--out", str(out), "--threads", "1"])
+
+
+def test_a_finished_stage_given_another_cap_or_more_steps_is_not_kept(tmp_path):
+    """A resume may change --max_minutes and grow --steps to go on with a run, but a pipeline stage
+    that finished is kept only when its cap and steps are those given: a larger budget trains it again."""
+    import dataclasses
+    import json
+    from dataclasses import replace
+
+    from lmpo.trainers.pipeline_resume import finished_stage
+    from lmpo.trainers.supervised import CPTConfig
+
+    stage = CPTConfig(out=str(tmp_path / "cpt"), steps=100, max_minutes=20.0, stop_patience=3, lr_schedule="constant")
+    (tmp_path / "cpt" / "model").mkdir(parents=True)
+    (tmp_path / "cpt" / "result.json").write_text(json.dumps({"name": "cpt", "seconds": 1.0, "model_dir": "m",
+                                                             "run_dir": "r", "config": dataclasses.asdict(stage)}))
+    assert finished_stage(stage) is not None
+    assert finished_stage(replace(stage, max_minutes=40.0)) is None
+    assert finished_stage(replace(stage, steps=200)) is None
+    assert finished_stage(replace(stage, threads=3)) is not None  # what changes no result keeps it

@@ -73,8 +73,9 @@ def finished_stage(stage_cfg) -> StageResult | None:
         record = json.loads((path / "result.json").read_text())
     except (OSError, ValueError):
         return None
+    # a changed cap or step count is not a finished stage kept (a resume may change them to go on with it)
     if not isinstance(record, dict) or not (path / "model").is_dir() or not _same_options(record.get("config"),
-                                                                                           stage_cfg):
+                                                                                           stage_cfg, GO_ON):
         return None
     fields = {f.name for f in dataclasses.fields(StageResult)}
     try:
@@ -94,9 +95,15 @@ def continued_stage(stage_cfg):
     return replace(stage_cfg, resume=str(path), overwrite=False)
 
 
-def _same_options(saved, stage_cfg) -> bool:
-    """Whether a stage's recorded options are `stage_cfg`'s, up to what a resume may change."""
+GO_ON = ("max_minutes", "steps")  # what `--resume` may change to train a run further (resume_changes)
+
+
+def _same_options(saved, stage_cfg, exactly: tuple[str, ...] = ()) -> bool:
+    """Whether a stage's recorded options are `stage_cfg`'s, up to what a resume may change
+    (except the options named in `exactly`)."""
     if not isinstance(saved, dict) or not saved:
+        return False
+    if any(saved.get(k) != getattr(stage_cfg, k, None) for k in exactly if k in saved):
         return False
     current = json.loads(json.dumps(dataclasses.asdict(stage_cfg), default=str))
     defaults = json.loads(json.dumps(dataclasses.asdict(type(stage_cfg)()), default=str))
