@@ -88,3 +88,12 @@ def test_a_resume_from_a_checkpoint_reads_the_pass_instead_of_repeating_it(start
     scored.calls.clear()
     assert main(["train", "dpo", "--resume", str(cut)]) == 0
     assert scored.calls == [] and _same_model(full, cut)
+
+
+def test_a_fresh_run_over_a_finished_one_drops_its_kept_pass(start_model, scored, tmp_path):
+    """Another run in the same --out must not read the earlier run's reference log-probs."""
+    full = _full(start_model, tmp_path)
+    assert (full / "reference_logps.pt").is_file()
+    argv = [a if a != "5" else "0" for a in ARGV]  # --save_every 0: this run keeps no pass of its own
+    assert main(["train", "dpo", "--model", start_model, *argv, "--out", str(full)]) == 0
+    assert not (full / "reference_logps.pt").exists()

@@ -96,6 +96,19 @@ def _seconds_at(checkpoint) -> float | None:
         return None
 
 
+def check_finished_goes_on(run_dir: Path, saved: dict, current: dict) -> None:
+    """`--resume` of a finished run: refused (RunDirError) unless it stopped at its cap or is given
+    more steps that may grow; its kept checkpoints would otherwise redo its last steps and rewrite model/."""
+    from lmpo.trainers.run_dir import RunDirError
+
+    if not (run_dir / "result.json").is_file() or continued_cap(run_dir, current.get("max_minutes", 0)) is not None \
+            or extends_finished(run_dir, saved, current):
+        return
+    raise RunDirError(f"--resume {run_dir}: that run finished (result.json), so there is nothing to resume; its "
+                      f"model is {run_dir / 'model'}: to train it further, start a new run from it "
+                      f"(--model {run_dir / 'model'})")
+
+
 def extends_finished(run_dir, saved: dict, current: dict) -> bool:
     """A finished run (not stopped at its cap) resumed with more `--steps` that may grow, and a
     checkpoint to go on from (else its model starts a new run)."""

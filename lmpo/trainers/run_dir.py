@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from lmpo.trainers.fs_faults import fault_cause, fs_error
+from lmpo.trainers.resume_changes import check_finished_goes_on, reopen_finished
 
 LOCK_NAME = ".lock"
 RUN_RECORD = "run.json"
@@ -135,8 +136,6 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
         record = path / RUN_RECORD
         if resume:
             _check_resumed(path, cfg, name)
-            from lmpo.trainers.resume_changes import reopen_finished
-
             reopen_finished(path, name)
         else:
             _clear_earlier_run(path, name, bool(getattr(cfg, "overwrite", False)))
@@ -367,8 +366,6 @@ def check_resume(cfg, name: str) -> None:
 
 
 def _check_resumed(path: Path, cfg, name: str) -> None:
-    from lmpo.trainers.resume_changes import continued_cap, extends_finished  # finished runs that go on
-
     check_resumable(path, name, _COMMAND[-1] if _COMMAND else None)
     recorded = saved_config(path)
     if recorded:  # every trainer, with or without a checkpoint
@@ -380,13 +377,7 @@ def _check_resumed(path: Path, cfg, name: str) -> None:
         except ValueError:
             raise RunDirError(f"--resume {path}: {saved_config_file} is not valid JSON") from None
         compare_options(saved, cfg, path)
-    current = json.loads(json.dumps(dataclasses.asdict(cfg)))
-    if (path / "result.json").is_file() and continued_cap(path, getattr(cfg, "max_minutes", 0)) is None \
-            and not extends_finished(path, recorded, current):
-        # its kept checkpoints would redo its last steps and rewrite model/
-        raise RunDirError(f"--resume {path}: that run finished (result.json), so there is nothing to resume; its "
-                          f"model is {path / 'model'}: to train it further, start a new run from it "
-                          f"(--model {path / 'model'})")
+    check_finished_goes_on(path, recorded, json.loads(json.dumps(dataclasses.asdict(cfg))))
 
 
 def compare_options(saved: dict, cfg, run_dir: str | Path) -> None:
