@@ -81,3 +81,18 @@ def test_a_capped_online_dpo_run_goes_on_to_the_uncapped_runs_model(start_model,
     rows = lambda out: [{k: v for k, v in r.items() if not k.startswith("time_") and not k.endswith("_s")}  # noqa: E731
                         for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
     assert _same_model(full, capped) and rows(capped) == rows(full)
+
+
+def test_a_killed_cpt_run_with_a_stopping_rules_cap_resumes_with_a_larger_one(start_model, clock, tmp_path,
+                                                                               monkeypatch, capsys):
+    argv = ["train", "cpt", "--model", start_model, "--steps", "12", "--corpus_documents", "200", "--seq_len", "32",
+            "--batch_size", "4", "--heldout_documents", "20", "--eval_loss_every", "1", "--eval_problems", "0",
+            "--log_every", "1", "--save_every", "100", "--threads", "1", "--max_minutes", CAP]
+    cut = tmp_path / "cut"
+    monkeypatch.setenv("LMPO_TERM_AT", "step_end:1")
+    assert main([*argv, "--out", str(cut)]) == 143
+    monkeypatch.delenv("LMPO_TERM_AT")
+    assert main(["train", "cpt", "--resume", str(cut), "--max_minutes", "0"]) == 2  # 0 would turn the rule off
+    assert "instead of 0" in capsys.readouterr().err
+    assert main(["train", "cpt", "--resume", str(cut), "--max_minutes", str(6.5 / 60)]) == 0
+    assert [r["step"] for r in _stopped(cut)] == [7]  # the cap of 3.5 s stopped it at step 4; this one at 7
