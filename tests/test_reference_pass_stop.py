@@ -97,3 +97,15 @@ def test_a_fresh_run_over_a_finished_one_drops_its_kept_pass(start_model, scored
     argv = [a if a != "5" else "0" for a in ARGV]  # --save_every 0: this run keeps no pass of its own
     assert main(["train", "dpo", "--model", start_model, *argv, "--out", str(full)]) == 0
     assert not (full / "reference_logps.pt").exists()
+
+
+def test_a_pipeline_stopped_in_a_reference_pass_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    from lmpo.trainers.reference_pass import StoppedBeforeTraining
+
+    def stopped(*args, **kwargs):
+        raise StoppedBeforeTraining("SIGTERM stopped the reference log-prob pass at batch 2 of 12", 143)
+
+    monkeypatch.setattr("lmpo.trainers.pipeline.run_pipeline", stopped)
+    assert main(["pipeline", "--out", str(tmp_path / "p"), "--rl", "dpo"]) == 143
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "batch 2 of 12" in err[0] and "lmpo pipeline --resume" in err[0]

@@ -17,6 +17,7 @@ def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
     cfg, explicit = pipeline_options(args.config, flags)
     from lmpo.trainers.distributed import launched_rank
     from lmpo.trainers.preemption import Preempted, Terminated, sigterm_interrupts
+    from lmpo.trainers.reference_pass import StoppedBeforeTraining
 
     one_process = int(os.environ.get("WORLD_SIZE", "1")) == 1  # torchrun: SIGTERM keeps its meaning
     try:
@@ -25,6 +26,9 @@ def cmd_pipeline(args: argparse.Namespace, flags: dict) -> int:
     except Preempted as stop:
         print(f"lmpo: {stop}; {_pipeline_resume_hint(Path(cfg.out))}", file=sys.stderr)
         return 143  # 128 + SIGTERM, as if the signal had ended it
+    except StoppedBeforeTraining as stop:  # a DPO/KTO stage's reference pass: its cap, or SIGTERM
+        print(f"lmpo: {stop}; {_pipeline_resume_hint(Path(cfg.out))}", file=sys.stderr)
+        return stop.code
     except KeyboardInterrupt as stop:
         if not launched_rank():
             print(f"lmpo: {_pipeline_resume_hint(Path(cfg.out))}", file=sys.stderr)

@@ -65,7 +65,8 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
                         remove_if_only_records(cfg.out)
                     raise
             except StoppedBeforeTraining as stop:  # in the reference pass: its cap, or SIGTERM
-                print(f"lmpo: {stop}", file=sys.stderr)
+                resume = f"{launcher()}lmpo train {command} --resume {cfg.resume or cfg.out}"
+                print(f"lmpo: {stop}; {stop.going_on(resume)}", file=sys.stderr)
                 return stop.code
             except Preempted as stop:
                 print(f"lmpo: {stop}; {_continue_with(command, cfg.resume or cfg.out)}", file=sys.stderr)

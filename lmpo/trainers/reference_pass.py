@@ -31,6 +31,11 @@ class StoppedBeforeTraining(Exception):
         super().__init__(message)
         self.code = code
 
+    def going_on(self, command: str) -> str:
+        """How to go on, given the command that resumes the run (`lmpo train dpo --resume RUN`)."""
+        more = " with a larger --max_minutes (it counts the time spent here) or 0" if self.code != 143 else ""
+        return f"`{command}`{more} goes on from there"
+
 
 @torch.no_grad()
 def stoppable_reference_pass(run, model, batches: list, score: Callable) -> list:
@@ -69,9 +74,8 @@ def _stopped(run, path: Path, out: list, total: int, why: str, keep: bool) -> st
         _save(run, path, out, total)
     run.close()  # the run directory's lock, the trackers: as a stop at a checkpoint releases them
     kept = f"; their log-probs are kept in {path}" if keep and out else ""
-    more = " with a larger --max_minutes (it counts the time spent here) or 0" if why.startswith("the wall") else ""
     return (f"{why} stopped the reference log-prob pass at batch {len(out)} of {total}, before any training step "
-            f"(no model written){kept}; `--resume {run.out}`{more} goes on from there")
+            f"(no model written){kept}")
 
 
 def _save(run, path: Path, out: list, total: int) -> None:

@@ -4,16 +4,18 @@ DPO and online DPO record of the samples they used."""
 import json
 
 from lmpo.cli.main import main
+from tests.test_max_minutes_resume import CAP, clock  # noqa: F401 (a fixture)
 
 
 def _rows(out):
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_dpo_stops_at_its_wall_time_cap_and_evaluates_that_model(start_model, tmp_path):
+def test_dpo_stops_at_its_wall_time_cap_and_evaluates_that_model(start_model, tmp_path, clock):
+    # the fake clock (one second per update): a real one's 0.06 s now run out in the reference pass, which stops too
     out = tmp_path / "dpo"
     assert main(["train", "dpo", "--model", start_model, "--out", str(out), "--pairs", "4000", "--batch_size", "8",
-                 "--eval_problems", "16", "--threads", "1", "--max_minutes", "0.001"]) == 0
+                 "--eval_problems", "16", "--threads", "1", "--max_minutes", CAP]) == 0
     rows, result = _rows(out), json.loads((out / "result.json").read_text())
     stopped = [r for r in rows if "stopped" in r]
     assert len(stopped) == 1 and stopped[0]["step"] < 500
