@@ -295,7 +295,7 @@ def check_same_config(saved: dict, current: dict, run_dir: str | Path) -> None:
         raise ValueError(f"--resume {run_dir}: {why}; {then}")
     if changed:
         parts = ", ".join(f"{k}={current.get(k)!r} ({_was(k, saved.get(k))})" for k in changed)
-        if (Path(run_dir) / "result.json").is_file():  # a resume repeats a finished run; it does not extend it
+        if (Path(run_dir) / "result.json").is_file():  # a finished run goes on only as resume_changes allows
             raise ValueError(f"--resume {run_dir}: options differ from the run's: {parts}; that run finished, so "
                              f"to train its model further start a new run from it (--model {Path(run_dir) / 'model'})")
         raise ValueError(f"--resume {run_dir}: options differ from the interrupted run: {parts}; "

@@ -32,4 +32,3 @@ class RunClock:
     def resume(self, resumed) -> None:
         """Go on from the seconds a loaded checkpoint (`Resumed`; None: a fresh run) recorded."""
         self.go_on_from(resumed.state.get(STATE_KEY) if resumed is not None else None)
-
