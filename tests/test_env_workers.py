@@ -103,7 +103,7 @@ def test_an_environment_that_raises_ends_its_episode_only(tok):
     scripts = {"qA": ["x"], "qB": ["y"]}
     trajs = _episodes(tok, scripts, _Raising, 2)
     assert [t.termination for t in trajs] == ["env_error", "env_error"]
-    assert trajs[0].info["error"] == "RuntimeError: the environment broke"
+    assert trajs[0].info["error"].startswith("_Raising.step raised RuntimeError: the environment broke (")
 
 
 class _Exits(SingleTurnEnv):

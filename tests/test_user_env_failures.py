@@ -10,6 +10,7 @@ unpickle the task: `No module named 'lmpo_task_...'`)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -63,21 +64,32 @@ def test_a_malformed_step_is_named_by_the_environments_class(returned, says):
     assert check_step(Env(), Step("ok", 0.5, False, {"tool_calls": 1})).reward == 0.5
 
 
+def _line(text: str) -> int:
+    """The line of ENV, as written to its file, that holds `text`."""
+    return next(n for n, line in enumerate(ENV.splitlines(), 1) if text in line)
+
+
 @pytest.mark.parametrize("mode,cause", [
-    ("raise", "ValueError: my step is broken"),
-    ("none", "Env.step returned NoneType; expected a Step("),
-    ("nan", "Env.step returned a Step with reward nan"),
-    ("reset_raise", "Env.reset raised KeyError: 'my reset is broken'"),  # a traceback from the agent loop before
-    ("reset_text", "Env.reset raised ValueError: Env.reset returned str; expected a list of {role, content}"),
+    ("raise", "Env.step raised ValueError: my step is broken (min_env.py:{raise})"),
+    ("none", "Env.step (min_env.py:{step}) returned NoneType; expected a Step("),
+    ("nan", "Env.step (min_env.py:{step}) returned a Step with reward nan"),
+    ("reset_raise", "Env.reset raised KeyError: 'my reset is broken' (min_env.py:{reset_raise})"),
+    ("reset_text", "Env.reset raised ValueError: Env.reset (min_env.py:{reset}) returned str; expected a list of "
+                   "{{role, content}}"),
 ])
 def test_a_run_whose_environment_breaks_every_episode_stops_saying_why(tmp_path, monkeypatch, capsys, mode, cause):
+    """Before, the error named no place in the user's file (`ValueError: my step is broken`, `Env.step
+    returned NoneType`): now the line that raised, or the method that returned the wrong thing."""
     (tmp_path / "min_env.py").write_text(ENV)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     assert main(["train", "grpo", *RUN, "--task", f"min_env:MyTask?mode={mode}", "--out", "run"]) == 1
     err = capsys.readouterr().err
-    assert f"[env] 4 of 4 episodes ended in env_error: ValueError: {cause}" in err or \
-           f"[env] 4 of 4 episodes ended in env_error: {cause}" in err, err
+    cause = cause.format(step=_line("def step"), reset=_line("def reset"), reset_raise=_line("my reset is broken"),
+                         **{"raise": _line("my step is broken")})
+    # the module is imported once per session, from the first test's directory
+    said = re.escape(f"[env] 4 of 4 episodes ended in env_error: {cause}").replace("min_env\\.py", r"/\S+/min_env\.py")
+    assert re.search(said, err), err
     assert err.strip().splitlines()[-1].startswith("lmpo: error: every episode of all 2 rounds ended in an "
                                                    "environment failure; the last: env_error: ")
     assert not (tmp_path / "run" / "model").exists()  # no model trained on nothing

@@ -9,8 +9,11 @@ turn: `SingleTurnEnv` ends the episode at the first answer.
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
+import os
+import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -66,7 +69,7 @@ def check_step(env, step) -> Step:
     what it returned: a user's environment that returns None, a tuple, a NaN reward or an unknown
     termination otherwise failed deep in the loop (`'NoneType' object has no attribute 'reward'`)
     or trained on NaN in silence."""
-    where = f"{type(env).__name__}.step"
+    where = f"{type(env).__name__}.step{defined_at(env, 'step')}"
     if not isinstance(step, Step):
         raise ValueError(f"{where} returned {type(step).__name__}; expected {STEP_SHAPE}")
     problems = []
@@ -92,10 +95,32 @@ def check_opening(env, messages) -> list[dict]:
     if not isinstance(messages, (list, tuple)) or not all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
             for m in messages):
-        raise ValueError(f"{type(env).__name__}.reset returned {type(messages).__name__}"
+        raise ValueError(f"{type(env).__name__}.reset{defined_at(env, 'reset')} returned {type(messages).__name__}"
                          f"{' with other items than messages' if isinstance(messages, (list, tuple)) else ''}; "
                          f"expected a list of {{role, content}} messages (the opening system and user turns)")
     return list(messages)
+
+
+_LMPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def defined_at(env, method: str) -> str:
+    """` (file:line)` where the environment's class defines `method`, or "" where it cannot be found."""
+    try:
+        fn = inspect.unwrap(getattr(type(env), method))
+        return f" ({inspect.getsourcefile(fn)}:{fn.__code__.co_firstlineno})"
+    except (AttributeError, TypeError, OSError):
+        return ""
+
+
+def env_failure(err: BaseException) -> str:
+    """`Type: message (file:line)` of an exception an environment raised, at the innermost frame
+    outside lmpo (the user's own code, or the library it called; none for lmpo's own checks, whose
+    message names the method): a bare `KeyError: 'id'` left the user to guess which line of their
+    environment raised it."""
+    frames = traceback.extract_tb(err.__traceback__)
+    outside = [f for f in frames if not os.path.abspath(f.filename).startswith(_LMPO_DIR + os.sep)]
+    return f"{type(err).__name__}: {err}" + (f" ({outside[-1].filename}:{outside[-1].lineno})" if outside else "")
 
 
 class Env(Protocol):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 from lmpo.envs.base import Problem
 from lmpo.envs.env import (ANSWERED, CONTEXT_OVERFLOW, ENV_DONE, ENV_ERROR, MAX_TURNS, PARSE_ERROR_LIMIT,
                            TERMINATIONS, TOKEN_BUDGET, TURN_LENGTH, EnvFactory, Step, check_opening,
-                           check_step)
+                           check_step, env_failure)
 from lmpo.rollout.budget_warnings import warn_if_calls_overrun, warn_if_demonstrations_overrun
 from lmpo.rollout.engines import Engine
 from lmpo.rollout.env_workers import EnvWorkers
@@ -66,15 +66,19 @@ def _open(make_env: EnvFactory, problem: Problem) -> tuple:
     try:
         return env, check_opening(env, env.reset(problem)), None
     except Exception as err:  # noqa: BLE001 -- as in `step`: the episode ends as env_error, the batch goes on
-        return env, None, f"{type(err).__name__}: {err}"
+        return env, None, env_failure(err)
 
 
 def _step(env, text: str) -> tuple[Step | None, str | None]:
-    """The environment's answer to the model's turn: (step, None) or (None, what it raised)."""
+    """The environment's answer to the model's turn: (step, None) or (None, what went wrong)."""
     try:
-        return check_step(env, env.step(text)), None
+        step = env.step(text)
     except Exception as err:  # an environment bug must not take the batch down; it is excluded from training
-        return None, f"{type(err).__name__}: {err}"
+        return None, f"{type(env).__name__}.step raised {env_failure(err)}"
+    try:
+        return check_step(env, step), None
+    except ValueError as err:  # names the method and what it returned
+        return None, str(err)
 
 
 class _Episode:
