@@ -120,8 +120,9 @@ class _BrokenFactory:
 def test_what_would_end_the_run_one_by_one_ends_it_with_workers(tok, workers):
     with pytest.raises(SystemExit):
         _episodes(tok, {"qA": ["x"], "qB": ["y"]}, _Exits, workers)
-    with pytest.raises(OSError, match="no sandbox"):
-        _episodes(tok, {"qA": ["x"]}, _BrokenFactory, workers)
+    # a factory that raises ends its episodes as env_error, as a reset that raises does, one by one or not
+    (traj,) = _episodes(tok, {"qA": ["x"]}, _BrokenFactory, workers)
+    assert traj.termination == "env_error" and traj.info["error"].startswith("_BrokenFactory raised OSError: no sandbox (")
 
 
 def test_ctrl_c_ends_the_run_while_a_tool_never_returns(tok):

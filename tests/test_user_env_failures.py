@@ -27,7 +27,9 @@ from lmpo.envs.env import Step
 from lmpo.envs.tool_tasks import Calculator
 
 class Env:
-    def __init__(self, mode): self.mode = mode
+    def __init__(self, mode):
+        if mode == "init_raise": raise OSError("my database is missing")
+        self.mode = mode
     def reset(self, problem):
         if self.mode == "reset_raise": raise KeyError("my reset is broken")
         if self.mode == "reset_text": return problem.prompt
@@ -74,8 +76,9 @@ def _line(text: str) -> int:
     ("none", "Env.step (min_env.py:{step}) returned NoneType; expected a Step("),
     ("nan", "Env.step (min_env.py:{step}) returned a Step with reward nan"),
     ("reset_raise", "Env.reset raised KeyError: 'my reset is broken' (min_env.py:{reset_raise})"),
-    ("reset_text", "Env.reset raised ValueError: Env.reset (min_env.py:{reset}) returned str; expected a list of "
-                   "{{role, content}}"),
+    ("reset_text", "Env.reset (min_env.py:{reset}) returned str; expected a list of {{role, content}}"),
+    # a 20-frame traceback from the agent loop before
+    ("init_raise", "MyTask.make_env raised OSError: my database is missing (min_env.py:{init_raise})"),
 ])
 def test_a_run_whose_environment_breaks_every_episode_stops_saying_why(tmp_path, monkeypatch, capsys, mode, cause):
     """Before, the error named no place in the user's file (`ValueError: my step is broken`, `Env.step
@@ -86,6 +89,7 @@ def test_a_run_whose_environment_breaks_every_episode_stops_saying_why(tmp_path,
     assert main(["train", "grpo", *RUN, "--task", f"min_env:MyTask?mode={mode}", "--out", "run"]) == 1
     err = capsys.readouterr().err
     cause = cause.format(step=_line("def step"), reset=_line("def reset"), reset_raise=_line("my reset is broken"),
+                         init_raise=_line("my database is missing"),
                          **{"raise": _line("my step is broken")})
     # the module is imported once per session, from the first test's directory
     said = re.escape(f"[env] 4 of 4 episodes ended in env_error: {cause}").replace("min_env\\.py", r"/\S+/min_env\.py")

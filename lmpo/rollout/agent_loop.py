@@ -61,12 +61,26 @@ class EpisodeLimits:
 
 
 def _open(make_env: EnvFactory, problem: Problem) -> tuple:
-    """A new environment, reset on `problem`: (env, opening messages, None) or (env, None, what it raised)."""
-    env = make_env()
+    """A new environment, reset on `problem`: (env, opening messages, None) or (env or None, None,
+    what went wrong). A factory that raises (an environment whose `__init__` cannot open its
+    database) ends the episode as a reset that raised does, not the run with lmpo's traceback."""
     try:
-        return env, check_opening(env, env.reset(problem)), None
+        env = make_env()
     except Exception as err:  # noqa: BLE001 -- as in `step`: the episode ends as env_error, the batch goes on
-        return env, None, env_failure(err)
+        return None, None, f"{_name(make_env)} raised {env_failure(err)}"
+    try:
+        messages = env.reset(problem)
+    except Exception as err:  # noqa: BLE001
+        return env, None, f"{type(env).__name__}.reset raised {env_failure(err)}"
+    try:
+        return env, check_opening(env, messages), None
+    except ValueError as err:  # names the method and what it returned
+        return env, None, str(err)
+
+
+def _name(make_env: EnvFactory) -> str:
+    """How the person who wrote the factory calls it: `MyTask.make_env`, `MyEnv` (a class)."""
+    return getattr(make_env, "__qualname__", None) or type(make_env).__name__
 
 
 def _step(env, text: str) -> tuple[Step | None, str | None]:
@@ -94,7 +108,7 @@ class _Episode:
         self.traj = Trajectory(problem, len(ids), list(ids), [PROMPT] * len(ids), [0.0] * len(ids),
                                messages=self.messages)
         if failed:
-            self.end(ENV_ERROR, error=f"{type(self.env).__name__}.reset raised {failed}")
+            self.end(ENV_ERROR, error=failed)
 
     @property
     def used(self) -> int:
