@@ -362,3 +362,20 @@ def test_a_classifier_with_several_labels_is_refused_as_a_reward_model(start_mod
     ids = torch.tensor([[5, 6, 7]])
     with pytest.raises(ValueError, match=f"has {count} labels, not one"):
         last_token_scores(model, ids, torch.ones_like(ids))
+
+
+def test_a_task_that_cannot_be_pickled_is_named_with_its_attribute():
+    """Before: a task holding a sqlite3 connection, with a reward function of the user's, ended the
+    run with pickle's traceback from inside the reward runner (`TypeError: cannot pickle
+    'sqlite3.Connection' object`); now one error names the task, the attribute and what to do."""
+    import sqlite3
+
+    task = make_task("sort_digits")
+    task.db = sqlite3.connect(":memory:")
+    with RewardRunner({"r": (half, 1.0)}, timeout_s=5.0) as runner:
+        with pytest.raises(RewardFailure) as info:
+            runner.score(task, PROBLEMS[:2], ["12", "21"], [True, True])
+    said = str(info.value)
+    assert said.startswith("reward function 'r': the task SortDigits cannot be pickled (its attribute 'db', a "
+                           "sqlite3.Connection): TypeError: cannot pickle 'sqlite3.Connection' object;"), said
+    assert "make_env()" in said and "--reward_timeout 0" in said and info.value.unscorable == 2

@@ -94,6 +94,25 @@ def as_scores(values) -> Scores:
     return out
 
 
+def unpicklable(task, err: BaseException) -> str:
+    """Why `task` cannot go to a reward worker, naming the attribute that holds what pickle refused
+    (a database connection, a lock) where one does, and what to do."""
+    import pickle
+
+    attribute = ""
+    for name, value in (vars(task).items() if hasattr(task, "__dict__") else ()):
+        try:
+            pickle.dumps(value)
+        except Exception:  # noqa: BLE001 -- any failure names the attribute
+            attribute = f" (its attribute {name!r}, a {type(value).__module__}.{type(value).__qualname__})"
+            break
+    return (f"the task {type(task).__name__} cannot be pickled{attribute}: {type(err).__name__}: {err}; a reward "
+            "function of your own runs in a worker process, which receives the task with each call. Open such "
+            "a resource in make_env() (each episode's environment) or on first use and leave it out of "
+            "__getstate__, or give --reward_timeout 0 (the function runs in the trainer's process, without a "
+            "time limit)")
+
+
 class _BoundedWriter(io.TextIOBase):
     """stdout/stderr of a worker: at most `limit` bytes in all reach `fd`, then one note."""
 

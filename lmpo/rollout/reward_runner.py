@@ -18,6 +18,7 @@ graders, pure and bounded) are always called in this process.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from typing import Literal, Sequence
 import torch
 
 from lmpo.envs.base import Grade, Problem, Task
-from lmpo.envs.reward_worker import DEFAULT_MEMORY_MB, NotScores, as_scores
+from lmpo.envs.reward_worker import DEFAULT_MEMORY_MB, NotScores, as_scores, unpicklable
 from lmpo.envs.rewards import GRADE_FIELDS, REWARDS, RewardFn, parse_reward_weights, reward_functions
 
 FailurePolicy = Literal["unscorable", "error"]
@@ -78,6 +79,10 @@ class _Worker:
             self._start()
         try:
             self.writer.send(args)
+        except (TypeError, AttributeError, pickle.PicklingError) as err:  # pickled before a byte is sent
+            raise RewardFailure(f"reward function {self.name!r}: {unpicklable(args[0], err)}", self.name, len(args[1]),
+                                kind="contract") from None
+        try:
             if not self.reader.poll(timeout_s):
                 self.stop()
                 return "timeout", f"{TIMED_OUT} {timeout_s:.3g} s (the worker was killed)"
