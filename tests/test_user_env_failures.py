@@ -58,6 +58,12 @@ class Env:
     (Step(observation=[{"role": "tool"}, 3]), "returned a Step with observation list"),
     (Step(info=None), "returned a Step with info NoneType"),
     (Step(done=True, info={"termination": "my_reason"}), "info['termination'] 'my_reason' (one of answered, "),
+    # before: `invalid literal for int()`, a traceback from the loop, or a string kept letter by letter
+    (Step(info={"tool_calls": "many"}), "info['tool_calls'] 'many' (a count: an int of 0 or more)"),
+    (Step(info={"tool_calls": None}), "info['tool_calls'] None"),
+    (Step(info={"counts": ["blocked"]}), "info['counts'] ['blocked'] (a dict of name: int)"),
+    (Step(info={"tool_crashes": "boom"}), "info['tool_crashes'] 'boom' (a list of str)"),
+    (Step("obs", info={"termination": "env_done"}), "info['termination'] 'env_done' without done=True"),
 ])
 def test_a_malformed_step_is_named_by_the_environments_class(returned, says):
     with pytest.raises(ValueError) as info:

@@ -83,11 +83,39 @@ def check_step(env, step) -> Step:
         problems.append(f"reward {reward!r}")
     if not isinstance(step.info, dict):
         problems.append(f"info {type(step.info).__name__}")
-    elif step.info.get("termination") not in (None, "", *TERMINATIONS):
-        problems.append(f"info['termination'] {step.info['termination']!r} (one of {', '.join(TERMINATIONS)})")
+    else:
+        problems += _info_problems(step)
     if problems:
         raise ValueError(f"{where} returned a Step with {'; '.join(problems)}; expected {STEP_SHAPE}")
     return step
+
+
+def _info_problems(step: Step) -> list[str]:
+    """What is wrong with the `info` keys the loop reads: a `tool_calls` of "many" or None, `counts`
+    as a list, stopped the run with `invalid literal for int()` or a traceback from the loop, and
+    `tool_crashes` as a string was kept letter by letter."""
+    info, problems = step.info, []
+    termination = info.get("termination")
+    if termination not in (None, "", *TERMINATIONS):
+        problems.append(f"info['termination'] {termination!r} (one of {', '.join(TERMINATIONS)})")
+    elif termination and not step.done:
+        problems.append(f"info['termination'] {termination!r} without done=True (the episode would go on)")
+    calls = info.get("tool_calls", 0)
+    if isinstance(calls, bool) or not isinstance(calls, numbers.Integral) or calls < 0:
+        problems.append(f"info['tool_calls'] {calls!r} (a count: an int of 0 or more)")
+    counts = info.get("counts", {})
+    if not isinstance(counts, dict) or not all(isinstance(k, str) and isinstance(v, numbers.Integral)
+                                               and not isinstance(v, bool) for k, v in counts.items()):
+        problems.append(f"info['counts'] {_short(counts)} (a dict of name: int)")
+    crashes = info.get("tool_crashes", [])
+    if not isinstance(crashes, list) or not all(isinstance(c, str) for c in crashes):
+        problems.append(f"info['tool_crashes'] {_short(crashes)} (a list of str)")
+    return problems
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def check_opening(env, messages) -> list[dict]:
