@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import sqlite3
 import threading
+import time
 import _thread
 
 import pytest
@@ -205,3 +206,42 @@ def test_a_task_option_sets_env_workers_for_a_training_run(tmp_path, monkeypatch
         logs.append([{k: v for k, v in row.items() if not k.startswith("time")} for row in rows])
         logs.append((tmp_path / out / "trajectories.jsonl").read_text())
     assert logs[0] == logs[2] and logs[1] == logs[3]
+
+
+class _Hangs(SingleTurnEnv):
+    """Never answers a turn that says `hang` (until the test lets go); answers any other at once."""
+
+    release = threading.Event()
+
+    def reset(self, problem):
+        if problem.prompt == "qOpen":
+            self.release.wait(60)
+        return super().reset(problem)
+
+    def step(self, action_text):
+        if action_text == "hang":
+            self.release.wait(60)
+        return super().step(action_text)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_environment_that_never_returns_is_given_up_at_the_tasks_env_timeout(tok, workers):
+    """Before: a step (or reset) that never returned held the run forever (SIGTERM only asked it to
+    stop after the step). With the task's `env_timeout` its episode ends as tool_timeout, and the
+    episodes queued behind it on the same thread still run."""
+    scripts = {"qA": ["hang"], "qB": ["11345"], "qC": ["x"], "qOpen": ["y"]}
+    problems = [Problem(prompt=name, answer="11345") for name in scripts]
+    _Hangs.release.clear()
+    start = time.monotonic()
+    try:
+        trajs = run_episodes(ScriptedEngine(tok, scripts), _Hangs, problems, SamplingParams(max_new_tokens=64),
+                             EpisodeLimits(max_turns=3, max_tokens=64), ChatRenderer(tok), tok, env_workers=workers,
+                             env_timeout=0.5)
+    finally:
+        _Hangs.release.set()
+    assert time.monotonic() - start < 10
+    assert [t.termination for t in trajs] == ["tool_timeout", "answered", "answered", "tool_timeout"]
+    assert trajs[0].info["error"].startswith("the environment's step did not return within the task's env_timeout "
+                                             "of 0.5 s")
+    assert trajs[3].info["error"].startswith("the environment's make_env() and reset did not return")
+    assert trajs[1].final_text == "11345"

@@ -94,6 +94,10 @@ def limit_problems(task) -> list[str]:
                             f"({type(value).__name__})")
         elif value < least:
             problems.append(f"{name} must be >= {least}, got {value}")
+    timeout = getattr(task, "env_timeout", 0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < float("inf"):
+        problems.append(f"env_timeout must be a number of seconds >= 0 (how long one call of an environment may "
+                        f"take; 0: no limit), got {timeout!r}")
     if callable(getattr(task, "make_env", None)):
         return problems + [f"{name} is missing: a task with make_env() declares the {EPISODE_LIMITS[name][1]}; without "
                            f"it {default}" for name, default in AGENT_LIMITS.items() if not hasattr(task, name)]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from lmpo.envs.base import Problem
 from lmpo.envs.env import (ANSWERED, CONTEXT_OVERFLOW, ENV_DONE, ENV_ERROR, MAX_TURNS, PARSE_ERROR_LIMIT,
-                           TERMINATIONS, TOKEN_BUDGET, TURN_LENGTH, EnvFactory, Step, check_opening,
+                           TERMINATIONS, TOKEN_BUDGET, TOOL_TIMEOUT, TURN_LENGTH, EnvFactory, Step, check_opening,
                            check_step, env_failure)
 from lmpo.rollout.budget_warnings import warn_if_calls_overrun, warn_if_demonstrations_overrun
 from lmpo.rollout.engines import Engine
@@ -78,6 +78,16 @@ def _open(make_env: EnvFactory, problem: Problem) -> tuple:
         return env, None, str(err)
 
 
+class Overran(str):
+    """What went wrong, when it is that the environment's call overran the task's `env_timeout`:
+    the episode ends as `tool_timeout`, not `env_error`."""
+
+
+def _overran(what: str):
+    return lambda timeout_s: (None, Overran(f"{what} did not return within the task's env_timeout of "
+                                            f"{timeout_s:g} s (it was given up; its thread is left to it)"))
+
+
 def _name(make_env: EnvFactory) -> str:
     """How the person who wrote the factory calls it: `MyTask.make_env`, `MyEnv` (a class)."""
     return getattr(make_env, "__qualname__", None) or type(make_env).__name__
@@ -108,7 +118,7 @@ class _Episode:
         self.traj = Trajectory(problem, len(ids), list(ids), [PROMPT] * len(ids), [0.0] * len(ids),
                                messages=self.messages)
         if failed:
-            self.end(ENV_ERROR, error=failed)
+            self.end(TOOL_TIMEOUT if isinstance(failed, Overran) else ENV_ERROR, error=failed)
 
     @property
     def used(self) -> int:
@@ -132,17 +142,19 @@ class _Episode:
 
 def run_episodes(engine: Engine, make_env: EnvFactory, problems: Sequence[Problem], params: SamplingParams,
                  limits: EpisodeLimits, renderer: TextRenderer | ChatRenderer, tokenizer: PreTrainedTokenizerBase,
-                 env_workers: int = 1) -> list[Trajectory]:
+                 env_workers: int = 1, env_timeout: float = 0.0) -> list[Trajectory]:
     """Run one episode per problem (repeat a problem G times for a group); trajectories in problem
     order. `env_workers`: environments created, reset and stepped at once, each episode's on one
-    thread of its own (see `EnvWorkers`)."""
-    with EnvWorkers(env_workers) as workers:
+    thread of its own (see `EnvWorkers`). `env_timeout`: seconds an environment's call may take
+    before its episode ends as `tool_timeout` (0: no limit)."""
+    with EnvWorkers(env_workers, env_timeout) as workers:
         return _run(engine, make_env, problems, params, limits, renderer, tokenizer, workers)
 
 
 def _run(engine: Engine, make_env: EnvFactory, problems: Sequence[Problem], params: SamplingParams,
          limits: EpisodeLimits, renderer, tokenizer, workers: EnvWorkers) -> list[Trajectory]:
     eos_ids = set(getattr(engine, "eos_ids", None) or _eos_ids(tokenizer))  # the engine's stop tokens
+    workers.on_timeout = lambda t: (None, None, _overran("the environment's make_env() and reset")(t)[1])
     opened = workers.run([(i, lambda p=p: _open(make_env, p)) for i, p in enumerate(problems)])
     episodes = [_Episode(p, o, renderer, limits, slot) for slot, (p, o) in enumerate(zip(problems, opened))]
     live = []
@@ -165,6 +177,7 @@ def _run(engine: Engine, make_env: EnvFactory, problems: Sequence[Problem], para
                                   max_new_tokens=[c for c, _ in caps])
         acting = [(ep, text) for ep, sample, (_, cap_reason) in zip(live, samples, caps)
                   if (text := _take_turn(ep, sample, cap_reason, eos_ids, tokenizer)) is not None]
+        workers.on_timeout = _overran("the environment's step")
         answers = workers.run([(ep.slot, lambda ep=ep, text=text: _step(ep.env, text)) for ep, text in acting])
         still = []
         for (ep, _), answer in zip(acting, answers):
@@ -205,7 +218,7 @@ def _answer(ep: _Episode, step: Step | None, error: str | None, tokenizer, last:
     traj = ep.traj
     if step is None:
         traj.turn_rewards.append(None)
-        ep.end(ENV_ERROR, error=error)
+        ep.end(TOOL_TIMEOUT if isinstance(error, Overran) else ENV_ERROR, error=error)
         return False
     traj.turn_rewards.append(step.reward)
     traj.tool_calls += int(step.info.get("tool_calls", 0))
@@ -317,6 +330,16 @@ def env_workers_of(task) -> int:
     return workers
 
 
+def env_timeout_of(task) -> float:
+    """The task's `env_timeout`: seconds one call of its environment (make_env and reset, or a step)
+    may take before the episode ends as `tool_timeout` (0, the default: no limit)."""
+    timeout = getattr(task, "env_timeout", 0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0 or timeout == float("inf"):
+        raise ValueError(f"task {type(task).__name__}: env_timeout must be a number of seconds of 0 or more (0: no "
+                         f"limit), got {timeout!r}")
+    return float(timeout)
+
+
 @dataclass
 class EpisodeRunner:
     """Everything needed to run a task's episodes with one engine: what RL, online DPO and
@@ -329,10 +352,11 @@ class EpisodeRunner:
     tokenizer: object
     params: SamplingParams
     env_workers: int = 1
+    env_timeout: float = 0.0
 
     def run(self, problems: Sequence[Problem]) -> list[Trajectory]:
         return run_episodes(self.engine, self.make_env, problems, self.params, self.limits, self.renderer,
-                            self.tokenizer, self.env_workers)
+                            self.tokenizer, self.env_workers, self.env_timeout)
 
     @classmethod
     def for_task(cls, task, model, tokenizer, params: SamplingParams, *, generator=None, max_turns: int = 0,
@@ -352,7 +376,8 @@ class EpisodeRunner:
         stops = _eos_first(getattr(engine, "eos_ids", None), tokenizer)
         renderer = renderer_for(task, tokenizer, stops)
         warn_if_demonstrations_overrun(task, renderer, tokenizer, limits, budget_option=budget_option)
-        return cls(engine, env_factory(task), renderer, limits, tokenizer, params, env_workers_of(task))
+        return cls(engine, env_factory(task), renderer, limits, tokenizer, params, env_workers_of(task),
+                   env_timeout_of(task))
 
 
 def check_rendering(task, model, tokenizer) -> None:

@@ -10,50 +10,68 @@ loop processes them as it would one by one; trajectories are the same as with on
 whenever the environments share no state.
 
 The threads are daemons: Ctrl-C or SIGTERM in the main thread ends the run even while a tool
-that never returns holds one of them.
+that never returns holds one of them. With `timeout_s` (a task's `env_timeout`), every call runs
+on a worker thread, one worker included, and a call that has run longer is given up: its result
+is `on_timeout(timeout_s)`, its thread is left to the call, and the calls queued behind it go to a
+fresh thread. Without it, an environment that never returns holds the run until Ctrl-C.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Callable, Sequence, TypeVar
 
 T = TypeVar("T")
 
 
 class _Outcome:
-    __slots__ = ("value", "error", "done")
+    __slots__ = ("value", "error", "done", "started")
 
     def __init__(self) -> None:
-        self.value, self.error, self.done = None, None, threading.Event()
+        self.value, self.error, self.done, self.started = None, None, threading.Event(), 0.0
 
 
 class EnvWorkers:
-    def __init__(self, n: int = 1):
+    def __init__(self, n: int = 1, timeout_s: float = 0.0, on_timeout: Callable[[float], object] | None = None):
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"env_workers must be a positive integer (environments stepped at once), got {n!r}")
-        self.n = n
+        self.n, self.timeout_s, self.on_timeout = n, timeout_s, on_timeout
         self._queues: list[queue.SimpleQueue] = []
         self._threads: list[threading.Thread] = []
 
     def run(self, calls: Sequence[tuple[int, Callable[[], T]]]) -> list[T]:
         """Each `(episode, call)`'s result, in order. An exception a call raised is raised here,
         in the caller's thread, after every call has finished (the first one in order)."""
-        if self.n == 1:
+        if self.n == 1 and not self.timeout_s:
             return [call() for _, call in calls]
         outcomes = []
         for episode, call in calls:
             outcome = _Outcome()
             self._queue(episode % self.n).put((call, outcome))
-            outcomes.append(outcome)
-        for outcome in outcomes:
-            while not outcome.done.wait(0.5):  # a timed wait: Ctrl-C reaches the main thread meanwhile
-                pass
-        for outcome in outcomes:
+            outcomes.append((episode % self.n, outcome))
+        for index, outcome in outcomes:
+            while not outcome.done.wait(0.5 if not self.timeout_s else min(0.5, self.timeout_s / 4)):
+                if self.timeout_s and outcome.started and time.monotonic() - outcome.started > self.timeout_s:
+                    self._give_up(index, outcome)  # a timed wait: Ctrl-C reaches the main thread meanwhile
+        for _, outcome in outcomes:
             if outcome.error is not None:
                 raise outcome.error
-        return [outcome.value for outcome in outcomes]
+        return [outcome.value for _, outcome in outcomes]
+
+    def _give_up(self, index: int, outcome: _Outcome) -> None:
+        """The call has overrun: its result is `on_timeout`'s, and the calls queued behind it move to a new thread."""
+        outcome.value = self.on_timeout(self.timeout_s) if self.on_timeout else None
+        outcome.done.set()
+        old = self._queues[index]
+        self._queues[index] = fresh = self._start()
+        try:
+            while (job := old.get_nowait()) is not None:
+                fresh.put(job)
+        except queue.Empty:
+            pass
+        old.put(None)  # the stuck thread ends, if its call ever returns
 
     def close(self) -> None:
         for q in self._queues:
@@ -68,19 +86,28 @@ class EnvWorkers:
 
     def _queue(self, index: int) -> queue.SimpleQueue:
         while len(self._queues) <= index:
-            q: queue.SimpleQueue = queue.SimpleQueue()
-            thread = threading.Thread(target=_serve, args=(q,), name=f"lmpo-env-{len(self._queues)}", daemon=True)
-            thread.start()
-            self._queues.append(q)
-            self._threads.append(thread)
+            self._queues.append(self._start())
         return self._queues[index]
+
+    def _start(self) -> queue.SimpleQueue:
+        q: queue.SimpleQueue = queue.SimpleQueue()
+        thread = threading.Thread(target=_serve, args=(q,), name=f"lmpo-env-{len(self._threads)}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        return q
 
 
 def _serve(jobs: queue.SimpleQueue) -> None:
     while (job := jobs.get()) is not None:
         call, outcome = job
+        if outcome.done.is_set():  # given up on while queued behind a call that overran
+            continue
+        outcome.started = time.monotonic()
         try:
-            outcome.value = call()
+            value = call()
+            if not outcome.done.is_set():
+                outcome.value = value
         except BaseException as error:  # noqa: BLE001 -- handed to the caller's thread, which decides
-            outcome.error = error
+            if not outcome.done.is_set():
+                outcome.error = error
         outcome.done.set()
