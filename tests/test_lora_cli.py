@@ -148,3 +148,20 @@ def test_lora_on_the_tied_head_or_embeddings_is_refused_and_leaves_no_run_direct
                  "--demonstrations", "8", "--epochs", "1", "--eval_problems", "0", "--lora_r", "2", *flags]) == 2
     assert "ties its output head to its input embeddings" in capsys.readouterr().err
     assert not out.exists()  # refused once the model was loaded: the directory it opened is gone again
+
+
+def test_ppo_under_lora_trains_its_separate_critic_through_an_adapter(qwen2_dir, tmp_path):
+    """PPO's separate critic was a full copy trained in full under --lora_r: gradients and Adam
+    state for every weight of a second model, undoing what LoRA saves. Now its trunk carries its
+    own adapter: the frozen weights stay those of the start model; the adapter and head train."""
+    out = tmp_path / "ppo"
+    assert main(["train", "ppo", "--model", qwen2_dir, "--out", str(out), *GRPO, "--eval_problems", "0"]) == 0
+    critic = load_file(out / "critic.safetensors")
+    start = load_file(Path(qwen2_dir) / "model.safetensors")
+    frozen = {k: v for k, v in critic.items() if ".base_layer." in k or (k.startswith("trunk.") and "lora_" not in k)}
+    assert any("lora_B" in k for k in critic) and frozen
+    for key, value in frozen.items():
+        name = "model." + key.removeprefix("trunk.").replace(".base_layer", "")
+        assert torch.equal(value, start[name]), key
+    assert any(v.abs().sum() > 0 for k, v in critic.items() if "lora_B" in k)  # the adapter trained
+    assert critic["head.linear.weight"].abs().sum() > 0

@@ -13,6 +13,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from lmpo.models.logprobs import completion_inputs, context_length
+from lmpo.models.lora import is_peft_model
 
 
 class ValueHead(nn.Module):
@@ -30,11 +31,13 @@ class ValueHead(nn.Module):
 
 
 class ValueModel(nn.Module):
-    """A separate critic: a transformer trunk (e.g. a copy of the SFT model's) plus a value head."""
+    """A separate critic: a transformer trunk (e.g. a copy of the SFT model's) plus a value head.
+    Given a LoRA model (a `PeftModel`), the trunk keeps its adapters, so only they and the head
+    train: the critic then costs no gradient or optimizer state for its frozen weights."""
 
     def __init__(self, causal_lm: nn.Module):
         super().__init__()
-        self.trunk = causal_lm.base_model
+        self.trunk = _trunk(causal_lm)
         self.head = ValueHead(causal_lm.config.hidden_size)
 
     def forward(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor) -> torch.Tensor:
@@ -51,3 +54,9 @@ class ValueModel(nn.Module):
 
     def load(self, path: str | Path) -> None:
         load_model(self, str(path))
+
+
+def _trunk(causal_lm: nn.Module) -> nn.Module:
+    """The transformer without its LM head; a PEFT model's, with the adapter layers in it."""
+    inner = causal_lm.get_base_model() if is_peft_model(causal_lm) else causal_lm
+    return inner.base_model

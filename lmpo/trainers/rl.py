@@ -74,7 +74,7 @@ def train_rl(cfg: RLConfig) -> StageResult:
     policy = run.load_policy(tokenizer, keep_dropout=cfg.keep_dropout)
     reference = run.reference(policy, lambda: load_model(cfg.model, tokenizer, seed=cfg.seed,
                                                           trust_remote_code=cfg.trust_remote_code)) if cfg.beta > 0 else None
-    critic = make_critic(cfg, policy, tokenizer)
+    critic = make_critic(cfg, policy, tokenizer, run.lora)
     critic = critic.to(run.device) if critic is not None else None
     parts = LossParts.from_config(cfg, run.trained(critic) if critic is not None else None)
     optimizer = make_optimizer(policy, cfg.lr, cfg.weight_decay, extra=[(critic, cfg.critic_lr)] if critic else [])
@@ -293,12 +293,12 @@ def eval_options(cfg: RLConfig) -> dict:
             "budget_option": "--eval_max_new_tokens"}
 
 
-def make_critic(cfg: RLConfig, policy, tokenizer):
+def make_critic(cfg: RLConfig, policy, tokenizer, lora=None):
     if cfg.critic == "head":
         return ValueHead(policy.config.hidden_size)
-    if cfg.critic == "separate":
+    if cfg.critic == "separate":  # under LoRA with its own adapter: a fully trained copy undid LoRA's memory saving
         return ValueModel(load_model(cfg.model, tokenizer, seed=cfg.seed, keep_dropout=cfg.keep_dropout,
-                                      trust_remote_code=cfg.trust_remote_code))
+                                      lora=lora, trust_remote_code=cfg.trust_remote_code))
     return None
 
 
