@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -213,3 +214,14 @@ def test_the_python_api_and_the_trainers_share_the_lora_defaults():
     assert LoraOptions().alpha == RunOptions().lora_alpha
     assert LoraOptions().dropout == RunOptions().lora_dropout
     assert LoraOptions().target_modules == RunOptions().lora_target_modules
+
+
+def test_the_hardware_page_gives_the_lora_defaults_the_code_has():
+    """docs/hardware.md's LoraOptions table said alpha 32 after the default became 16."""
+    import re
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "hardware.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", page, re.M))
+    defaults = LoraOptions()
+    assert float(rows["alpha"]) == defaults.alpha and int(rows["r"]) == defaults.r
+    assert float(rows["dropout"]) == defaults.dropout and rows["target_modules"].strip("`") == defaults.target_modules
