@@ -165,3 +165,25 @@ def test_ppo_under_lora_trains_its_separate_critic_through_an_adapter(qwen2_dir,
         assert torch.equal(value, start[name]), key
     assert any(v.abs().sum() > 0 for k, v in critic.items() if "lora_B" in k)  # the adapter trained
     assert critic["head.linear.weight"].abs().sum() > 0
+
+
+def test_a_lora_reward_model_trained_on_a_lora_stage_scores_as_its_merged_copy(qwen2_dir, tmp_path):
+    """SFT with LoRA, then `train rm --lora_r` on its model/: the reward model's adapter names the
+    SFT adapter as its base, and `--reward_model` refused it ('not a local model directory')."""
+    from transformers import AutoModelForSequenceClassification
+
+    from lmpo.models.reward_scorer import RewardModelReward
+
+    sft, rm = tmp_path / "sft", tmp_path / "rm"
+    assert main(["train", "sft", "--model", qwen2_dir, "--out", str(sft), "--demonstrations", "8", "--epochs", "1",
+                 "--eval_problems", "0", "--threads", "1", "--lora_r", "4", "--lr", "1e-2"]) == 0
+    assert main(["train", "rm", "--model", str(sft / "model"), "--out", str(rm), "--pairs", "16", "--heldout_pairs",
+                 "4", "--batch_size", "8", "--threads", "1", "--lora_r", "4", "--lora_merge", "true", "--lr", "1e-2"]) == 0
+    assert main(["train", "grpo", "--model", str(sft / "model"), "--out", str(tmp_path / "grpo"), *GRPO,
+                 "--steps", "1", "--eval_problems", "0", "--rewards", "rm", "--reward_model", str(rm / "model")]) == 0
+    scorer = RewardModelReward(str(rm / "model"), encode_prompt=lambda tok, text: tok(text)["input_ids"])
+    scorer.setup()
+    merged = AutoModelForSequenceClassification.from_pretrained(rm / "model" / "merged").eval()
+    ids = torch.tensor([[5, 9, 12, 20, 7, 3, 30, 11]])
+    with torch.no_grad():
+        assert torch.allclose(scorer.model(input_ids=ids).logits, merged(input_ids=ids).logits, atol=1e-5)

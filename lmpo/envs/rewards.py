@@ -156,7 +156,7 @@ def _check_reward_adapter(reward_model: str) -> None:
         raise ValueError(f"reward_model {reward_model!r} is an adapter for {task}, not for a reward model "
                          f"(SEQ_CLS): give a directory written by `lmpo train rm`")
     base = config.get("base_model_name_or_path") or ""
-    if not (Path(base) / "config.json").is_file():
+    if not (Path(base) / "config.json").is_file() and not (Path(base) / "adapter_config.json").is_file():
         raise ValueError(f"reward_model {reward_model!r} is an adapter on {base!r}, which is not a local model "
                          f"directory, so it cannot be loaded here; train the reward model with --lora_merge true "
                          f"and give its merged/ directory")

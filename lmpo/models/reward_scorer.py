@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -9,6 +10,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 
+from lmpo.models.loading import load_model
 from lmpo.models.logprobs import context_length
 from lmpo.models.lora import adapter_base_name, attach_adapter, is_adapter_dir
 from lmpo.models.padding import right_pad
@@ -46,6 +48,20 @@ def _score_head(model: torch.nn.Module) -> torch.nn.Module | None:
         if name.rsplit(".", 1)[-1] in ("score", "classifier"):
             return module
     return None
+
+
+def _classifier_base(base: str) -> torch.nn.Module:
+    """The base a LoRA reward model's adapter loads on, as a one-label classifier. A base that is
+    itself an adapter (`train rm --lora_r` on a LoRA stage's model/) is that stage's model merged,
+    as the reward trainer loaded it; the score head then comes from the reward model's adapter."""
+    if not is_adapter_dir(base):
+        return AutoModelForSequenceClassification.from_pretrained(base, num_labels=1, trust_remote_code=False)
+    causal = load_model(base, AutoTokenizer.from_pretrained(base, trust_remote_code=False))
+    config = copy.deepcopy(causal.config)
+    config.num_labels = 1
+    model = AutoModelForSequenceClassification.from_config(config)
+    model.base_model.load_state_dict(causal.base_model.state_dict())
+    return model
 
 
 class RewardModelReward:
@@ -104,8 +120,7 @@ class RewardModelReward:
             if not any(key.split(".")[-2] in ("score", "classifier") for key in f.keys() if key.count(".") >= 1):
                 raise ValueError(f"reward model {self.path}: its adapter carries no score head (modules_to_save), so "
                                  f"its head would be untrained; give a directory written by `lmpo train rm`")
-        base = AutoModelForSequenceClassification.from_pretrained(adapter_base_name(self.path), num_labels=1,
-                                                                  trust_remote_code=False)
+        base = _classifier_base(adapter_base_name(self.path))
         return attach_adapter(base, self.path, trainable=False).merge_and_unload()
 
     def __getstate__(self) -> dict:  # sent to a worker as its path; the worker loads the weights
