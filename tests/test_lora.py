@@ -225,3 +225,16 @@ def test_the_hardware_page_gives_the_lora_defaults_the_code_has():
     defaults = LoraOptions()
     assert float(rows["alpha"]) == defaults.alpha and int(rows["r"]) == defaults.r
     assert float(rows["dropout"]) == defaults.dropout and rows["target_modules"].strip("`") == defaults.target_modules
+
+
+@pytest.mark.parametrize("targets", ["", " , "])
+def test_no_target_module_named_is_refused_naming_the_option(targets, tmp_path, capsys):
+    """`--lora_target_modules ""` stopped with PEFT's words: 'No `target_modules` passed but also
+    no `target_parameters` found.'"""
+    from lmpo.cli.main import main
+
+    assert main(["train", "sft", "--out", str(tmp_path / "run"), "--threads", "1", "--lora_r", "4",
+                 "--lora_target_modules", targets]) != 0
+    err = capsys.readouterr().err
+    assert "--lora_target_modules" in err and "all-linear" in err and "target_parameters" not in err
+    assert not (tmp_path / "run").exists()

@@ -56,6 +56,9 @@ class LoraOptions:
             raise ValueError(f"LoRA rank and alpha must be positive, got r={self.r}, alpha={self.alpha}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"LoRA dropout must be in [0, 1), got {self.dropout}")
+        if not self.target_modules:  # PEFT's own refusal names target_parameters, an option lmpo has not
+            raise ValueError("LoRA target_modules (--lora_target_modules) names no layer: give names such as "
+                             "q_proj,v_proj, or all-linear")
 
 
 def is_peft_model(model: torch.nn.Module) -> bool:
