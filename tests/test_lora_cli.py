@@ -187,3 +187,19 @@ def test_a_lora_reward_model_trained_on_a_lora_stage_scores_as_its_merged_copy(q
     ids = torch.tensor([[5, 9, 12, 20, 7, 3, 30, 11]])
     with torch.no_grad():
         assert torch.allclose(scorer.model(input_ids=ids).logits, merged(input_ids=ids).logits, atol=1e-5)
+
+
+def test_a_lora_reward_models_adapter_is_refused_where_a_causal_lm_is_loaded(qwen2_dir, tmp_path, capsys):
+    """A full reward model given as --model was refused ('saved as a ...ForSequenceClassification,
+    not a causal LM'), but its LoRA twin loaded: its adapter merged into a causal LM, its score
+    head dropped, and DPO or eval ran on a trunk trained for scoring."""
+    rm = tmp_path / "rm"
+    assert main(["train", "rm", "--model", qwen2_dir, "--out", str(rm), "--pairs", "16", "--heldout_pairs", "4",
+                 "--batch_size", "8", "--threads", "1", "--lora_r", "4"]) == 0
+    capsys.readouterr()
+    assert main(["eval", "--model", str(rm / "model"), "--eval_problems", "2", "--threads", "1"]) != 0
+    assert main(["train", "dpo", "--model", str(rm / "model"), "--out", str(tmp_path / "dpo"), "--pairs", "8",
+                 "--threads", "1"]) != 0
+    err = capsys.readouterr().err
+    assert err.count("SEQ_CLS") == 2 and "not a causal LM" in err
+    assert not (tmp_path / "dpo").exists()

@@ -16,7 +16,8 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, Gener
 from lmpo.models.chat_templates import set_chat_template, set_template_variables
 from lmpo.models.hub import check_hub_id
 from lmpo.models.lora import (ADAPTER_CONFIG, LoraOptions, adapter_base_name, apply_lora, attach_adapter,
-                              is_adapter_dir, is_peft_model, qlora_quantization_config, save_lora)
+                              check_causal_lm_adapter, is_adapter_dir, is_peft_model, qlora_quantization_config,
+                              save_lora)
 from lmpo.models.presets import PRESETS, is_preset, preset_config
 from lmpo.models.tokenizer import build_char_tokenizer
 
@@ -168,6 +169,7 @@ def load_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int 
 def _load_base(name_or_path: str, tokenizer: PreTrainedTokenizerBase, seed: int, dtype: torch.dtype,
                quantize_4bit: bool = False, trust_remote_code: bool = False) -> PreTrainedModel:
     if is_adapter_dir(name_or_path):
+        check_causal_lm_adapter(name_or_path)
         base = _load_base(adapter_base_name(name_or_path), tokenizer, seed, dtype, quantize_4bit, trust_remote_code)
         model = attach_adapter(base, name_or_path, trainable=False).merge_and_unload()
         model.name_or_path = str(Path(name_or_path).resolve())  # a next adapter names this one as its base

@@ -170,6 +170,17 @@ def adapter_base_name(adapter_dir: str | Path) -> str:
     return base
 
 
+def check_causal_lm_adapter(adapter_dir: str | Path) -> None:
+    """Refuses an adapter for another task (a LoRA reward model's, SEQ_CLS) where a causal LM is
+    loaded: merged into one, its score head would be dropped and its trunk, trained to score, would
+    generate. A full reward model is refused there too (`loading._load_base`)."""
+    path = Path(adapter_dir)
+    task = json.loads((path / ADAPTER_CONFIG).read_text()).get("task_type")
+    if task not in (None, "CAUSAL_LM"):
+        raise ValueError(f"{path}: it is a {task} adapter (a reward model's, from `lmpo train rm --lora_r`), not a "
+                         f"causal LM's; give the model it was trained from, or a causal LM's directory")
+
+
 def adapter_disabled(model: torch.nn.Module) -> AbstractContextManager:
     """Inside, a LoRA model computes as its frozen base: the reference model without a copy."""
     if not is_peft_model(model):
