@@ -15,7 +15,7 @@ from typing import Callable
 from .doctor_base import Finding, Thresholds, rl_rows
 from .doctor_base import ends as _ends, finite_points as _points, finite_values as _values
 from .doctor_base import mean as _mean, pct as _pct, plural as _plural
-from .doctor_faults import check_decline, check_faults, check_nonfinite
+from .doctor_faults import check_decline, check_faults, check_nonfinite, env_errors_first
 from .doctor_quality import check_below_chance, check_eos, format_low
 from .doctor_remedies import PAIR_TRAINERS, for_trainer
 from .metrics import Row, as_float
@@ -331,7 +331,7 @@ def diagnose(rows: list[Row], stage: str = "", thresholds: Thresholds | None = N
     if rl_rows(rows):
         found = check_signal(rows, th, group_size, advantage, rewards) + [f for check in RL_CHECKS for f in check(rows, th)]
         found = [_with_kept_model(f, rows, final) for f in found + check_eos(rows, th, group_size, eval_n)]
-        return for_trainer(found + check_kinds(rows, th, final), stage)
+        return for_trainer(env_errors_first(found + check_kinds(rows, th, final), rows, th), stage)
     if stage in PAIR_TRAINERS:
         found = check_decline(rows, th) + check_eos(rows, th, eval_n=eval_n) + check_below_chance(rows, th, stage)
         found = [_with_kept_model(f, rows, final) for f in found]

@@ -93,6 +93,10 @@ class Thresholds:
     that was >= `decline`) at or below which a run without signal had collapsed."""
     sft_format: float = 0.9
     """Held-out format accuracy after SFT below which RL would mostly learn to stop."""
+    env_error_share: float = 0.25
+    """Share of an agent run's episodes that ended in env_error (its environment raised) at or above
+    which the environment, not the reward, is what limits training: the reward-signal checks are
+    set aside for it."""
     grad_growth: float = 1000.0
     """The gradient norm (before clipping) over the last tenth, against the first tenth's, at or
     above which it exploded (a healthy run's norm moves within a factor of 10 or so)."""

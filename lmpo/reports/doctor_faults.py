@@ -201,6 +201,36 @@ def check_faults(rows: list[Row], th: Thresholds) -> list[Finding]:
     return findings
 
 
+# Findings a failing environment explains: its episodes score nothing and count as wrong, so groups
+# look all-equal and the model rarely right whatever the reward's design.
+EXPLAINED_BY_ENV_ERRORS = ("no_signal", "reward_sparse")
+
+
+def env_errors_first(found: list[Finding], rows: list[Row], th: Thresholds) -> list[Finding]:
+    """`found` led by an `env_errors` finding where a large share of episodes ended in env_error,
+    without the reward-signal findings it explains (and the episodes_excluded one it says again)."""
+    steps = rl_rows(rows)
+    shares = [as_float(r.get("termination_env_error")) or 0.0 for r in steps]
+    share = sum(shares) / len(shares) if shares else 0.0
+    if share < th.env_error_share:
+        return found
+    timeouts = any(as_float(r.get("termination_tool_timeout")) for r in steps)
+    dropped = [f.code for f in found if f.code in EXPLAINED_BY_ENV_ERRORS]
+    set_aside = (f"; {' and '.join(dict.fromkeys(dropped))} are not reported: failed episodes score nothing and "
+                 "count as wrong, so the reward figures describe the environment, not the model" if dropped else "")
+    lead = Finding("env_errors", "warning", "termination_env_error",
+                   f"{pct(share)} of episodes (mean over {plural(len(steps), 'step')})",
+                   f">= {pct(th.env_error_share)}",
+                   f"the environment raised in {pct(share)} of episodes (env_error): those are left out of training, "
+                   f"so it, not the model or the reward, limits this run{set_aside}",
+                   "read the errors with `lmpo trajectories RUN_DIR --failed` (an env_error episode shows `error: "
+                   "...`, with the file and line that raised) and the run's [env] warnings; fix the environment, "
+                   "then train again and run the doctor on that run")
+    kept = [f for f in found if f.code not in EXPLAINED_BY_ENV_ERRORS
+            and (f.code != "episodes_excluded" or timeouts)]
+    return [lead, *kept]
+
+
 def _no_updates(rows: list[Row]) -> list[Finding]:
     """Online DPO or RFT that never trained: every round's samples tied (no pair), or none was
     accepted. The run ends as any other, and the model it saves is the one it started from."""
