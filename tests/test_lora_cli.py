@@ -167,6 +167,24 @@ def test_ppo_under_lora_trains_its_separate_critic_through_an_adapter(qwen2_dir,
     assert critic["head.linear.weight"].abs().sum() > 0
 
 
+def test_ppo_set_up_line_counts_the_separate_critics_parameters_too(qwen2_dir, tmp_path, capsys):
+    """The set-up line said "N of M parameters trainable" of the policy alone: a separate critic
+    (a second model, under LoRA with its own adapter) was in no count. Now the line says its own."""
+    import re
+
+    out = tmp_path / "ppo"
+    assert main(["train", "ppo", "--model", qwen2_dir, "--out", str(out), *GRPO, "--steps", "1",
+                 "--eval_problems", "0"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if "parameters trainable" in l)
+    critic = re.search(r"critic=separate \(its own ([\d,]+) of ([\d,]+) parameters trainable", line)
+    assert critic, line
+    trainable, total = (int(g.replace(",", "")) for g in critic.groups())
+    saved = load_file(out / "critic.safetensors")
+    assert total == sum(v.numel() for v in saved.values())
+    assert trainable == sum(v.numel() for k, v in saved.items() if "lora_" in k or k.startswith("head."))
+    assert re.search(r"; [\d,]+ of [\d,]+ parameters trainable", line.split("the policy's count follows")[1])
+
+
 def test_a_lora_reward_model_trained_on_a_lora_stage_scores_as_its_merged_copy(qwen2_dir, tmp_path):
     """SFT with LoRA, then `train rm --lora_r` on its model/: the reward model's adapter names the
     SFT adapter as its base, and `--reward_model` refused it ('not a local model directory')."""

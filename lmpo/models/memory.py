@@ -78,6 +78,17 @@ class ParameterCounts:
                 f"{self.bytes / 2**20:,.1f} MiB of weights")
 
 
+def critic_description(critic: torch.nn.Module | None) -> str:
+    """The critic's own parameters for the set-up line ("" without a critic): the line's count is
+    the policy's, and a separate critic is a second model (under LoRA, with its own adapter)."""
+    if critic is None:
+        return ""
+    counts = parameter_counts(critic)
+    share = 100.0 * counts.trainable / max(counts.total, 1)
+    return (f" (its own {counts.trainable:,} of {counts.total:,} parameters trainable, {share:.2f}%; "
+            f"the policy's count follows)")
+
+
 def parameter_bytes(model: torch.nn.Module) -> int:
     """Bytes held by the model's parameters (not counting gradients or optimizer state)."""
     return sum(p.numel() * p.element_size() for p in model.parameters())

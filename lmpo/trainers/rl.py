@@ -21,6 +21,7 @@ from lmpo.envs import make_task
 from lmpo.rollout.evaluation import evaluate
 from lmpo.rollout.reward_runner import RewardRunner
 from lmpo.models import ValueHead, ValueModel, completion_outputs, load_model, load_tokenizer
+from lmpo.models.memory import critic_description
 from lmpo.rollout import SamplingParams
 from lmpo.rollout.agent_loop import EpisodeRunner
 from lmpo.rollout.engine_select import check_engine, make_engine
@@ -118,8 +119,9 @@ def train_rl(cfg: RLConfig) -> StageResult:
                           cfg.save_trajectories, resume_from_step=start_step if resumed else None)
     held = {"policy": 1, "reference": int(reference is not None and run.lora is None), "critic": cfg.critic}
     run.say(f"{cfg.advantage} advantages, {cfg.loss} loss, {cfg.aggregation}, beta={cfg.beta} ({cfg.kl_placement}), "
-            f"critic={cfg.critic}; {cfg.prompts_per_step}x{cfg.group_size} samples per step of at most "
-            f"{cfg.max_new_tokens} tokens{' an episode' if runner.limits.max_turns > 1 else ''}; {run.describe(policy)}")
+            f"critic={cfg.critic}{critic_description(critic)}; {cfg.prompts_per_step}x{cfg.group_size} samples "
+            f"per step of at most {cfg.max_new_tokens} tokens{' an episode' if runner.limits.max_turns > 1 else ''}; "
+            f"{run.describe(policy)}")
 
     last_eval, last_eval_step = None, -1
 
