@@ -288,3 +288,19 @@ def test_a_run_is_read_without_the_steps_a_rollback_abandoned(tmp_path):
     record = read_run(tmp_path, "grpo", 0, "rl")
     assert [(p.samples, p.accuracy) for p in record.curve] == [(0, 0.3), (32, 0.5)]
     assert record.samples == 32 and record.completion_tokens == 4 * 5 * 2 * 4
+
+
+def test_a_method_that_trained_no_step_on_some_seeds_is_marked_and_still_ranked():
+    from lmpo.teach.compare.render import _no_steps_mark
+
+    def summary(name, accs, none=()):
+        return MethodSummary(name, Spread.of(accs), Spread(10.0, None, 2), Spread(100.0, None, 2),
+                             Spread(0, None, 2), Spread(0, None, 2), [], "", "", "", [0, 1], list(none))
+
+    dpo, grpo = summary("dpo", [0.5, 0.2], none=[1]), summary("grpo", [0.3, 0.3])
+    rec = recommend([dpo, grpo], Spread.of([0.2, 0.2]), "time", minutes=2)
+    assert rec.best == "dpo" and _no_steps_mark(dpo) == " (1 of 2 seeds: 0 steps)"
+    assert any(line.startswith("dpo: trained 0 steps on seed 1: its reference log-prob pass alone took longer than "
+                               "--minutes 2") for line in rec.lines)
+    every = summary("dpo", [0.9, 0.9], none=[0, 1])  # trained nothing anywhere: not ranked above one that trained
+    assert recommend([every, grpo], Spread.of([0.2, 0.2]), "time", minutes=2).best == "grpo"

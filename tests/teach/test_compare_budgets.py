@@ -2,6 +2,7 @@
 DPO and online DPO record of the samples they used."""
 
 import json
+import re
 
 from lmpo.cli.main import main
 from tests.test_max_minutes_resume import CAP, clock  # noqa: F401 (a fixture)
@@ -41,3 +42,32 @@ def test_online_dpo_records_the_samples_and_tokens_of_each_round(start_model, tm
     rounds = [r for r in _rows(out) if "round" in r]
     assert [r["samples"] for r in rounds] == [12, 12]
     assert all(12 <= r["completion_tokens"] <= 12 * 12 for r in rounds)  # 1 to max_new_tokens each
+
+
+def test_a_dpo_whose_reference_pass_outlasts_the_time_budget_counts_as_the_start_model(start_model, tmp_path, capsys):
+    """`lmpo compare --budget time` with DPO whose reference log-prob pass alone used up --minutes:
+    the DPO run stopped before step 1 (exit 1, no model) and the whole comparison aborted with
+    "compare: dpo (seed 0) failed with exit code 1". Now DPO counts as 0 steps trained (the start
+    model's accuracy, marked, not ranked), the other methods are compared, and a line says to
+    raise --minutes. 0.0001 minutes: loading the model alone outlasts it, so the pass stops at
+    its first batch; GRPO stops after its first step."""
+    out = tmp_path / "cmp"
+    argv = ["compare", "--methods", "grpo,dpo", "--seeds", "0", "--budget", "time", "--minutes", "0.0001",
+            "--samples", "128", "--threads", "1", "--device", "cpu", "--start", start_model, "--out", str(out)]
+    assert main(argv) == 0
+    said = capsys.readouterr().out
+    assert "seed 0 dpo: trained 0 steps: the wall-time cap of 0.0001 minutes stopped the reference" in said
+    data = json.loads((out / "compare.json").read_text())
+    runs = {r["method"]: r for r in data["runs"]}
+    assert runs["dpo"]["no_steps"] and runs["dpo"]["samples"] == 0 and runs["dpo"]["peak_rss_mb"] > 0
+    assert runs["dpo"]["accuracy"] == data["start"]["mean"] == runs["grpo"]["start_accuracy"]
+    assert not runs["grpo"]["no_steps"] and runs["grpo"]["samples"] > 0
+    assert data["recommendation"]["best"] == "grpo"
+    lines = data["recommendation"]["lines"]
+    assert any(line.startswith("dpo: trained 0 steps on every seed: its reference log-prob pass alone took longer "
+                               "than --minutes 0.0001") and "Raise --minutes" in line for line in lines)
+    assert re.search(r"\| dpo \| \d+\.\d% \(0 steps: the start model\) \|", (out / "compare.md").read_text())
+    assert not (out / "seed0" / "dpo" / "dpo" / "model").exists()
+    log = (out / "seed0" / "dpo" / "log.txt").stat().st_mtime_ns
+    assert main(argv) == 0  # the rerun keeps the 0-step run: at this budget that is its result
+    assert (out / "seed0" / "dpo" / "log.txt").stat().st_mtime_ns == log

@@ -76,6 +76,10 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
                 f"{f', at most {cfg.minutes:g} min' if cfg.budget == 'time' else ''}; log {spec.run_dir / 'log.txt'}")
             launch(spec, lambda line, m=method.name, s=seed: say(f"seed {s} {m}: {line}"))
             record = read_run(spec.stage_dir, method.name, seed, method.stage)
+            if record.no_steps:
+                say(f"seed {seed} {method.name}: trained 0 steps: {record.stopped}; it counts as the start "
+                    f"model, and the other methods are compared on (raise --minutes to train it)")
+                continue
             say(f"seed {seed} {method.name}: held-out accuracy {100 * (record.accuracy or 0):.1f}%, "
                 f"{record.seconds:.0f} s, peak {record.peak_rss_mb} MB")
     comparison = collect(cfg, command, starts)
@@ -116,21 +120,26 @@ def refuse_changed_runs(cfg: CompareConfig, methods: list[Method]) -> None:
 def collect(cfg: CompareConfig, command: str = "", start_accuracy: dict[int, float | None] | None = None) -> Comparison:
     """The comparison of the finished runs under cfg.out (every (method, seed) must be finished)."""
     seeds, methods = cfg.seed_list(), [Method.parse(name) for name in cfg.method_names()]
-    records, summaries = [], []
-    for method in methods:
-        mine = [read_run(RunSpec(cfg, method, seed, "").stage_dir, method.name, seed, method.stage) for seed in seeds]
-        records += mine
-        plan = plan_method(cfg, method, seeds[0])
-        summaries.append(summarise(method.name, mine, models_held(plan), reference_note(plan), plan.amount,
-                                   plan.what_counts))
+    by_method = {method: [read_run(RunSpec(cfg, method, seed, "").stage_dir, method.name, seed, method.stage)
+                          for seed in seeds] for method in methods}
+    records = [r for mine in by_method.values() for r in mine]
     known = start_accuracy or {}
     # the start's accuracy per seed: as the runs measured it before training (the evaluation their
     # final figures come from), else as the SFT stage measured it
-    start = Spread.of([next((r.start_accuracy for r in records if r.seed == seed and r.start_accuracy is not None),
-                            known.get(seed)) for seed in seeds])
+    starts = {seed: next((r.start_accuracy for r in records if r.seed == seed and r.start_accuracy is not None),
+                         known.get(seed)) for seed in seeds}
+    start = Spread.of(list(starts.values()))
+    for record in records:
+        if record.no_steps:  # trained nothing: the model it would hand on is the start model
+            record.accuracy = starts[record.seed]
+    summaries = []
+    for method, mine in by_method.items():
+        plan = plan_method(cfg, method, seeds[0])
+        summaries.append(summarise(method.name, mine, models_held(plan), reference_note(plan), plan.amount,
+                                   plan.what_counts))
     budget = {"kind": cfg.budget, "samples": budget_samples(cfg)}
     if cfg.budget == "time":
         budget["minutes"] = cfg.minutes
     label = "start model" if cfg.start else "SFT start"
     return Comparison(command, cfg.task, budget, seeds, start, summaries,
-                      recommend(summaries, start, cfg.budget, start_label=label), records, label)
+                      recommend(summaries, start, cfg.budget, start_label=label, minutes=cfg.minutes), records, label)

@@ -25,6 +25,7 @@ from typing import Callable
 
 import lmpo
 from lmpo.teach.compare.plan import CompareConfig, Method, Plan, plan_method
+from lmpo.teach.compare.records import NO_STEPS
 
 SPEC = "spec.json"
 LOG = "log.txt"
@@ -50,7 +51,7 @@ class RunSpec:
 
     @property
     def finished(self) -> bool:
-        return (self.stage_dir / "result.json").is_file()
+        return (self.stage_dir / "result.json").is_file() or (self.run_dir / NO_STEPS).is_file()
 
     def to_json(self) -> str:
         return json.dumps({"config": asdict(self.config), "method": self.method.name, "seed": self.seed,
@@ -138,8 +139,23 @@ def follow(child: subprocess.Popen, log: Path, say: Callable[[str], None] | None
 
 
 def main(argv: list[str]) -> int:
+    """Run one spec. A run whose reference log-prob pass alone outlasted the time budget trained 0
+    steps: that is its result at this budget (the comparison goes on, and says so), not a failure."""
+    from lmpo.models import peak_rss_mb
+    from lmpo.trainers.reference_pass import StoppedBeforeTraining
+
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    run_one(RunSpec.from_json((Path(argv[0]) / SPEC).read_text()))
+    spec, started = RunSpec.from_json((Path(argv[0]) / SPEC).read_text()), time.monotonic()
+    try:
+        run_one(spec)
+    except StoppedBeforeTraining as stop:
+        if stop.code == 143:  # SIGTERM: the comparison was stopped, nothing to record
+            print(f"lmpo: {stop}", file=sys.stderr)
+            return 143
+        (spec.run_dir / NO_STEPS).write_text(json.dumps({
+            "stopped": str(stop), "seconds": time.monotonic() - started, "peak_rss_mb": peak_rss_mb()}))
+        print(f"[compare] {spec.method.name}: {stop}; it counts as 0 steps trained within --minutes "
+              f"{spec.config.minutes:g}", flush=True)
     return 0
 
 

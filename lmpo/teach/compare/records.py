@@ -10,6 +10,11 @@ from pathlib import Path
 
 from lmpo.reports.metrics import kept_rows, read_metrics
 
+NO_STEPS = "no_steps.json"
+"""Written in a run's directory, in place of its stage's result.json, by a run whose reference
+log-prob pass (offline DPO, KTO) alone used up the time budget: it trained 0 steps and wrote no
+model, which at that budget is its result (`lmpo.teach.compare.execute`)."""
+
 
 @dataclass
 class EvalPoint:
@@ -33,10 +38,14 @@ class RunRecord:
     peak_gpu_mb: float | None = None
     stopped: str | None = None
     curve: list[EvalPoint] = field(default_factory=list)
+    no_steps: bool = False
+    """It trained 0 steps within the budget (NO_STEPS): its accuracy is the start model's."""
 
 
 def read_run(stage_dir: Path, method: str, seed: int, stage: str) -> RunRecord:
     """The record of a finished run in `stage_dir` (a dpo, online_dpo or RL stage directory)."""
+    if (stage_dir.parent / NO_STEPS).is_file():
+        return _no_steps_record(stage_dir, method, seed)
     result = json.loads((stage_dir / "result.json").read_text())
     rows = kept_rows(read_metrics(stage_dir / "metrics.jsonl"))  # not the steps a rollback abandoned
     config = result.get("config", {})
@@ -54,6 +63,14 @@ def read_run(stage_dir: Path, method: str, seed: int, stage: str) -> RunRecord:
                      samples=samples_at(None), completion_tokens=tokens, run_dir=str(stage_dir),
                      start_accuracy=first, stopped=next((r["stopped"] for r in rows if "stopped" in r), None),
                      curve=curve)
+
+
+def _no_steps_record(stage_dir: Path, method: str, seed: int) -> RunRecord:
+    """A run that trained nothing: no samples, its accuracy left for the start model's (`collect`)."""
+    saved = json.loads((stage_dir.parent / NO_STEPS).read_text())
+    return RunRecord(method=method, seed=seed, accuracy=None, seconds=float(saved["seconds"]),
+                     peak_rss_mb=saved.get("peak_rss_mb"), samples=0, completion_tokens=0, run_dir=str(stage_dir),
+                     stopped=saved["stopped"], no_steps=True)
 
 
 def _step_counts(rows: list[dict], config: dict):

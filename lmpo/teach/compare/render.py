@@ -48,9 +48,17 @@ def _num(spread: Spread, digits: int = 0) -> str:
 def table_rows(c: Comparison) -> list[list[str]]:
     rows = [[c.start_label, pct(c.start), "", "", "", "", "", "", ""]]
     for m in c.methods:
-        rows.append([m.method, pct(m.accuracy), _num(m.seconds), _num(m.peak_rss_mb), ", ".join(m.models_held),
-                     m.reference, _num(m.samples), _num(m.completion_tokens), m.budget_unit])
+        rows.append([m.method, pct(m.accuracy) + _no_steps_mark(m), _num(m.seconds), _num(m.peak_rss_mb),
+                     ", ".join(m.models_held), m.reference, _num(m.samples), _num(m.completion_tokens), m.budget_unit])
     return rows
+
+
+def _no_steps_mark(m: MethodSummary) -> str:
+    if m.trained_none:
+        return " (0 steps: the start model)"
+    if m.no_steps_seeds:
+        return f" ({len(m.no_steps_seeds)} of {len(m.seeds)} seeds: 0 steps)"
+    return ""
 
 
 def write_json(c: Comparison, out: Path) -> Path:

@@ -49,6 +49,12 @@ class MethodSummary:
     """What the budget became for this method, e.g. `250 steps x 64 samples`."""
     what_counts: str
     seeds: list[int] = field(default_factory=list)
+    no_steps_seeds: list[int] = field(default_factory=list)
+    """Seeds whose run trained 0 steps within the time budget (its reference pass outlasted it)."""
+
+    @property
+    def trained_none(self) -> bool:
+        return bool(self.seeds) and len(self.no_steps_seeds) == len(self.seeds)
 
 
 def summarise(method: str, records: list[RunRecord], models_held: list[str], reference: str, budget_unit: str,
@@ -56,7 +62,7 @@ def summarise(method: str, records: list[RunRecord], models_held: list[str], ref
     return MethodSummary(method, Spread.of([r.accuracy for r in records]), Spread.of([r.seconds for r in records]),
                          Spread.of([r.peak_rss_mb for r in records]), Spread.of([r.samples for r in records]),
                          Spread.of([r.completion_tokens for r in records]), models_held, reference, budget_unit,
-                         what_counts, [r.seed for r in records])
+                         what_counts, [r.seed for r in records], [r.seed for r in records if r.no_steps])
 
 
 @dataclass
@@ -81,14 +87,18 @@ def noise(a: Spread, b: Spread) -> float | None:
 
 
 def recommend(methods: list[MethodSummary], start: Spread, budget: str = "samples",
-              start_label: str = "SFT start") -> Recommendation:
-    """`start_label`: what the runs started from, in words (the SFT start, or --start's model)."""
+              start_label: str = "SFT start", minutes: float = 0.0) -> Recommendation:
+    """`start_label`: what the runs started from, in words (the SFT start, or --start's model);
+    `minutes`: the time budget. A method that trained 0 steps on every seed is ranked only when no
+    other method trained."""
     scored = sorted((m for m in methods if m.accuracy.mean is not None), key=lambda m: -m.accuracy.mean)
+    scored = [m for m in scored if not m.trained_none] or scored
     if not scored:
         raise ValueError("compare: no run has a held-out accuracy (eval_problems=0?); nothing to recommend")
     best = scored[0]
     lines = [f"Highest mean held-out accuracy: {best.method}, {pct(best.accuracy)} over {best.accuracy.n} "
              f"seed(s) ({start_label}: {pct(start)})."]
+    lines += [_no_steps_line(m, start_label, minutes) for m in methods if m.no_steps_seeds]
     within, beyond, undecided = [best.method], [], []
     for other in scored[1:]:
         gap, spread = best.accuracy.mean - other.accuracy.mean, noise(best.accuracy, other.accuracy)
@@ -148,7 +158,8 @@ def recommend(methods: list[MethodSummary], start: Spread, budget: str = "sample
         lines.append(f"Recommendation: {best.method} on these numbers; rerun with more --seeds to tell whether its "
                      f"lead over {', '.join(undecided)} is more than noise.")
     elif len(scored) == 1:
-        lines.append(f"Recommendation: {best.method} — the only method compared, so none to rank it against.")
+        only = "that trained within the budget" if any(m.trained_none for m in methods) else "compared"
+        lines.append(f"Recommendation: {best.method} — the only method {only}, so none to rank it against.")
     else:
         lines.append(f"Recommendation: {best.method} — ahead of every other method by more than the seeds' spread.")
     if worse:  # the most accurate method still made the model worse: recommending it needs saying so
@@ -158,6 +169,16 @@ def recommend(methods: list[MethodSummary], start: Spread, budget: str = "sample
         lines[-1] += (f" But no method ended above the {start_label} at this budget: none has shown it is worth "
                       f"training with as it stands.")
     return Recommendation(best.method, choice, within, beyond, undecided, fastest.method, leanest, lines)
+
+
+def _no_steps_line(m: MethodSummary, start_label: str, minutes: float) -> str:
+    which = ("every seed" if m.trained_none else
+             f"seed{'s' if len(m.no_steps_seeds) > 1 else ''} {', '.join(map(str, m.no_steps_seeds))}")
+    budget = f"--minutes {minutes:g}" if minutes else "--minutes"
+    ranked = " and is not ranked" if m.trained_none else ""
+    return (f"{m.method}: trained 0 steps on {which}: its reference log-prob pass alone took longer than {budget}, "
+            f"so its accuracy there is the {start_label}'s{ranked}. Raise --minutes (or lower --samples, which "
+            f"sets how many pairs that pass scores) to compare it.")
 
 
 def _mb(methods: list[MethodSummary], name: str | None) -> str:
