@@ -12,12 +12,15 @@ One process only: under torchrun each process scores its own share, recomputed o
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 from lmpo.trainers.faults import fault_point
+from lmpo.trainers.inputs import DATA_OPTIONS, MODEL_OPTIONS, input_fingerprints
 from lmpo.trainers.preemption import stop_requested
 from lmpo.trainers.run_clock import STATE_KEY
 
@@ -81,15 +84,19 @@ def _stopped(run, path: Path, out: list, total: int, why: str, keep: bool) -> st
 def _save(run, path: Path, out: list, total: int) -> None:
     cpu = [tuple(t.cpu() for t in x) if isinstance(x, tuple) else x.cpu() for x in out]
     tmp = path.with_name(path.name + ".tmp")
-    torch.save({"batches": total, "done": cpu, STATE_KEY: run.clock.seconds()}, tmp)
+    torch.save({"batches": total, "done": cpu, STATE_KEY: run.clock.seconds(), "scored_on": scored_on(run.cfg)}, tmp)
     tmp.replace(path)  # a kill while writing keeps the previous file whole
 
 
 def _saved(run, path: Path, total: int) -> list:
-    """The saved pass's batches, on the run's device; [] when there is none or it is of other batches.
-    The time it had taken counts for `--max_minutes` (a checkpoint's time replaces it, when one loads)."""
+    """The saved pass's batches, on the run's device; [] when there is none, it is of other batches,
+    or it was scored on other inputs. The time it had taken counts for `--max_minutes` (a
+    checkpoint's time replaces it, when one loads)."""
     try:
         saved = torch.load(path, weights_only=True)
+        done = saved["done"] if isinstance(saved, dict) else None
+        if not isinstance(done, list) or len(done) > total or not all(map(_scores, done)):
+            raise ValueError("not a reference pass")
     except FileNotFoundError:
         return []
     except Exception as err:  # noqa: BLE001 - a damaged file costs a recomputation, not the run
@@ -97,5 +104,38 @@ def _saved(run, path: Path, total: int) -> list:
         return []
     if saved.get("batches") != total:
         return []
+    if (differ := _differences(saved.get("scored_on"), scored_on(run.cfg))) is not None:
+        run.say(f"the reference log-probs in {path} were scored on other inputs ({differ} changed); "
+                f"computing them again")
+        return []
     run.clock.go_on_from(saved.get(STATE_KEY))
-    return [tuple(run.to_device(*x)) if isinstance(x, (tuple, list)) else run.to_device(x) for x in saved["done"]]
+    return [tuple(run.to_device(*x)) if isinstance(x, (tuple, list)) else run.to_device(x) for x in done]
+
+
+def scored_on(cfg) -> dict:
+    """What the reference log-probs depend on: the data and model files' fingerprints (their bytes,
+    not their names: a resume from elsewhere names them otherwise) and the options that may not
+    change on resume. A file copied in from another run, or data or a model rewritten since (which
+    a run without a checkpoint yet has nothing else to compare with), is not read."""
+    from lmpo.trainers.checkpoint import RESUME_MAY_CHANGE
+
+    files = {option: {k: v for k, v in print_.items() if k != "path"} for option, print_ in input_fingerprints(cfg).items()}
+    # device and precision: `auto` and what it picks are one choice, as `--resume` compares them
+    named = set(DATA_OPTIONS) | set(MODEL_OPTIONS) | RESUME_MAY_CHANGE | {"device", "precision"}
+    options = {k: v for k, v in json.loads(json.dumps(dataclasses.asdict(cfg), default=str)).items() if k not in named}
+    return {"files": files, "options": options}
+
+
+def _differences(saved: dict | None, now: dict) -> str | None:
+    """None when the pass was scored on `now`'s inputs, else the options that differ."""
+    if not isinstance(saved, dict):
+        return "its inputs are not recorded: they may have"
+    was_files, was_options = saved.get("files") or {}, saved.get("options") or {}
+    differ = sorted(f"--{k}" for k in was_files.keys() | now["files"].keys() if was_files.get(k) != now["files"].get(k))
+    differ += sorted(f"--{k}" for k in was_options.keys() | now["options"].keys()
+                     if was_options.get(k) != now["options"].get(k))
+    return ", ".join(differ) if differ else None
+
+
+def _scores(x) -> bool:
+    return isinstance(x, torch.Tensor) or (isinstance(x, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in x))
