@@ -21,7 +21,7 @@ from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater
 from lmpo.trainers.reference_pass import stoppable_reference_pass
 from lmpo.trainers.result import StageResult
-from lmpo.trainers.resume_changes import cap_record
+from lmpo.trainers.resume_changes import CAP_STOP, cap_record, stops_at_once
 from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, no_heldout_problems,
                                       optimizer_problems)
@@ -155,8 +155,9 @@ def train_offline(run: Run, cfg: OfflineConfig, policy, tokenizer, task, batches
     trained = run.trained(policy)
     per_epoch = max(len(batches) // max(cfg.epochs, 1), 1)
     last_step = start_step
+    at_once = stops_at_once(run, resumed, cfg.max_minutes)  # killed after its stop at the cap: it ends there
     with run.progress(len(batches), initial=start_step, label=label) as progress:
-        for step in range(start_step + 1, len(batches) + 1):
+        for step in range(start_step + 1, len(batches) + 1) if not at_once else ():
             last_step = step
             row = step_fn(trained, updater, step - 1)
             row["step"] = step
@@ -169,17 +170,16 @@ def train_offline(run: Run, cfg: OfflineConfig, policy, tokenizer, task, batches
             progress.update(step, loss=row["loss"], **{short: row[k] for k, short in SHOWN.items() if k in row})
             # capped: it finishes (SIGTERM too), with a checkpoint there that `--resume --max_minutes` goes on from
             if run.checkpoint_due(step, len(batches)) or (out_of_time and cfg.save_every):
-                run.checkpoint(step, policy, tokenizer, optimizer, scheduler, state=updater.state(), stopping=out_of_time)
+                run.checkpoint(step, policy, tokenizer, optimizer, scheduler, stopping=out_of_time,
+                               state={**updater.state(), **({CAP_STOP: True} if out_of_time else {})})
             if step % per_epoch == 0:
                 fault_point("epoch_end", step)
             fault_point("step_end", step)
             if out_of_time:
-                reason = f"the wall-time cap of {cfg.max_minutes:g} minutes"
-                goes_on = (f"; --resume {run.out} with a larger --max_minutes (or 0) trains the remaining steps"
-                           if cfg.save_every else "")
-                run.say(f"stopping at step {step} of {len(batches)}: {reason}{goes_on}")
-                run.write({"step": step, "stopped": reason})
+                _say_stop(run, cfg, step, len(batches))
                 break
+    if at_once:
+        _say_stop(run, cfg, start_step, len(batches))
     result = StageResult(name=label, seconds=0.0, model_dir="", run_dir=str(run.out))
     run.sync(policy)
     if heldout:
@@ -193,6 +193,13 @@ def train_offline(run: Run, cfg: OfflineConfig, policy, tokenizer, task, batches
     return run.finish(policy, tokenizer, result, models_held={"policy": 1, "reference": 0},
                       pairs_trained=trained_items, completion_tokens=round(data.tokens_per_item * trained_items),
                       **capped)
+
+
+def _say_stop(run: Run, cfg: OfflineConfig, step: int, steps: int) -> None:
+    reason = f"the wall-time cap of {cfg.max_minutes:g} minutes"
+    goes_on = f"; --resume {run.out} with a larger --max_minutes (or 0) trains the remaining steps" if cfg.save_every else ""
+    run.say(f"stopping at step {step} of {steps}: {reason}{goes_on}")
+    run.write({"step": step, "stopped": reason})
 
 
 @dataclass

@@ -24,7 +24,7 @@ from lmpo.trainers.harness import Run, Updater, preflight_run
 from lmpo.trainers.preference import (EncodedPairs, PreferenceLoss, encode_pair_ids, preference_options,
                                       preference_problems, preference_step, sequence_logps)
 from lmpo.trainers.prompts import PromptFileOptions, PromptStream, heldout_prompts, training_prompts
-from lmpo.trainers.resume_changes import cap_record
+from lmpo.trainers.resume_changes import CAP_STOP, cap_record, stops_at_once
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.reward_options import RewardOptions
 from lmpo.trainers.reward_watch import note_episodes, watch_rewards
@@ -150,8 +150,9 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
     run.say(f"{cfg.rounds} rounds of {cfg.prompts_per_round} prompts x {cfg.samples_per_prompt} samples, ranked by "
             f"{cfg.rewards}; {run.describe(policy)}")
     trained = run.trained(policy)
+    at_once = stops_at_once(run, resumed, cfg.max_minutes)  # killed after its stop at the cap: it ends there
     with run.progress(cfg.rounds, initial=start_round, label=f"online_{cfg.loss}") as progress:
-        for round_ in range(start_round + 1, cfg.rounds + 1):
+        for round_ in range(start_round + 1, cfg.rounds + 1) if not at_once else ():
             schedule_at(scheduler, round_ - 1)
             first_prompt = stream.position
             mine = run.dist.shard(stream.take(cfg.prompts_per_round), "prompts per round")
@@ -217,16 +218,17 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
             # capped: it finishes (SIGTERM too), with a checkpoint there that `--resume --max_minutes` goes on from
             if run.checkpoint_due(round_, cfg.rounds) or (out_of_time and cfg.save_every):
                 run.checkpoint(round_, policy, tokenizer, optimizer, scheduler, {"sampler": sampler},
-                               {"updates": step, "prompt_position": stream.position, **updater.state()},
+                               {"updates": step, "prompt_position": stream.position, **updater.state(),
+                                **({CAP_STOP: True} if out_of_time else {})},
                                stopping=out_of_time)
             fault_point("step_end", round_)
             if out_of_time:
-                capped = cap_record(round_, cfg.rounds, cfg.max_minutes, bool(cfg.save_every))
-                reason = f"the wall-time cap of {cfg.max_minutes:g} minutes"
-                goes_on = f"; --resume {run.out} with a larger --max_minutes (or 0) trains the rest" if cfg.save_every else ""
-                run.say(f"stopping after round {round_} of {cfg.rounds}: {reason}{goes_on}")
-                run.write({"step": round_, "round": round_, "stopped": reason})  # its own row: a resume drops it
+                capped = _stop_at_cap(run, cfg, round_)
                 break
+    if at_once:
+        capped = _stop_at_cap(run, cfg, start_round)
+        if heldout:  # the evaluation of the stop, for result.json (its row was written before the kill)
+            last_eval = evaluate(run.plain(policy), tokenizer, task, heldout, max_new_tokens=cfg.max_new_tokens)
     rank_by.close()
     if step == 0 and no_pair["unended"] * 2 >= no_pair["prompts"] > 0:
         run.say(f"warning: no round formed a pair: for {no_pair['unended']} of {no_pair['prompts']} prompts no sample "
@@ -241,6 +243,15 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
         result.accuracy, result.format_accuracy = last_eval.accuracy, last_eval.format_accuracy
     held = {"policy": 1, "reference": int(reference is not None and run.lora is None)}
     return run.finish(policy, tokenizer, result, models_held=held, **capped)
+
+
+def _stop_at_cap(run, cfg: OnlineDPOConfig, round_: int) -> dict:
+    """Say and log the stop at the wall-time cap after `round_`; result.json's record of it."""
+    reason = f"the wall-time cap of {cfg.max_minutes:g} minutes"
+    goes_on = f"; --resume {run.out} with a larger --max_minutes (or 0) trains the rest" if cfg.save_every else ""
+    run.say(f"stopping after round {round_} of {cfg.rounds}: {reason}{goes_on}")
+    run.write({"step": round_, "round": round_, "stopped": reason})  # its own row: a resume drops it
+    return cap_record(round_, cfg.rounds, cfg.max_minutes, bool(cfg.save_every))
 
 
 def best_vs_worst(rollout, scores: torch.Tensor, group: int,

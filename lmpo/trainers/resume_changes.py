@@ -59,6 +59,18 @@ def steps_extension_problem(saved: dict, current: dict) -> str | None:
 CAP_RECORD = "time_cap"
 
 
+# In the state of the checkpoint written where a run stopped at its cap: a kill before its model and
+# result.json, then `--resume` with a cap that has run out too, ends there, as the run would have
+# (not after one step more, where a checkpoint of a run still in time would go on to).
+CAP_STOP = "stopped_at_cap"
+
+
+def stops_at_once(run, resumed, max_minutes: float) -> bool:
+    """Whether a resumed run ends at its checkpoint without a step: it was written at a stop at the
+    cap, and `max_minutes` has run out too."""
+    return bool(resumed is not None and resumed.state.get(CAP_STOP) and max_minutes and run.out_of_time(max_minutes))
+
+
 def cap_record(step: int, steps: int, max_minutes: float, checkpointed: bool) -> dict:
     """result.json's note of a stop at the cap: after `step` of `steps`, and whether it can go on."""
     return {CAP_RECORD: {"step": step, "steps": steps, "max_minutes": max_minutes, "checkpoint": checkpointed}}
