@@ -24,7 +24,7 @@ ONLINE = ["train", "online_dpo", "--rounds", "8", "--prompts_per_round", "8", "-
 
 @pytest.mark.parametrize("trainer", ["dpo", "online_dpo"])
 def test_a_run_killed_after_its_cap_checkpoint_ends_at_that_step(trainer, start_model, clock, tmp_path,  # noqa: F811
-                                                                 monkeypatch):
+                                                                 monkeypatch, capsys):
     module, args = (offline, DPO[2:]) if trainer == "dpo" else (online_dpo, ONLINE[2:])
     argv = ["train", trainer, "--model", start_model, *args, "--max_minutes", CAP]
     capped, cut = tmp_path / "capped", tmp_path / "cut"
@@ -42,7 +42,10 @@ def test_a_run_killed_after_its_cap_checkpoint_ends_at_that_step(trainer, start_
         main([*argv, "--out", str(cut)])
     monkeypatch.setattr(module, "fault_point", real)
     assert (cut / "checkpoints" / f"step_{stop:06d}").is_dir() and not (cut / "result.json").exists()
+    capsys.readouterr()
     assert main(["train", trainer, "--resume", str(cut)]) == 0
+    assert "minutes trained before this resume; --max_minutes 0.0583333 counts them, so no time is left: it ends " \
+           "at this checkpoint, where it stopped at its cap" in capsys.readouterr().out
     assert _same_model(capped, cut) and [r["step"] for r in _stopped(cut)] == [stop]
     if trainer == "dpo":
         assert _step_rows(cut) == _step_rows(capped)

@@ -32,6 +32,7 @@ from lmpo.trainers.inputs import input_fingerprints
 from lmpo.trainers.preemption import Preempted, stop_requested
 from lmpo.trainers.progress import StageProgress
 from lmpo.trainers.result import StageResult
+from lmpo.trainers.resume_changes import CAP_STOP
 from lmpo.trainers.run_clock import STATE_KEY, RunClock
 from lmpo.trainers.fs_faults import fs_error
 from lmpo.trainers.run_dir import RunDirError, check_resume, open_run_dir, replace_directory, staging_directory
@@ -208,7 +209,7 @@ class Run:
         """On resume: the time trained before, and what `--max_minutes` (which counts it) leaves."""
         if resumed is None or STATE_KEY not in resumed.state:
             return
-        self.say(budget_line(self.clock.before, getattr(self.cfg, "max_minutes", 0)))
+        self.say(budget_line(self.clock.before, getattr(self.cfg, "max_minutes", 0), bool(resumed.state.get(CAP_STOP))))
 
     def open_log(self, resumed_step: int | None, key: str = "step") -> None:
         if self.dist.is_main:
@@ -333,14 +334,16 @@ class Run:
         self.dist.close()
 
 
-def budget_line(before_s: float, max_minutes: float) -> str:
-    """What a resumed run is told of its clock: `--max_minutes` counts the time trained before."""
+def budget_line(before_s: float, max_minutes: float, at_cap: bool = False) -> str:
+    """What a resumed run is told of its clock: `--max_minutes` counts the time trained before;
+    `at_cap`: its checkpoint is where it stopped at its cap (`resume_changes.stops_at_once`)."""
     spent = f"{before_s / 60:.2f} minutes trained before this resume"
     if not max_minutes:
         return f"{spent}; no wall-time cap (--max_minutes 0)"
     left = max_minutes - before_s / 60
     if left <= 0:
-        return f"{spent}; --max_minutes {max_minutes:g} counts them, so no time is left: it stops after its next step"
+        then = "it ends at this checkpoint, where it stopped at its cap" if at_cap else "it stops after its next step"
+        return f"{spent}; --max_minutes {max_minutes:g} counts them, so no time is left: {then}"
     return f"{spent}; --max_minutes {max_minutes:g} counts them and leaves {left:.2f} minutes"
 
 

@@ -135,6 +135,7 @@ def train_online_dpo(cfg: OnlineDPOConfig) -> StageResult:
                               rank=run.dist.rank)
     start_round, step = (resumed.step, resumed.state["updates"]) if resumed else (0, 0)
     run.clock.resume(resumed)  # --max_minutes counts the time trained before
+    run.say_budget(resumed)
     if resumed:
         run.sync(policy)
         stream.position = resumed.state["prompt_position"]
