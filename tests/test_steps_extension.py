@@ -54,3 +54,19 @@ def test_a_decaying_schedule_refuses_more_steps_saying_why(start_model, tmp_path
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lmpo:")]
     assert len(err) == 1 and "steps=8 (was 4): the cosine learning-rate schedule decays over the run's --steps" in err[0]
     assert f"that run finished, so to train further start a new run from its model (--model {run / 'model'})" in err[0]
+
+
+def test_a_finished_extended_run_resumed_again_is_refused_not_retrained(start_model, tmp_path, capsys):
+    """Its run.json keeps the first --steps; the steps it finished with are result.json's: a plain
+    `--resume` (the options of its newest checkpoint, steps 8) is not a longer run than 8."""
+    run = tmp_path / "cpt"
+    argv = [*CPT, "--model", start_model, "--lr_schedule", "constant"]
+    assert main([*argv, "--steps", "4", "--out", str(run)]) == 0
+    assert main(["train", "cpt", "--resume", str(run), "--steps", "8"]) == 0
+    written = (run / "model" / "model.safetensors").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(["train", "cpt", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "that run finished (result.json), so there is nothing to resume" in err and "going on" not in err
+    assert (run / "model" / "model.safetensors").stat().st_mtime_ns == written
+    assert main(["train", "cpt", "--resume", str(run), "--steps", "10"]) == 0  # longer than 8: goes on

@@ -126,7 +126,17 @@ def extends_finished(run_dir, saved: dict, current: dict) -> bool:
     checkpoint to go on from (else its model starts a new run)."""
     from lmpo.trainers.run_dir import complete_checkpoints
 
-    return steps_extension_problem(saved, current) is None and bool(complete_checkpoints(run_dir))
+    return steps_extension_problem(_finished_plan(run_dir, saved), current) is None and bool(complete_checkpoints(run_dir))
+
+
+def _finished_plan(run_dir, saved: dict) -> dict:
+    """`saved` (run.json's options: the run as started) with the --steps it finished with, from
+    result.json: an extended run's are more than it started with, and no longer run is resumed."""
+    try:
+        steps = json.loads((Path(run_dir) / "result.json").read_text())["config"]["steps"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return saved
+    return {**saved, "steps": steps} if isinstance(steps, int) else saved
 
 
 def reopen_finished(run_dir: Path, name: str) -> None:
