@@ -70,3 +70,21 @@ def test_a_finished_extended_run_resumed_again_is_refused_not_retrained(start_mo
     assert "that run finished (result.json), so there is nothing to resume" in err and "going on" not in err
     assert (run / "model" / "model.safetensors").stat().st_mtime_ns == written
     assert main(["train", "cpt", "--resume", str(run), "--steps", "10"]) == 0  # longer than 8: goes on
+
+
+def test_a_run_its_stopping_rule_ended_is_not_extended(start_model, tmp_path, capsys):
+    """Ended early by stop_patience, a longer --steps would retrain to the same stop: refused."""
+    run = tmp_path / "cpt"
+    argv = ["train", "cpt", "--model", start_model, "--log_every", "1", "--corpus_documents", "200", "--seq_len", "32",
+            "--batch_size", "4", "--heldout_documents", "20", "--eval_loss_every", "1", "--eval_problems", "0",
+            "--save_every", "2", "--threads", "1", "--lr_schedule", "constant", "--stop_patience", "3",
+            "--stop_min_delta", "5", "--steps", "30"]
+    assert main([*argv, "--out", str(run)]) == 0
+    stop = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "stopped" in r][0]["step"]
+    assert stop < 30 and list((run / "checkpoints").glob("step_*"))
+    written = (run / "model" / "model.safetensors").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(["train", "cpt", "--resume", str(run), "--steps", "40"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lmpo:")]
+    assert len(err) == 1 and f"that run was ended at step {stop} by its stopping rule (no improvement" in err[0]
+    assert (run / "result.json").is_file() and (run / "model" / "model.safetensors").stat().st_mtime_ns == written

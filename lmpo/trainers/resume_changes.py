@@ -113,8 +113,13 @@ def check_finished_goes_on(run_dir: Path, saved: dict, current: dict) -> None:
     more steps that may grow; its kept checkpoints would otherwise redo its last steps and rewrite model/."""
     from lmpo.trainers.run_dir import RunDirError
 
-    if not (run_dir / "result.json").is_file() or continued_cap(run_dir, current.get("max_minutes", 0)) is not None \
-            or extends_finished(run_dir, saved, current):
+    if not (run_dir / "result.json").is_file() or continued_cap(run_dir, current.get("max_minutes", 0)) is not None:
+        return
+    if extends_finished(run_dir, saved, current):
+        if (stop := _stopped_by_rule(run_dir)) is not None:
+            raise RunDirError(f"--resume {run_dir}: that run was ended at step {stop.get('step')} by its stopping rule "
+                              f"({stop['stopped']}), which would end it there again however many --steps; to train "
+                              f"its model further, start a new run from it (--model {run_dir / 'model'})")
         return
     raise RunDirError(f"--resume {run_dir}: that run finished (result.json), so there is nothing to resume; its "
                       f"model is {run_dir / 'model'}: to train it further, start a new run from it "
@@ -137,6 +142,22 @@ def _finished_plan(run_dir, saved: dict) -> dict:
     except (OSError, ValueError, KeyError, TypeError):
         return saved
     return {**saved, "steps": steps} if isinstance(steps, int) else saved
+
+
+def _stopped_by_rule(run_dir: Path) -> dict | None:
+    """The metrics row of a stop by `stop_patience` (not by time: a larger cap goes further), if any."""
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("stopped"), str):
+            return None if row["stopped"].startswith("the wall-time cap") else row
+    return None
 
 
 def reopen_finished(run_dir: Path, name: str) -> None:
