@@ -55,7 +55,9 @@ def test_the_cap_stops_the_reference_pass_and_resume_goes_on(start_model, scored
     scored.calls.clear()
     assert main(["train", "dpo", "--resume", str(cut), "--max_minutes", "0"]) == 0
     assert len(scored.calls) == 8 and _same_model(full, cut)  # only the batches not yet scored
-    assert "reference log-probs of 4 of 12 batches read from" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "reference log-probs of 4 of 12 batches read from" in out
+    assert "0.07 minutes trained before this resume; no wall-time cap (--max_minutes 0)" in out  # the pass's 4 s
 
 
 def test_sigterm_and_ctrl_c_stop_the_reference_pass(start_model, scored, tmp_path, capsys, monkeypatch):

@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 
 from lmpo.trainers.faults import fault_point
+from lmpo.trainers.harness import budget_line
 from lmpo.trainers.inputs import DATA_OPTIONS, MODEL_OPTIONS, input_fingerprints
 from lmpo.trainers.preemption import stop_requested
 from lmpo.trainers.run_clock import STATE_KEY
@@ -46,9 +47,11 @@ def stoppable_reference_pass(run, model, batches: list, score: Callable) -> list
     docstring); the caller has put `model` in eval mode and autocast on."""
     path, keep = run.out / FILE, not run.dist.active
     out = _saved(run, path, len(batches)) if keep and run.cfg.resume else []
+    max_minutes = getattr(run.cfg, "max_minutes", 0)
     if out:
         run.say(f"reference log-probs of {len(out)} of {len(batches)} batches read from {path}")
-    max_minutes = getattr(run.cfg, "max_minutes", 0)
+    if 0 < len(out) < len(batches):  # no checkpoint yet (it comes after a whole pass) to say the time before
+        run.say(budget_line(run.clock.before, max_minutes))
     with run.progress(len(batches), initial=len(out), label=f"{run.name} reference log-probs", unit="batch") as progress:
         try:
             for batch in batches[len(out):]:
