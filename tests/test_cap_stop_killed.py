@@ -4,6 +4,8 @@ that step, not one step later. The clock is test_max_minutes_resume's: one secon
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 import lmpo.trainers.offline as offline
@@ -49,3 +51,14 @@ def test_a_run_killed_after_its_cap_checkpoint_ends_at_that_step(trainer, start_
     assert _same_model(capped, cut) and [r["step"] for r in _stopped(cut)] == [stop]
     if trainer == "dpo":
         assert _step_rows(cut) == _step_rows(capped)
+
+
+def test_a_capped_run_whose_checkpoint_is_gone_is_refused_saying_so(start_model, clock, tmp_path, capsys):  # noqa: F811
+    capped = tmp_path / "capped"
+    assert main(["train", "dpo", "--model", start_model, *DPO[2:], "--max_minutes", CAP, "--out", str(capped)]) == 0
+    shutil.rmtree(capped / "checkpoints" / "step_000004")
+    capsys.readouterr()
+    assert main(["train", "dpo", "--resume", str(capped), "--max_minutes", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"its checkpoint of that step is no longer in {capped / 'checkpoints'}, so it cannot go on" in err
+    assert "--save_every 0" not in err

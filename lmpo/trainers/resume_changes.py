@@ -90,8 +90,10 @@ def continued_cap(run_dir, max_minutes: float) -> dict | None:
         return None
     done = complete_checkpoints(run_dir)
     if not cap.get("checkpoint") or not done or done[-1].name != f"step_{cap['step']:06d}":
+        why = ("its checkpoint of that step is no longer in " + str(Path(run_dir) / "checkpoints") if cap.get("checkpoint")
+               else "without a checkpoint of that step (--save_every 0)")
         raise RunDirError(f"--resume {run_dir}: that run stopped at its wall-time cap after step {cap['step']} of "
-                         f"{cap['steps']} without a checkpoint of that step (--save_every 0), so it cannot go on; "
+                         f"{cap['steps']}, {why}, so it cannot go on; "
                          f"train its model further with a new run (--model {Path(run_dir) / 'model'})")
     spent = _seconds_at(done[-1])
     if max_minutes and spent is not None and 60 * max_minutes <= spent:
