@@ -11,6 +11,7 @@ import torch
 
 from lmpo.cli.main import main
 from tests.test_max_minutes_resume import _same_model
+from tests.test_reference_pass_stop import ARGV as TASK_ARGV
 from tests.test_reference_pass_stop import scored  # noqa: F401 - the fixture
 
 ARGV = ["--batch_size", "4", "--eval_problems", "0", "--log_every", "1", "--save_every", "5", "--threads", "1",
@@ -54,3 +55,15 @@ def test_a_damaged_or_foreign_pass_file_is_computed_again(start_model, scored, t
         scored.calls.clear()
         assert main(["train", "dpo", "--resume", str(cut)]) == 0
         assert len(scored.calls) == 4 and "Traceback" not in capsys.readouterr().err
+
+
+def test_a_resume_with_no_time_left_says_the_pass_stops_at_once(start_model, scored, tmp_path, monkeypatch,  # noqa: F811
+                                                                 capsys):
+    cut = tmp_path / "cut"
+    monkeypatch.setenv("LMPO_TERM_AT", "reference_batch:2")
+    assert main(["train", "dpo", "--model", start_model, *TASK_ARGV, "--out", str(cut)]) == 143
+    monkeypatch.delenv("LMPO_TERM_AT")
+    capsys.readouterr()
+    assert main(["train", "dpo", "--resume", str(cut), "--max_minutes", str(1 / 60)]) == 1
+    assert ("0.03 minutes trained before this resume; --max_minutes 0.0166667 counts them, so no time is left: the "
+            "reference pass stops before its next batch") in capsys.readouterr().out

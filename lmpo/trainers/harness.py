@@ -209,7 +209,8 @@ class Run:
         """On resume: the time trained before, and what `--max_minutes` (which counts it) leaves."""
         if resumed is None or STATE_KEY not in resumed.state:
             return
-        self.say(budget_line(self.clock.before, getattr(self.cfg, "max_minutes", 0), bool(resumed.state.get(CAP_STOP))))
+        at_cap = "it ends at this checkpoint, where it stopped at its cap" if resumed.state.get(CAP_STOP) else None
+        self.say(budget_line(self.clock.before, getattr(self.cfg, "max_minutes", 0), at_cap))
 
     def open_log(self, resumed_step: int | None, key: str = "step") -> None:
         if self.dist.is_main:
@@ -334,16 +335,16 @@ class Run:
         self.dist.close()
 
 
-def budget_line(before_s: float, max_minutes: float, at_cap: bool = False) -> str:
+def budget_line(before_s: float, max_minutes: float, when_out: str | None = None) -> str:
     """What a resumed run is told of its clock: `--max_minutes` counts the time trained before;
-    `at_cap`: its checkpoint is where it stopped at its cap (`resume_changes.stops_at_once`)."""
+    `when_out`: what it does with no time left, where that is not a step more (a stop at the cap
+    its checkpoint records, a reference pass)."""
     spent = f"{before_s / 60:.2f} minutes trained before this resume"
     if not max_minutes:
         return f"{spent}; no wall-time cap (--max_minutes 0)"
     left = max_minutes - before_s / 60
     if left <= 0:
-        then = "it ends at this checkpoint, where it stopped at its cap" if at_cap else "it stops after its next step"
-        return f"{spent}; --max_minutes {max_minutes:g} counts them, so no time is left: {then}"
+        return f"{spent}; --max_minutes {max_minutes:g} counts them, so no time is left: {when_out or 'it stops after its next step'}"
     return f"{spent}; --max_minutes {max_minutes:g} counts them and leaves {left:.2f} minutes"
 
 

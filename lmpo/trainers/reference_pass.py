@@ -51,7 +51,7 @@ def stoppable_reference_pass(run, model, batches: list, score: Callable) -> list
     if out:
         run.say(f"reference log-probs of {len(out)} of {len(batches)} batches read from {path}")
     if 0 < len(out) < len(batches):  # no checkpoint yet (it comes after a whole pass) to say the time before
-        run.say(budget_line(run.clock.before, max_minutes))
+        run.say(budget_line(run.clock.before, max_minutes, "the reference pass stops before its next batch"))
     with run.progress(len(batches), initial=len(out), label=f"{run.name} reference log-probs", unit="batch") as progress:
         try:
             for batch in batches[len(out):]:
