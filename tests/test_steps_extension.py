@@ -88,3 +88,14 @@ def test_a_run_its_stopping_rule_ended_is_not_extended(start_model, tmp_path, ca
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lmpo:")]
     assert len(err) == 1 and f"that run was ended at step {stop} by its stopping rule (no improvement" in err[0]
     assert (run / "result.json").is_file() and (run / "model" / "model.safetensors").stat().st_mtime_ns == written
+
+
+def test_a_finished_run_without_checkpoints_says_why_its_steps_cannot_grow(start_model, tmp_path, capsys):
+    run = tmp_path / "cpt"
+    argv = [*CPT, "--model", start_model, "--lr_schedule", "constant", "--save_every", "0"]
+    assert main([*argv, "--steps", "4", "--out", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["train", "cpt", "--resume", str(run), "--steps", "8"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lmpo:")]
+    assert len(err) == 1 and (f"that run finished (result.json) and kept no checkpoint in {run / 'checkpoints'} to go "
+                              f"on to --steps 8 from (--save_every 0, or deleted)") in err[0]

@@ -123,7 +123,11 @@ def check_finished_goes_on(run_dir: Path, saved: dict, current: dict) -> None:
                               f"({stop['stopped']}), which would end it there again however many --steps; to train "
                               f"its model further, start a new run from it (--model {run_dir / 'model'})")
         return
-    raise RunDirError(f"--resume {run_dir}: that run finished (result.json), so there is nothing to resume; its "
+    why = ", so there is nothing to resume"
+    if steps_extension_problem(_finished_plan(run_dir, saved), current) is None:  # longer, but no checkpoint
+        why = (f" and kept no checkpoint in {run_dir / 'checkpoints'} to go on to --steps {current.get('steps')} from "
+               f"(--save_every 0, or deleted)")
+    raise RunDirError(f"--resume {run_dir}: that run finished (result.json){why}; its "
                       f"model is {run_dir / 'model'}: to train it further, start a new run from it "
                       f"(--model {run_dir / 'model'})")
 
