@@ -242,8 +242,9 @@ def test_packed_under_cpu_bf16_autocast_stays_close_to_fp32(segments, monkeypatc
     import lmpo.models.segments as attention
 
     calls = []
-    real = attention.bf16_segment_attention
-    monkeypatch.setattr(attention, "bf16_segment_attention", lambda *a: calls.append(1) or real(*a))
+    real = attention.matmul_segment_attention
+    monkeypatch.setattr(attention, "matmul_segment_attention",
+                        lambda *a: calls.append(torch.is_autocast_enabled("cpu")) or real(*a))
     model = tiny(Qwen2ForCausalLM, Qwen2Config, False, "sdpa")
     prompt, prompt_mask, completion, lengths = batch()
     prompt[3], prompt_mask[3] = prompt[1], prompt_mask[1]
@@ -254,7 +255,8 @@ def test_packed_under_cpu_bf16_autocast_stays_close_to_fp32(segments, monkeypatc
     with torch.autocast("cpu", dtype=torch.bfloat16):
         fast = packed_token_outputs(model, prompt, prompt_mask, completion, lengths, segments=segments)
     reference = packed_token_outputs(model, prompt, prompt_mask, completion, lengths, segments=segments)
-    assert len(calls) == (2 if segments else 0)  # by segments, the bf16 path ran (one call per layer)
+    # by segments, the matmul path ran (one call per layer), under autocast and in fp32 alike
+    assert calls == ([False, False, True, True, False, False] if segments else [])
     (fast.logprobs * valid).sum().backward()
     torch.testing.assert_close(fast.logprobs[valid].float(), reference.logprobs[valid].detach(), atol=0.05, rtol=0.02)
     for a, b in zip(grads(model), exact):

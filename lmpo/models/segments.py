@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from lmpo.models.bf16_segments import bf16_segment_attention
+from lmpo.models.matmul_segments import MATMUL_ATTENTION_BYTES, matmul_segment_attention, weights_bytes
 
 SPREAD = 0.8  # a segment joins its bucket while at least this fraction of the bucket's longest
 
@@ -149,11 +149,21 @@ def plan_segments(segments: list[tuple[list[int], list[int]]], tokens: int,
 def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, plan: SegmentPlan,
                       scaling: float | None, dropout: float = 0.0) -> torch.Tensor:
     """Attention [R, N, H, D] for query [R, H, N, D] and key/value [R, H_kv, N, D] (R * N ==
-    plan.tokens) following the plan; grouped-query heads are shared, not copied."""
+    plan.tokens) following the plan; grouped-query heads are shared, not copied. On the CPU, two
+    matmuls around a softmax while the weights they keep are small (`matmul_segments`); else
+    PyTorch's attention kernel per bucket, in fp32 under CPU autocast (its bf16 backward is slow)."""
+    if query.device.type == "cpu" and weights_bytes(plan, query.size(1)) <= MATMUL_ATTENTION_BYTES:
+        return matmul_segment_attention(query, key, value, plan, scaling, dropout)
     if cpu_autocast(query.device):
-        # short segments are faster as two low-precision matmuls around an fp32 softmax (the
-        # precision GPU flash kernels keep) than in the CPU flash kernel
-        return bf16_segment_attention(query, key, value, plan, scaling, dropout)
+        with torch.autocast("cpu", enabled=False):
+            out = kernel_segment_attention(query.float(), key.float(), value.float(), plan, scaling, dropout)
+        return out.to(torch.get_autocast_dtype("cpu"))
+    return kernel_segment_attention(query, key, value, plan, scaling, dropout)
+
+
+def kernel_segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, plan: SegmentPlan,
+                             scaling: float | None, dropout: float = 0.0) -> torch.Tensor:
+    """`segment_attention` as one call of PyTorch's attention kernel per bucket."""
     rows, heads, n, dim = query.shape
 
     def flat(t: torch.Tensor) -> torch.Tensor:  # [R * N + 1, heads, D]: the last row is the trash position

@@ -1,6 +1,8 @@
-"""Attention by segments under CPU bf16 autocast (`lmpo.models.bf16_segments`): its written-out
-backward is the gradient of its forward, and its numbers are those of the fp32 attention by
-segments to bf16 tolerance and those of the same computation under autograd to float rounding."""
+"""Attention by segments on the CPU as matmuls around a softmax (`lmpo.models.matmul_segments`):
+its written-out backward is the gradient of its forward; at fp32 its numbers are those of
+PyTorch's attention kernel per bucket to float rounding; under bf16 autocast they are the
+kernel's at fp32 to bf16 tolerance and those of the same computation under autograd to float
+rounding; past its memory budget the kernel runs instead."""
 
 from __future__ import annotations
 
@@ -8,8 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lmpo.models.bf16_segments import BucketRows, _SegmentAttention
-from lmpo.models.segments import plan_segments, segment_attention
+import lmpo.models.segments as segments_module
+from lmpo.models.matmul_segments import BucketRows, _SegmentAttention, weights_bytes
+from lmpo.models.segments import kernel_segment_attention, plan_segments, segment_attention
 
 
 def shared_prompt_plan(grain: int = 1, idle: bool = False):
@@ -77,7 +80,7 @@ def test_bf16_attention_by_segments_matches_fp32_and_its_autograd_formulation(id
     plan, tokens = shared_prompt_plan(grain=8, idle=idle)
     weights = torch.randn(1, tokens, 4, 8)
     exact_q, exact_k, exact_v = qkv(tokens)
-    exact = segment_attention(exact_q, exact_k, exact_v, plan, None)  # fp32: PyTorch's SDPA per bucket
+    exact = kernel_segment_attention(exact_q, exact_k, exact_v, plan, None)  # fp32: PyTorch's SDPA per bucket
     (exact * weights).sum().backward()
     q, k, v = qkv(tokens)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -123,3 +126,44 @@ def test_a_coarse_plan_runs_buckets_of_one_padded_shape_as_one():
     assert int((coarse.order == sum(b.queries.numel() for b in coarse.buckets)).sum()) == len(idle)
     with pytest.raises(ValueError, match="exactly once"):  # an idle position that a segment owns
         plan_segments(segments, 60, idle=idle + [0])
+
+
+@pytest.mark.parametrize("idle", [False, True])
+def test_fp32_attention_by_segments_as_matmuls_is_the_kernels_to_rounding(idle):
+    plan, tokens = shared_prompt_plan(grain=4 if idle else 1, idle=idle)
+    weights = torch.randn(1, tokens, 4, 8)
+    results = []
+    for attend in (segment_attention, kernel_segment_attention):
+        q, k, v = qkv(tokens)
+        out = attend(q, k, v, plan, None)
+        (out * weights).sum().backward()
+        results.append((out, q.grad, k.grad, v.grad))
+    (fast, *fast_grads), (exact, *exact_grads) = results
+    assert fast.dtype == torch.float32
+    torch.testing.assert_close(fast, exact, atol=1e-6, rtol=1e-5)
+    for a, b in zip(fast_grads, exact_grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_past_its_memory_budget_attention_by_segments_runs_the_kernel(autocast, monkeypatch):
+    """The matmul path keeps each bucket's softmax weights for the backward; a plan whose weights
+    pass the budget runs PyTorch's kernel per bucket instead (in fp32 under autocast)."""
+    plan, tokens = shared_prompt_plan()
+    assert weights_bytes(plan, 4) == 4 * 4 * sum(b.allowed.numel() for b in plan.buckets) > 0
+    kernel_calls = []
+    real_kernel = segments_module.kernel_segment_attention
+    monkeypatch.setattr(segments_module, "kernel_segment_attention",
+                        lambda q, *a, **kw: kernel_calls.append(q.dtype) or real_kernel(q, *a, **kw))
+    outs = []
+    for budget in (weights_bytes(plan, 4), weights_bytes(plan, 4) - 1):
+        monkeypatch.setattr(segments_module, "MATMUL_ATTENTION_BYTES", budget)
+        q, k, v = qkv(tokens)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            outs.append(segments_module.segment_attention(q, k, v, plan, None))
+        outs[-1].float().sum().backward()
+        assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+    assert kernel_calls == [torch.float32]  # only past the budget, and at fp32 under autocast too
+    assert outs[0].dtype == outs[1].dtype == (torch.bfloat16 if autocast else torch.float32)
+    torch.testing.assert_close(outs[0].float(), outs[1].float(), atol=3e-2 if autocast else 1e-6,
+                               rtol=3e-2 if autocast else 1e-5)

@@ -1,17 +1,24 @@
-"""Attention by segments under CPU bf16 autocast, as one autograd function.
+"""Attention by segments on the CPU as one autograd function: two matmuls around a softmax.
 
 The same computation as attention by segments elsewhere (`segments`): each bucket's queries
-attend to the keys its segments may see, as two bf16 matmuls around an fp32 softmax (the
-precision GPU flash kernels keep), the scale and the mask folded into the first. What differs
-is the bookkeeping around them. Written as PyTorch operations under autograd, a layer gathered
-queries, keys and values bucket by bucket, cast, transposed and copied each gather, and its
-backward mirrored every one of those steps: on a DPO step of the bench's 3.7M model, 45-58 ms
-of a ~250 ms step for 4 layers, of which the matmuls were ~15 ms (`bench/segment_attention.py`). Here one gather per tensor
-produces every bucket's rows at once, already in the layout the matmuls want ((token, head)
-rows picked by a precomputed index); the backward is written out (the textbook gradients of
-softmax attention): a query's gradient is gathered back by the same index that placed its
-output, and the keys' and values' (a prompt's are seen by several segments) are added back
-in one `index_add_` each, in fp32.
+attend to the keys its segments may see, here as two matmuls around a softmax in at least fp32
+(the precision GPU flash kernels keep), the scale and the mask folded into the first. Under CPU
+bf16 autocast the matmuls run in bf16; otherwise in the inputs' dtype. PyTorch's CPU flash
+kernel, called once per bucket, is the alternative: its bf16 backward is ~3x slower than its
+fp32 one, and for a bucket of short segments (a DPO pair's answers, a sort task's completions)
+its fixed cost per call outweighs the arithmetic. What differs from a formulation in PyTorch
+operations is the bookkeeping around the matmuls. Written as operations under autograd, a
+layer gathered queries, keys and values bucket by bucket, cast, transposed and copied each
+gather, and its backward mirrored every one of those steps: on a DPO step of the bench's 3.7M
+model at bf16, 45-58 ms of a ~250 ms step for 4 layers, of which the matmuls were ~15 ms
+(`bench/segment_attention.py`). Here one gather per tensor produces every bucket's rows at once,
+already in the layout the matmuls want ((token, head) rows picked by a precomputed index); the
+backward is written out (the textbook gradients of softmax attention): a query's gradient is
+gathered back by the same index that placed its output, and the keys' and values' (a prompt's
+are seen by several segments) are added back in one `index_add_` each, in at least fp32.
+
+The softmax weights are kept for the backward (a flash kernel keeps one number per query), so
+`segments` takes this path only while they stay small (`MATMUL_ATTENTION_BYTES`).
 
 Forward outputs equal the autograd formulation's bit for bit; query and key gradients agree to
 fp32 rounding (the same products, summed in another order). Value gradients are summed in fp32
@@ -132,11 +139,20 @@ class _SegmentAttention(torch.autograd.Function):
                 None, None, None)
 
 
-def bf16_segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, plan, scaling: float | None,
-                           dropout: float = 0.0) -> torch.Tensor:
+MATMUL_ATTENTION_BYTES = 32 << 20  # per layer: the softmax weights one layer keeps for its backward
+
+
+def weights_bytes(plan, heads: int) -> int:
+    """Bytes of the fp32 softmax weights one layer keeps for its backward under `plan`."""
+    return 4 * heads * sum(b.allowed.numel() for b in plan.buckets)
+
+
+def matmul_segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, plan,
+                             scaling: float | None, dropout: float = 0.0) -> torch.Tensor:
     """Attention [R, N, H, D] by `plan` (a `segments.SegmentPlan`) for query [R, H, N, D] and
-    key/value [R, H_kv, N, D], in the CPU autocast dtype; grouped-query heads shared, not copied."""
-    low = torch.get_autocast_dtype("cpu")
+    key/value [R, H_kv, N, D], in the CPU autocast dtype under autocast, else in the query's
+    dtype; grouped-query heads shared, not copied."""
+    low = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else query.dtype
     heads, kv_heads = query.size(1), key.size(1)
     if (heads, kv_heads, low) not in plan.rows:  # made once per plan, for all its layers
         plan.rows[(heads, kv_heads, low)] = BucketRows(plan, heads, kv_heads, low, query.device)
