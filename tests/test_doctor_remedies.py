@@ -197,6 +197,22 @@ def test_held_out_format_checks_weigh_the_problems_behind_each_evaluation(tmp_pa
     assert "eos_loss" not in {f.code for f in diagnose_run(tmp_path / "short")["short"]}
 
 
+def test_reward_hacking_weighs_the_problems_behind_each_evaluation(tmp_path):
+    """A GRPO run whose reward rose while held-out accuracy went 20/40 → 17/40 was called
+    `reward_hacking` (50.0% → 42.5%): three problems, within sampling noise. The run's
+    --eval_problems says how many problems each share counts; a fall beyond noise is still
+    found, with its counts."""
+    def run(name: str, last: float) -> list:
+        rows = [{"step": 0, "eval_accuracy": 0.5}] + _series(reward_mean=(0.3, 0.9), accuracy=(0.5, 0.5))
+        rows[-1]["eval_accuracy"] = last
+        _stage(tmp_path, name, "rl", rows, eval_problems=40)
+        return [f for f in diagnose_run(tmp_path / name)[name] if f.code == "reward_hacking"]
+
+    assert run("noise", 17 / 40) == []
+    (found,) = run("hacked", 6 / 40)
+    assert "held-out 50.0% (20/40) → 15.0% (6/40)" in found.value and "standard errors" in found.threshold
+
+
 def test_online_dpo_pair_accuracy_is_not_read_as_sampled_accuracy():
     """Online DPO logs `accuracy` as its pairs' (the implicit reward ranks the chosen first), of one
     or a few pairs a round; without held-out evaluations the doctor said `decline: training accuracy

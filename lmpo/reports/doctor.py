@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import partial
 from typing import Callable
 
 from .doctor_base import Finding, Thresholds, rl_rows
 from .doctor_base import ends as _ends, finite_points as _points, finite_values as _values
 from .doctor_base import mean as _mean, pct as _pct, plural as _plural
 from .doctor_faults import check_decline, check_faults, check_nonfinite, env_errors_first
-from .doctor_quality import check_below_chance, check_eos, format_low
+from .doctor_quality import beyond_noise, check_below_chance, check_eos, counted, eval_count, format_low, noise_bar
 from .doctor_remedies import PAIR_TRAINERS, for_trainer
 from .metrics import Row, as_float
 
@@ -192,21 +193,27 @@ def check_length(rows: list[Row], th: Thresholds) -> list[Finding]:
     return findings
 
 
-def check_hacking(rows: list[Row], th: Thresholds) -> list[Finding]:
-    """Reward up while held-out accuracy falls (completions that stop ending well: check_eos)."""
-    findings = []
+def check_hacking(rows: list[Row], th: Thresholds, eval_n: int | None = None) -> list[Finding]:
+    """Reward up while held-out accuracy falls (completions that stop ending well: check_eos).
+    `eval_n`: the run's --eval_problems; where it says how many problems each held-out share
+    counts, the fall must also be beyond sampling noise (20/40 → 18/40 is none)."""
     reward = _values(rl_rows(rows), "reward_mean")
     evals = _values(rows, "eval_accuracy")
-    if len(reward) >= 4 and len(evals) >= 2:
-        r0, r1 = _ends(reward)
-        if r1 - r0 >= th.reward_rise and evals[-1] - evals[0] <= -th.heldout_drop:
-            findings.append(Finding("reward_hacking", "warning", "reward_mean vs eval_accuracy",
-                                    f"reward {r0:.3f} → {r1:.3f}, held-out {_pct(evals[0])} → {_pct(evals[-1])}",
-                                    f"reward +{th.reward_rise:g} while held-out -{_pct(th.heldout_drop)}",
-                                    "the reward rose while held-out accuracy fell: the policy exploits the reward",
-                                    "score with the verifier (--rewards correct=1.0), keep the reward model's "
-                                    "output bounded, raise --beta, add --missing_eos_penalty, stop earlier"))
-    return findings
+    if len(reward) < 4 or len(evals) < 2:
+        return []
+    r0, r1 = _ends(reward)
+    n = eval_count(evals, eval_n)
+    if r1 - r0 < th.reward_rise or evals[0] - evals[-1] < th.heldout_drop:
+        return []
+    if n is not None and not beyond_noise(evals[0], n, evals[-1], n, th):
+        return []
+    noise = f" and {noise_bar(th)}" if n is not None else ""
+    return [Finding("reward_hacking", "warning", "reward_mean vs eval_accuracy",
+                    f"reward {r0:.3f} → {r1:.3f}, held-out {counted(evals[0], n)} → {counted(evals[-1], n)}",
+                    f"reward +{th.reward_rise:g} while held-out -{_pct(th.heldout_drop)}{noise}",
+                    "the reward rose while held-out accuracy fell: the policy exploits the reward",
+                    "score with the verifier (--rewards correct=1.0), keep the reward model's "
+                    "output bounded, raise --beta, add --missing_eos_penalty, stop earlier")]
 
 
 def check_kinds(rows: list[Row], th: Thresholds, final: dict | None = None) -> list[Finding]:
@@ -329,7 +336,8 @@ def diagnose(rows: list[Row], stage: str = "", thresholds: Thresholds | None = N
     --eval_problems, the problems behind each held-out share (1/8 → 0/8 is noise, not a fall)."""
     th = thresholds or Thresholds()
     if rl_rows(rows):
-        found = check_signal(rows, th, group_size, advantage, rewards) + [f for check in RL_CHECKS for f in check(rows, th)]
+        checks = [partial(check, eval_n=eval_n) if check is check_hacking else check for check in RL_CHECKS]
+        found = check_signal(rows, th, group_size, advantage, rewards) + [f for check in checks for f in check(rows, th)]
         found = [_with_kept_model(f, rows, final) for f in found + check_eos(rows, th, group_size, eval_n)]
         return for_trainer(env_errors_first(found + check_kinds(rows, th, final), rows, th), stage)
     if stage in PAIR_TRAINERS:

@@ -15,7 +15,7 @@ def _completions(row: Row, group_size: int | None) -> float | None:
     return groups * group_size if groups and group_size else None
 
 
-def _beyond_noise(f0: float, n0: float, f1: float, n1: float, th: Thresholds) -> bool:
+def beyond_noise(f0: float, n0: float, f1: float, n1: float, th: Thresholds) -> bool:
     """A fall of two shares larger than `th.eos_noise` standard errors of their difference."""
     p = (f0 * n0 + f1 * n1) / (n0 + n1)
     return f0 - f1 >= th.eos_noise * math.sqrt(p * (1 - p) * (1 / n0 + 1 / n1))
@@ -35,7 +35,7 @@ def _training_fall(rows: list[Row], th: Thresholds, group_size: int | None) -> t
     f0, f1 = mean(values[:k]), mean(values[-k:])
     if f0 - f1 < th.eos_drop:
         return None
-    if None not in counts and not _beyond_noise(f0, sum(counts[:k]), f1, sum(counts[-k:]), th):
+    if None not in counts and not beyond_noise(f0, sum(counts[:k]), f1, sum(counts[-k:]), th):
         return None
     return f0, f1
 
@@ -72,12 +72,12 @@ def _heldout_fall(rows: list[Row], th: Thresholds, eval_n: int | None) -> tuple[
     k = max(1, len(fmt) // 10) if len(fmt) >= 4 else 1
     f0, f1 = mean(fmt[:k]), mean(fmt[-k:])
     n = eval_count(fmt, eval_n)
-    if f0 - f1 < th.eos_drop or (n is not None and not _beyond_noise(f0, k * n, f1, k * n, th)):
+    if f0 - f1 < th.eos_drop or (n is not None and not beyond_noise(f0, k * n, f1, k * n, th)):
         return None
-    return f"{counted(f0, n, k)} → {counted(f1, n, k)}", f" and {_noise_bar(th)}" if n is not None else ""
+    return f"{counted(f0, n, k)} → {counted(f1, n, k)}", f" and {noise_bar(th)}" if n is not None else ""
 
 
-def _noise_bar(th: Thresholds) -> str:
+def noise_bar(th: Thresholds) -> str:
     return f">= {th.eos_noise:g} standard errors of sampling noise"
 
 
@@ -91,7 +91,7 @@ def format_low(rows: list[Row], th: Thresholds, eval_n: int | None = None) -> tu
     noise = th.eos_noise * math.sqrt(th.sft_format * (1 - th.sft_format) / n) if n else 0.0
     if th.sft_format - fmt[-1] < noise:
         return None
-    return counted(fmt[-1], n), f"< {pct(th.sft_format)}" + (f" by {_noise_bar(th)}" if n else "")
+    return counted(fmt[-1], n), f"< {pct(th.sft_format)}" + (f" by {noise_bar(th)}" if n else "")
 
 
 def check_eos(rows: list[Row], th: Thresholds, group_size: int | None = None,
