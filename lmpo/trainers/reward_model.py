@@ -32,6 +32,7 @@ from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater, preflight_run
 from lmpo.trainers.pairs import PairColumns, embedded_pairs, file_pairs, scoring_rows, split_heldout
 from lmpo.trainers.result import StageResult
+from lmpo.trainers.supervised import preserved_rng
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
                                      raise_if_any)
 from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
@@ -204,6 +205,10 @@ def train_reward_model(cfg: RewardModelConfig) -> StageResult:
         order.load_state_dict(resumed.data)
         step = resumed.step
         updater.load_state(resumed.state)
+    if resumed is None:  # the starting point of the curves, without moving the random state training reads
+        with preserved_rng():
+            run.write({"step": 0, "eval_accuracy": pairwise_accuracy(run.plain(model), tokenizer, heldout,
+                                                                     device=run.device)})
     run.say(f"{cfg.model}: {len(train_pairs)} pairs x {cfg.epochs} epochs; {run.describe(model)}")
     model.train()
     trained = run.trained(model)

@@ -8,7 +8,9 @@ position in it and the order RNG at the epoch's start)."""
 
 from __future__ import annotations
 
+import random
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -258,6 +260,28 @@ def heldout_loss(run: Run, model, rows: torch.Tensor, batch_size: int) -> float:
     return total / max(count, 1)
 
 
+@contextmanager
+def preserved_rng():
+    """Python's and torch's random states (CPU, and every CUDA device in use) as they were on entry."""
+    state = random.getstate()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(state)
+
+
+def _first_eval(model, run: Run, tokenizer, task, heldout: list, cfg: SupervisedConfig) -> None:
+    """The held-out evaluation before training (step 0), leaving the random state as it found it:
+    it must not move dropout's draws, or the trained model would differ from a run without it."""
+    with preserved_rng():
+        ev = evaluate(run.plain(model), tokenizer, task, heldout, max_new_tokens=cfg.eval_max_new_tokens,
+                      budget_option="--eval_max_new_tokens")
+    run.write({"step": 0, **ev.metrics()})
+    model.train()
+
+
 def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> StageResult:
     """`stopping`: the held-out rows' builder, for a stage that stops on its held-out loss."""
     preflight_run(cfg, name)
@@ -287,6 +311,8 @@ def _train(cfg: SupervisedConfig, name: str, prepare, task, stopping=None) -> St
         updater.load_state(resumed.state)
         if stop is not None:
             stop.load_state(resumed.state.get("stopping", {}))
+    if name == "sft" and heldout and resumed is None and run.dist.is_main:  # the starting point of the curves
+        _first_eval(model, run, tokenizer, task, heldout, cfg)
     trained = run.trained(model)
     run.say(f"{cfg.model}: {run.describe(model)}, {total_steps} steps")
     last = start_step
