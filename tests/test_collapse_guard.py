@@ -68,7 +68,14 @@ def test_a_learning_rate_spike_is_rolled_back_and_the_run_recovers(start_model, 
     for rb in rollbacks:
         assert html_escape(rb["rollback"]) in table and f'<td class="num">{rb["to_step"]}</td>' in table
         assert f'<td class="num">{rb["new_lr"]:.3g}</td>' in table
-    assert "to_step" not in html  # a rollback's own figures are not drawn as metrics
+    assert "to_step" not in html and "to_elapsed_s" not in html  # a rollback's own figures are not drawn as metrics
+    # its clock and the checkpoint's: `lmpo compare` leaves the abandoned branch's time out, as its samples
+    assert all(0 < rb["to_elapsed_s"] < rb["elapsed_s"] for rb in rollbacks)
+    from lmpo.teach.compare.records import read_run
+
+    record = read_run(out, "grpo", 0, "rl")
+    seconds = json.loads((out / "result.json").read_text())["seconds"]
+    assert 0 < record.abandoned_seconds and record.seconds == pytest.approx(seconds - record.abandoned_seconds)
 
 
 def test_rollbacks_are_marked_on_the_curves():

@@ -42,6 +42,7 @@ from lmpo.trainers.rl_config import RLConfig
 from lmpo.trainers.rl_update import LossParts, update
 from lmpo.trainers.runtime import make_optimizer, make_scheduler
 from lmpo.trainers.checkpoint import complete_checkpoints, load_checkpoint
+from lmpo.trainers.run_clock import STATE_KEY
 from lmpo.trainers.collapse_guard import CollapseGuard, CollapseGuardStop, scale_learning_rate
 from lmpo.trainers.stopping import BestWeights, StopRule
 from lmpo.trainers.validation import raise_if_any, single_turn_problems
@@ -230,8 +231,10 @@ def train_rl(cfg: RLConfig) -> StageResult:
                 run.sync(policy)
                 stream.position, beta, nonfinite_streak = back.state["prompt_position"], back.state["beta"], 0
                 run.say(f"collapse guard at step {step}: {alarm}; rolled back to step {back.step}, lr x{scale:g}")
+                # the clock at the rollback and at the checkpoint: the abandoned branch's wall time (`lmpo compare`)
                 run.write({"step": step, "rollback": alarm, "to_step": back.step, "lr_scale": scale,
-                           "new_lr": optimizer.param_groups[0]["lr"]})
+                           "new_lr": optimizer.param_groups[0]["lr"], "elapsed_s": run.elapsed(),
+                           "to_elapsed_s": back.state.get(STATE_KEY)})
                 step = back.step
                 continue
             progress.update(step, reward=row.get("reward_mean"), acc=row["accuracy"],

@@ -290,6 +290,27 @@ def test_a_run_is_read_without_the_steps_a_rollback_abandoned(tmp_path):
     assert record.samples == 32 and record.completion_tokens == 4 * 5 * 2 * 4
 
 
+def test_a_runs_seconds_leave_out_the_branches_a_rollback_abandoned_as_its_samples_do(tmp_path):
+    """A run whose collapse guard rolled back counted the abandoned steps' wall time in its seconds
+    (and in its curve's) while leaving their samples out. Rollbacks at 30 s (to the checkpoint of
+    20 s) and at 60 s (to the one of 10 s, which abandons the first branch again): 50 s abandoned."""
+    from lmpo.teach.compare.records import read_run
+
+    step = {"groups_sampled": 2, "completion_len_mean": 5.0}
+    rows = [{"step": 0, "eval_accuracy": 0.3, "elapsed_s": 5.0}, *({"step": s, **step} for s in range(1, 5)),
+            {"step": 4, "eval_accuracy": 0.0, "elapsed_s": 28.0},
+            {"step": 4, "rollback": "KL runaway", "to_step": 2, "lr_scale": 0.5, "elapsed_s": 30.0, "to_elapsed_s": 20.0},
+            *({"step": s, **step} for s in (3, 4)),
+            {"step": 4, "rollback": "KL runaway", "to_step": 1, "lr_scale": 0.5, "elapsed_s": 60.0, "to_elapsed_s": 10.0},
+            *({"step": s, **step} for s in (2, 3, 4)), {"step": 4, "eval_accuracy": 0.5, "elapsed_s": 75.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "result.json").write_text(json.dumps({"accuracy": 0.5, "seconds": 80.0,
+                                                       "config": {"group_size": 4, "prompts_per_step": 2}}))
+    record = read_run(tmp_path, "grpo", 0, "rl")
+    assert record.samples == 32 and record.seconds == 30.0 and record.abandoned_seconds == 50.0
+    assert [(p.samples, p.seconds, p.accuracy) for p in record.curve] == [(0, 5.0, 0.3), (32, 25.0, 0.5)]
+
+
 def test_a_method_that_trained_no_step_on_some_seeds_is_marked_and_still_ranked():
     from lmpo.teach.compare.render import _no_steps_mark
 

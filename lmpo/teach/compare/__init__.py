@@ -80,8 +80,10 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
                 say(f"seed {seed} {method.name}: trained 0 steps: {record.stopped}; it counts as the start "
                     f"model, and the other methods are compared on (raise --minutes to train it)")
                 continue
+            lost = (f" (and {record.abandoned_seconds:.0f} s on steps a rollback abandoned, not counted, as their "
+                    f"samples are not)" if record.abandoned_seconds else "")
             say(f"seed {seed} {method.name}: held-out accuracy {100 * (record.accuracy or 0):.1f}%, "
-                f"{record.seconds:.0f} s, peak {record.peak_rss_mb} MB")
+                f"{record.seconds:.0f} s{lost}, peak {record.peak_rss_mb} MB")
     comparison = collect(cfg, command, starts)
     files = write_all(comparison, Path(cfg.out))
     if not quiet:

@@ -5,10 +5,11 @@ held-out evaluations along the way, each with the samples used and the seconds e
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lmpo.reports.metrics import kept_rows, read_metrics
+from lmpo.reports.metrics import as_float, kept_rows, read_metrics
 
 NO_STEPS = "no_steps.json"
 """Written in a run's directory, in place of its stage's result.json, by a run whose reference
@@ -40,6 +41,9 @@ class RunRecord:
     curve: list[EvalPoint] = field(default_factory=list)
     no_steps: bool = False
     """It trained 0 steps within the budget (NO_STEPS): its accuracy is the start model's."""
+    abandoned_seconds: float = 0.0
+    """Wall time spent on steps that a collapse-guard rollback abandoned: left out of `seconds` (and
+    of the curve's), as their samples are left out of `samples`."""
 
 
 def read_run(stage_dir: Path, method: str, seed: int, stage: str) -> RunRecord:
@@ -47,7 +51,8 @@ def read_run(stage_dir: Path, method: str, seed: int, stage: str) -> RunRecord:
     if (stage_dir.parent / NO_STEPS).is_file():
         return _no_steps_record(stage_dir, method, seed)
     result = json.loads((stage_dir / "result.json").read_text())
-    rows = kept_rows(read_metrics(stage_dir / "metrics.jsonl"))  # not the steps a rollback abandoned
+    logged, abandoned_s = on_kept_clock(read_metrics(stage_dir / "metrics.jsonl"))
+    rows = kept_rows(logged)  # not the steps a rollback abandoned, as their samples and seconds are not counted
     config = result.get("config", {})
     if stage == "dpo":
         samples_at, tokens = _pair_counts(result, config, rows)
@@ -58,11 +63,36 @@ def read_run(stage_dir: Path, method: str, seed: int, stage: str) -> RunRecord:
     evals = [row for row in rows if isinstance(row.get("eval_accuracy"), (int, float))]
     curve = [EvalPoint(samples_at(row), row.get("elapsed_s"), float(row["eval_accuracy"])) for row in evals]
     first = next((float(row["eval_accuracy"]) for row in evals if row.get("step") == 0), None)  # before training
-    return RunRecord(method=method, seed=seed, accuracy=result.get("accuracy"), seconds=float(result["seconds"]),
+    return RunRecord(method=method, seed=seed, accuracy=result.get("accuracy"),
+                     seconds=float(result["seconds"]) - abandoned_s, abandoned_seconds=abandoned_s,
                      peak_rss_mb=result.get("peak_rss_mb"), peak_gpu_mb=result.get("peak_gpu_mb"),
                      samples=samples_at(None), completion_tokens=tokens, run_dir=str(stage_dir),
                      start_accuracy=first, stopped=next((r["stopped"] for r in rows if "stopped" in r), None),
                      curve=curve)
+
+
+def on_kept_clock(rows: list[dict]) -> tuple[list[dict], float]:
+    """The rows with each `elapsed_s` less the wall time of the branches that rollbacks abandoned
+    before it, and that time in all. A rollback row says when it came (`elapsed_s`) and the clock
+    of the checkpoint it went back to (`to_elapsed_s`); a later rollback to an earlier checkpoint
+    abandons an earlier one's span again, so the spans are merged, not summed. Runs logged before
+    rollbacks said their clock lose nothing."""
+    spans = sorted((to, at) for r in rows if "rollback" in r
+                   and (to := as_float(r.get("to_elapsed_s"))) is not None
+                   and (at := as_float(r.get("elapsed_s"))) is not None and at > to)
+    merged: list[list[float]] = []
+    for to, at in spans:
+        if merged and to <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], at)
+        else:
+            merged.append([to, at])
+
+    def lost(t: float) -> float:
+        return sum(min(at, t) - to for to, at in merged if to < t)
+
+    out = [dict(r, elapsed_s=t - lost(t)) if "rollback" not in r and (t := as_float(r.get("elapsed_s"))) is not None
+           else r for r in rows]
+    return out, lost(math.inf)
 
 
 def _no_steps_record(stage_dir: Path, method: str, seed: int) -> RunRecord:
