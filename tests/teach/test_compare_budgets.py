@@ -56,7 +56,12 @@ def test_a_dpo_whose_reference_pass_outlasts_the_time_budget_counts_as_the_start
             "--samples", "128", "--threads", "1", "--device", "cpu", "--start", start_model, "--out", str(out)]
     assert main(argv) == 0
     said = capsys.readouterr().out
-    assert "seed 0 dpo: trained 0 steps: the wall-time cap of 0.0001 minutes stopped the reference" in said
+    assert re.search(r"seed 0 dpo: trained 0 steps in \d+\.\d s: the wall-time cap of 0.0001 minutes stopped the "
+                     r"reference log-prob pass at batch 0 of \d+, before any training step; it counts as the start", said)
+    # its log says what the comparison made of it, not the trainer's "(no model written)" alone
+    log_line = next(line for line in (out / "seed0" / "dpo" / "log.txt").read_text().splitlines()
+                    if line.startswith("[compare]"))
+    assert "(no model written)" not in log_line and "the comparison counts it as the start model" in log_line
     data = json.loads((out / "compare.json").read_text())
     runs = {r["method"]: r for r in data["runs"]}
     assert runs["dpo"]["no_steps"] and runs["dpo"]["samples"] == 0 and runs["dpo"]["peak_rss_mb"] > 0
@@ -66,7 +71,9 @@ def test_a_dpo_whose_reference_pass_outlasts_the_time_budget_counts_as_the_start
     lines = data["recommendation"]["lines"]
     assert any(line.startswith("dpo: trained 0 steps on every seed: its reference log-prob pass alone took longer "
                                "than --minutes 0.0001") and "Raise --minutes" in line for line in lines)
-    assert re.search(r"\| dpo \| \d+\.\d% \(0 steps: the start model\) \|", (out / "compare.md").read_text())
+    # its wall time to a tenth, and what it was spent on (it read "0" where it took under half a second)
+    assert re.search(r"\| dpo \| \d+\.\d% \(0 steps: the start model\) \| \d+\.\d \(reference pass only\) \|",
+                     (out / "compare.md").read_text())
     assert not (out / "seed0" / "dpo" / "dpo" / "model").exists()
     log = (out / "seed0" / "dpo" / "log.txt").stat().st_mtime_ns
     assert main(argv) == 0  # the rerun keeps the 0-step run: at this budget that is its result

@@ -77,8 +77,8 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
             launch(spec, lambda line, m=method.name, s=seed: say(f"seed {s} {m}: {line}"))
             record = read_run(spec.stage_dir, method.name, seed, method.stage)
             if record.no_steps:
-                say(f"seed {seed} {method.name}: trained 0 steps: {record.stopped}; it counts as the start "
-                    f"model, and the other methods are compared on (raise --minutes to train it)")
+                say(f"seed {seed} {method.name}: trained 0 steps in {record.seconds:.1f} s: {record.stopped}; it "
+                    f"counts as the start model, and the other methods are compared on (raise --minutes to train it)")
                 continue
             lost = (f" (and {record.abandoned_seconds:.0f} s on steps a rollback abandoned, not counted, as their "
                     f"samples are not)" if record.abandoned_seconds else "")

@@ -152,10 +152,14 @@ def main(argv: list[str]) -> int:
         if stop.code == 143:  # SIGTERM: the comparison was stopped, nothing to record
             print(f"lmpo: {stop}", file=sys.stderr)
             return 143
+        seconds = time.monotonic() - started
+        # the trainer's "(no model written)" and kept log-probs are for a resume; here the run is a result
+        stopped = str(stop).partition(" (no model written)")[0]
         (spec.run_dir / NO_STEPS).write_text(json.dumps({
-            "stopped": str(stop), "seconds": time.monotonic() - started, "peak_rss_mb": peak_rss_mb()}))
-        print(f"[compare] {spec.method.name}: {stop}; it counts as 0 steps trained within --minutes "
-              f"{spec.config.minutes:g}", flush=True)
+            "stopped": stopped, "seconds": seconds, "peak_rss_mb": peak_rss_mb()}))
+        print(f"[compare] {spec.method.name}: trained 0 steps in {seconds:.1f} s: {stopped}. At --minutes "
+              f"{spec.config.minutes:g} that is its result: the comparison counts it as the start model (so it "
+              f"wrote no model of its own)", flush=True)
     return 0
 
 
