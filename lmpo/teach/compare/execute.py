@@ -7,7 +7,7 @@ OUT/seedS/METHOD, holding spec.json (what it runs), log.txt (its output) and the
 directory with result.json. A run whose result.json exists is finished and skipped, so the same
 command continues a killed comparison; an unfinished one is started again from scratch.
 
-`python -m lmpo.teach.compare.execute RUN_DIR` runs one spec (what the parent starts).
+`main([RUN_DIR])` runs one spec, in the process the parent starts (`child_command`).
 """
 
 from __future__ import annotations
@@ -99,7 +99,10 @@ def launch(spec: RunSpec, say: Callable[[str], None] | None = None, every_s: flo
 
 
 def child_command(run_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "lmpo.teach.compare.execute", str(run_dir)]
+    # not `-m lmpo.teach.compare.execute`: the package imports this module first, and runpy then
+    # warns in every run's log.txt that it found it in sys.modules ("unpredictable behaviour")
+    return [sys.executable, "-c", "import sys; from lmpo.teach.compare.execute import main; sys.exit(main(sys.argv[1:]))",
+            str(run_dir)]
 
 
 def stop(child: subprocess.Popen, grace_s: float = 10.0) -> None:
