@@ -213,6 +213,38 @@ def test_reward_hacking_weighs_the_problems_behind_each_evaluation(tmp_path):
     assert "held-out 50.0% (20/40) → 15.0% (6/40)" in found.value and "standard errors" in found.threshold
 
 
+@pytest.mark.parametrize("trainer", ["sft", "rm", "dpo", "kto", "orpo"])
+def test_a_run_that_ended_below_its_start_model_says_so(trainer, tmp_path):
+    """A real `lmpo train sft --lr 0.05` from a CPT model: held-out 32/100 at step 0, 0/100 at the
+    end; the doctor said only `sft_format_low` and told it to train more (--epochs). The stages
+    evaluated only before and after training now compare the two, beyond sampling noise."""
+    counts = {"heldout_pairs": 100} if trainer == "rm" else {"eval_problems": 100}
+
+    def found(name: str, last: float) -> list:
+        rows = [{"step": 0, "eval_accuracy": 0.32, "eval_format_accuracy": 1.0},
+                {"step": 2, "loss": 1.0}, {"step": 2, "eval_accuracy": last, "eval_format_accuracy": 1.0}]
+        _stage(tmp_path, name, trainer, rows, **counts)
+        return [f for f in diagnose_run(tmp_path / name)[name] if f.code == "heldout_fell"]
+
+    assert found("noise", 0.25) == []  # 32/100 → 25/100: within two standard errors
+    (fell,) = found("fell", 0.0)
+    assert fell.value == "32.0% (32/100) (step 0) → 0.0% (0/100) (step 2)" and "standard errors" in fell.threshold
+    assert _flags(fell.remedy)[0] <= _fields(trainer) and "--lr" in fell.remedy
+
+
+def test_sft_that_broke_a_well_formed_start_is_not_told_to_train_more(tmp_path):
+    """The same run's `sft_format_low` said "more --epochs or --demonstrations" of a format the
+    start model had at 100% and SFT took to 0%."""
+    rows = [{"step": 0, "eval_accuracy": 0.32, "eval_format_accuracy": 1.0},
+            {"step": 2, "eval_accuracy": 0.0, "eval_format_accuracy": 0.0}]
+    _stage(tmp_path, "sft", "sft", rows, eval_problems=100)
+    (low,) = [f for f in diagnose_run(tmp_path / "sft")["sft"] if f.code == "sft_format_low"]
+    assert "the updates broke the format" in low.message and low.remedy.startswith("lower --lr")
+    _stage(tmp_path, "sft2", "sft", [rows[1]], eval_problems=100)  # no start measured: as before
+    (low,) = [f for f in diagnose_run(tmp_path / "sft2")["sft2"] if f.code == "sft_format_low"]
+    assert low.remedy == "more --epochs or --demonstrations"
+
+
 def test_online_dpo_pair_accuracy_is_not_read_as_sampled_accuracy():
     """Online DPO logs `accuracy` as its pairs' (the implicit reward ranks the chosen first), of one
     or a few pairs a round; without held-out evaluations the doctor said `decline: training accuracy

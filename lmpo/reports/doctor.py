@@ -17,7 +17,8 @@ from .doctor_base import Finding, Thresholds, rl_rows
 from .doctor_base import ends as _ends, finite_points as _points, finite_values as _values
 from .doctor_base import mean as _mean, pct as _pct, plural as _plural
 from .doctor_faults import check_decline, check_faults, check_nonfinite, env_errors_first
-from .doctor_quality import beyond_noise, check_below_chance, check_eos, counted, eval_count, format_low, noise_bar
+from .doctor_quality import (beyond_noise, check_below_chance, check_eos, check_heldout_fall, counted, eval_count,
+                             format_low, noise_bar)
 from .doctor_remedies import PAIR_TRAINERS, for_trainer
 from .metrics import Row, as_float
 
@@ -311,7 +312,14 @@ def check_supervised(rows: list[Row], th: Thresholds, stage: str, eval_n: int | 
                                     "worse on its own data (the learning rate is too high for it)",
                                     "lower --lr (or lengthen --warmup_steps), keep --grad_clip on (> 0)"))
     low = format_low(rows, th, eval_n) if stage == "sft" else None
-    if low is not None:
+    start = next((v for step, v in _points(rows, "eval_format_accuracy") if step == 0), None)
+    if low is not None and start is not None and start >= th.sft_format:  # more of the same would not help
+        findings.append(Finding("sft_format_low", "warning", "eval_format_accuracy", *low,
+                                f"after SFT many answers are malformed or never end, where {_pct(start)} of the "
+                                "start model's were well formed (step 0): the updates broke the format",
+                                "lower --lr (or lengthen --warmup_steps); check that the demonstrations end with "
+                                "EOS in the task's answer format"))
+    elif low is not None:
         findings.append(Finding("sft_format_low", "warning", "eval_format_accuracy", *low,
                                 "after SFT many answers are malformed or never end: RL gains would mostly be "
                                 "learning to stop, not the task", "more --epochs or --demonstrations"))
@@ -341,10 +349,12 @@ def diagnose(rows: list[Row], stage: str = "", thresholds: Thresholds | None = N
         found = [_with_kept_model(f, rows, final) for f in found + check_eos(rows, th, group_size, eval_n)]
         return for_trainer(env_errors_first(found + check_kinds(rows, th, final), rows, th), stage)
     if stage in PAIR_TRAINERS:
-        found = check_decline(rows, th) + check_eos(rows, th, eval_n=eval_n) + check_below_chance(rows, th, stage)
+        found = check_decline(rows, th) + check_heldout_fall(rows, th, eval_n) + check_eos(rows, th, eval_n=eval_n)
+        found += check_below_chance(rows, th, stage)
         found = [_with_kept_model(f, rows, final) for f in found]
         return for_trainer(check_nonfinite(rows, th) + found + check_faults(rows, th), stage)
-    return check_nonfinite(rows, th) + check_supervised(rows, th, stage, eval_n) + check_faults(rows, th)
+    return (check_nonfinite(rows, th) + check_heldout_fall(rows, th, eval_n) + check_supervised(rows, th, stage, eval_n)
+            + check_faults(rows, th))
 
 
 # A held-out finding's metric -> (the result.json field of the same figure, its metrics series, its name).

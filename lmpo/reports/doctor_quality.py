@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .doctor_base import Finding, Thresholds, finite_values, mean, pct, plural
+from .doctor_base import Finding, Thresholds, finite_points, finite_values, mean, pct, plural
 from .metrics import Row, as_float
 
 
@@ -132,3 +132,23 @@ def check_below_chance(rows: list[Row], th: Thresholds, trainer: str) -> list[Fi
                     "a coin would",
                     "check that the data's chosen and rejected sides are not swapped (--chosen_field, "
                     "--rejected_field); lower --lr")]
+
+
+def check_heldout_fall(rows: list[Row], th: Thresholds, eval_n: int | None = None) -> list[Finding]:
+    """A run evaluated before training (step 0) and once after it (SFT, DPO, KTO, ORPO, a reward
+    model), whose held-out accuracy ended below its start by `th.heldout_drop` and, where
+    `eval_n` says the problems (or pairs) behind each share, by `th.eos_noise` standard errors.
+    A run with more evaluations is check_decline's."""
+    evals = finite_points(rows, "eval_accuracy")
+    if len(evals) != 2 or evals[0][0] != 0:
+        return []
+    (_, f0), (step, f1) = evals
+    n = eval_count([f0, f1], eval_n)
+    if f0 - f1 < th.heldout_drop or (n is not None and not beyond_noise(f0, n, f1, n, th)):
+        return []
+    return [Finding("heldout_fell", "warning", "eval_accuracy", f"{counted(f0, n)} (step 0) → {counted(f1, n)} "
+                    f"(step {step})", f"a fall of >= {pct(th.heldout_drop)}" + (f" and {noise_bar(th)}" if n else ""),
+                    "held-out accuracy ended below that of the model training started from: the run made it worse "
+                    "at what it is evaluated on",
+                    "lower --lr or train fewer --epochs; check that the training data's answers take the form "
+                    "the task grades")]

@@ -38,6 +38,14 @@ REMEDIES: dict[str, dict[str, str]] = {
         "kto": "raise --beta, lower --lr, train fewer --epochs" + _ENDS_IN_DATA.format(which="desirable"),
         "orpo": "lower --lr, train fewer --epochs" + _ENDS_IN_DATA.format(which="chosen"),
     },
+    "heldout_fell": {
+        "dpo": _REFERENCE_HELD,
+        "kto": _REFERENCE_HELD,
+        "orpo": "lower --lr or train fewer --epochs; check that the data's chosen side is the one the task grades "
+                "right",
+        "rm": "lower --lr or train fewer --epochs; check that the data's chosen and rejected sides are not swapped "
+              "(--chosen_field, --rejected_field)",
+    },
     "reward_hacking": {
         "online_dpo": "rank with the verifier (--rewards correct=1.0), keep the reward model's output bounded, "
                       "raise --beta, run fewer --rounds",

@@ -93,7 +93,9 @@ def diagnose_stage(stage_dir: Path) -> list[Finding]:
                         f"{log}, or point the doctor at the run that did")]
     advantage = config.get("advantage") if isinstance(config.get("advantage"), str) else None
     rewards = config.get("rewards") if isinstance(config.get("rewards"), str) else None
-    eval_n = config.get("eval_problems") if isinstance(config.get("eval_problems"), int) else None
+    # the problems (a reward model: the pairs) behind each held-out share
+    counts = config.get("heldout_pairs" if kind == "rm" else "eval_problems")
+    eval_n = counts if isinstance(counts, int) else None
     return diagnose(rows, kind, group_size=group, final=_result(stage_dir), advantage=advantage, rewards=rewards,
                     eval_n=eval_n) + check_abandoned_nonfinite(logged)
 
