@@ -28,6 +28,18 @@ def runtime_errors() -> tuple[type[BaseException], ...]:
     return (RewardFailure, EnvFailure, NonFiniteUpdates, CollapseGuardStop, GraderError, OSError)
 
 
+def error_line(err: BaseException, lang: str, text: str) -> str:
+    """The line `lmpo` prints for `err` (said as `text` in English): `lmpo: error: TEXT`. In
+    Chinese the prefix is Chinese and an operating-system error (a missing file, a permission
+    refused) is said in Chinese with its path, the system's English words kept in parentheses;
+    lmpo's own refusals are already in the command's language."""
+    from lmpo.teach.refusals import error_prefix, os_error_zh
+
+    if lang == "zh" and isinstance(err, OSError) and not isinstance(err, RunDirError) and err.errno is not None:
+        text = os_error_zh(err)
+    return f"{error_prefix(lang)}{text}"
+
+
 def one_line(err: BaseException) -> str:
     if isinstance(err, OSError) and not isinstance(err, RunDirError) and err.filename:
         from lmpo.trainers.fs_faults import fs_error
@@ -37,4 +49,4 @@ def one_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-__all__ = ["runtime_errors", "RunDirError", "check_resumable", "saved_config", "trainer_of", "one_line", "run_command"]
+__all__ = ["error_line", "runtime_errors", "RunDirError", "check_resumable", "saved_config", "trainer_of", "one_line", "run_command"]

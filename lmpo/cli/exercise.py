@@ -102,10 +102,12 @@ def _exercise_for(file: str, name: str | None, lang: str):
 
 
 def _lang_for(args: argparse.Namespace) -> str:
-    """--lang, else the language the file's starter was written in."""
+    """--lang, else the language the file's starter was written in; kept in `args.lang`, the
+    language `main` says an error in."""
     from lmpo.teach.exercise.lang import language_of_file
 
-    return args.lang or language_of_file(args.file)
+    args.lang = args.lang or language_of_file(args.file)
+    return args.lang
 
 
 def cmd_check(args: argparse.Namespace, flags: dict) -> int:

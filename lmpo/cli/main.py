@@ -10,13 +10,15 @@ import re
 import sys
 import warnings
 from pathlib import Path
+from typing import Callable
 
 from lmpo.cli.config import FILE_PATHS, ConfigError, add_arguments, from_config_file
-from lmpo.cli.errors import RunDirError, one_line, runtime_errors
+from lmpo.cli.errors import RunDirError, error_line, one_line, runtime_errors
 from lmpo.envs.data.report import ON_COMMAND_LINE
 from lmpo.cli.parser import Parser
 from lmpo.cli.pipeline import PIPELINE_OWNED, cmd_pipeline
 from lmpo.cli.train import cmd_train
+from lmpo.teach.refusals import error_prefix
 
 DESCRIPTION = """lmpo — language-model policy optimisation.
 
@@ -314,21 +316,20 @@ def _add_run_commands(sub) -> None:
     p.set_defaults(func=cmd_presets)
 
 
-def _plain_lmpo_warnings() -> None:
-    """lmpo's own warnings (a metrics file's truncated last line, ...) as one `lmpo: warning:` line,
-    not Python's file, line number and source line; other libraries' warnings stay as they are."""
+def _plain_lmpo_warnings(lang: Callable[[], str] = lambda: "en") -> None:
+    """lmpo's own warnings (a metrics file's truncated last line, ...) as one `lmpo: warning:` line
+    (its prefix in the command's language, `lang()`), not Python's file, line number and source
+    line; other libraries' warnings stay as they are."""
     package = str(Path(__file__).resolve().parent.parent) + os.sep
-    default = warnings.showwarning
-    if getattr(default, "lmpo", False):
-        return
+    default = getattr(warnings.showwarning, "python_default", warnings.showwarning)
 
     def show(message, category, filename, lineno, file=None, line=None):
         if str(filename).startswith(package):
-            print(f"lmpo: warning: {message}", file=file or sys.stderr)
+            print(f"{error_prefix(lang(), 'warning')}{message}", file=file or sys.stderr)
         else:
             default(message, category, filename, lineno, file, line)
 
-    show.lmpo = True
+    show.python_default = default
     warnings.showwarning = show
 
 
@@ -360,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    args = None
     try:  # Ctrl-C in the first seconds (building the parser imports torch) is said as any other
         argv = _joined_negatives(sys.argv[1:] if argv is None else list(argv))
         args = make_parser(argv[0] if argv else "").parse_args(argv)
@@ -367,13 +369,13 @@ def _main(argv: list[str] | None) -> int:
                  if k not in ("func", "config_cls", "command", "stage", "config", "run_dir")}
         if args.command not in MODEL_FREE:
             _quiet_transformers()
-        _plain_lmpo_warnings()
+        _plain_lmpo_warnings(lambda: _lang(args))
         return args.func(args, flags)
     except (ConfigError, ValueError, FileNotFoundError, RunDirError) as err:
-        print(f"lmpo: error: {from_config_file(str(err))}", file=sys.stderr)
+        print(error_line(err, _lang(args), from_config_file(str(err))), file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # before runtime_errors(), which imports torch: perhaps the import interrupted
-        print("lmpo: interrupted", file=sys.stderr)
+        print(error_prefix(_lang(args), "interrupted"), file=sys.stderr)
         return 130
     except SystemExit:  # --help or a usage error: not worth importing torch for runtime_errors()
         raise
@@ -381,8 +383,14 @@ def _main(argv: list[str] | None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python exits
         return 141  # 128 + SIGPIPE, as a command killed by it
     except runtime_errors() as err:  # a fault met while training (a reward that never scores, a full disk)
-        print(f"lmpo: error: {one_line(err)}", file=sys.stderr)
+        print(error_line(err, _lang(args), one_line(err)), file=sys.stderr)
         return 1
+
+
+def _lang(args: argparse.Namespace | None) -> str:
+    """The language the command answers in: its --lang (a teaching command's; `lmpo exercise check`
+    sets it from the file's `# lang:` line), else English."""
+    return getattr(args, "lang", None) or "en"
 
 
 if __name__ == "__main__":

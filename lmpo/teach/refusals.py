@@ -2,14 +2,17 @@
 command was given: a learner who asked for Chinese reads why a command refused in Chinese too.
 
 `refusal(key, lang, **fields)` fills a template of `REFUSALS`; `ready_out` is `ready_dir` (the
-check of an --out before any work) with its words in `lang`.
+check of an --out before any work) with its words in `lang`; `error_prefix(lang)` begins the line
+(`lmpo: error: `) and `os_error(err, lang)` says an operating-system error (a missing file, a
+permission refused) with its path, the system's own English words kept in parentheses.
 """
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
-from lmpo.trainers.fs_faults import OUT_WORDS, ready_dir
+from lmpo.trainers.fs_faults import DISK_FULL_ERRNOS, OUT_WORDS, ready_dir
 
 REFUSALS: dict[str, dict[str, str]] = {
     "did_you_mean": {"en": " (did you mean {near!r}?)", "zh": "（是不是 {near!r}？）"},
@@ -84,3 +87,34 @@ def refusal(key: str, lang: str = "en", **fields) -> str:
 def ready_out(out: str | Path, lang: str = "en", flag: str = "--out") -> Path:
     """`ready_dir(out, flag)`, refusing in `lang`."""
     return ready_dir(out, flag, words=OUT_WORDS_ZH if lang == "zh" else OUT_WORDS)
+
+
+PREFIXES = {"error": {"en": "lmpo: error: ", "zh": "lmpo：错误："},
+            "warning": {"en": "lmpo: warning: ", "zh": "lmpo：警告："},
+            "interrupted": {"en": "lmpo: interrupted", "zh": "lmpo：已中断"}}
+
+
+def error_prefix(lang: str = "en", kind: str = "error") -> str:
+    """`lmpo: error: ` (or `warning`, `interrupted`) in `lang`."""
+    texts = PREFIXES[kind]
+    return texts.get(lang) or texts["en"]
+
+
+OS_CAUSES_ZH = {
+    errno.ENOENT: "文件或目录不存在",
+    errno.EACCES: "没有权限",
+    errno.EPERM: "没有权限",
+    errno.EROFS: "文件系统是只读的",
+    errno.EISDIR: "这是一个目录，不是文件",
+    errno.ENOTDIR: "路径中的某一部分是文件，不是目录",
+    errno.EEXIST: "已经存在",
+    **{code: "设备上没有剩余空间（磁盘已满）" for code in DISK_FULL_ERRNOS},
+}
+
+
+def os_error_zh(err: OSError) -> str:
+    """An OSError in Chinese: the path, the cause, and the system's own words in parentheses."""
+    cause = OS_CAUSES_ZH.get(err.errno, "操作系统报错")
+    said = f"（系统的说明：{err.strerror}）" if err.strerror else ""
+    path = f"{err.filename} -> {err.filename2}" if err.filename2 else err.filename
+    return f"{path}：{cause}{said}" if path else f"{cause}{said}"

@@ -10,10 +10,10 @@ import pytest
 from lmpo.cli.main import main
 
 
-def _one_line_error(capsys) -> tuple[str, str]:
+def _one_line_error(capsys, prefix: str = "lmpo: error: ") -> tuple[str, str]:
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("lmpo: error: "), captured.err
+    assert len(lines) == 1 and lines[0].startswith(prefix), captured.err
     return captured.out, lines[0]
 
 
@@ -62,11 +62,11 @@ def test_exercise_start_under_a_file_and_in_chinese(tmp_path, capsys):
     afile = tmp_path / "afile"
     afile.write_text("")
     assert main(["exercise", "start", "gae", "--out", str(afile / "gae.py"), "--lang", "zh"]) == 2
-    assert f"{afile} 是文件而不是目录" in _one_line_error(capsys)[1]
+    assert f"{afile} 是文件而不是目录" in _one_line_error(capsys, "lmpo：错误：")[1]
     realdir = tmp_path / "d"
     realdir.mkdir()
     assert main(["exercise", "start", "gae", "--out", str(realdir), "--lang", "zh"]) == 2
-    assert "指向的是目录" in _one_line_error(capsys)[1]
+    assert "指向的是目录" in _one_line_error(capsys, "lmpo：错误：")[1]
 
 
 def test_exercise_start_still_writes_and_refuses_to_overwrite(tmp_path, capsys):
@@ -97,11 +97,12 @@ def test_exercise_train_out_a_file_is_refused_before_the_check_and_training(tmp_
     _nothing_trains(monkeypatch)
     afile = tmp_path / "afile"
     afile.write_text("mine")
+    prefix = {"en": "lmpo: error: ", "zh": "lmpo：错误："}[lang]
     assert main(["exercise", "train", SOLUTION, "--out", str(afile), "--lang", lang]) == 2
-    out, err = _one_line_error(capsys)
+    out, err = _one_line_error(capsys, prefix)
     assert out == "" and said.format(out=afile) in err and afile.read_text() == "mine"
     assert main(["exercise", "train", SOLUTION, "--out", str(afile / "runs"), "--lang", lang]) == 2
-    assert str(afile) in _one_line_error(capsys)[1]
+    assert str(afile) in _one_line_error(capsys, prefix)[1]
 
 
 def test_compare_out_a_file_is_refused_in_the_words_of_explain_before_any_run(tmp_path, capsys, monkeypatch):

@@ -45,14 +45,14 @@ def test_refusals_in_chinese(tmp_path, capsys, argv, words):
     assert main([*argv, "--lang", "zh"]) == 2
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("lmpo: error: ") and captured.out == "", captured
-    text = lines[0].removeprefix("lmpo: error: ")
+    assert len(lines) == 1 and lines[0].startswith("lmpo：错误：") and captured.out == "", captured
+    text = lines[0].removeprefix("lmpo：错误：")
     assert _cjk(text) and all(w in text for w in words), text
     assert not [w for w in ENGLISH if w in text], text
 
 
 def test_the_same_refusals_stay_english_without_lang(tmp_path, capsys):
     assert main(["explain", "grpoo"]) == 2
-    assert "unknown method 'grpoo' (did you mean 'grpo'?); choose one of:" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("lmpo: error: unknown method 'grpoo' (did you mean 'grpo'?); choose one of:")
     assert main(["exercise", "check", str(tmp_path / "missing.py")]) == 2
-    assert "missing.py: no such file" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"lmpo: error: {tmp_path / 'missing.py'}: no such file\n"
