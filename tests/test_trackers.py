@@ -92,8 +92,13 @@ def test_a_resumed_run_continues_its_tracker_run(start_model, tmp_path, monkeypa
     first, second = inits
     assert first["id"] and second["id"] == first["id"] and second.get("resume") == "allow"
     assert "resume" not in first
-    assert json.loads((out / "trackers.json").read_text()) == {"wandb": first["id"]}
-    assert [s for p, s in sent if p == 1] == [1, 2, 3] and [s for p, s in sent if p == 2][0] == 3
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert json.loads((out / "trackers.json").read_text()) == {"wandb": first["id"],
+                                                                "last_step": {"wandb": rows[-1]["step"]}}
+    # W&B drops a step it holds ("Step must only increase"): step 3, sent before the interruption,
+    # is not sent again; every step reaches it once, in order
+    assert [s for p, s in sent if p == 1] == [1, 2, 3] and [s for p, s in sent if p == 2][0] == 4
+    assert [s for _, s in sent] == [r["step"] for r in rows]
     assert [w["purge_step"] for w in writers] == [None, 3]  # step 3 again: the first copy hidden
     assert writers[1]["steps"][0] == 3
 
@@ -112,3 +117,49 @@ def test_a_fresh_run_in_a_directory_gets_a_new_tracker_run(tmp_path, monkeypatch
     assert inits[0]["id"] == inits[2]["id"] != inits[4]["id"]
     assert inits[3] == {"project": "lmpo", "name": f"{tmp_path.name}-sft", "config": {}, "resume": "allow"}
     assert "resume" not in inits[1] and "id" not in inits[1]  # trackio resumes by the run's name
+
+
+def _fake(name: str, inits: list, sent: list):
+    return types.SimpleNamespace(init=lambda **kw: inits.append(kw), finish=lambda: None,
+                                 log=lambda row, step: sent.append((name, step)))
+
+
+def test_a_resume_sends_wandb_and_trackio_only_the_steps_they_lack(tmp_path, monkeypatch):
+    """The interrupted process sent steps 1-5 (its checkpoint at 3); the resumed one writes 4, 5, 6
+    again: W&B and trackio get only 6, TensorBoard (which replaces) all of them."""
+    from lmpo.trainers.trackers import Trackers
+
+    inits, sent = [], []
+    for name in ("wandb", "trackio"):
+        monkeypatch.setitem(sys.modules, name, _fake(name, inits, sent))
+    first = Trackers.start("wandb,trackio", tmp_path, "sft", {})
+    for step in range(1, 6):
+        first.write({"step": step, "loss": 1.0})
+    assert [s for n, s in sent if n == "wandb"] == [1, 2, 3, 4, 5]
+    sent.clear()
+    resumed = Trackers.start("wandb,trackio", tmp_path, "sft", {}, resume=True)
+    resumed.resumed_from(3)
+    for step in (4, 4, 5, 6, 6):  # a step's second row (its evaluation, say) goes with it
+        resumed.write({"step": step, "loss": 2.0})
+    assert sent == [("wandb", 6), ("trackio", 6), ("wandb", 6), ("trackio", 6)]
+    assert json.loads((tmp_path / "trackers.json").read_text())["last_step"] == {"wandb": 6, "trackio": 6}
+
+
+def test_a_tracker_new_at_the_resume_or_a_fresh_run_gets_every_step(tmp_path, monkeypatch):
+    from lmpo.trainers.trackers import Trackers
+
+    inits, sent = [], []
+    for name in ("wandb", "trackio"):
+        monkeypatch.setitem(sys.modules, name, _fake(name, inits, sent))
+    first = Trackers.start("trackio", tmp_path, "sft", {})
+    for step in range(1, 4):
+        first.write({"step": step})
+    sent.clear()
+    resumed = Trackers.start("trackio,wandb", tmp_path, "sft", {}, resume=True)  # W&B asked for only now
+    for step in (2, 3, 4):
+        resumed.write({"step": step})
+    assert sent == [("wandb", 2), ("wandb", 3), ("trackio", 4), ("wandb", 4)]
+    sent.clear()
+    fresh = Trackers.start("trackio,wandb", tmp_path, "sft", {})  # --overwrite: new tracker runs
+    fresh.write({"step": 1})
+    assert sent == [("trackio", 1), ("wandb", 1)]
