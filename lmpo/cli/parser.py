@@ -7,9 +7,14 @@ closest flags it does take (`did you mean --steps?`)."""
 from __future__ import annotations
 
 import argparse
+import contextvars
 import difflib
+import sys
+
+from lmpo.cli.usage_zh import in_chinese, wants_chinese
 
 _INNERMOST = "_lmpo_innermost_parser"
+_ARGV: contextvars.ContextVar[list[str]] = contextvars.ContextVar("lmpo_argv", default=[])
 
 
 class Parser(argparse.ArgumentParser):
@@ -25,7 +30,14 @@ class Parser(argparse.ArgumentParser):
         usage = self.format_usage()
         if usage.count("\n") > 12:
             usage = f"usage: {self.prog} [options]  (`{self.prog} --help` lists them)\n"
+        if self._speaks_chinese():
+            self.exit(2, f"{usage}{self.prog}：错误：{in_chinese(message)}\n")
         self.exit(2, f"{usage}{self.prog}: error: {message}\n")
+
+    def _speaks_chinese(self) -> bool:
+        """Given `--lang zh`, and a command that takes it (a teaching command)."""
+        takes_lang = any("--lang" in action.option_strings for action in self._actions)
+        return takes_lang and wants_chinese(_ARGV.get())
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
@@ -34,11 +46,15 @@ class Parser(argparse.ArgumentParser):
         return namespace, extras
 
     def parse_args(self, args=None, namespace=None):
-        namespace, extras = self.parse_known_args(args, namespace)
-        parser = vars(namespace).pop(_INNERMOST, self)
-        if extras:
-            parser.error(unrecognized(extras, parser))
-        return namespace
+        argv = _ARGV.set(list(sys.argv[1:] if args is None else args))  # the language of an error
+        try:
+            namespace, extras = self.parse_known_args(args, namespace)
+            parser = vars(namespace).pop(_INNERMOST, self)
+            if extras:
+                parser.error(unrecognized(extras, parser))
+            return namespace
+        finally:
+            _ARGV.reset(argv)
 
 
 OTHER_NAMES = {
