@@ -4,6 +4,7 @@ train with it."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import traceback
 from pathlib import Path
 
@@ -98,6 +99,8 @@ def _exercise_for(file: str, name: str | None, lang: str):
         raise ValueError(refusal("exercise.is_dir", lang, path=path, example=path / "grpo.py"))
     if not path.is_file():
         raise FileNotFoundError(refusal("exercise.no_file", lang, path=path))
+    if importlib.util.spec_from_file_location("lmpo_exercise_probe", path) is None:  # a file Python cannot import
+        raise ValueError(refusal("exercise.not_python", lang, path=path))
     return get_exercise(name or exercise_of_file(path, EXERCISES, lang), lang)
 
 
