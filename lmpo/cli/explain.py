@@ -9,6 +9,9 @@ from lmpo.teach.refusals import ready_out, refusal
 HELP = ("work a method through a small numeric example computed by lmpo.algos: print it step by step "
         "and write an HTML page with diagrams")
 
+PAGE_LINE = {"en": "page: {path}", "zh": "页面：{path}"}
+"""The line naming the HTML page written, in the language of the page."""
+
 
 def add_parser(sub) -> None:
     from lmpo.teach.explain.settings import METHODS  # names only: no torch
@@ -56,7 +59,7 @@ def cmd_explain(args: argparse.Namespace, flags: dict) -> int:
     expl = explain(args.method, args.lang)
     page = write_html(expl, args.out)  # before the terminal text, which `| head` may cut short
     render_terminal(expl, Console())
-    print(f"page: {page}")
+    print(PAGE_LINE[args.lang].format(path=page))
     return 0
 
 
@@ -82,5 +85,5 @@ def _all(args: argparse.Namespace) -> int:
     from lmpo.teach.explain.render import write_html
 
     for method in METHODS:
-        print(f"page: {write_html(explain(method, args.lang), args.out)}")
+        print(PAGE_LINE[args.lang].format(path=write_html(explain(method, args.lang), args.out)))
     return 0

@@ -61,3 +61,11 @@ def test_an_lmpo_warning_and_an_interrupt_in_the_commands_language(monkeypatch, 
         assert main(["explain", "grpo", "--lang", lang]) == 130
     said = {"zh": "lmpo：已中断", "en": "lmpo: interrupted"}[lang]
     assert capsys.readouterr().err == f"{prefix}metrics.jsonl: line 3 is cut short\n{said}\n"
+
+
+@pytest.mark.parametrize(("lang", "line"), [("zh", "页面：{page}"), ("en", "page: {page}")])
+def test_explain_names_its_page_in_the_commands_language(tmp_path, capsys, lang, line):
+    """`lmpo explain kl --lang zh` ended its Chinese walk-through with an English `page: ...`."""
+    assert main(["explain", "kl", "--lang", lang, "--out", str(tmp_path)]) == 0
+    page = tmp_path / ("kl.zh.html" if lang == "zh" else "kl.html")
+    assert capsys.readouterr().out.strip().splitlines()[-1] == line.format(page=page)
