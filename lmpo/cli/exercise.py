@@ -101,6 +101,11 @@ def _exercise_for(file: str, name: str | None, lang: str):
         raise FileNotFoundError(refusal("exercise.no_file", lang, path=path))
     if importlib.util.spec_from_file_location("lmpo_exercise_probe", path) is None:  # a file Python cannot import
         raise ValueError(refusal("exercise.not_python", lang, path=path))
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:  # said with the file, not as the codec's bare words
+        raise ValueError(refusal("exercise.not_utf8", lang, path=path, byte=f"0x{err.object[err.start]:02x}",
+                                 offset=err.start)) from None
     return get_exercise(name or exercise_of_file(path, EXERCISES, lang), lang)
 
 

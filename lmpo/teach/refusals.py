@@ -43,6 +43,8 @@ REFUSALS: dict[str, dict[str, str]] = {
     "exercise.no_file_start": {"en": "{path}: no such file (write one with `lmpo exercise start {name}`)",
                                "zh": "{path}：文件不存在（可以用 `lmpo exercise start {name}` 写一个）"},
     "exercise.not_python": {"en": "{path}: not a Python file", "zh": "{path}：不是 Python 文件"},
+    "exercise.not_utf8": {"en": "{path}: not UTF-8 text (byte {byte} at offset {offset}); save it as UTF-8",
+                          "zh": "{path}：不是 UTF-8 文本（偏移 {offset} 处的字节 {byte}）；请以 UTF-8 编码保存"},
     "exercise.no_function": {"en": "{path}: defines no function `{function}` (exercise {name})",
                              "zh": "{path}：没有定义函数 `{function}`（练习 {name}）"},
     "exercise.steps": {"en": "--steps must be >= 1, got {value}", "zh": "--steps 必须 >= 1，而给出的是 {value}"},

@@ -20,3 +20,15 @@ def test_a_file_python_cannot_import_is_refused_in_one_line(tmp_path, capsys, ac
     assert main(["exercise", action[0], str(path), *action[1:], *name, "--lang", lang]) == 2
     captured = capsys.readouterr()
     assert (captured.out, captured.err) == ("", line.format(path=path) + "\n")
+
+
+@pytest.mark.parametrize(("lang", "line"), [
+    ("en", "lmpo: error: {path}: not UTF-8 text (byte 0xff at offset 7); save it as UTF-8"),
+    ("zh", "lmpo：错误：{path}：不是 UTF-8 文本（偏移 7 处的字节 0xff）；请以 UTF-8 编码保存")])
+@pytest.mark.parametrize("action", ["check", "train"])
+def test_a_file_not_in_utf8_is_named(tmp_path, capsys, lang, line, action):
+    """It said only "lmpo: error: 'utf-8' codec can't decode byte 0xff in position 7: invalid start byte"."""
+    path = tmp_path / "mine.py"
+    path.write_bytes(b"# caf\xc3\xa9\xff\ndef gae(): ...\n")
+    assert main(["exercise", action, str(path), "--lang", lang]) == 2
+    assert capsys.readouterr().err == line.format(path=path) + "\n"
