@@ -25,25 +25,22 @@ def add_parser(sub) -> None:
                    help="torch CPU threads for training and computation (0 = one per core; default 2)")
     p.add_argument("--lang", choices=["en", "zh"], default="en", help="language of the report (default: en)")
     p.add_argument("--seed", type=int, default=0, help="seed of the SFT start and the experiments (default 0)")
-    p.add_argument("--list", action="store_true", help="list the claims and exit")
+    p.add_argument("--list", action="store_true",
+                   help="list the claims (those --only and --fast select, when given) and exit")
     p.set_defaults(func=cmd_factcheck)
 
 
 def cmd_factcheck(args: argparse.Namespace, flags: dict) -> int:
-    from lmpo.teach.factcheck import CLAIMS, FactcheckOptions, progress_line, run_factcheck
+    from lmpo.teach.factcheck import FactcheckOptions, progress_line, run_factcheck
     from lmpo.teach.factcheck.core import fill
-    from lmpo.teach.factcheck.texts import claim_texts, ui
+    from lmpo.teach.factcheck.texts import ui
 
-    if args.list:
-        words = ui(args.lang)
-        for claim in CLAIMS:  # in --lang, as the report; the kind as the report's table words it
-            kind = words["fast" if claim.fast else "slow"]
-            print(f"{claim.name:26s} {kind}  {claim_texts(claim, args.lang)['text']}")
-        return 0
     if args.only is not None and not args.only.replace(",", "").strip():  # `--only ""`: all claims would run
         from lmpo.teach.refusals import refusal
 
         raise ValueError(refusal("factcheck.only_empty", args.lang, only=args.only))
+    if args.list:
+        return _list(args)
     options = FactcheckOptions(only=args.only or "", fast=args.fast, out=args.out, threads=args.threads, lang=args.lang,
                                seed=args.seed)
     report = run_factcheck(options, on_outcome=lambda i, n, outcome: progress_line(i, n, outcome, args.lang), show=True)
@@ -52,3 +49,20 @@ def cmd_factcheck(args: argparse.Namespace, flags: dict) -> int:
         print(fill(words["start_trained"], {"seconds": report.start_seconds}))
     print(fill(words["outputs"], {"html": f"{args.out}/factcheck.html", "json": f"{args.out}/factcheck.json"}))
     return 1 if any(o.error for o in report.outcomes) else 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    """The claims a run with the same --only and --fast would check (a misspelt --only name is
+    refused, as it is for a run), in --lang, each kind as the report's table words it."""
+    from lmpo.teach.factcheck import select, skipped_by_fast
+    from lmpo.teach.factcheck.texts import claim_texts, ui
+    from lmpo.teach.refusals import refusal
+
+    claims = select(args.only or "", args.fast, args.lang)
+    if not claims:
+        raise ValueError(refusal("factcheck.fast_none", args.lang,
+                                 names=", ".join(skipped_by_fast(args.only or "", args.fast))))
+    words = ui(args.lang)
+    for claim in claims:
+        print(f"{claim.name:26s} {words['fast' if claim.fast else 'slow']}  {claim_texts(claim, args.lang)['text']}")
+    return 0

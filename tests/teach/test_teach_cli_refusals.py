@@ -75,3 +75,18 @@ def test_an_unknown_exercise_in_a_files_header_gets_a_suggestion(tmp_path):
     path.write_text("# lmpo exercise: ppo_clip\ndef ppo_clip_loss(): ...\n")
     with pytest.raises(ExerciseFileError, match="did you mean 'ppo_clip_loss'"):
         exercise_of_file(path, EXERCISES)
+
+
+def test_factcheck_list_lists_what_only_and_fast_select(capsys):
+    """`lmpo factcheck --list --only kl_estimator` listed all twenty claims: the misspelt name (which
+    a run refuses) and --only/--fast were ignored in silence."""
+    assert main(["factcheck", "--list", "--only", "kl_estimator"]) == 2
+    assert "unknown claim(s) kl_estimator (did you mean 'kl_estimators'?)" in capsys.readouterr().err
+    assert main(["factcheck", "--list", "--only", "kl_estimators,grpo_no_critic"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["grpo_no_critic", "kl_estimators"]
+    assert main(["factcheck", "--list", "--only", "kl_estimators,grpo_no_critic", "--fast", "--lang", "zh"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["kl_estimators"]
+    assert main(["factcheck", "--list", "--only", "grpo_no_critic", "--fast"]) == 2
+    assert "no claim selected: --fast leaves out grpo_no_critic" in capsys.readouterr().err
+    assert main(["factcheck", "--list"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(select())
