@@ -11,6 +11,7 @@ HELP = ("work a method through a small numeric example computed by lmpo.algos: p
 
 PAGE_LINE = {"en": "page: {path}", "zh": "页面：{path}"}
 """The line naming the HTML page written, in the language of the page."""
+DOCS_LINE = {"en": "wrote {n} files under {dir}", "zh": "在 {dir} 下写了 {n} 个文件"}
 
 
 def add_parser(sub) -> None:
@@ -79,7 +80,7 @@ def _all(args: argparse.Namespace) -> int:
         from lmpo.teach.explain.docs import write_docs
 
         paths = write_docs(args.docs)
-        print(f"wrote {len(paths)} files under {args.docs}")
+        print(DOCS_LINE[args.lang].format(n=len(paths), dir=args.docs))
         return 0
     from lmpo.teach.explain import METHODS, explain
     from lmpo.teach.explain.render import write_html

@@ -69,3 +69,10 @@ def test_explain_names_its_page_in_the_commands_language(tmp_path, capsys, lang,
     assert main(["explain", "kl", "--lang", lang, "--out", str(tmp_path)]) == 0
     page = tmp_path / ("kl.zh.html" if lang == "zh" else "kl.html")
     assert capsys.readouterr().out.strip().splitlines()[-1] == line.format(page=page)
+
+
+@pytest.mark.parametrize(("lang", "line"), [("zh", "在 {dir} 下写了 {n} 个文件"), ("en", "wrote {n} files under {dir}")])
+def test_explain_docs_says_what_it_wrote_in_the_commands_language(tmp_path, capsys, monkeypatch, lang, line):
+    monkeypatch.setattr("lmpo.teach.explain.docs.write_docs", lambda out: [tmp_path / "a.md", tmp_path / "b.md"])
+    assert main(["explain", "--all", "--docs", str(tmp_path), "--lang", lang]) == 0
+    assert capsys.readouterr().out == line.format(dir=tmp_path, n=2) + "\n"
