@@ -35,9 +35,11 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{usage}{self.prog}: error: {message}\n")
 
     def _speaks_chinese(self) -> bool:
-        """Given `--lang zh`, and a command that takes it (a teaching command)."""
-        takes_lang = any("--lang" in action.option_strings for action in self._actions)
-        return takes_lang and wants_chinese(_ARGV.get())
+        """Given `--lang zh`, and a command that takes it (a teaching command, or one whose
+        actions do: `lmpo exercise chek F --lang zh`)."""
+        return wants_chinese(_ARGV.get()) and (_takes_lang(self) or any(
+            _takes_lang(sub) for action in self._actions if isinstance(action, argparse._SubParsersAction)
+            for sub in action.choices.values()))
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
@@ -55,6 +57,10 @@ class Parser(argparse.ArgumentParser):
             return namespace
         finally:
             _ARGV.reset(argv)
+
+
+def _takes_lang(parser: argparse.ArgumentParser) -> bool:
+    return any("--lang" in action.option_strings for action in parser._actions)
 
 
 OTHER_NAMES = {
