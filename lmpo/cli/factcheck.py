@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 HELP = "check claims the field repeats by small experiments and exact computations; verdicts from the evidence"
 DESCRIPTION = """Check claims the field repeats about GRPO, PPO, DPO and their relatives. Each claim is a small
@@ -47,7 +48,8 @@ def cmd_factcheck(args: argparse.Namespace, flags: dict) -> int:
     words = ui(args.lang)
     if report.start_seconds > 5:
         print(fill(words["start_trained"], {"seconds": report.start_seconds}))
-    print(fill(words["outputs"], {"html": f"{args.out}/factcheck.html", "json": f"{args.out}/factcheck.json"}))
+    out = Path(args.out)  # `--out ''` is the current directory, not the root the text f"{out}/..." named
+    print(fill(words["outputs"], {"html": out / "factcheck.html", "json": out / "factcheck.json"}))
     return 1 if any(o.error for o in report.outcomes) else 0
 
 

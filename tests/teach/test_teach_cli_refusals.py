@@ -90,3 +90,12 @@ def test_factcheck_list_lists_what_only_and_fast_select(capsys):
     assert "no claim selected: --fast leaves out grpo_no_critic" in capsys.readouterr().err
     assert main(["factcheck", "--list"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == len(select())
+
+
+def test_factcheck_names_the_files_it_wrote_in_the_current_directory(tmp_path, monkeypatch, capsys):
+    """`lmpo factcheck --fast --out ''` wrote ./factcheck.html and said `report: /factcheck.html`."""
+    monkeypatch.chdir(tmp_path)
+    name = select(fast=True)[0].name
+    assert main(["factcheck", "--fast", "--only", name, "--threads", "1", "--out", ""]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "report: factcheck.html  data: factcheck.json"
+    assert (tmp_path / "factcheck.html").is_file()
