@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 import lmpo.models.segments as segments_module
-from lmpo.models.matmul_segments import BucketRows, _SegmentAttention, weights_bytes
+import lmpo.models.matmul_segments as matmul_segments
+from lmpo.models.matmul_segments import BucketRows, _SegmentAttention, keys_per_query
 from lmpo.models.segments import kernel_segment_attention, plan_segments, segment_attention
 
 
@@ -147,17 +148,19 @@ def test_fp32_attention_by_segments_as_matmuls_is_the_kernels_to_rounding(idle):
 
 @pytest.mark.parametrize("autocast", [False, True])
 def test_past_its_memory_budget_attention_by_segments_runs_the_kernel(autocast, monkeypatch):
-    """The matmul path keeps each bucket's softmax weights for the backward; a plan whose weights
-    pass the budget runs PyTorch's kernel per bucket instead (in fp32 under autocast)."""
+    """The matmul path keeps each bucket's softmax weights for the backward; a plan whose queries
+    see more keys on average than the budget runs PyTorch's kernel per bucket instead (in fp32
+    under autocast)."""
     plan, tokens = shared_prompt_plan()
-    assert weights_bytes(plan, 4) == 4 * 4 * sum(b.allowed.numel() for b in plan.buckets) > 0
+    keys = keys_per_query(plan)
+    assert keys == sum(b.allowed.numel() for b in plan.buckets) / tokens and 1 < keys < matmul_segments.MATMUL_ATTENTION_KEYS
     kernel_calls = []
     real_kernel = segments_module.kernel_segment_attention
     monkeypatch.setattr(segments_module, "kernel_segment_attention",
                         lambda q, *a, **kw: kernel_calls.append(q.dtype) or real_kernel(q, *a, **kw))
     outs = []
-    for budget in (weights_bytes(plan, 4), weights_bytes(plan, 4) - 1):
-        monkeypatch.setattr(segments_module, "MATMUL_ATTENTION_BYTES", budget)
+    for budget in (keys, keys - 0.01):
+        monkeypatch.setattr(matmul_segments, "MATMUL_ATTENTION_KEYS", budget)
         q, k, v = qkv(tokens)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             outs.append(segments_module.segment_attention(q, k, v, plan, None))

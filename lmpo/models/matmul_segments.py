@@ -17,8 +17,10 @@ backward is written out (the textbook gradients of softmax attention): a query's
 gathered back by the same index that placed its output, and the keys' and values' (a prompt's
 are seen by several segments) are added back in one `index_add_` each, in at least fp32.
 
-The softmax weights are kept for the backward (a flash kernel keeps one number per query), so
-`segments` takes this path only while they stay small (`MATMUL_ATTENTION_BYTES`).
+The softmax weights are kept for the backward, one number per query, head and key seen (a
+flash kernel keeps one per query and head), so `segments` takes this path only while a query
+sees few keys on average (`MATMUL_ATTENTION_KEYS`): then they cost less than the layer's other
+activations. Long sequences (a 2,048-token completion's queries see ~1,000 keys) take the kernel.
 
 Forward outputs equal the autograd formulation's bit for bit; query and key gradients agree to
 fp32 rounding (the same products, summed in another order). Value gradients are summed in fp32
@@ -139,12 +141,13 @@ class _SegmentAttention(torch.autograd.Function):
                 None, None, None)
 
 
-MATMUL_ATTENTION_BYTES = 32 << 20  # per layer: the softmax weights one layer keeps for its backward
+MATMUL_ATTENTION_KEYS = 512  # keys a query sees on average (bucket padding included), past which the kernel runs
 
 
-def weights_bytes(plan, heads: int) -> int:
-    """Bytes of the fp32 softmax weights one layer keeps for its backward under `plan`."""
-    return 4 * heads * sum(b.allowed.numel() for b in plan.buckets)
+def keys_per_query(plan) -> float:
+    """Keys a query sees on average under `plan`, bucket padding included: the softmax weights the
+    matmul path keeps for the backward, per position and head."""
+    return sum(b.allowed.numel() for b in plan.buckets) / max(plan.tokens, 1)
 
 
 def matmul_segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, plan,

@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from lmpo.models.matmul_segments import MATMUL_ATTENTION_BYTES, matmul_segment_attention, weights_bytes
+from lmpo.models import matmul_segments
+from lmpo.models.matmul_segments import keys_per_query, matmul_segment_attention
 
 SPREAD = 0.8  # a segment joins its bucket while at least this fraction of the bucket's longest
 
@@ -150,9 +151,9 @@ def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
                       scaling: float | None, dropout: float = 0.0) -> torch.Tensor:
     """Attention [R, N, H, D] for query [R, H, N, D] and key/value [R, H_kv, N, D] (R * N ==
     plan.tokens) following the plan; grouped-query heads are shared, not copied. On the CPU, two
-    matmuls around a softmax while the weights they keep are small (`matmul_segments`); else
+    matmuls around a softmax while the weights they keep are few (`matmul_segments`); else
     PyTorch's attention kernel per bucket, in fp32 under CPU autocast (its bf16 backward is slow)."""
-    if query.device.type == "cpu" and weights_bytes(plan, query.size(1)) <= MATMUL_ATTENTION_BYTES:
+    if query.device.type == "cpu" and keys_per_query(plan) <= matmul_segments.MATMUL_ATTENTION_KEYS:
         return matmul_segment_attention(query, key, value, plan, scaling, dropout)
     if cpu_autocast(query.device):
         with torch.autocast("cpu", enabled=False):
