@@ -28,7 +28,7 @@ from lmpo.models import save_model
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.inputs import check_same_inputs, input_fingerprints
 from lmpo.trainers.option_paths import absolute_paths, started_in
-from lmpo.trainers.resume_changes import cap_switch_problem, steps_extension_problem
+from lmpo.trainers.resume_changes import cap_switch_problem, extension_problem, length_option
 from lmpo.trainers.run_dir import MARKER, checkpoint_dir, complete_checkpoints
 
 SHARDED = "sharded"  # an FSDP run's weights and optimizer state: a distributed checkpoint
@@ -284,14 +284,15 @@ def check_same_config(saved: dict, current: dict, run_dir: str | Path) -> None:
                      and not _picked_alike(k, saved, current))
     if switched := cap_switch_problem(saved, current):
         raise ValueError(f"--resume {run_dir}: {switched}")
-    if "steps" in changed and (why := steps_extension_problem(saved, current)) is None:
-        changed.remove("steps")  # trained further: what the steps so far computed is the same
-    elif "steps" in changed and why:
+    length = length_option(saved)  # --steps, --epochs, --rounds
+    if length in changed and (why := extension_problem(saved, current)) is None:
+        changed.remove(length)  # trained further: what the steps so far computed is the same
+    elif length in changed and why:
         model = f"--model {Path(run_dir) / 'model'}"
         then = (f"that run finished, so to train further start a new run from its model ({model})"
                 if (Path(run_dir) / "result.json").is_file() else
-                f"to train further, finish this run with its --steps {saved['steps']}, then start a new run from its "
-                f"model ({model})")
+                f"to train further, finish this run with its --{length} {saved[length]}, then start a new run from "
+                f"its model ({model})")
         raise ValueError(f"--resume {run_dir}: {why}; {then}")
     if changed:
         parts = ", ".join(f"{k}={current.get(k)!r} ({_was(k, saved.get(k))})" for k in changed)

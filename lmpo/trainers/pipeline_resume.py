@@ -95,7 +95,8 @@ def continued_stage(stage_cfg):
     return replace(stage_cfg, resume=str(path), overwrite=False)
 
 
-GO_ON = ("max_minutes", "steps")  # what `--resume` may change to train a run further (resume_changes)
+# what `--resume` may change to train a run further (resume_changes): not a finished stage kept
+GO_ON = ("max_minutes", "steps", "epochs", "rounds")
 
 
 def _same_options(saved, stage_cfg, exactly: tuple[str, ...] = ()) -> bool:

@@ -24,6 +24,7 @@ from lmpo.trainers.harness import budget_line
 from lmpo.trainers.inputs import DATA_OPTIONS, MODEL_OPTIONS, input_fingerprints
 from lmpo.trainers.preemption import stop_requested
 from lmpo.trainers.run_clock import STATE_KEY
+from lmpo.trainers.run_dir import complete_checkpoints
 
 FILE = "reference_logps.pt"
 
@@ -50,7 +51,9 @@ def stoppable_reference_pass(run, model, batches: list, score: Callable) -> list
     max_minutes = getattr(run.cfg, "max_minutes", 0)
     if out:
         run.say(f"reference log-probs of {len(out)} of {len(batches)} batches read from {path}")
-    if 0 < len(out) < len(batches):  # no checkpoint yet (it comes after a whole pass) to say the time before
+    # no checkpoint yet (it comes after a whole pass) to say the time before; one of a run given more
+    # --epochs says it when it loads
+    if 0 < len(out) < len(batches) and not complete_checkpoints(run.out):
         run.say(budget_line(run.clock.before, max_minutes, "the reference pass stops before its next batch"))
     with run.progress(len(batches), initial=len(out), label=f"{run.name} reference log-probs", unit="batch") as progress:
         try:
@@ -105,8 +108,8 @@ def _saved(run, path: Path, total: int) -> list:
     except Exception as err:  # noqa: BLE001 - a damaged file costs a recomputation, not the run
         run.say(f"{path} cannot be read ({type(err).__name__}); computing the reference log-probs again")
         return []
-    if saved.get("batches") != total:
-        return []
+    if not isinstance(saved.get("batches"), int) or saved["batches"] > total:
+        return []  # fewer: a run of more --epochs, whose batches begin with these (`ordered_batches`)
     if (differ := _differences(saved.get("scored_on"), scored_on(run.cfg))) is not None:
         run.say(f"the reference log-probs in {path} were scored on other inputs ({differ} changed); "
                 f"computing them again")
@@ -124,7 +127,8 @@ def scored_on(cfg) -> dict:
 
     files = {option: {k: v for k, v in print_.items() if k != "path"} for option, print_ in input_fingerprints(cfg).items()}
     # device and precision: `auto` and what it picks are one choice, as `--resume` compares them
-    named = set(DATA_OPTIONS) | set(MODEL_OPTIONS) | RESUME_MAY_CHANGE | {"device", "precision"}
+    # epochs: more of them add batches after these (`ordered_batches`), counted by the file's `batches`
+    named = set(DATA_OPTIONS) | set(MODEL_OPTIONS) | RESUME_MAY_CHANGE | {"device", "precision", "epochs"}
     options = {k: v for k, v in json.loads(json.dumps(dataclasses.asdict(cfg), default=str)).items() if k not in named}
     return {"files": files, "options": options}
 

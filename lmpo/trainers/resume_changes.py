@@ -6,10 +6,11 @@
 - A run stopped by its wall-time cap finishes (model/, result.json) and, when it checkpoints,
   writes a checkpoint at the step it stopped at, noted in result.json (`cap_record`); `--resume
   RUN --max_minutes M` goes on from it as if the run had never stopped (`continued_cap`).
-- `--steps` may grow where nothing the steps so far computed depends on it: with a constant
-  learning-rate schedule (`steps_extension_problem`). A finished run is extended from its newest
-  checkpoint (`extends_finished`): its last checkpoint comes before its last step, so the steps
-  since are trained again, to the same result, and its model, metrics and result.json are rewritten.
+- The option that says how long a run is (`length_option`: `--steps`, `--epochs`, online DPO's
+  `--rounds`) may grow where nothing computed so far depends on it: with a constant learning-rate
+  schedule (`extension_problem`). A finished run is extended from its newest checkpoint
+  (`extends_finished`): its last checkpoint comes before its last step, so the steps since are
+  trained again, to the same result, and its model, metrics and result.json are rewritten.
 """
 
 from __future__ import annotations
@@ -37,20 +38,43 @@ def cap_switch_problem(saved: dict, current: dict) -> str | None:
     return None
 
 
-def steps_extension_problem(saved: dict, current: dict) -> str | None:
-    """Why `steps` may not grow on resume (None: it may; "": it did not grow). What a step computes
-    depends on the total only through the learning-rate schedule's warm-up-then-decay (the data
-    order, the prompt stream, the KL controller and the evaluation cadence do not): with a
-    constant schedule the steps trained so far are those of a run planned longer."""
-    before, now = saved.get("steps"), current.get("steps")
-    if not isinstance(before, int) or not isinstance(now, int) or now <= before:
+def length_option(options: dict) -> str | None:
+    """The option that says how long a run is: CPT's and RL's `steps`; online DPO's `rounds` (its
+    `epochs` are passes over each round's pairs, what a round computes); the `epochs` of SFT, the
+    reward model and the offline preference trainers. None where none may grow: RFT (rounds, no
+    epochs), whose rounds' growth is not checked, and a pipeline (its stages' options are sections).
+    The data order of an epoch, round or step never depends on the total (seeded passes drawn one
+    after another: `EpochOrder`, `ordered_batches`, `CPTBatches`, `PromptStream`), nor do the
+    checkpoint and evaluation cadences before the last step; only the schedule's decay does."""
+    if "steps" in options:
+        return "steps"
+    if "rounds" in options:
+        return "rounds" if "epochs" in options else None
+    return "epochs" if "epochs" in options else None
+
+
+# what each length option's decay runs over, and what it counts, for the refusal
+_DECAYS_OVER = {"steps": ("the run's --steps", "steps", ""),
+                "epochs": ("the run's steps (--epochs passes over the data)", "steps", " epochs"),
+                "rounds": ("the run's --rounds", "rounds", "")}
+
+
+def extension_problem(saved: dict, current: dict) -> str | None:
+    """Why the run's length (`length_option`) may not grow on resume (None: it may; "": it did not
+    grow). What a step computes depends on the total only through the learning-rate schedule's
+    warm-up-then-decay: with a constant schedule the steps trained so far are those of a run
+    planned longer."""
+    key = length_option(saved)
+    before, now = saved.get(key), current.get(key)
+    if key is None or not isinstance(before, int) or not isinstance(now, int) or now <= before:
         return ""
     if current.get("lr_schedule") == "constant":
         return None
     schedule = f"{current['lr_schedule']} " if current.get("lr_schedule") else ""
-    return (f"steps={now} (was {before}): the {schedule}learning-rate schedule decays over the "
-            f"run's --steps, so the steps already trained would have had other rates in a run of {now}; only "
-            f"a run with --lr_schedule constant can be extended")
+    over, done, unit = _DECAYS_OVER[key]
+    return (f"{key}={now} (was {before}): the {schedule}learning-rate schedule decays over {over}, so the {done} "
+            f"already trained would have had other rates in a run of {now}{unit}; only a run with --lr_schedule "
+            f"constant can be extended")
 
 
 # A run stopped by its wall-time cap before its last step finishes (model/, result.json) and, when
@@ -112,7 +136,8 @@ def _seconds_at(checkpoint) -> float | None:
 
 def check_finished_goes_on(run_dir: Path, saved: dict, current: dict) -> None:
     """`--resume` of a finished run: refused (RunDirError) unless it stopped at its cap or is given
-    more steps that may grow; its kept checkpoints would otherwise redo its last steps and rewrite model/."""
+    a longer length (`length_option`) that may grow; its kept checkpoints would otherwise redo its last
+    steps and rewrite model/."""
     from lmpo.trainers.run_dir import RunDirError
 
     if not (run_dir / "result.json").is_file() or continued_cap(run_dir, current.get("max_minutes", 0)) is not None:
@@ -124,8 +149,9 @@ def check_finished_goes_on(run_dir: Path, saved: dict, current: dict) -> None:
                               f"its model further, start a new run from it (--model {run_dir / 'model'})")
         return
     why = ", so there is nothing to resume"
-    if steps_extension_problem(_finished_plan(run_dir, saved), current) is None:  # longer, but no checkpoint
-        why = (f" and kept no checkpoint in {run_dir / 'checkpoints'} to go on to --steps {current.get('steps')} from "
+    if extension_problem(_finished_plan(run_dir, saved), current) is None:  # longer, but no checkpoint
+        key = length_option(saved)
+        why = (f" and kept no checkpoint in {run_dir / 'checkpoints'} to go on to --{key} {current.get(key)} from "
                f"(--save_every 0, or deleted)")
     raise RunDirError(f"--resume {run_dir}: that run finished (result.json){why}; its "
                       f"model is {run_dir / 'model'}: to train it further, start a new run from it "
@@ -133,21 +159,23 @@ def check_finished_goes_on(run_dir: Path, saved: dict, current: dict) -> None:
 
 
 def extends_finished(run_dir, saved: dict, current: dict) -> bool:
-    """A finished run (not stopped at its cap) resumed with more `--steps` that may grow, and a
-    checkpoint to go on from (else its model starts a new run)."""
+    """A finished run (not stopped at its cap) resumed with a longer length that may grow (more
+    `--steps`, `--epochs`, `--rounds`), and a checkpoint to go on from (else its model starts a new run)."""
     from lmpo.trainers.run_dir import complete_checkpoints
 
-    return steps_extension_problem(_finished_plan(run_dir, saved), current) is None and bool(complete_checkpoints(run_dir))
+    return extension_problem(_finished_plan(run_dir, saved), current) is None and bool(complete_checkpoints(run_dir))
 
 
 def _finished_plan(run_dir, saved: dict) -> dict:
-    """`saved` (run.json's options: the run as started) with the --steps it finished with, from
-    result.json: an extended run's are more than it started with, and no longer run is resumed."""
+    """`saved` (run.json's options: the run as started) with the length it finished with (its
+    `length_option`), from result.json: an extended run's is more than it started with, and no
+    longer run is resumed."""
+    key = length_option(saved)
     try:
-        steps = json.loads((Path(run_dir) / "result.json").read_text())["config"]["steps"]
+        length = json.loads((Path(run_dir) / "result.json").read_text())["config"][key]
     except (OSError, ValueError, KeyError, TypeError):
         return saved
-    return {**saved, "steps": steps} if isinstance(steps, int) else saved
+    return {**saved, key: length} if isinstance(length, int) else saved
 
 
 def _stopped_by_rule(run_dir: Path) -> dict | None:
@@ -185,8 +213,12 @@ def going_on(run_dir, name: str) -> str:
     if isinstance(cap, dict):
         return (f"[{name}] {run_dir} stopped at its wall-time cap after step {cap.get('step')} of "
                 f"{cap.get('steps')}; going on from {newest}")
-    return (f"[{name}] {run_dir} finished; going on to the longer --steps from its newest checkpoint, {newest} "
-            f"(the steps after it are trained again, to the same result, and its model/ and result.json rewritten)")
+    config = result.get("config") if isinstance(result, dict) else None
+    key = length_option(config) if isinstance(config, dict) else None
+    unit = "rounds" if key == "rounds" else "steps"
+    return (f"[{name}] {run_dir} finished; going on to the longer --{key or 'steps'} from its newest checkpoint, "
+            f"{newest} (the {unit} after it are trained again, to the same result, and its model/ and result.json "
+            f"rewritten)")
 
 
 def _newest(run_dir) -> str:
