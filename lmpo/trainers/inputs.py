@@ -97,9 +97,27 @@ def _check_same_model(option: str, saved: dict, current: dict, run_dir) -> None:
     named = f"--{option} {saved['path']}"
     if option.endswith(" base"):
         named = f"the base model {saved['path']} of the adapter given as --{option.removesuffix(' base')}"
+    if (writer := _rewritten_by_run(Path(current["path"]), Path(run_dir))) is not None:
+        raise ValueError(f"--resume {run_dir}: {named} changed since the run started ({listed}): it is the model of "
+                         f"the run {writer}, which wrote it again after this run started (resumed or extended, or "
+                         f"run again: its result.json is newer), so the weights this run started from (its "
+                         f"reference model, a LoRA run's base) are gone; start this run afresh from the new model "
+                         f"with `--out {run_dir} --overwrite true` instead of --resume")
     raise ValueError(f"--resume {run_dir}: {named} changed since the run started ({listed}); "
                      f"the run would go on from other weights than its own (its reference model, a LoRA run's "
                      f"base). Restore that model{hint}")
+
+
+def _rewritten_by_run(model: Path, run_dir: Path) -> Path | None:
+    """The run whose `model/` `model` is, when that run finished (its result.json) after the run
+    being resumed started (its run.json): that run rewrote it, so no earlier copy's times can be
+    given back. None otherwise."""
+    writer = model.parent
+    try:
+        finished, started = (writer / "result.json").stat().st_mtime_ns, (run_dir / "run.json").stat().st_mtime_ns
+    except OSError:
+        return None
+    return writer if model.name == "model" and (writer / "run.json").is_file() and finished > started else None
 
 
 def _file_change(was: dict | None, now: dict | None) -> str:
