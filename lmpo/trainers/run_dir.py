@@ -185,11 +185,17 @@ def _clear_earlier_run(path: Path, name: str, overwrite: bool) -> None:
                           f"--overwrite true (deletes its checkpoints), or choose another --out")
     earlier = ([path / f for f in EARLIER_RUN_FILES if (path / f).exists()] + _rft_rounds(path)
                if (path / RUN_RECORD).is_file() else [])
+    # what killed writes left (never read): atomic writes' NAME.tmp, checkpoints a killed start moved aside
+    killed = sorted([*path.glob("*.tmp"), *path.glob(".old-checkpoints-*")]) if (path / RUN_RECORD).is_file() else []
+    earlier += killed
     if done or earlier:
         kind = "finished" if finished else "interrupted" if done else "earlier"
         what = f"its {len(done)} checkpoint(s) and its files deleted" if done else "its files deleted"
+        if killed:
+            what += f", with what a killed write left: {', '.join(p.name for p in killed)}"
         print(f"[{name}] {path}: replacing the {kind} run there ({what}; its model/ is replaced at the end)")
     aside = path / f".old-checkpoints-{os.getpid()}"
+    shutil.rmtree(aside, ignore_errors=True)  # a killed start's, of a process that had this id
     try:  # renamed aside first: a crash while deleting leaves nothing that looks like a checkpoint
         if root.is_dir():
             root.rename(aside)
@@ -204,9 +210,10 @@ def _clear_earlier_run(path: Path, name: str, overwrite: bool) -> None:
 
 EARLIER_RUN_FILES = ("metrics.jsonl", "config.json", "trajectories.jsonl", "reward_workers.log",
                      "reward_failures.jsonl", "summary.json", "eval.json", "critic.safetensors", "report", "best",
-                     "best.tmp", "tensorboard", "reference_logps.pt")
+                     "tensorboard", "reference_logps.pt")
 """What a run writes in its directory beside checkpoints/, result.json and model/, removed when a new run
-starts there (only where `run.json` says an earlier run wrote them), with RFT's `round_K/` (`_rft_rounds`).
+starts there (only where `run.json` says an earlier run wrote them), with RFT's `round_K/` (`_rft_rounds`)
+and what killed writes left (`NAME.tmp`: best.tmp/, metrics.jsonl.tmp, reference_logps.pt.tmp, ...).
 model/ may be the new run's input (`--model RUN/model`): it stays until the new run's model replaces it
 whole (`Run.finish`)."""
 
