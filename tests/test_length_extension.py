@@ -150,6 +150,10 @@ def test_only_the_option_that_says_how_long_a_run_is_may_grow():
     rft = {"rounds": 4, "sft_steps_per_round": 2, "lr_schedule": "constant"}
     with pytest.raises(ValueError, match=r"rounds=8 \(was 4\)"):
         check_same_config(rft, {**rft, "rounds": 8}, "")
+    cosine = {**online, "lr_schedule": "cosine"}  # the refusal of more rounds names the other change too
+    with pytest.raises(ValueError, match=r"rounds=8 \(was 4\): the cosine .*; other options differ too: epochs=2 "
+                                         r"\(was 1\)$"):
+        check_same_config(cosine, {**cosine, "rounds": 8, "epochs": 2}, "")
     sft = {"epochs": 3, "lr_schedule": "constant"}
     with pytest.raises(ValueError, match=r"epochs=2 \(was 3\)"):
         check_same_config(sft, {**sft, "epochs": 2}, "")

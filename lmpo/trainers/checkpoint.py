@@ -293,14 +293,20 @@ def check_same_config(saved: dict, current: dict, run_dir: str | Path) -> None:
                 if (Path(run_dir) / "result.json").is_file() else
                 f"to train further, finish this run with its --{length} {saved[length]}, then start a new run from "
                 f"its model ({model})")
-        raise ValueError(f"--resume {run_dir}: {why}; {then}")
+        others = [k for k in changed if k != length]  # said too: fixing the length alone would meet them next
+        also = f"; other options differ too: {_parts(others, saved, current)}" if others else ""
+        raise ValueError(f"--resume {run_dir}: {why}; {then}{also}")
     if changed:
-        parts = ", ".join(f"{k}={current.get(k)!r} ({_was(k, saved.get(k))})" for k in changed)
+        parts = _parts(changed, saved, current)
         if (Path(run_dir) / "result.json").is_file():  # a finished run goes on only as resume_changes allows
             raise ValueError(f"--resume {run_dir}: options differ from the run's: {parts}; that run finished, so "
                              f"to train its model further start a new run from it (--model {Path(run_dir) / 'model'})")
         raise ValueError(f"--resume {run_dir}: options differ from the interrupted run: {parts}; "
                          f"repeat the run's own options")
+
+
+def _parts(keys: list[str], saved: dict, current: dict) -> str:
+    return ", ".join(f"{k}={current.get(k)!r} ({_was(k, saved.get(k))})" for k in keys)
 
 
 # options whose 0 is "the task's own": a run started without them recorded 0, not the task's value
