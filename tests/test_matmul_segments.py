@@ -153,14 +153,14 @@ def test_past_its_memory_budget_attention_by_segments_runs_the_kernel(autocast, 
     under autocast)."""
     plan, tokens = shared_prompt_plan()
     keys = keys_per_query(plan)
-    assert keys == sum(b.allowed.numel() for b in plan.buckets) / tokens and 1 < keys < matmul_segments.MATMUL_ATTENTION_KEYS
+    assert keys == sum(b.allowed.numel() for b in plan.buckets) / tokens and 1 < keys < min(matmul_segments.MATMUL_ATTENTION_KEYS.values())
     kernel_calls = []
     real_kernel = segments_module.kernel_segment_attention
     monkeypatch.setattr(segments_module, "kernel_segment_attention",
                         lambda q, *a, **kw: kernel_calls.append(q.dtype) or real_kernel(q, *a, **kw))
     outs = []
     for budget in (keys, keys - 0.01):
-        monkeypatch.setattr(matmul_segments, "MATMUL_ATTENTION_KEYS", budget)
+        monkeypatch.setitem(matmul_segments.MATMUL_ATTENTION_KEYS, torch.bfloat16 if autocast else torch.float32, budget)
         q, k, v = qkv(tokens)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             outs.append(segments_module.segment_attention(q, k, v, plan, None))

@@ -19,8 +19,9 @@ are seen by several segments) are added back in one `index_add_` each, in at lea
 
 The softmax weights are kept for the backward, one number per query, head and key seen (a
 flash kernel keeps one per query and head), so `segments` takes this path only while a query
-sees few keys on average (`MATMUL_ATTENTION_KEYS`): then they cost less than the layer's other
-activations. Long sequences (a 2,048-token completion's queries see ~1,000 keys) take the kernel.
+sees few keys on average (`MATMUL_ATTENTION_KEYS`): there the matmuls are also the faster
+path, and the weights cost less than the layer's other activations. Longer sequences (a
+2,048-token completion's queries see ~1,000 keys) take the kernel.
 
 Forward outputs equal the autograd formulation's bit for bit; query and key gradients agree to
 fp32 rounding (the same products, summed in another order). Value gradients are summed in fp32
@@ -141,7 +142,22 @@ class _SegmentAttention(torch.autograd.Function):
                 None, None, None)
 
 
-MATMUL_ATTENTION_KEYS = 512  # keys a query sees on average (bucket padding included), past which the kernel runs
+# keys a query sees on average (bucket padding included), past which the kernel runs, by the dtype
+# the matmuls would run in: on a 2-core AMD EPYC (`bench/attention_paths.py`) the matmuls took
+# 0.2-0.9x the kernel's time up to ~150 keys, 1.6-2.3x from ~190 at fp32; at bf16 (against the
+# kernel at fp32) 0.1-0.8x up to ~190 keys, 1.2-1.9x from ~220
+MATMUL_ATTENTION_KEYS = {torch.float32: 160, torch.bfloat16: 200}
+
+
+def compute_dtype(query: torch.Tensor) -> torch.dtype:
+    """The dtype the matmuls run in: the CPU autocast dtype under autocast, else the query's."""
+    return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else query.dtype
+
+
+def takes_matmuls(query: torch.Tensor, plan) -> bool:
+    """Whether attention by `plan` runs as matmuls (see `MATMUL_ATTENTION_KEYS`): on the CPU only."""
+    limit = MATMUL_ATTENTION_KEYS.get(compute_dtype(query), MATMUL_ATTENTION_KEYS[torch.float32])
+    return query.device.type == "cpu" and keys_per_query(plan) <= limit
 
 
 def keys_per_query(plan) -> float:
@@ -155,7 +171,7 @@ def matmul_segment_attention(query: torch.Tensor, key: torch.Tensor, value: torc
     """Attention [R, N, H, D] by `plan` (a `segments.SegmentPlan`) for query [R, H, N, D] and
     key/value [R, H_kv, N, D], in the CPU autocast dtype under autocast, else in the query's
     dtype; grouped-query heads shared, not copied."""
-    low = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else query.dtype
+    low = compute_dtype(query)
     heads, kv_heads = query.size(1), key.size(1)
     if (heads, kv_heads, low) not in plan.rows:  # made once per plan, for all its layers
         plan.rows[(heads, kv_heads, low)] = BucketRows(plan, heads, kv_heads, low, query.device)

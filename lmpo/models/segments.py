@@ -21,8 +21,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from lmpo.models import matmul_segments
-from lmpo.models.matmul_segments import keys_per_query, matmul_segment_attention
+from lmpo.models.matmul_segments import matmul_segment_attention, takes_matmuls
 
 SPREAD = 0.8  # a segment joins its bucket while at least this fraction of the bucket's longest
 
@@ -153,7 +152,7 @@ def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     plan.tokens) following the plan; grouped-query heads are shared, not copied. On the CPU, two
     matmuls around a softmax while the weights they keep are few (`matmul_segments`); else
     PyTorch's attention kernel per bucket, in fp32 under CPU autocast (its bf16 backward is slow)."""
-    if query.device.type == "cpu" and keys_per_query(plan) <= matmul_segments.MATMUL_ATTENTION_KEYS:
+    if takes_matmuls(query, plan):
         return matmul_segment_attention(query, key, value, plan, scaling, dropout)
     if cpu_autocast(query.device):
         with torch.autocast("cpu", enabled=False):
