@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import sys
 
-from lmpo.cli.config import add_arguments, build
+from lmpo.cli.config import ConfigError, add_arguments, build
 
 HELP = "compare PPO, GRPO, DPO, online DPO (or any presets) from the same SFT start at a matched budget"
 DESCRIPTION = """Run each method from the task's SFT checkpoint of each seed, at the same number of samples
@@ -18,17 +19,40 @@ Finished runs are kept: the same command continues an interrupted comparison. Se
 
 def cmd_compare(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.teach.compare import CompareConfig, run_compare
+    from lmpo.teach.compare.texts import tx
     from lmpo.trainers.preemption import Terminated, sigterm_interrupts
 
-    cfg = build(CompareConfig, yaml_file=args.config, flags=flags)
+    try:
+        cfg = build(CompareConfig, yaml_file=args.config, flags=flags)
+    except ConfigError as err:  # a value of the wrong kind, refused before --lang is read into cfg
+        if flags.get("lang") != "zh":
+            raise
+        raise ConfigError(value_error_zh(str(err))) from None
+    args.lang = cfg.lang  # `lang: zh` in --config: its error lines in Chinese as well (`main._lang`)
     try:
         with sigterm_interrupts():
             run_compare(cfg, command="lmpo " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     except Terminated:  # the run in progress was stopped and waited for (execute.launch)
-        print(f"lmpo compare: terminated (SIGTERM); the unfinished run under {cfg.out} starts again "
-              f"when the same command is run", file=sys.stderr)
+        print(tx("terminated", cfg.lang, out=cfg.out), file=sys.stderr)
         return 143
     return 0
+
+
+VALUE_ERRORS_ZH = [(re.compile(pattern), zh) for pattern, zh in [
+    (r"^(?P<where>.+?): expected one of (?P<choices>.*), got (?P<value>.*)$", "{where}：{value} 不是可选的值；可选：{choices}"),
+    (r"^(?P<where>.+?): expected an integer, got (?P<value>.*)$", "{where}：{value} 不是整数"),
+    (r"^(?P<where>.+?): expected a number, got (?P<value>.*)$", "{where}：{value} 不是数"),
+    (r"^(?P<where>.+?): expected true or false, got (?P<value>.*)$", "{where}：{value} 不是 true 或 false"),
+]]
+"""`lmpo.cli.config.coerce`'s refusals of an option's value, in Chinese (as `usage_zh` says argparse's)."""
+
+
+def value_error_zh(message: str) -> str:
+    """`--threads: expected an integer, got 'abc'` in Chinese; another message stays as it is."""
+    for pattern, zh in VALUE_ERRORS_ZH:
+        if found := pattern.match(message):
+            return zh.format(**found.groupdict())
+    return message
 
 
 def add_parser(sub) -> None:

@@ -40,10 +40,11 @@ def src(path: str) -> str:
     return esc(quote(path, safe="/._-"))
 
 
-def document(title: str, body: Iterable[str]) -> str:
+def document(title: str, body: Iterable[str], lang: str = "en") -> str:
+    """The page; `lang`: the language of its words (its <html lang>)."""
     parts = "\n".join(body)
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<!DOCTYPE html>\n<html lang=\"{esc(lang)}\">\n<head>\n<meta charset=\"utf-8\">\n"
         f"<title>{esc(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
         f"<h1>{esc(title)}</h1>\n{parts}\n</body>\n</html>\n"
     )

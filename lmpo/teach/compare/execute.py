@@ -26,6 +26,7 @@ from typing import Callable
 import lmpo
 from lmpo.teach.compare.plan import CompareConfig, Method, Plan, plan_method
 from lmpo.teach.compare.records import NO_STEPS
+from lmpo.teach.compare.texts import tx
 
 SPEC = "spec.json"
 LOG = "log.txt"
@@ -94,8 +95,8 @@ def launch(spec: RunSpec, say: Callable[[str], None] | None = None, every_s: flo
             raise
     if code != 0 or not spec.finished:
         tail = (spec.run_dir / LOG).read_text(errors="replace").strip().splitlines()[-5:]
-        raise RuntimeError(f"compare: {spec.method.name} (seed {spec.seed}) failed with exit code {code}; "
-                           f"see {spec.run_dir / LOG}:\n  " + "\n  ".join(tail))
+        raise RuntimeError(tx("run_failed", spec.config.lang, method=spec.method.name, seed=spec.seed, code=code,
+                              log=spec.run_dir / LOG, tail="\n  ".join(tail)))
 
 
 def child_command(run_dir: Path) -> list[str]:
@@ -160,9 +161,8 @@ def main(argv: list[str]) -> int:
         stopped = str(stop).partition(" (no model written)")[0]
         (spec.run_dir / NO_STEPS).write_text(json.dumps({
             "stopped": stopped, "seconds": seconds, "peak_rss_mb": peak_rss_mb()}))
-        print(f"[compare] {spec.method.name}: trained 0 steps in {seconds:.1f} s: {stopped}. At --minutes "
-              f"{spec.config.minutes:g} that is its result: the comparison counts it as the start model (so it "
-              f"wrote no model of its own)", flush=True)
+        print(tx("no_steps_log", spec.config.lang, method=spec.method.name, seconds=seconds, stopped=stopped,
+                 minutes=spec.config.minutes), flush=True)
     return 0
 
 

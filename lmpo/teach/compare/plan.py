@@ -23,6 +23,7 @@ from typing import Literal
 
 from lmpo.algos import PREFERENCE_LOSSES
 from lmpo.trainers.pipeline import PipelineConfig, resolve_pipeline, validate_stages, with_options
+from lmpo.teach.compare.texts import tx
 from lmpo.teach.names import did_you_mean
 from lmpo.trainers.presets import RL_PRESETS
 
@@ -56,51 +57,66 @@ class CompareConfig:
     """Where every run trains: auto, cpu, cuda or cuda:N."""
     precision: str = "auto"
     """Precision of every run: auto, fp32 or bf16."""
+    lang: Literal["en", "zh"] = "en"
+    """Language of the progress lines, table, recommendation, compare.md/compare.html and refusals (en or zh)."""
 
     def method_names(self) -> list[str]:
-        return parse_list(self.methods, "methods", str)
+        return parse_list(self.methods, "methods", str, self.lang)
 
     def seed_list(self) -> list[int]:
-        return parse_list(self.seeds, "seeds", int)
+        return parse_list(self.seeds, "seeds", int, self.lang)
 
     def validate(self) -> None:
         from lmpo.trainers.validation import literal_problems
 
-        problems = literal_problems(self)
+        lang = self.lang
+        problems = [_literal_problem(text, lang) for text in literal_problems(self)]
         for name in self.method_names():
             try:
-                Method.parse(name)
+                Method.parse(name, lang)
             except ValueError as err:
                 problems.append(str(err))
         if len(set(self.method_names())) != len(self.method_names()):
-            problems.append(f"methods={self.methods!r} names a method twice")
+            problems.append(tx("twice_method", lang, methods=self.methods))
         try:
             seeds = self.seed_list()
         except ValueError as err:
             problems.append(str(err))
         else:
             if len(set(seeds)) != len(seeds):  # a repeated seed reruns the same run and counts it twice
-                problems.append(f"seeds={self.seeds!r} names a seed twice")
+                problems.append(tx("twice_seed", lang, seeds=self.seeds))
         if self.samples < 0:
-            problems.append(f"samples={self.samples} must be >= 0 (0 = the pipeline's grpo budget)")
+            problems.append(tx("samples_negative", lang, samples=self.samples))
         if self.budget == "time" and not self.minutes > 0:
-            problems.append("budget=time needs --minutes M > 0")
+            problems.append(tx("time_needs_minutes", lang))
         if self.budget == "samples" and self.minutes:
-            problems.append(f"minutes={self.minutes} is for --budget time; a sample budget runs to its samples")
+            problems.append(tx("minutes_without_time", lang, minutes=self.minutes))
         if self.threads < 0:
-            problems.append(f"threads={self.threads} must be >= 0")
+            problems.append(tx("threads", lang, threads=self.threads))
         if problems:
-            raise ValueError("compare: " + "; ".join(problems))
+            raise ValueError(refused(problems, lang))
 
 
-def parse_list(text: str, name: str, kind: type) -> list:
+def refused(problems: list[str], lang: str = "en") -> str:
+    """`compare: A; B` in `lang`."""
+    return tx("refused", lang, problems=tx("joiner", lang).join(problems))
+
+
+def _literal_problem(text: str, lang: str) -> str:
+    """`literal_problems`' English (`budget='x': expected one of samples, time`) in `lang`."""
+    given, sep, choices = text.partition(": expected one of ")
+    return tx("literal", lang, given=given, choices=choices) if sep else text
+
+
+def parse_list(text: str, name: str, kind: type, lang: str = "en") -> list:
     items = [part.strip() for part in text.split(",") if part.strip()]
     if not items:
-        raise ValueError(f"--{name}: give at least one, comma-separated (got {text!r})")
+        raise ValueError(tx("list_empty", lang, name=name, text=text))
     try:
         return [kind(item) for item in items]
     except ValueError:
-        raise ValueError(f"--{name}: expected comma-separated {kind.__name__}s, got {text!r}") from None
+        raise ValueError(tx("list_kind", lang, name=name, kind=tx(f"kind.{kind.__name__}", lang),
+                            text=text)) from None
 
 
 @dataclass(frozen=True)
@@ -113,16 +129,16 @@ class Method:
     """The preference loss of a dpo/online_dpo method ("" = the pipeline's)."""
 
     @classmethod
-    def parse(cls, name: str) -> "Method":
+    def parse(cls, name: str, lang: str = "en") -> "Method":
+        """The method `name` names; refused in `lang`."""
         stage, _, loss = name.partition(":")
         if stage not in (*RL_PRESETS, *PREFERENCE_STAGES):
-            hint = did_you_mean(stage, (*RL_PRESETS, *PREFERENCE_STAGES))
-            raise ValueError(f"unknown method {name!r}{hint}; choose RL presets ({', '.join(RL_PRESETS)}), dpo or "
-                             f"online_dpo")
+            hint = did_you_mean(stage, (*RL_PRESETS, *PREFERENCE_STAGES), lang)
+            raise ValueError(tx("unknown_method", lang, name=name, hint=hint, presets=", ".join(RL_PRESETS)))
         if loss and stage not in PREFERENCE_STAGES:
-            raise ValueError(f"method {name!r}: a loss after ':' is for dpo and online_dpo only")
+            raise ValueError(tx("loss_not_rl", lang, name=name))
         if loss and loss not in PREFERENCE_LOSSES:
-            raise ValueError(f"method {name!r}: loss {loss!r} is not one of {PREFERENCE_LOSSES.names()}")
+            raise ValueError(tx("loss_unknown", lang, name=name, loss=loss, losses=PREFERENCE_LOSSES.names()))
         return cls(name, stage, loss)
 
     @property
@@ -142,11 +158,14 @@ class Plan:
     units: int
     samples_per_unit: int
     what_counts: str
+    lang: str = "en"
+    """The language of `what_counts` and `amount`."""
 
     @property
     def amount(self) -> str:
         """`1 step x 16`, `30 steps x 16`: the budget in units and the samples in each."""
-        return f"{self.units} {self.unit if self.units != 1 else self.unit[:-1]} x {self.samples_per_unit}"
+        unit = tx(f"unit.{self.unit if self.units != 1 else self.unit[:-1]}", self.lang)
+        return tx("amount", self.lang, units=self.units, unit=unit, per_unit=self.samples_per_unit)
 
     @property
     def stage(self):
@@ -175,29 +194,28 @@ def plan_method(cfg: CompareConfig, method: Method, seed: int) -> Plan:
                                            threads=cfg.threads, device=cfg.device, precision=cfg.precision,
                                            rl=method.stage, adaptive=False), explicit=())
     samples = budget_samples(cfg)
-    minutes = cfg.minutes if cfg.budget == "time" else 0.0
+    minutes, lang = (cfg.minutes if cfg.budget == "time" else 0.0), cfg.lang
     if method.stage == "dpo":
         section, unit, per_unit = "dpo", "pairs", 2
-        what = "2 completions per pair trained on (written ahead of time, not sampled by the policy)"
+        what = tx("what.dpo", lang)
     elif method.stage == "online_dpo":
         o = base.online_dpo
         section, unit, per_unit = "online_dpo", "rounds", o.prompts_per_round * o.samples_per_prompt
-        what = f"{o.prompts_per_round} prompts x {o.samples_per_prompt} samples per round, sampled by the policy"
+        what = tx("what.online_dpo", lang, prompts=o.prompts_per_round, samples=o.samples_per_prompt)
     else:
         r = base.rl_stage
         section, unit, per_unit = "rl_stage", "steps", r.prompts_per_step * r.group_size
-        what = f"{r.prompts_per_step} prompts x {r.group_size} completions per step, sampled by the policy"
+        what = tx("what.rl", lang, prompts=r.prompts_per_step, group=r.group_size)
     if samples < per_unit:  # rounding up to one unit would spend more than the matched budget
-        raise ValueError(f"compare: a budget of {samples} samples is less than one {unit[:-1]} of {method.name}, "
-                         f"which uses {per_unit} ({what}); a run never uses more than the budget, so give "
-                         f"--samples {per_unit} or more, or leave {method.name} out")
+        raise ValueError(tx("below_one_unit", lang, samples=samples, unit=tx(f"unit.{unit[:-1]}", lang),
+                            method=method.name, per_unit=per_unit, what=what))
     units = samples // per_unit
     options = {f"{section}.{unit}": units, f"{section}.max_minutes": minutes}
     if method.loss:
         options[f"{section}.loss"] = method.loss
     pipeline = with_options(base, options)
     validate_stages(pipeline)
-    return Plan(method, pipeline, unit, units, per_unit, what)
+    return Plan(method, pipeline, unit, units, per_unit, what, lang)
 
 
 def models_held(plan: Plan) -> list[str]:
@@ -221,12 +239,17 @@ def models_held(plan: Plan) -> list[str]:
     return held
 
 
+def held_words(plan: Plan) -> list[str]:
+    """`models_held(plan)` in the plan's language, for the table."""
+    return [tx(f"held.{model}", plan.lang) for model in models_held(plan)]
+
+
 def reference_note(plan: Plan) -> str:
-    """How a method keeps to its reference, in words for the table."""
-    stage = plan.stage
+    """How a method keeps to its reference, in words for the table (in the plan's language)."""
+    stage, lang = plan.stage, plan.lang
     if plan.method.stage == "dpo":
         free = getattr(PREFERENCE_LOSSES.get(stage.loss), "reference_free", False)
-        return "none (reference-free loss)" if free else "log-probs precomputed, model released"
+        return tx("ref.free" if free else "ref.precomputed", lang)
     if plan.method.stage == "online_dpo":
-        return "model" if "reference" in models_held(plan) else "none"
-    return f"model, beta={stage.beta:g}" if stage.beta > 0 else "none (beta=0)"
+        return tx("ref.model" if "reference" in models_held(plan) else "ref.none", lang)
+    return tx("ref.beta", lang, beta=stage.beta) if stage.beta > 0 else tx("ref.beta0", lang)

@@ -17,6 +17,7 @@ from matplotlib.ticker import PercentFormatter
 from lmpo.reports import page
 from lmpo.teach.compare.records import RunRecord
 from lmpo.teach.compare.summary import MethodSummary, Recommendation, Spread, pct
+from lmpo.teach.compare.texts import joined, tx
 
 COLUMNS = ("method", "held-out accuracy", "wall time (s)", "peak memory (MB)", "models held", "reference",
            "samples", "completion tokens", "budget")
@@ -36,6 +37,13 @@ class Comparison:
     runs: list[RunRecord]
     start_label: str = "SFT start"
     """The table's first row: the task's SFT start, or the model --start named."""
+    lang: str = "en"
+    """The language of its words (--lang): the table, the recommendation, compare.md and compare.html."""
+
+
+def columns(lang: str = "en") -> tuple[str, ...]:
+    """The table's headers in `lang` (COLUMNS in English)."""
+    return tuple(tx("columns", lang).split("|"))
 
 
 def _num(spread: Spread, digits: int = 0) -> str:
@@ -48,51 +56,55 @@ def _num(spread: Spread, digits: int = 0) -> str:
 def table_rows(c: Comparison) -> list[list[str]]:
     rows = [[c.start_label, pct(c.start), "", "", "", "", "", "", ""]]
     for m in c.methods:
-        rows.append([m.method, pct(m.accuracy) + _no_steps_mark(m), _seconds(m), _num(m.peak_rss_mb),
-                     ", ".join(m.models_held), m.reference, _num(m.samples), _num(m.completion_tokens), m.budget_unit])
+        rows.append([m.method, pct(m.accuracy) + _no_steps_mark(m, c.lang), _seconds(m, c.lang), _num(m.peak_rss_mb),
+                     joined(m.models_held, c.lang), m.reference, _num(m.samples), _num(m.completion_tokens),
+                     m.budget_unit])
     return rows
 
 
-def _seconds(m: MethodSummary) -> str:
+def _seconds(m: MethodSummary, lang: str = "en") -> str:
     """A method that trained 0 steps spent its seconds loading and in its reference pass: said,
     to a tenth (a whole second of it reads "0")."""
     if m.trained_none and m.seconds.mean is not None:
-        return f"{_num(m.seconds, 1)} (reference pass only)"
+        return tx("reference_pass_only", lang, seconds=_num(m.seconds, 1))
     return _num(m.seconds)
 
 
-def _no_steps_mark(m: MethodSummary) -> str:
+def _no_steps_mark(m: MethodSummary, lang: str = "en") -> str:
     if m.trained_none:
-        return " (0 steps: the start model)"
+        return tx("mark.none", lang)
     if m.no_steps_seeds:
-        return f" ({len(m.no_steps_seeds)} of {len(m.seeds)} seeds: 0 steps)"
+        return tx("mark.some", lang, n=len(m.no_steps_seeds), of=len(m.seeds))
     return ""
 
 
 def write_json(c: Comparison, out: Path) -> Path:
     path = out / "compare.json"
     data = asdict(c)
+    if c.lang == "en":  # as before --lang: an English comparison's file is unchanged
+        del data["lang"]
     data["plots"] = {key: name for key, (name, _) in PLOTS.items()}
     path.write_text(json.dumps(data, indent=2))
     return path
 
 
 def markdown(c: Comparison) -> str:
-    head = "| " + " | ".join(COLUMNS) + " |\n|" + "|".join("---" for _ in COLUMNS) + "|\n"
+    names = columns(c.lang)
+    head = "| " + " | ".join(names) + " |\n|" + "|".join("---" for _ in names) + "|\n"
     body = "".join("| " + " | ".join(row) + " |\n" for row in table_rows(c))
     budget = ", ".join(f"{k}={v}" for k, v in c.budget.items())
-    return (f"Command: `{c.command}`\n\nTask {c.task}; budget {budget}; seeds {', '.join(map(str, c.seeds))}; "
-            f"accuracy is mean ± std over seeds (points), other columns mean (± std) over seeds.\n\n"
-            f"{head}{body}\n" + "\n".join(f"- {line}" for line in c.recommendation.lines) + "\n")
+    return (tx("md_head", c.lang, command=c.command, task=c.task, budget=budget, seeds=", ".join(map(str, c.seeds)))
+            + f"{head}{body}\n" + "\n".join(f"- {line}" for line in c.recommendation.lines) + "\n")
 
 
 def print_table(c: Comparison, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"lmpo compare — {c.task}, runs in {out}")
-    for column in COLUMNS:
-        table.add_column(column, justify="left" if column in ("method", "models held", "reference", "budget") else "right")
+    table = Table(title=tx("title", c.lang, task=c.task, out=out))
+    for i, column in enumerate(columns(c.lang)):
+        table.add_column(column, justify="left" if COLUMNS[i] in ("method", "models held", "reference", "budget")
+                         else "right")
     for row in table_rows(c):
         table.add_row(*row)
     console = Console()
@@ -123,7 +135,7 @@ def plot(c: Comparison, out: Path, x_key: str) -> Path:
             mean_y = [statistics.fmean(ys[i] for _, ys in curves) for i in range(n)]
             ax.plot(mean_x, mean_y, color=color, linewidth=2.2, marker="o", markersize=3, label=m.method)
     if c.start.mean is not None:
-        ax.axhline(c.start.mean, color="grey", linestyle="--", linewidth=1, label=c.start_label)
+        ax.axhline(c.start.mean, color="grey", linestyle="--", linewidth=1, label=_plot_label(c))
     ax.set_xlabel(label)
     ax.set_ylabel("held-out accuracy")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
@@ -135,6 +147,13 @@ def plot(c: Comparison, out: Path, x_key: str) -> Path:
     return path
 
 
+def _plot_label(c: Comparison) -> str:
+    """The start's label in the plots, which stay in English under any --lang: matplotlib's default
+    fonts have no Chinese characters (they would be drawn as empty boxes)."""
+    english = {tx(key, c.lang): tx(key) for key in ("label.sft", "label.start")}
+    return english.get(c.start_label, c.start_label)
+
+
 def _points(record: RunRecord, x_key: str) -> tuple[list[float], list[float]] | None:
     pts = [(p.samples if x_key == "samples" else p.seconds, p.accuracy) for p in record.curve]
     pts = [(x, y) for x, y in pts if x is not None]
@@ -143,17 +162,17 @@ def _points(record: RunRecord, x_key: str) -> tuple[list[float], list[float]] | 
 
 def write_html(c: Comparison, out: Path) -> Path:
     rows = [[page.cell(v, numeric=i not in (0, 4, 5, 8)) for i, v in enumerate(row)] for row in table_rows(c)]
-    budget = ", ".join(f"{k}={v}" for k, v in c.budget.items())
-    body = [page.paragraph(f"Command: {c.command}"),
-            page.paragraph(f"Task {c.task}; budget {budget}; seeds {', '.join(map(str, c.seeds))}. Accuracy: mean ± "
-                           f"std over seeds (points); other columns: mean (± std) over seeds."),
-            page.table(COLUMNS, rows), page.heading("Recommendation"),
-            *[page.paragraph(line) for line in c.recommendation.lines], page.heading("Curves"),
-            *[page.image(name, f"held-out accuracy against {label}") for name, label in PLOTS.values()],
-            page.heading("What counts as a sample"),
-            *[page.paragraph(f"{m.method}: {m.what_counts}.") for m in c.methods]]
+    budget, lang = ", ".join(f"{k}={v}" for k, v in c.budget.items()), c.lang
+    body = [page.paragraph(tx("html_command", lang, command=c.command)),
+            page.paragraph(tx("html_setup", lang, task=c.task, budget=budget, seeds=", ".join(map(str, c.seeds)))),
+            page.table(columns(lang), rows), page.heading(tx("html_recommendation", lang)),
+            *[page.paragraph(line) for line in c.recommendation.lines], page.heading(tx("html_curves", lang)),
+            *[page.image(name, tx("html_caption", lang, label=tx(f"plot.{key}", lang)))
+              for key, (name, _) in PLOTS.items()],
+            page.heading(tx("html_sample", lang)),
+            *[page.paragraph(tx("html_what", lang, method=m.method, what=m.what_counts)) for m in c.methods]]
     path = out / "compare.html"
-    path.write_text(page.document("lmpo compare", body), encoding="utf-8")
+    path.write_text(page.document("lmpo compare", body, lang=lang), encoding="utf-8")
     return path
 
 

@@ -19,6 +19,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from lmpo.teach.compare.records import RunRecord
+from lmpo.teach.compare.texts import joined, tx
 
 
 @dataclass
@@ -87,49 +88,44 @@ def noise(a: Spread, b: Spread) -> float | None:
 
 
 def recommend(methods: list[MethodSummary], start: Spread, budget: str = "samples",
-              start_label: str = "SFT start", minutes: float = 0.0) -> Recommendation:
+              start_label: str = "SFT start", minutes: float = 0.0, lang: str = "en") -> Recommendation:
     """`start_label`: what the runs started from, in words (the SFT start, or --start's model);
-    `minutes`: the time budget. A method that trained 0 steps on every seed is ranked only when no
-    other method trained."""
+    `minutes`: the time budget; `lang`: the language of its lines. A method that trained 0 steps on
+    every seed is ranked only when no other method trained."""
     scored = sorted((m for m in methods if m.accuracy.mean is not None), key=lambda m: -m.accuracy.mean)
     scored = [m for m in scored if not m.trained_none] or scored
     if not scored:
-        raise ValueError("compare: no run has a held-out accuracy (eval_problems=0?); nothing to recommend")
-    best = scored[0]
-    lines = [f"Highest mean held-out accuracy: {best.method}, {pct(best.accuracy)} over {best.accuracy.n} "
-             f"seed(s) ({start_label}: {pct(start)})."]
-    lines += [_no_steps_line(m, start_label, minutes) for m in methods if m.no_steps_seeds]
+        raise ValueError(tx("rec.nothing", lang))
+    best, label = scored[0], start_label
+    lines = [tx("rec.highest", lang, best=best.method, accuracy=pct(best.accuracy), n=best.accuracy.n, label=label,
+                start=pct(start))]
+    lines += [_no_steps_line(m, start_label, minutes, lang) for m in methods if m.no_steps_seeds]
     within, beyond, undecided = [best.method], [], []
     for other in scored[1:]:
         gap, spread = best.accuracy.mean - other.accuracy.mean, noise(best.accuracy, other.accuracy)
         if gap == 0:  # level whatever the spread: the listed order must not pick between them
             within.append(other.method)
-            lines.append(f"{other.method}: the same accuracy as {best.method}.")
+            lines.append(tx("rec.same", lang, other=other.method, best=best.method))
         elif spread is None:
             undecided.append(other.method)
-            lines.append(f"{other.method}: {100 * gap:.1f} points below; one seed, so no spread to judge it by.")
-        elif gap > spread:
-            beyond.append(other.method)
-            lines.append(f"{other.method}: {100 * gap:.1f} points below, more than the seeds' spread "
-                         f"({100 * spread:.1f} points).")
+            lines.append(tx("rec.one_seed", lang, other=other.method, gap=100 * gap))
         else:
-            within.append(other.method)
-            lines.append(f"{other.method}: {100 * gap:.1f} points below, within the seeds' spread "
-                         f"({100 * spread:.1f} points).")
+            (beyond if gap > spread else within).append(other.method)
+            lines.append(tx("rec.beyond" if gap > spread else "rec.within", lang, other=other.method, gap=100 * gap,
+                            spread=100 * spread))
     start_spread = noise(best.accuracy, start)
     worse = start.mean is not None and best.accuracy.mean < start.mean
     level_with_start = start.mean is not None and best.accuracy.mean == start.mean
     if start.mean is not None:
         gain = best.accuracy.mean - start.mean
         if worse:
-            lines.append(f"No method improved on the {start_label}: the best, {best.method}, ended "
-                         f"{100 * -gain:.1f} points below it.")
+            lines.append(tx("rec.worse", lang, label=label, best=best.method, drop=100 * -gain))
         elif start_spread is not None and gain <= start_spread:
-            lines.append(f"No method beat the {start_label} by more than the seeds' spread ({100 * gain:+.1f} points).")
+            lines.append(tx("rec.not_beyond_start", lang, label=label, gain=100 * gain))
         elif gain == 0:
-            lines.append(f"{best.method} ended where the {start_label} was ({pct(start)}).")
+            lines.append(tx("rec.level_start", lang, best=best.method, label=label, start=pct(start)))
         else:
-            lines.append(f"{best.method} gained {100 * gain:+.1f} points over the {start_label}.")
+            lines.append(tx("rec.gained", lang, best=best.method, label=label, gain=100 * gain))
     tied = [m for m in scored if m.method in within]
     fastest = min(tied, key=lambda m: (m.seconds.mean, m.peak_rss_mb.mean or math.inf))
     with_memory = [m for m in tied if m.peak_rss_mb.mean is not None]
@@ -137,48 +133,42 @@ def recommend(methods: list[MethodSummary], start: Spread, budget: str = "sample
     choice = best.method
     spread_known = any(noise(best.accuracy, m.accuracy) is not None for m in tied[1:])
     if len(tied) > 1:
-        together = "Within noise of the best" if spread_known else "Level with the best (the same accuracy)"
-        lines.append(f"{together}: {', '.join(m.method for m in tied)}; least wall time: "
-                     f"{fastest.method} ({fastest.seconds.mean:.0f} s), least peak memory: {leanest} "
-                     f"({_mb(tied, leanest)}).")
-        choice, why = ((leanest, "the leanest in memory") if budget == "time" and leanest
-                       else (fastest.method, "the quickest"))
+        together = tx("rec.within_best" if spread_known else "rec.level_best", lang)
+        lines.append(tx("rec.tied", lang, together=together, names=joined((m.method for m in tied), lang),
+                        fastest=fastest.method, seconds=fastest.seconds.mean, leanest=leanest,
+                        mb=_mb(tied, leanest)))
+        choice, why = ((leanest, tx("rec.why_lean", lang)) if budget == "time" and leanest
+                       else (fastest.method, tx("rec.why_quick", lang)))
         if choice == best.method and spread_known:
-            lines.append(f"Recommendation: {choice} — the most accurate, and {why} of the methods within noise of it.")
+            lines.append(tx("rec.best_of_noise", lang, choice=choice, why=why))
         elif choice == best.method:
-            others = ", ".join(m.method for m in tied[1:])
-            lines.append(f"Recommendation: {choice} — as accurate as {others} here, and {why} of them.")
+            others = joined((m.method for m in tied[1:]), lang)
+            lines.append(tx("rec.best_of_level", lang, choice=choice, others=others, why=why))
         else:
-            how = "within noise" if spread_known else "here"
-            lines.append(f"Recommendation: {choice} — as accurate as {best.method} {how}, and {why} of those.")
+            key = "rec.other_of_noise" if spread_known else "rec.other_of_level"
+            lines.append(tx(key, lang, choice=choice, best=best.method, why=why))
         if undecided:
-            lines[-1] += (f" Rerun with more --seeds to tell whether {best.method}'s lead over {', '.join(undecided)} "
-                          f"is more than noise.")
+            lines[-1] += tx("rec.more_seeds", lang, best=best.method, undecided=joined(undecided, lang))
     elif undecided:
-        lines.append(f"Recommendation: {best.method} on these numbers; rerun with more --seeds to tell whether its "
-                     f"lead over {', '.join(undecided)} is more than noise.")
+        lines.append(tx("rec.undecided", lang, best=best.method, undecided=joined(undecided, lang)))
     elif len(scored) == 1:
-        only = "that trained within the budget" if any(m.trained_none for m in methods) else "compared"
-        lines.append(f"Recommendation: {best.method} — the only method {only}, so none to rank it against.")
+        only = "rec.only_trained" if any(m.trained_none for m in methods) else "rec.only_compared"
+        lines.append(tx(only, lang, best=best.method))
     else:
-        lines.append(f"Recommendation: {best.method} — ahead of every other method by more than the seeds' spread.")
+        lines.append(tx("rec.ahead", lang, best=best.method))
     if worse:  # the most accurate method still made the model worse: recommending it needs saying so
-        lines[-1] += (f" But every method ended below the {start_label} at this budget: none is worth training "
-                      f"with as it stands.")
+        lines[-1] += tx("rec.all_worse", lang, label=label)
     elif level_with_start:
-        lines[-1] += (f" But no method ended above the {start_label} at this budget: none has shown it is worth "
-                      f"training with as it stands.")
+        lines[-1] += tx("rec.none_above", lang, label=label)
     return Recommendation(best.method, choice, within, beyond, undecided, fastest.method, leanest, lines)
 
 
-def _no_steps_line(m: MethodSummary, start_label: str, minutes: float) -> str:
-    which = ("every seed" if m.trained_none else
-             f"seed{'s' if len(m.no_steps_seeds) > 1 else ''} {', '.join(map(str, m.no_steps_seeds))}")
+def _no_steps_line(m: MethodSummary, start_label: str, minutes: float, lang: str = "en") -> str:
+    which = (tx("rec.every_seed", lang) if m.trained_none else
+             tx("rec.seeds" if len(m.no_steps_seeds) > 1 else "rec.seed", lang, seeds=joined(m.no_steps_seeds, lang)))
     budget = f"--minutes {minutes:g}" if minutes else "--minutes"
-    ranked = " and is not ranked" if m.trained_none else ""
-    return (f"{m.method}: trained 0 steps on {which}: its reference log-prob pass alone took longer than {budget}, "
-            f"so its accuracy there is the {start_label}'s{ranked}. Raise --minutes (or lower --samples, which "
-            f"sets how many pairs that pass scores) to compare it.")
+    ranked = tx("rec.not_ranked", lang) if m.trained_none else ""
+    return tx("rec.no_steps", lang, method=m.method, which=which, budget=budget, label=start_label, ranked=ranked)
 
 
 def _mb(methods: list[MethodSummary], name: str | None) -> str:
