@@ -209,3 +209,26 @@ def test_a_compare_in_chinese_then_in_english_over_one_out(start_model, tmp_path
     assert not CJK.search(said) and not CJK.search((out / "compare.md").read_text())
     assert "lang" not in json.loads((out / "compare.json").read_text())
     assert logs == {m: (out / "seed0" / m / "log.txt").stat().st_mtime_ns for m in ("grpo", "dpo")}
+
+
+def test_the_plots_stay_in_english_under_zh(tmp_path):
+    """matplotlib's default fonts have no Chinese characters: a Chinese label is drawn as boxes."""
+    import warnings
+
+    from lmpo.teach.compare.render import plot
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plot(_comparison("zh"), tmp_path, "samples")
+    assert not [w for w in caught if "Glyph" in str(w.message)], [str(w.message) for w in caught]
+
+
+def test_each_text_has_the_same_fields_in_both_languages():
+    from string import Formatter
+
+    from lmpo.teach.compare.texts import TEXTS
+
+    def fields(text):
+        return {name for _, name, _, _ in Formatter().parse(text) if name}
+
+    assert {key: fields(t["en"]) for key, t in TEXTS.items()} == {key: fields(t["zh"]) for key, t in TEXTS.items()}
