@@ -19,6 +19,8 @@ Finished runs are kept: the same command continues an interrupted comparison. Se
 
 def cmd_compare(args: argparse.Namespace, flags: dict) -> int:
     from lmpo.teach.compare import CompareConfig, run_compare
+    from lmpo.teach.compare.execute import RunFailed
+    from lmpo.teach.refusals import error_prefix
     from lmpo.teach.compare.texts import tx
     from lmpo.trainers.preemption import Terminated, sigterm_interrupts
 
@@ -32,6 +34,9 @@ def cmd_compare(args: argparse.Namespace, flags: dict) -> int:
     try:
         with sigterm_interrupts():
             run_compare(cfg, command="lmpo " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    except RunFailed as err:  # the run's own traceback is in its log; the comparison's would say nothing more
+        print(f"{error_prefix(cfg.lang)}{err}", file=sys.stderr)
+        return 1
     except Terminated:  # the run in progress was stopped and waited for (execute.launch)
         print(tx("terminated", cfg.lang, out=cfg.out), file=sys.stderr)
         return 143

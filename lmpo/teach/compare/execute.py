@@ -32,6 +32,11 @@ SPEC = "spec.json"
 LOG = "log.txt"
 
 
+class RunFailed(RuntimeError):
+    """A run's process ended in an error: said as the error line of `lmpo compare` (`cmd_compare`),
+    with the end of its log.txt."""
+
+
 @dataclass
 class RunSpec:
     config: CompareConfig
@@ -95,7 +100,7 @@ def launch(spec: RunSpec, say: Callable[[str], None] | None = None, every_s: flo
             raise
     if code != 0 or not spec.finished:
         tail = (spec.run_dir / LOG).read_text(errors="replace").strip().splitlines()[-5:]
-        raise RuntimeError(tx("run_failed", spec.config.lang, method=spec.method.name, seed=spec.seed, code=code,
+        raise RunFailed(tx("run_failed", spec.config.lang, method=spec.method.name, seed=spec.seed, code=code,
                               log=spec.run_dir / LOG, tail="\n  ".join(tail)))
 
 

@@ -93,8 +93,23 @@ class CompareConfig:
             problems.append(tx("minutes_without_time", lang, minutes=self.minutes))
         if self.threads < 0:
             problems.append(tx("threads", lang, threads=self.threads))
+        problems += self._hardware_problems()
         if problems:
             raise ValueError(refused(problems, lang))
+
+
+    def _hardware_problems(self) -> list[str]:
+        """What every run's process would refuse as it starts, after the seed's SFT start was trained."""
+        from lmpo.models.device import PRECISIONS, resolve_device
+
+        problems = []
+        if self.precision not in PRECISIONS:
+            problems.append(tx("precision", self.lang, precision=self.precision, choices=", ".join(PRECISIONS)))
+        try:
+            resolve_device(self.device)
+        except ValueError as err:
+            problems.append(tx("device", self.lang, device=self.device, reason=err))
+        return problems
 
 
 def refused(problems: list[str], lang: str = "en") -> str:
