@@ -232,3 +232,10 @@ def test_each_text_has_the_same_fields_in_both_languages():
         return {name for _, name, _, _ in Formatter().parse(text) if name}
 
     assert {key: fields(t["en"]) for key, t in TEXTS.items()} == {key: fields(t["zh"]) for key, t in TEXTS.items()}
+
+
+def test_a_start_that_holds_no_model_is_refused_with_chinese_punctuation(tmp_path, capsys):
+    (tmp_path / "notes").mkdir()
+    argv = ["compare", "--start", str(tmp_path / "notes"), "--out", str(tmp_path / "cmp"), "--lang", "zh"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith(f"lmpo：错误：--start：{tmp_path / 'notes'} is not a Hugging Face")

@@ -57,7 +57,7 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
     try:  # what loading would refuse, before the first run is launched
         check_model_source(cfg.start or cfg.model)
     except FileNotFoundError as err:
-        raise FileNotFoundError(f"--start: {err}" if cfg.start else str(err)) from None
+        raise FileNotFoundError(tx("bad_start", lang, error=err) if cfg.start else str(err)) from None
     ready_out(cfg.out, lang)  # in explain's and factcheck's words, before any model is trained
     refuse_changed_runs(cfg, methods)
     lock_directory(cfg.out)  # a second compare over this --out would delete the runs in progress as "killed"

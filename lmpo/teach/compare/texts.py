@@ -72,6 +72,7 @@ TEXTS: dict[str, dict[str, str]] = {
                              "or more, or leave {method} out",
                        "zh": "compare：{samples} 个样本的预算不够 {method} 的一{unit}，它要用 {per_unit} 个（{what}）；"
                              "一次运行从不超出预算，所以请给 --samples {per_unit} 或更多，或者去掉 {method}"},
+    "bad_start": {"en": "--start: {error}", "zh": "--start：{error}"},
     "no_start_dir": {"en": "--start {start}: no such model directory", "zh": "--start {start}：没有这个模型目录"},
     "changed_runs": {"en": "--out {out} holds finished runs made with other options, which this comparison would "
                            "report as its own: {runs}{more}. Use another --out, or delete those runs to train them "
