@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +13,7 @@ from lmpo.teach.compare import CompareConfig, refuse_changed_runs
 from lmpo.teach.compare.execute import SPEC, RunSpec
 from lmpo.teach.compare.plan import Method, plan_method
 from lmpo.teach.compare.records import EvalPoint, RunRecord
-from lmpo.teach.compare.render import Comparison, markdown, table_rows, write_html
+from lmpo.teach.compare.render import Comparison, markdown, write_html
 from lmpo.teach.compare.summary import MethodSummary, Spread, recommend
 
 CJK = re.compile(r"[\u4e00-\u9fff]")

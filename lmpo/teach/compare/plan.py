@@ -97,7 +97,6 @@ class CompareConfig:
         if problems:
             raise ValueError(refused(problems, lang))
 
-
     def _hardware_problems(self) -> list[str]:
         """What every run's process would refuse as it starts, after the seed's SFT start was trained."""
         from lmpo.models.device import PRECISIONS, resolve_device
