@@ -4,8 +4,10 @@
 
 On the CPU, `lmpo.models.segments.segment_attention` runs a plan either as two matmuls around a
 softmax (`matmul_segments`, which keeps the softmax weights for the backward) or as PyTorch's
-attention kernel once per bucket (in fp32 under bf16 autocast). It takes the matmuls while a
-query sees at most `MATMUL_ATTENTION_KEYS` keys on average (a limit per dtype). This times both paths, forward and
+attention kernel once per bucket (in fp32 under bf16 autocast). At bf16 it takes the matmuls
+while a query sees at most `MATMUL_ATTENTION_KEYS` keys on average; at fp32 it always takes the
+kernel (the matmuls would change fp32 numbers by float rounding), and this shows what the
+matmuls would gain there. This times both paths, forward and
 backward, on plans shaped like a GRPO step's (8 prompts of 16 tokens, each shared by 8
 completions of about L tokens, 8 query heads, 2 key-value heads of 32) for L from 8 to 384, the
 two alternated and each the best of `--repeats` (the least disturbed by other work on the
@@ -70,8 +72,8 @@ def main() -> None:
         keys = keys_per_query(plan)
         rows.append({"length": length, "keys_per_query": round(keys, 1), "tokens": tokens,
                      "kernel_ms": round(best["kernel"] * 1e3, 2), "matmul_ms": round(best["matmul"] * 1e3, 2)})
-        limit = MATMUL_ATTENTION_KEYS[torch.bfloat16 if args.precision == "bf16" else torch.float32]
-        taken = "matmul" if keys <= limit else "kernel"
+        limit = MATMUL_ATTENTION_KEYS.get(torch.bfloat16 if args.precision == "bf16" else torch.float32)
+        taken = "matmul" if limit is not None and keys <= limit else "kernel"
         print(f"L {length:4d}: {keys:6.1f} keys a query, {tokens:5d} tokens: kernel {best['kernel'] * 1e3:7.2f} ms, "
               f"matmul {best['matmul'] * 1e3:7.2f} ms, kernel/matmul {best['kernel'] / best['matmul']:.2f} "
               f"(lmpo takes the {taken})", flush=True)

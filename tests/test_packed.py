@@ -255,8 +255,8 @@ def test_packed_under_cpu_bf16_autocast_stays_close_to_fp32(segments, monkeypatc
     with torch.autocast("cpu", dtype=torch.bfloat16):
         fast = packed_token_outputs(model, prompt, prompt_mask, completion, lengths, segments=segments)
     reference = packed_token_outputs(model, prompt, prompt_mask, completion, lengths, segments=segments)
-    # by segments, the matmul path ran (one call per layer), under autocast and in fp32 alike
-    assert calls == ([False, False, True, True, False, False] if segments else [])
+    # by segments, the matmul path ran under autocast (one call per layer), never in fp32
+    assert calls == ([True, True] if segments else [])
     (fast.logprobs * valid).sum().backward()
     torch.testing.assert_close(fast.logprobs[valid].float(), reference.logprobs[valid].detach(), atol=0.05, rtol=0.02)
     for a, b in zip(grads(model), exact):

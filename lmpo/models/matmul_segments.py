@@ -1,27 +1,27 @@
-"""Attention by segments on the CPU as one autograd function: two matmuls around a softmax.
+"""Attention by segments on the CPU at bf16 as one autograd function: two matmuls around a softmax.
 
 The same computation as attention by segments elsewhere (`segments`): each bucket's queries
-attend to the keys its segments may see, here as two matmuls around a softmax in at least fp32
-(the precision GPU flash kernels keep), the scale and the mask folded into the first. Under CPU
-bf16 autocast the matmuls run in bf16; otherwise in the inputs' dtype. PyTorch's CPU flash
-kernel, called once per bucket, is the alternative: its bf16 backward is ~3x slower than its
-fp32 one, and for a bucket of short segments (a DPO pair's answers, a sort task's completions)
-its fixed cost per call outweighs the arithmetic. What differs from a formulation in PyTorch
-operations is the bookkeeping around the matmuls. Written as operations under autograd, a
-layer gathered queries, keys and values bucket by bucket, cast, transposed and copied each
-gather, and its backward mirrored every one of those steps: on a DPO step of the bench's 3.7M
-model at bf16, 45-58 ms of a ~250 ms step for 4 layers, of which the matmuls were ~15 ms
-(`bench/segment_attention.py`). Here one gather per tensor produces every bucket's rows at once,
-already in the layout the matmuls want ((token, head) rows picked by a precomputed index); the
-backward is written out (the textbook gradients of softmax attention): a query's gradient is
-gathered back by the same index that placed its output, and the keys' and values' (a prompt's
-are seen by several segments) are added back in one `index_add_` each, in at least fp32.
+attend to the keys its segments may see, here as two matmuls in the compute dtype (the CPU
+autocast dtype, or a bf16 model's) around a softmax in at least fp32 (the precision GPU flash
+kernels keep), the scale and the mask folded into the first. PyTorch's CPU flash kernel, called
+once per bucket, is the alternative: its bf16 backward is ~3x slower than its fp32 one, and for a
+bucket of short segments (a DPO pair's answers, a sort task's completions) its fixed cost per
+call outweighs the arithmetic. What differs from a formulation in PyTorch operations is the
+bookkeeping around the matmuls. Written as operations under autograd, a layer gathered queries,
+keys and values bucket by bucket, cast, transposed and copied each gather, and its backward
+mirrored every one of those steps: on a DPO step of the bench's 3.7M model at bf16, 45-58 ms of a
+~250 ms step for 4 layers, of which the matmuls were ~15 ms (`bench/segment_attention.py`). Here
+one gather per tensor produces every bucket's rows at once, already in the layout the matmuls
+want ((token, head) rows picked by a precomputed index); the backward is written out (the
+textbook gradients of softmax attention): a query's gradient is gathered back by the same index
+that placed its output, and the keys' and values' (a prompt's are seen by several segments) are
+added back in one `index_add_` each, in at least fp32.
 
-The softmax weights are kept for the backward, one number per query, head and key seen (a
-flash kernel keeps one per query and head), so `segments` takes this path only while a query
-sees few keys on average (`MATMUL_ATTENTION_KEYS`): there the matmuls are also the faster
-path, and the weights cost less than the layer's other activations. Longer sequences (a
-2,048-token completion's queries see ~1,000 keys) take the kernel.
+The softmax weights are kept for the backward, one number per query, head and key seen (a flash
+kernel keeps one per query and head), so `segments` takes this path only while a query sees few
+keys on average (`MATMUL_ATTENTION_KEYS`): there the matmuls are also the faster path, and the
+weights cost less than the layer's other activations. Longer sequences (a 2,048-token
+completion's queries see ~1,000 keys) take the kernel, at fp32.
 
 Forward outputs equal the autograd formulation's bit for bit; query and key gradients agree to
 fp32 rounding (the same products, summed in another order). Value gradients are summed in fp32
@@ -142,11 +142,13 @@ class _SegmentAttention(torch.autograd.Function):
                 None, None, None)
 
 
-# keys a query sees on average (bucket padding included), past which the kernel runs, by the dtype
-# the matmuls would run in: on a 2-core AMD EPYC (`bench/attention_paths.py`) the matmuls took
-# 0.2-0.9x the kernel's time up to ~150 keys, 1.6-2.3x from ~190 at fp32; at bf16 (against the
-# kernel at fp32) 0.1-0.8x up to ~190 keys, 1.2-1.9x from ~220
-MATMUL_ATTENTION_KEYS = {torch.float32: 160, torch.bfloat16: 200}
+# keys a query sees on average (bucket padding included), past which the kernel runs (at fp32), by
+# the dtype the matmuls would run in. At bf16 on a 2-core AMD EPYC (`bench/attention_paths.py`, on
+# GRPO-shaped plans) the matmuls took 0.1-0.8x the fp32 kernel's time up to ~190 keys, 1.2-1.9x from
+# ~220. At fp32 they are also faster up to ~150 keys (0.2-0.9x), but fp32 keeps the kernel: the
+# matmuls sum in another order, and every fp32 run's numbers (the README's trained figures among
+# them) would move by float rounding.
+MATMUL_ATTENTION_KEYS = {torch.bfloat16: 200}
 
 
 def compute_dtype(query: torch.Tensor) -> torch.dtype:
@@ -156,8 +158,8 @@ def compute_dtype(query: torch.Tensor) -> torch.dtype:
 
 def takes_matmuls(query: torch.Tensor, plan) -> bool:
     """Whether attention by `plan` runs as matmuls (see `MATMUL_ATTENTION_KEYS`): on the CPU only."""
-    limit = MATMUL_ATTENTION_KEYS.get(compute_dtype(query), MATMUL_ATTENTION_KEYS[torch.float32])
-    return query.device.type == "cpu" and keys_per_query(plan) <= limit
+    limit = MATMUL_ATTENTION_KEYS.get(compute_dtype(query))
+    return query.device.type == "cpu" and limit is not None and keys_per_query(plan) <= limit
 
 
 def keys_per_query(plan) -> float:

@@ -149,9 +149,10 @@ def plan_segments(segments: list[tuple[list[int], list[int]]], tokens: int,
 def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, plan: SegmentPlan,
                       scaling: float | None, dropout: float = 0.0) -> torch.Tensor:
     """Attention [R, N, H, D] for query [R, H, N, D] and key/value [R, H_kv, N, D] (R * N ==
-    plan.tokens) following the plan; grouped-query heads are shared, not copied. On the CPU, two
-    matmuls around a softmax while the weights they keep are few (`matmul_segments`); else
-    PyTorch's attention kernel per bucket, in fp32 under CPU autocast (its bf16 backward is slow)."""
+    plan.tokens) following the plan; grouped-query heads are shared, not copied. On the CPU at
+    bf16, two matmuls around a softmax while the weights they keep are few (`matmul_segments`);
+    else PyTorch's attention kernel per bucket, in fp32 under CPU autocast (its bf16 backward is
+    slow)."""
     if takes_matmuls(query, plan):
         return matmul_segment_attention(query, key, value, plan, scaling, dropout)
     if cpu_autocast(query.device):
