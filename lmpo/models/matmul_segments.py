@@ -143,12 +143,15 @@ class _SegmentAttention(torch.autograd.Function):
 
 
 # keys a query sees on average (bucket padding included), past which the kernel runs (at fp32), by
-# the dtype the matmuls would run in. At bf16 on a 2-core AMD EPYC (`bench/attention_paths.py`, on
-# GRPO-shaped plans) the matmuls took 0.1-0.8x the fp32 kernel's time up to ~190 keys, 1.2-1.9x from
-# ~220. At fp32 they are also faster up to ~150 keys (0.2-0.9x), but fp32 keeps the kernel: the
-# matmuls sum in another order, and every fp32 run's numbers (the README's trained figures among
-# them) would move by float rounding.
-MATMUL_ATTENTION_KEYS = {torch.bfloat16: 200}
+# the dtype the matmuls would run in. At bf16 on a 2-core AMD EPYC (`bench/attention_paths.py`),
+# plans of segments of one length ran as matmuls in 0.1-0.9x the fp32 kernel's time up to ~190
+# keys and 1.3-1.7x from ~220; but a long-tailed plan (the bench's (b): 220-250 keys a query on
+# average, most segments short) ran whole GRPO steps ~9% faster as matmuls (steps alternated in
+# one process). So the limit is where the kept weights, not the speed, decide: at 512 keys they
+# are about a layer's other activations. At fp32 the matmuls are faster up to ~150 keys too
+# (0.2-0.9x), but fp32 keeps the kernel: the matmuls sum in another order, and every fp32 run's
+# numbers (the README's trained figures among them) would move by float rounding.
+MATMUL_ATTENTION_KEYS = {torch.bfloat16: 512}
 
 
 def compute_dtype(query: torch.Tensor) -> torch.dtype:
