@@ -6,13 +6,12 @@
   `RunDirError`s naming the path and the cause; so is `--out` that holds a saved model (its
   `config.json` would be overwritten by the run's), before anything is written there, and so is
   a pipeline's `--out` that holds a single stage's run, or a stage's that holds a pipeline;
-- takes an exclusive lock (`RUN_DIR/.lock`, `fcntl.flock`) for the whole run: a second run on
-  the same directory is refused, naming the process that holds it. The kernel releases the
-  lock when its process dies, however it dies, so a lock left by a killed run never blocks
-  `--resume`;
+- takes an exclusive lock (`RUN_DIR/.lock`, `fcntl.flock`) for the whole run: a second run on the
+  same directory is refused, naming the process that holds it. The kernel releases the lock when
+  its process dies, however it dies, so a lock left by a killed run never blocks `--resume`;
 - on `--resume`, compares the run's options with the saved ones (`config.json`, written by
   the RL loop) and the command that started it (`run.json`), and refuses with the list of
-  differences: a resumed run must train what the interrupted one did.
+  differences but those `resume_changes` allows (`--max_minutes`, a longer run).
 - on a fresh start, clears what an earlier run left there: a finished run's checkpoints,
   `result.json` and the files it wrote (metrics, trajectories, report, kept best model, RFT's
   `round_K/`; see `EARLIER_RUN_FILES`) are removed (said in one line), so that a later `--resume` can only
@@ -183,16 +182,14 @@ def _clear_earlier_run(path: Path, name: str, overwrite: bool) -> None:
         raise RunDirError(f"--out {path}: holds an interrupted run (its newest complete checkpoint: {done[-1].name}); "
                           f"continue it with --resume {path} and that run's options, start afresh there with "
                           f"--overwrite true (deletes its checkpoints), or choose another --out")
-    earlier = ([path / f for f in EARLIER_RUN_FILES if (path / f).exists()] + _rft_rounds(path)
-               if (path / RUN_RECORD).is_file() else [])
+    ours = (path / RUN_RECORD).is_file()
     # what killed writes left (never read): atomic writes' NAME.tmp, checkpoints a killed start moved aside
-    killed = sorted([*path.glob("*.tmp"), *path.glob(".old-checkpoints-*")]) if (path / RUN_RECORD).is_file() else []
-    earlier += killed
+    killed = sorted([*path.glob("*.tmp"), *path.glob(".old-checkpoints-*")]) if ours else []
+    earlier = [path / f for f in EARLIER_RUN_FILES if (path / f).exists()] + _rft_rounds(path) + killed if ours else []
     if done or earlier:
         kind = "finished" if finished else "interrupted" if done else "earlier"
         what = f"its {len(done)} checkpoint(s) and its files deleted" if done else "its files deleted"
-        if killed:
-            what += f", with what a killed write left: {', '.join(p.name for p in killed)}"
+        what += f", with what a killed write left: {', '.join(p.name for p in killed)}" if killed else ""
         print(f"[{name}] {path}: replacing the {kind} run there ({what}; its model/ is replaced at the end)")
     aside = path / f".old-checkpoints-{os.getpid()}"
     shutil.rmtree(aside, ignore_errors=True)  # a killed start's, of a process that had this id
@@ -208,14 +205,12 @@ def _clear_earlier_run(path: Path, name: str, overwrite: bool) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
-EARLIER_RUN_FILES = ("metrics.jsonl", "config.json", "trajectories.jsonl", "reward_workers.log",
-                     "reward_failures.jsonl", "summary.json", "eval.json", "critic.safetensors", "report", "best",
-                     "tensorboard", "reference_logps.pt")
+EARLIER_RUN_FILES = ("metrics.jsonl", "config.json", "trajectories.jsonl", "reward_workers.log", "reward_failures.jsonl",
+                     "summary.json", "eval.json", "critic.safetensors", "report", "best", "tensorboard", "reference_logps.pt")
 """What a run writes in its directory beside checkpoints/, result.json and model/, removed when a new run
 starts there (only where `run.json` says an earlier run wrote them), with RFT's `round_K/` (`_rft_rounds`)
-and what killed writes left (`NAME.tmp`: best.tmp/, metrics.jsonl.tmp, reference_logps.pt.tmp, ...).
-model/ may be the new run's input (`--model RUN/model`): it stays until the new run's model replaces it
-whole (`Run.finish`)."""
+and what killed writes left (`NAME.tmp`, `.old-checkpoints-PID`). model/ may be the new run's input
+(`--model RUN/model`): it stays until the new run's model replaces it whole (`Run.finish`)."""
 
 
 RFT_ROUND_FILES = frozenset({"samples.jsonl", "hard_prompts.jsonl"})  # lmpo.trainers.rft's SAMPLES, HARD_PROMPTS
