@@ -80,10 +80,15 @@ OUT_WORDS_ZH = {
 assert set(OUT_WORDS_ZH) == set(OUT_WORDS)
 
 
-def refusal(key: str, lang: str = "en", **fields) -> str:
-    """The error `key` in `lang` (English for a language it lacks), with `fields` filled in."""
-    texts = REFUSALS[key]
+def localized(table: dict[str, dict[str, str]], key: str, lang: str = "en", **fields) -> str:
+    """`table[key]` in `lang` (English for a language it lacks), with `fields` filled in."""
+    texts = table[key]
     return (texts.get(lang) or texts["en"]).format(**fields)
+
+
+def refusal(key: str, lang: str = "en", **fields) -> str:
+    """The error `key` of `REFUSALS` in `lang`."""
+    return localized(REFUSALS, key, lang, **fields)
 
 
 def ready_out(out: str | Path, lang: str = "en", flag: str = "--out") -> Path:

@@ -32,10 +32,9 @@ from lmpo.trainers.faults import fault_point
 from lmpo.trainers.harness import Run, RunOptions, Updater, preflight_run
 from lmpo.trainers.pairs import PairColumns, embedded_pairs, file_pairs, scoring_rows, split_heldout
 from lmpo.trainers.result import StageResult
-from lmpo.trainers.supervised import preserved_rng
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, optimizer_problems,
                                      raise_if_any)
-from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
+from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler, preserved_rng
 from lmpo.trainers.batches import EpochOrder
 
 

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import random
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -170,3 +171,15 @@ def options_for(fn, available: dict) -> dict:
 
     params = inspect.signature(fn).parameters
     return {k: v for k, v in available.items() if k in params}
+
+
+@contextmanager
+def preserved_rng():
+    """Python's and torch's random states (CPU, and every CUDA device in use) as they were on entry."""
+    state = random.getstate()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(state)

@@ -8,9 +8,7 @@ position in it and the order RNG at the epoch's start)."""
 
 from __future__ import annotations
 
-import random
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,7 +28,7 @@ from lmpo.trainers.preflight import check_cpt_rows, example_limit, prompts_withi
 from lmpo.trainers.prompts import PromptColumns
 from lmpo.trainers.harness import Run, RunOptions, Updater, preflight_run
 from lmpo.trainers.stopping import BestWeights, StoppingOptions, StopRule, stopping_problems
-from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler
+from lmpo.trainers.runtime import Schedule, make_optimizer, make_scheduler, preserved_rng
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.validation import (at_least, checkpoint_problems, data_option_problems, no_heldout_problems,
                                       optimizer_problems, raise_if_any)
@@ -258,18 +256,6 @@ def heldout_loss(run: Run, model, rows: torch.Tensor, batch_size: int) -> float:
         count += n
     model.train(was_training)
     return total / max(count, 1)
-
-
-@contextmanager
-def preserved_rng():
-    """Python's and torch's random states (CPU, and every CUDA device in use) as they were on entry."""
-    state = random.getstate()
-    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
-    try:
-        with torch.random.fork_rng(devices=devices):
-            yield
-    finally:
-        random.setstate(state)
 
 
 def _first_eval(model, run: Run, tokenizer, task, heldout: list, cfg: SupervisedConfig) -> None:

@@ -7,6 +7,7 @@ the Chinese terms are explain's (`lmpo.teach.explain.text_zh.GLOSSARY`, tests/te
 from __future__ import annotations
 
 from lmpo.teach.compare.texts_rec import RECOMMEND
+from lmpo.teach.refusals import localized
 
 LANGUAGES = ("en", "zh")
 
@@ -142,9 +143,8 @@ TEXTS: dict[str, dict[str, str]] = {
 
 
 def tx(key: str, lang: str = "en", **fields) -> str:
-    """The text `key` in `lang` (English for a language it lacks), with `fields` filled in."""
-    texts = TEXTS[key]
-    return (texts.get(lang) or texts["en"]).format(**fields)
+    """The text `key` of `TEXTS` in `lang` (English for a language it lacks), with `fields` filled in."""
+    return localized(TEXTS, key, lang, **fields)
 
 
 def joined(items, lang: str = "en") -> str:
