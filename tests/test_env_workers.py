@@ -118,9 +118,11 @@ class _BrokenFactory:
 
 
 @pytest.mark.parametrize("workers", [1, 3])
-def test_what_would_end_the_run_one_by_one_ends_it_with_workers(tok, workers):
-    with pytest.raises(SystemExit):
-        _episodes(tok, {"qA": ["x"], "qB": ["y"]}, _Exits, workers)
+def test_an_environment_that_exits_ends_its_episode_one_by_one_or_with_workers(tok, workers):
+    """sys.exit() in a step ended the run, with exit code 0 and no word, when it was not on a worker thread."""
+    trajs = _episodes(tok, {"qA": ["x"], "qB": ["y"]}, _Exits, workers)
+    assert [t.termination for t in trajs] == ["env_error", "env_error"]
+    assert trajs[0].info["error"].startswith("_Exits.step raised SystemExit: 3 (")
     # a factory that raises ends its episodes as env_error, as a reset that raises does, one by one or not
     (traj,) = _episodes(tok, {"qA": ["x"]}, _BrokenFactory, workers)
     assert traj.termination == "env_error" and traj.info["error"].startswith("_BrokenFactory raised OSError: no sandbox (")

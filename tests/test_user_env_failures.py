@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 RUN = ["--model", "tiny", "--steps", "2", "--prompts_per_step", "2", "--group_size", "2", "--eval_problems", "0",
        "--threads", "1", "--max_turn_tokens", "200", "--max_new_tokens", "220", "--reward_timeout", "0"]
 ENV = '''
+import os, sys
 from lmpo.envs.env import Step
 from lmpo.envs.tool_tasks import Calculator
 
@@ -36,6 +40,8 @@ class Env:
         return [{"role": "user", "content": problem.prompt}]
     def step(self, text):
         if self.mode == "raise": raise ValueError("my step is broken")
+        if self.mode == "sys_exit": sys.exit(0)
+        if self.mode == "os_exit": os._exit(0)
         if self.mode == "none": return None
         return Step(done=True, reward=float("nan"), info={"answer": text})
 
@@ -79,6 +85,9 @@ def _line(text: str) -> int:
 
 @pytest.mark.parametrize("mode,cause", [
     ("raise", "Env.step raised ValueError: my step is broken (min_env.py:{raise})"),
+    # both ended the run in silence with exit code 0, and no model
+    ("sys_exit", "Env.step raised SystemExit: 0 (min_env.py:{sys_exit})"),
+    ("os_exit", "Env.step called os._exit(0) (min_env.py:{os_exit})"),
     ("none", "Env.step (min_env.py:{step}) returned NoneType; expected a Step("),
     ("nan", "Env.step (min_env.py:{step}) returned a Step with reward nan"),
     ("reset_raise", "Env.reset raised KeyError: 'my reset is broken' (min_env.py:{reset_raise})"),
@@ -95,7 +104,8 @@ def test_a_run_whose_environment_breaks_every_episode_stops_saying_why(tmp_path,
     assert main(["train", "grpo", *RUN, "--task", f"min_env:MyTask?mode={mode}", "--out", "run"]) == 1
     err = capsys.readouterr().err
     cause = cause.format(step=_line("def step"), reset=_line("def reset"), reset_raise=_line("my reset is broken"),
-                         init_raise=_line("my database is missing"),
+                         init_raise=_line("my database is missing"), sys_exit=_line("sys.exit(0)"),
+                         os_exit=_line("os._exit(0)"),
                          **{"raise": _line("my step is broken")})
     # the module is imported once per session, from the first test's directory
     said = re.escape(f"[env] 4 of 4 episodes ended in env_error: {cause}").replace("min_env\\.py", r"/\S+/min_env\.py")
@@ -126,3 +136,22 @@ def test_a_task_from_a_file_scores_with_the_users_reward_function(tmp_path, monk
     assert main(["train", "grpo", *RUN, "--task", "my_task.py:Reverse",
                  "--rewards", "correct=1.0,my_rewards:length_bonus=0.2", "--out", "run"]) == 0
     assert "could not score" not in capsys.readouterr().err
+
+
+def test_a_run_killed_inside_its_environment_says_which_call(tmp_path):
+    """The OOM killer (SIGKILL) in a step, or native code calling exit(): the run ended with no
+    word (`Killed`, exit 137) on which environment, episode and problem it was running."""
+    (tmp_path / "min_env.py").write_text(ENV + "\nimport signal\nEnv.step = lambda self, text: "
+                                         "os.kill(os.getpid(), signal.SIGKILL)\n")
+    done = subprocess.run([sys.executable, "-m", "lmpo", "train", "grpo", *RUN, "--task", "min_env.py:MyTask",
+                           "--out", "run"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert re.search(r"lmpo: error: the trainer \(pid \d+\) ended while Env.step of episode 0 \(prompt '.*'\) was "
+                     r"running, without a word: the system killed it \(the kernel's OOM killer", done.stderr), done.stderr
+
+
+def test_the_watcher_is_silent_when_the_process_ends_outside_user_code():
+    code = ("from lmpo.envs.user_calls import inside\n"
+            "with inside(lambda: 'MyEnv.step of episode 0'):\n    pass\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done

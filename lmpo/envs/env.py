@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from lmpo.envs.base import Problem, Task
+from lmpo.envs.user_calls import ProcessExit
 
 # Why an episode ended. Every exit of the agent loop sets exactly one of these.
 ANSWERED = "answered"                  # the model gave a final answer
@@ -148,7 +149,15 @@ def env_failure(err: BaseException) -> str:
     environment raised it."""
     frames = traceback.extract_tb(err.__traceback__)
     outside = [f for f in frames if not os.path.abspath(f.filename).startswith(_LMPO_DIR + os.sep)]
-    return f"{type(err).__name__}: {err}" + (f" ({outside[-1].filename}:{outside[-1].lineno})" if outside else "")
+    what = f"{type(err).__name__}: {err}" if not isinstance(err, SystemExit) or err.code is not None else "SystemExit"
+    return what + (f" ({outside[-1].filename}:{outside[-1].lineno})" if outside else "")
+
+
+def env_raised(what: str, err: BaseException) -> str:
+    """`MyEnv.step raised KeyError: 'id' (my_env.py:27)`, or `... called os._exit(3) (my_env.py:30)`."""
+    if isinstance(err, ProcessExit):
+        return f"{what} {env_failure(err).removeprefix(type(err).__name__ + ': ')}"
+    return f"{what} raised {env_failure(err)}"
 
 
 class Env(Protocol):

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Sequence
 from lmpo.envs.base import Problem
 from lmpo.envs.env import (ANSWERED, CONTEXT_OVERFLOW, ENV_DONE, ENV_ERROR, MAX_TURNS, PARSE_ERROR_LIMIT,
                            TERMINATIONS, TOKEN_BUDGET, TOOL_TIMEOUT, TURN_LENGTH, EnvFactory, Step, check_opening,
-                           check_step, env_failure)
+                           check_step, env_raised)
+from lmpo.envs.user_calls import inside
 from lmpo.rollout.budget_warnings import warn_if_calls_overrun, warn_if_demonstrations_overrun
 from lmpo.rollout.engines import Engine
 from lmpo.rollout.env_workers import EnvWorkers
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
 
 CLIP_MARKER = "...[clipped {n} chars]"
 MAX_OBSERVATION_CHARS = 512  # a task's `max_observation_chars` when it declares none
-MAX_CRASHES_KEPT = 3  # tool crashes kept in a trajectory's info: enough to show, not one per turn
+MAX_CRASHES_KEPT = 3
+USER_ERRORS = (Exception, SystemExit)  # sys.exit() in an environment ended the run with exit code 0, in silence  # tool crashes kept in a trajectory's info: enough to show, not one per turn
 
 
 @dataclass(frozen=True)
@@ -60,18 +62,20 @@ class EpisodeLimits:
             raise ValueError("max_turn_tokens and max_context must be >= 0 (0 = no separate limit)")
 
 
-def _open(make_env: EnvFactory, problem: Problem) -> tuple:
+def _open(make_env: EnvFactory, problem: Problem, episode: int) -> tuple:
     """A new environment, reset on `problem`: (env, opening messages, None) or (env or None, None,
     what went wrong). A factory that raises (an environment whose `__init__` cannot open its
     database) ends the episode as a reset that raised does, not the run with lmpo's traceback."""
     try:
-        env = make_env()
-    except Exception as err:  # noqa: BLE001 -- as in `step`: the episode ends as env_error, the batch goes on
-        return None, None, f"{_name(make_env)} raised {env_failure(err)}"
+        with inside(lambda: f"{_name(make_env)}() of episode {episode}{_of(problem)}"):
+            env = make_env()
+    except USER_ERRORS as err:  # as in `step`: the episode ends as env_error, the batch goes on
+        return None, None, env_raised(_name(make_env), err)
     try:
-        messages = env.reset(problem)
-    except Exception as err:  # noqa: BLE001
-        return env, None, f"{type(env).__name__}.reset raised {env_failure(err)}"
+        with inside(lambda: f"{type(env).__name__}.reset of episode {episode}{_of(problem)}"):
+            messages = env.reset(problem)
+    except USER_ERRORS as err:
+        return env, None, env_raised(f"{type(env).__name__}.reset", err)
     try:
         return env, check_opening(env, messages), None
     except ValueError as err:  # names the method and what it returned
@@ -93,12 +97,17 @@ def _name(make_env: EnvFactory) -> str:
     return getattr(make_env, "__qualname__", None) or type(make_env).__name__
 
 
-def _step(env, text: str) -> tuple[Step | None, str | None]:
+def _of(problem: Problem) -> str:
+    return f" (prompt {problem.prompt[:60]!r})"
+
+
+def _step(env, text: str, episode: int = 0, problem: Problem | None = None) -> tuple[Step | None, str | None]:
     """The environment's answer to the model's turn: (step, None) or (None, what went wrong)."""
     try:
-        step = env.step(text)
-    except Exception as err:  # an environment bug must not take the batch down; it is excluded from training
-        return None, f"{type(env).__name__}.step raised {env_failure(err)}"
+        with inside(lambda: f"{type(env).__name__}.step of episode {episode}{_of(problem) if problem else ''}"):
+            step = env.step(text)
+    except USER_ERRORS as err:  # an environment bug must not take the batch down; it is excluded from training
+        return None, env_raised(f"{type(env).__name__}.step", err)
     try:
         return check_step(env, step), None
     except ValueError as err:  # names the method and what it returned
@@ -155,7 +164,7 @@ def _run(engine: Engine, make_env: EnvFactory, problems: Sequence[Problem], para
          limits: EpisodeLimits, renderer, tokenizer, workers: EnvWorkers) -> list[Trajectory]:
     eos_ids = set(getattr(engine, "eos_ids", None) or _eos_ids(tokenizer))  # the engine's stop tokens
     workers.on_timeout = lambda t: (None, None, _overran("the environment's make_env() and reset")(t)[1])
-    opened = workers.run([(i, lambda p=p: _open(make_env, p)) for i, p in enumerate(problems)])
+    opened = workers.run([(i, lambda i=i, p=p: _open(make_env, p, i)) for i, p in enumerate(problems)])
     episodes = [_Episode(p, o, renderer, limits, slot) for slot, (p, o) in enumerate(zip(problems, opened))]
     live = []
     for ep in episodes:
@@ -178,7 +187,8 @@ def _run(engine: Engine, make_env: EnvFactory, problems: Sequence[Problem], para
         acting = [(ep, text) for ep, sample, (_, cap_reason) in zip(live, samples, caps)
                   if (text := _take_turn(ep, sample, cap_reason, eos_ids, tokenizer)) is not None]
         workers.on_timeout = _overran("the environment's step")
-        answers = workers.run([(ep.slot, lambda ep=ep, text=text: _step(ep.env, text)) for ep, text in acting])
+        answers = workers.run([(ep.slot, lambda ep=ep, text=text: _step(ep.env, text, ep.slot, ep.traj.problem))
+                               for ep, text in acting])
         still = []
         for (ep, _), answer in zip(acting, answers):
             if _answer(ep, *answer, tokenizer, last=turn + 1 == limits.max_turns):

@@ -1,0 +1,102 @@
+"""`inside(describe)`: the trainer is running a user's code (an environment's `make_env`, `reset`
+or `step`, a task's grader, an in-process reward function); what that code does to the process is
+then said with its name.
+
+- `os._exit()` called there raises `ProcessExit` in the calling thread instead, which the agent
+  loop records as the episode's `env_error` (`sys.exit()` raises SystemExit, recorded the same): before, the run ended in silence, with exit code 0
+  for `os._exit(0)`.
+- A process that dies there anyway (the kernel's OOM killer, SIGKILL, native code calling
+  `exit()`) cannot speak for itself: a small watcher process, started on first use, holds the
+  other end of a pipe that names the call in progress and says it on stderr when the pipe closes
+  mid-call.
+- `current()` is the call the main thread is inside (or waits on, for calls on the env worker
+  threads) and since when: SIGTERM reads it to stop a run stuck there (`trainers.preemption`).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+_local = threading.local()
+_main: list[tuple[Callable[[], str], float]] = []  # the main thread's calls in progress, innermost last
+_real_exit = os._exit
+_pid = os.getpid()
+
+
+class ProcessExit(SystemExit):
+    """`os._exit(code)` called by a user's code inside `inside()`."""
+
+
+def _guarded_exit(code: int) -> None:
+    if getattr(_local, "depth", 0) and os.getpid() == _pid:  # not a forked child, which must exit
+        raise ProcessExit(f"called os._exit({code})")
+    _real_exit(code)
+
+
+@contextmanager
+def inside(describe: Callable[[], str], started: float | None = None) -> Iterator[None]:
+    """Run user code named by `describe()` (called only when it is said); `started`: when the call
+    began, where the caller waits on it from another thread."""
+    if os._exit is _real_exit:  # not where a user's code set its own
+        os._exit = _guarded_exit
+    main = threading.current_thread() is threading.main_thread()
+    entry = (describe, time.monotonic() if started is None else started)
+    _local.depth = getattr(_local, "depth", 0) + 1
+    if main:
+        _main.append(entry)
+        _watcher.say(describe)
+    try:
+        yield
+    finally:
+        _local.depth -= 1
+        if main:
+            _main.remove(entry)
+            _watcher.say(_main[-1][0] if _main else None)
+
+
+def current() -> tuple[Callable[[], str], float] | None:
+    """The main thread's innermost call of user code and when it began, or None."""
+    return _main[-1] if _main else None
+
+
+WATCH = r"""
+import sys
+last = ""
+for line in sys.stdin.buffer:
+    last = line.decode("utf-8", "replace").rstrip("\n")
+if last:
+    sys.stderr.write(f"lmpo: error: the trainer (pid {sys.argv[1]}) ended while {last} was running, without "
+                     f"a word: the system killed it (the kernel's OOM killer, if it ran out of memory: see "
+                     f"`dmesg`) or that code ended the process (native code calling exit())\n")
+"""
+
+
+class _Watcher:
+    """The child that outlives this process; started on the first call of user code."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+        self.broken = False
+
+    def say(self, describe: Callable[[], str] | None) -> None:
+        if self.broken:
+            return
+        try:
+            if self.process is None:
+                self.process = subprocess.Popen([sys.executable, "-c", WATCH, str(os.getpid())],
+                                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                                start_new_session=True)  # Ctrl-C spares it
+            text = describe().replace("\n", " ") if describe else ""
+            self.process.stdin.write(text.encode("utf-8", "replace") + b"\n")
+            self.process.stdin.flush()
+        except (OSError, ValueError):  # it could not start, or it is gone: no message, never a failure
+            self.broken = True
+
+
+_watcher = _Watcher()
