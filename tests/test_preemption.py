@@ -70,3 +70,35 @@ def test_resume_of_a_missing_rl_directory_says_so(stage, tmp_path, capsys):
 
     assert main(["train", stage, "--resume", str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err.strip() == f"lmpo: error: --resume {tmp_path / 'nope'}: no such directory"
+
+
+STUCK = ("import os, signal, time\n"
+         "from lmpo.envs.user_calls import inside\n"
+         "from lmpo.trainers import preemption\n"
+         "preemption.STUCK_GRACE_S = 0.5\n"
+         "try:\n"
+         "    with preemption.stop_at_next_step():\n"
+         "        with inside(lambda: 'MyEnv.step of episode 2'):\n"
+         "            os.kill(os.getpid(), signal.SIGTERM)\n"
+         "            while True:\n"
+         "                {wait}\n"
+         "except preemption.Terminated:\n"
+         "    print('unwound', flush=True)\n")
+
+
+def test_sigterm_stops_a_run_whose_step_is_stuck_in_user_code():
+    """An environment's step (a grader) that never returns: the first SIGTERM did nothing, as
+    the run waited for the step to end; only a second one killed it, with no word."""
+    done = subprocess.run([sys.executable, "-c", STUCK.format(wait="time.sleep(1)")], capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout == "unwound\n", done
+    assert done.stderr == ("lmpo: SIGTERM: MyEnv.step of episode 2 has not returned 0.5 s after the signal; the run "
+                           "stops without finishing its step\n")
+
+
+def test_user_code_that_swallows_the_interruption_is_killed():
+    wait = "try: time.sleep(1)\n                except BaseException: pass"
+    done = subprocess.run([sys.executable, "-c", STUCK.format(wait=wait)], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == -signal.SIGTERM and done.stdout == "", done
+    assert done.stderr.splitlines()[-1] == "lmpo: SIGTERM: MyEnv.step of episode 2 caught the interruption; killed"

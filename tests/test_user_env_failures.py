@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 RUN = ["--model", "tiny", "--steps", "2", "--prompts_per_step", "2", "--group_size", "2", "--eval_problems", "0",
        "--threads", "1", "--max_turn_tokens", "200", "--max_new_tokens", "220", "--reward_timeout", "0"]
 ENV = '''
-import os, sys
+import os, signal, sys, time
 from lmpo.envs.env import Step
 from lmpo.envs.tool_tasks import Calculator
 
@@ -42,12 +42,17 @@ class Env:
         if self.mode == "raise": raise ValueError("my step is broken")
         if self.mode == "sys_exit": sys.exit(0)
         if self.mode == "os_exit": os._exit(0)
+        if self.mode == "hang": os.kill(os.getpid(), signal.SIGTERM); time.sleep(3600)
+        if self.mode == "grade_hang": return Step(done=True, info={"answer": text})
         if self.mode == "none": return None
         return Step(done=True, reward=float("nan"), info={"answer": text})
 
 class MyTask(Calculator):
     def __init__(self, mode: str = "raise"): super().__init__(); self.mode = mode
     def make_env(self): return Env(self.mode)
+    def grade(self, problem, completion, terminated):
+        if self.mode == "grade_hang": os.kill(os.getpid(), signal.SIGTERM); time.sleep(3600)
+        return super().grade(problem, completion, terminated)
 '''
 
 
@@ -147,7 +152,7 @@ def test_a_run_killed_inside_its_environment_says_which_call(tmp_path):
                            "--out", "run"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert re.search(r"lmpo: error: the trainer \(pid \d+\) ended while Env.step of episode 0 \(prompt '.*'\) was "
-                     r"running, without a word: the system killed it \(the kernel's OOM killer", done.stderr), done.stderr
+                     r"running, without a word: it was killed \(by the kernel's OOM killer", done.stderr), done.stderr
 
 
 def test_the_watcher_is_silent_when_the_process_ends_outside_user_code():
@@ -155,3 +160,24 @@ def test_the_watcher_is_silent_when_the_process_ends_outside_user_code():
             "with inside(lambda: 'MyEnv.step of episode 0'):\n    pass\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stderr == "", done
+
+
+@pytest.mark.parametrize("mode,stuck", [
+    ("hang", r"Env\.step of episode 0 \(prompt '.*'\)"),
+    ("grade_hang", r"task 'calculator': MyTask\.grade\(\) on the completion .* of the prompt '.*'"),
+])
+def test_sigterm_stops_a_run_stuck_in_the_users_code(tmp_path, monkeypatch, capsys, mode, stuck):
+    """A step or a grader that never returns: the first SIGTERM did nothing (the run waited for
+    the step to end), and a second one killed it with no word on where it was stuck."""
+    from lmpo.trainers import preemption
+
+    (tmp_path / "min_env.py").write_text(ENV)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(preemption, "STUCK_GRACE_S", 0.5, raising=False)
+    assert main(["train", "grpo", *RUN, "--task", f"min_env:MyTask?mode={mode}", "--out", "run"]) == 143
+    err = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(f"lmpo: SIGTERM: {stuck} has not returned 0.5 s after the signal; the run stops without "
+                        f"finishing its step", err[-2]), err
+    assert err[-1] == ("lmpo: run has no complete checkpoint yet (they come every --save_every steps); "
+                       "`lmpo train grpo --resume run` starts it over with its options")

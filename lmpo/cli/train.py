@@ -51,7 +51,7 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
 
             raise_if_any("RL", preset_problems(cfg, command, set_options(args.config, flags)))
         from lmpo.trainers.distributed import launched_rank
-        from lmpo.trainers.preemption import Preempted, stop_at_next_step
+        from lmpo.trainers.preemption import Preempted, Terminated, stop_at_next_step
         from lmpo.trainers.reference_pass import StoppedBeforeTraining
 
         one_process = int(os.environ.get("WORLD_SIZE", "1")) == 1
@@ -71,9 +71,11 @@ def cmd_train(kind: str) -> Callable[[argparse.Namespace, dict], int]:
             except Preempted as stop:
                 print(f"lmpo: {stop}; {_continue_with(command, cfg.resume or cfg.out)}", file=sys.stderr)
                 return 143  # 128 + SIGTERM, as if the signal had ended it
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as stop:
                 if launched_rank() == 0:
                     print(f"lmpo: {_resume_hint(command, Path(cfg.resume or cfg.out))}", file=sys.stderr)
+                if isinstance(stop, Terminated):  # SIGTERM in a step that could not end (preemption.py)
+                    return 143
                 raise
             except RuntimeError as err:  # torch.OutOfMemoryError is one, as is the CPU allocator's failure
                 advice = out_of_memory_advice(err, cfg, command)

@@ -25,6 +25,7 @@ from typing import Callable, Iterator
 
 _local = threading.local()
 _main: list[tuple[Callable[[], str], float]] = []  # the main thread's calls in progress, innermost last
+_innermost: dict[int, Callable[[], str]] = {}  # each thread's innermost call in progress, by thread id
 _real_exit = os._exit
 _pid = os.getpid()
 
@@ -48,6 +49,8 @@ def inside(describe: Callable[[], str], started: float | None = None) -> Iterato
     main = threading.current_thread() is threading.main_thread()
     entry = (describe, time.monotonic() if started is None else started)
     _local.depth = getattr(_local, "depth", 0) + 1
+    thread, outer = threading.get_ident(), _innermost.get(threading.get_ident())
+    _innermost[thread] = describe
     if main:
         _main.append(entry)
         _watcher.say(describe)
@@ -55,9 +58,25 @@ def inside(describe: Callable[[], str], started: float | None = None) -> Iterato
         yield
     finally:
         _local.depth -= 1
+        if outer is None:
+            _innermost.pop(thread, None)
+        else:
+            _innermost[thread] = outer
         if main:
             _main.remove(entry)
             _watcher.say(_main[-1][0] if _main else None)
+
+
+def unwatched() -> None:
+    """The process is about to be ended on purpose, and says so itself: no watcher's message."""
+    _watcher.say(None)
+    _watcher.broken = True
+
+
+def running_on(thread: int | None) -> str | None:
+    """What the thread `thread` is running of user code, or None."""
+    describe = _innermost.get(thread) if thread is not None else None
+    return describe() if describe else None
 
 
 def current() -> tuple[Callable[[], str], float] | None:
@@ -72,8 +91,9 @@ for line in sys.stdin.buffer:
     last = line.decode("utf-8", "replace").rstrip("\n")
 if last:
     sys.stderr.write(f"lmpo: error: the trainer (pid {sys.argv[1]}) ended while {last} was running, without "
-                     f"a word: the system killed it (the kernel's OOM killer, if it ran out of memory: see "
-                     f"`dmesg`) or that code ended the process (native code calling exit())\n")
+                     f"a word: it was killed (by the kernel's OOM killer if it ran out of memory: see `dmesg`; "
+                     f"by a signal such as a second SIGTERM) or that code ended the process (native code "
+                     f"calling exit())\n")
 """
 
 

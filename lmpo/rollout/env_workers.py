@@ -13,7 +13,8 @@ The threads are daemons: Ctrl-C or SIGTERM in the main thread ends the run even 
 that never returns holds one of them. With `timeout_s` (a task's `env_timeout`), every call runs
 on a worker thread, one worker included, and a call that has run longer is given up: its result
 is `on_timeout(timeout_s)`, its thread is left to the call, and the calls queued behind it go to a
-fresh thread. Without it, an environment that never returns holds the run until Ctrl-C.
+fresh thread. Without it, an environment that never returns holds the run until Ctrl-C or SIGTERM
+(`lmpo.trainers.preemption` stops a step stuck so).
 """
 
 from __future__ import annotations
@@ -23,14 +24,17 @@ import threading
 import time
 from typing import Callable, Sequence, TypeVar
 
+from lmpo.envs.user_calls import inside, running_on
+
 T = TypeVar("T")
 
 
 class _Outcome:
-    __slots__ = ("value", "error", "done", "started")
+    __slots__ = ("value", "error", "done", "started", "thread")
 
     def __init__(self) -> None:
         self.value, self.error, self.done, self.started = None, None, threading.Event(), 0.0
+        self.thread: int | None = None  # the worker thread running it, once started
 
 
 class EnvWorkers:
@@ -51,10 +55,12 @@ class EnvWorkers:
             outcome = _Outcome()
             self._queue(episode % self.n).put((call, outcome))
             outcomes.append((episode % self.n, outcome))
-        for index, outcome in outcomes:
-            while not outcome.done.wait(0.5 if not self.timeout_s else min(0.5, self.timeout_s / 4)):
-                if self.timeout_s and outcome.started and time.monotonic() - outcome.started > self.timeout_s:
-                    self._give_up(index, outcome)  # a timed wait: Ctrl-C reaches the main thread meanwhile
+        for (episode, _), (index, outcome) in zip(calls, outcomes):
+            with inside(lambda e=episode, o=outcome: running_on(o.thread) or f"the environment's call of episode {e}",
+                        started=outcome.started or None):
+                while not outcome.done.wait(0.5 if not self.timeout_s else min(0.5, self.timeout_s / 4)):
+                    if self.timeout_s and outcome.started and time.monotonic() - outcome.started > self.timeout_s:
+                        self._give_up(index, outcome)  # a timed wait: Ctrl-C reaches the main thread meanwhile
         for _, outcome in outcomes:
             if outcome.error is not None:
                 raise outcome.error
@@ -102,7 +108,7 @@ def _serve(jobs: queue.SimpleQueue) -> None:
         call, outcome = job
         if outcome.done.is_set():  # given up on while queued behind a call that overran
             continue
-        outcome.started = time.monotonic()
+        outcome.started, outcome.thread = time.monotonic(), threading.get_ident()
         try:
             value = call()
             if not outcome.done.is_set():

@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 import torch
 
 from lmpo.envs.base import Grade, Problem, Task
+from lmpo.envs.user_calls import inside
 from lmpo.rollout.agent_loop import EpisodeRunner
 from lmpo.rollout.trajectory import Trajectory
 from lmpo.rollout.types import SamplingParams
@@ -74,7 +75,8 @@ def _checked(task: Task, method: str, grader: Callable, episode: Trajectory, *ar
     where = (f"task {getattr(task, 'name', type(task).__name__)!r}: {type(task).__name__}.{method}() on the "
              f"completion {episode.final_text[:200]!r} of the prompt {episode.problem.prompt[:200]!r}")
     try:
-        grade = grader(*args)
+        with inside(lambda: where):
+            grade = grader(*args)
     except Exception as err:  # noqa: BLE001 -- the user's grader: any bug is named with its episode
         raise GraderError(f"{where} raised {type(err).__name__}: {err}; a grader marks malformed output "
                           f"incorrect and never raises") from err

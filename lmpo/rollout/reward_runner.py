@@ -32,6 +32,7 @@ import torch
 from lmpo.envs.base import Grade, Problem, Task
 from lmpo.envs.reward_worker import DEFAULT_MEMORY_MB, NotScores, as_scores, unpicklable
 from lmpo.envs.rewards import GRADE_FIELDS, REWARDS, RewardFn, parse_reward_weights, reward_functions
+from lmpo.envs.user_calls import inside
 
 FailurePolicy = Literal["unscorable", "error"]
 STARTUP_TIMEOUT_S = 300.0
@@ -230,7 +231,8 @@ class RewardRunner:
             status, payload = self._workers[name].call(args, self.timeout_s if timeout_s is None else timeout_s)
         else:
             try:
-                status, payload = "ok", as_scores(self.rewards[name][0](*args))
+                with inside(lambda: f"reward function {name!r} on {n} completion{'s' * (n != 1)}"):
+                    status, payload = "ok", as_scores(self.rewards[name][0](*args))
             except NotScores as err:
                 status, payload = "contract", str(err)
             except Exception as err:  # noqa: BLE001

@@ -6,7 +6,11 @@ before SIGKILL. Inside `stop_at_next_step()` (`lmpo train` enters it for a run t
 step it is in, writes a checkpoint after it whatever `save_every` says (`Run.checkpoint_due`),
 and raises `Preempted`, which the CLI reports with the `--resume` command that continues the
 run (exit code 143, 128 + SIGTERM). The last step itself is not interrupted: the run finishes.
-A second SIGTERM kills at once, as without this. Under torchrun the processes would have to
+A second SIGTERM kills at once, as without this. A run whose step cannot end because a user's
+code never returns (an environment without `env_timeout`, a task's grader: `lmpo.envs.user_calls`)
+is stopped without finishing it, `STUCK_GRACE_S` after the signal: one line names the call, and
+the run unwinds as after Ctrl-C (its newest complete checkpoint is where `--resume` goes on), exit
+143; a call that swallows that too is killed another `STUCK_GRACE_S` later. Under torchrun the processes would have to
 agree on the step first, so there SIGTERM keeps its default meaning.
 
 `lmpo pipeline` runs stages that checkpoint and parts that do not (a stage with `save_every` 0,
@@ -20,10 +24,18 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
+import time
 from pathlib import Path
 
+from lmpo.envs import user_calls
+
 _requested = threading.Event()
+STUCK_GRACE_S = 10.0
+"""How long a call of user code may go on after SIGTERM before the run stops without its step:
+within the 30 s schedulers commonly wait before SIGKILL (Kubernetes, SLURM's KillWait)."""
+_stuck: list = []  # the call a run was stopped in, once the watch below gave up on it
 
 
 class Preempted(Exception):
@@ -44,11 +56,37 @@ def stop_requested() -> bool:
 
 
 def _on_sigterm(signum, frame) -> None:
+    if _stuck:  # sent by `_stop_if_stuck`: unwind out of the call that does not return
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated()
     if _requested.is_set():  # asked twice: go now, as SIGTERM does by default
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
         return
     _requested.set()  # no printing here: the signal may land inside a write to the same stream
+    threading.Thread(target=_stop_if_stuck, args=(threading.main_thread().ident, time.monotonic()),
+                     name="lmpo-sigterm", daemon=True).start()
+
+
+def _stop_if_stuck(main: int, asked: float, grace_s: float | None = None) -> None:
+    """While the run has not stopped: once one call of user code has gone on `grace_s` since the
+    signal, say so and interrupt the main thread; kill the process if the call goes on anyway.
+    Before, a step that never ended left the first SIGTERM without effect."""
+    grace_s = STUCK_GRACE_S if grace_s is None else grace_s
+    while _requested.is_set():
+        call = user_calls.current()
+        if call is not None and time.monotonic() - max(call[1], asked) >= grace_s:
+            _stuck.append(call)
+            print(f"lmpo: SIGTERM: {call[0]()} has not returned {grace_s:g} s after the signal; the run stops "
+                  f"without finishing its step", file=sys.stderr, flush=True)
+            signal.pthread_kill(main, signal.SIGTERM)
+            time.sleep(grace_s)
+            if user_calls.current() is call:  # it caught the interruption and goes on: the default, now
+                print(f"lmpo: SIGTERM: {call[0]()} caught the interruption; killed", file=sys.stderr, flush=True)
+                user_calls.unwatched()
+                os.kill(os.getpid(), signal.SIGTERM)
+            return
+        time.sleep(min(0.25, grace_s / 4))
 
 
 def _raise_terminated(signum, frame) -> None:
@@ -73,6 +111,7 @@ def stop_at_next_step(enabled: bool = True):
             yield
     finally:
         _requested.clear()
+        _stuck.clear()
 
 
 @contextlib.contextmanager
