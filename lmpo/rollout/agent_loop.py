@@ -24,7 +24,7 @@ from lmpo.envs.env import (ANSWERED, CONTEXT_OVERFLOW, ENV_DONE, ENV_ERROR, MAX_
 from lmpo.envs.user_calls import inside
 from lmpo.rollout.budget_warnings import warn_if_calls_overrun, warn_if_demonstrations_overrun
 from lmpo.rollout.engines import Engine
-from lmpo.rollout.env_workers import EnvWorkers
+from lmpo.rollout.env_workers import EnvWorkers, env_timeout_of, env_workers_of
 from lmpo.rollout.render import ChatRenderer, TemplateError, TextRenderer
 from lmpo.rollout.trajectory import MODEL, PROMPT, Trajectory
 from lmpo.rollout.types import FINISH_EOS, SamplingParams
@@ -101,10 +101,10 @@ def _of(problem: Problem) -> str:
     return f" (prompt {problem.prompt[:60]!r})"
 
 
-def _step(env, text: str, episode: int = 0, problem: Problem | None = None) -> tuple[Step | None, str | None]:
+def _step(env, text: str, episode: int, problem: Problem) -> tuple[Step | None, str | None]:
     """The environment's answer to the model's turn: (step, None) or (None, what went wrong)."""
     try:
-        with inside(lambda: f"{type(env).__name__}.step of episode {episode}{_of(problem) if problem else ''}"):
+        with inside(lambda: f"{type(env).__name__}.step of episode {episode}{_of(problem)}"):
             step = env.step(text)
     except USER_ERRORS as err:  # an environment bug must not take the batch down; it is excluded from training
         return None, env_raised(f"{type(env).__name__}.step", err)
@@ -328,26 +328,6 @@ def limits_for(task, model, max_tokens: int, *, max_turns: int = 0, max_turn_tok
                          max_turn_tokens=max_turn_tokens or int(getattr(task, "max_turn_tokens", 0)),
                          max_context=context, max_parse_errors=max_parse_errors,
                          max_observation_chars=observation_chars)
-
-
-def env_workers_of(task) -> int:
-    """The task's `env_workers`: how many of its environments run at once, each episode's on a
-    thread of its own (1, the default: one after another in the trainer's thread)."""
-    workers = getattr(task, "env_workers", 1)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"task {type(task).__name__}: env_workers must be a positive integer (environments "
-                         f"stepped at once, each episode's on a thread of its own), got {workers!r}")
-    return workers
-
-
-def env_timeout_of(task) -> float:
-    """The task's `env_timeout`: seconds one call of its environment (make_env and reset, or a step)
-    may take before the episode ends as `tool_timeout` (0, the default: no limit)."""
-    timeout = getattr(task, "env_timeout", 0)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0 or timeout == float("inf"):
-        raise ValueError(f"task {type(task).__name__}: env_timeout must be a number of seconds of 0 or more (0: no "
-                         f"limit), got {timeout!r}")
-    return float(timeout)
 
 
 @dataclass

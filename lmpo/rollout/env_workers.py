@@ -117,3 +117,23 @@ def _serve(jobs: queue.SimpleQueue) -> None:
             if not outcome.done.is_set():
                 outcome.error = error
         outcome.done.set()
+
+
+def env_workers_of(task) -> int:
+    """The task's `env_workers`: how many of its environments run at once, each episode's on a
+    thread of its own (1, the default: one after another in the trainer's thread)."""
+    workers = getattr(task, "env_workers", 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"task {type(task).__name__}: env_workers must be a positive integer (environments "
+                         f"stepped at once, each episode's on a thread of its own), got {workers!r}")
+    return workers
+
+
+def env_timeout_of(task) -> float:
+    """The task's `env_timeout`: seconds one call of its environment (make_env and reset, or a step)
+    may take before the episode ends as `tool_timeout` (0, the default: no limit)."""
+    timeout = getattr(task, "env_timeout", 0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0 or timeout == float("inf"):
+        raise ValueError(f"task {type(task).__name__}: env_timeout must be a number of seconds of 0 or more (0: no "
+                         f"limit), got {timeout!r}")
+    return float(timeout)
