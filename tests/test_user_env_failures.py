@@ -181,3 +181,13 @@ def test_sigterm_stops_a_run_stuck_in_the_users_code(tmp_path, monkeypatch, caps
                         f"finishing its step", err[-2]), err
     assert err[-1] == ("lmpo: run has no complete checkpoint yet (they come every --save_every steps); "
                        "`lmpo train grpo --resume run` starts it over with its options")
+
+
+def test_a_call_of_user_code_that_does_not_return_is_said():
+    """A grader or a step that loops forever said nothing at all: the run just stood still."""
+    code = ("import time\nfrom lmpo.envs import user_calls\nuser_calls.WARN_AFTER_S = 0.5\n"
+            "with user_calls.inside(lambda: 'MyTask.grade() on the completion 12'):\n    time.sleep(4)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == (
+        "lmpo: warning: MyTask.grade() on the completion 12 has run 0.5 s and not returned; lmpo sets it no time "
+        "limit (an environment's calls take the task's env_timeout): Ctrl-C or SIGTERM stops the run\n"), done

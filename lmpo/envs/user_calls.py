@@ -9,6 +9,7 @@ then said with its name.
   `exit()`) cannot speak for itself: a small watcher process, started on first use, holds the
   other end of a pipe that names the call in progress and says it on stderr when the pipe closes
   mid-call.
+- A call that runs `WARN_AFTER_S` is said once by the same watcher, naming it: a hang said nothing.
 - `current()` is the call the main thread is inside (or waits on, for calls on the env worker
   threads) and since when: SIGTERM reads it to stop a run stuck there (`trainers.preemption`).
 """
@@ -84,16 +85,31 @@ def current() -> tuple[Callable[[], str], float] | None:
     return _main[-1] if _main else None
 
 
+WARN_AFTER_S = 120.0
+"""A call of user code that has run this long is said once on stderr: a hang otherwise says nothing."""
+
 WATCH = r"""
-import sys
-last = ""
-for line in sys.stdin.buffer:
-    last = line.decode("utf-8", "replace").rstrip("\n")
+import os, select, sys, time
+pid, warn_after = sys.argv[1], float(sys.argv[2])
+last, since, pending, fd = "", time.monotonic(), b"", sys.stdin.fileno()
+while True:
+    if select.select([fd], [], [], 1.0)[0]:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        *lines, pending = (pending + chunk).split(b"\n")
+        if lines:
+            last, since = lines[-1].decode("utf-8", "replace"), time.monotonic()
+    elif last and since is not None and time.monotonic() - since >= warn_after:
+        sys.stderr.write(f"lmpo: warning: {last} has run {warn_after:g} s and not returned; lmpo sets it no time "
+                         f"limit (an environment's calls take the task's env_timeout): Ctrl-C or SIGTERM stops "
+                         f"the run\n")
+        sys.stderr.flush()
+        since = None
 if last:
-    sys.stderr.write(f"lmpo: error: the trainer (pid {sys.argv[1]}) ended while {last} was running, without "
-                     f"a word: it was killed (by the kernel's OOM killer if it ran out of memory: see `dmesg`; "
-                     f"by a signal such as a second SIGTERM) or that code ended the process (native code "
-                     f"calling exit())\n")
+    sys.stderr.write(f"lmpo: error: the trainer (pid {pid}) ended while {last} was running, without a word: it "
+                     f"was killed (by the kernel's OOM killer if it ran out of memory: see `dmesg`; by a signal "
+                     f"such as a second SIGTERM) or that code ended the process (native code calling exit())\n")
 """
 
 
@@ -109,13 +125,13 @@ class _Watcher:
             return
         try:
             if self.process is None:
-                self.process = subprocess.Popen([sys.executable, "-c", WATCH, str(os.getpid())],
+                self.process = subprocess.Popen([sys.executable, "-c", WATCH, str(os.getpid()), str(WARN_AFTER_S)],
                                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                                 start_new_session=True)  # Ctrl-C spares it
             text = describe().replace("\n", " ") if describe else ""
             self.process.stdin.write(text.encode("utf-8", "replace") + b"\n")
             self.process.stdin.flush()
-        except (OSError, ValueError):  # it could not start, or it is gone: no message, never a failure
+        except Exception:  # noqa: BLE001 -- it could not start, or it is gone: no message, never a failure
             self.broken = True
 
 
