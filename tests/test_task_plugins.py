@@ -204,7 +204,11 @@ def test_a_bad_task_option_writes_no_run_directory(tmp_path):
 
 
 @pytest.mark.parametrize("body,said", [
-    ("raise KeyError('id')", "raised KeyError: 'id'; a grader marks malformed output incorrect and never raises"),
+    ("raise KeyError('id')", "raised KeyError: 'id' ({file}:5); a grader marks malformed output incorrect and never "
+                             "raises"),
+    # both ended the run with exit code 0 and no word
+    ("import sys; sys.exit(0)", "raised SystemExit: 0 ({file}:5); a grader marks"),
+    ("import os; os._exit(0)", "called os._exit(0) ({file}:5); a grader marks"),
     ("return None", "returned NoneType 'None', not a Grade(correct, well_formed)"),
     ("return True", "returned bool 'True', not a Grade"),
 ])
@@ -220,7 +224,7 @@ def test_a_grader_that_raises_or_returns_no_grade_stops_in_one_line_naming_the_e
         assert main([*command, "--model", "tiny", "--task", f"{task_file}:Broken", "--threads", "1"]) == 1
         err = capsys.readouterr().err
         assert "Traceback" not in err and "': Broken.grade() on the completion" in err
-        assert said in err
+        assert said.format(file=task_file) in err
 
 
 def test_online_dpo_takes_a_task_that_declares_its_token_budget(tmp_path, capsys):

@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 import torch
 
 from lmpo.envs.base import Grade, Problem, Task
+from lmpo.envs.env import env_raised
 from lmpo.envs.user_calls import inside
 from lmpo.rollout.agent_loop import EpisodeRunner
 from lmpo.rollout.trajectory import Trajectory
@@ -77,9 +78,9 @@ def _checked(task: Task, method: str, grader: Callable, episode: Trajectory, *ar
     try:
         with inside(lambda: where):
             grade = grader(*args)
-    except Exception as err:  # noqa: BLE001 -- the user's grader: any bug is named with its episode
-        raise GraderError(f"{where} raised {type(err).__name__}: {err}; a grader marks malformed output "
-                          f"incorrect and never raises") from err
+    except (Exception, SystemExit) as err:  # noqa: BLE001 -- the user's grader: any bug is named with its episode
+        raise GraderError(f"{env_raised(where, err)}; a grader marks malformed output incorrect and never "
+                          f"raises") from err
     if not (hasattr(grade, "correct") and hasattr(grade, "well_formed")):
         raise GraderError(f"{where} returned {type(grade).__name__} {str(grade)[:80]!r}, not a "
                           f"Grade(correct, well_formed) (lmpo.envs.base.Grade)")
