@@ -43,7 +43,7 @@ class Env:
         if self.mode == "sys_exit": sys.exit(0)
         if self.mode == "os_exit": os._exit(0)
         if self.mode == "hang": os.kill(os.getpid(), signal.SIGTERM); time.sleep(3600)
-        if self.mode == "grade_hang": return Step(done=True, info={"answer": text})
+        if self.mode in ("grade_hang", "answer"): return Step(done=True, info={"answer": text})
         if self.mode == "none": return None
         return Step(done=True, reward=float("nan"), info={"answer": text})
 
@@ -53,6 +53,9 @@ class MyTask(Calculator):
     def grade(self, problem, completion, terminated):
         if self.mode == "grade_hang": os.kill(os.getpid(), signal.SIGTERM); time.sleep(3600)
         return super().grade(problem, completion, terminated)
+
+def slow_reward(task, problems, completions, terminated):
+    os.kill(os.getpid(), signal.SIGTERM); time.sleep(3600)
 '''
 
 
@@ -162,11 +165,14 @@ def test_the_watcher_is_silent_when_the_process_ends_outside_user_code():
     assert done.returncode == 0 and done.stderr == "", done
 
 
-@pytest.mark.parametrize("mode,stuck", [
-    ("hang", r"Env\.step of episode 0 \(prompt '.*'\)"),
-    ("grade_hang", r"task 'calculator': MyTask\.grade\(\) on the completion .* of the prompt '.*'"),
+@pytest.mark.parametrize("mode,stuck,rewards", [
+    ("hang", r"Env\.step of episode 0 \(prompt '.*'\)", []),
+    ("grade_hang", r"task 'calculator': MyTask\.grade\(\) on the completion .* of the prompt '.*'", []),
+    # a reward function of the user's, called in the trainer's process (--reward_timeout 0)
+    ("answer", r"reward function 'min_env:slow_reward' on 4 completions",
+     ["--rewards", "correct=1.0,min_env:slow_reward=0.5"]),
 ])
-def test_sigterm_stops_a_run_stuck_in_the_users_code(tmp_path, monkeypatch, capsys, mode, stuck):
+def test_sigterm_stops_a_run_stuck_in_the_users_code(tmp_path, monkeypatch, capsys, mode, stuck, rewards):
     """A step or a grader that never returns: the first SIGTERM did nothing (the run waited for
     the step to end), and a second one killed it with no word on where it was stuck."""
     from lmpo.trainers import preemption
@@ -175,7 +181,7 @@ def test_sigterm_stops_a_run_stuck_in_the_users_code(tmp_path, monkeypatch, caps
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(preemption, "STUCK_GRACE_S", 0.5, raising=False)
-    assert main(["train", "grpo", *RUN, "--task", f"min_env:MyTask?mode={mode}", "--out", "run"]) == 143
+    assert main(["train", "grpo", *RUN, "--task", f"min_env:MyTask?mode={mode}", *rewards, "--out", "run"]) == 143
     err = capsys.readouterr().err.splitlines()
     assert re.fullmatch(f"lmpo: SIGTERM: {stuck} has not returned 0.5 s after the signal; the run stops without "
                         f"finishing its step", err[-2]), err
