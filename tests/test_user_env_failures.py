@@ -49,7 +49,9 @@ class Env:
 
 class MyTask(Calculator):
     def __init__(self, mode: str = "raise"): super().__init__(); self.mode = mode
-    def make_env(self): return Env(self.mode)
+    def make_env(self):
+        if self.mode == "no_return": Env(self.mode)
+        else: return Env(self.mode)
     def grade(self, problem, completion, terminated):
         if self.mode == "grade_hang": os.kill(os.getpid(), signal.SIGTERM); time.sleep(3600)
         return super().grade(problem, completion, terminated)
@@ -102,6 +104,9 @@ def _line(text: str) -> int:
     ("reset_text", "Env.reset (min_env.py:{reset}) returned str; expected a list of {{role, content}}"),
     # a 20-frame traceback from the agent loop before
     ("init_raise", "MyTask.make_env raised OSError: my database is missing (min_env.py:{init_raise})"),
+    # before: `NoneType.reset raised AttributeError: 'NoneType' object has no attribute 'reset'`
+    ("no_return", "MyTask.make_env returned NoneType, not an environment (an object with reset(problem) and "
+                  "step(text)); a make_env without `return`?"),
 ])
 def test_a_run_whose_environment_breaks_every_episode_stops_saying_why(tmp_path, monkeypatch, capsys, mode, cause):
     """Before, the error named no place in the user's file (`ValueError: my step is broken`, `Env.step

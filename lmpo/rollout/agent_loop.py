@@ -71,6 +71,9 @@ def _open(make_env: EnvFactory, problem: Problem, episode: int) -> tuple:
             env = make_env()
     except USER_ERRORS as err:  # as in `step`: the episode ends as env_error, the batch goes on
         return None, None, env_raised(_name(make_env), err)
+    if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
+        return None, None, (f"{_name(make_env)} returned {type(env).__name__}, not an environment (an object "
+                            f"with reset(problem) and step(text)); a make_env without `return`?")
     try:
         with inside(lambda: f"{type(env).__name__}.reset of episode {episode}{_of(problem)}"):
             messages = env.reset(problem)
