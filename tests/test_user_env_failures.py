@@ -73,6 +73,8 @@ class Env:
     (Step(observation=12345), "returned a Step with observation int"),
     (Step(observation=[{"role": "tool"}, 3]), "returned a Step with observation list"),
     (Step(info=None), "returned a Step with info NoneType"),
+    (Step(done="no"), "returned a Step with done 'no'; expected"),  # before: the episode ended, as env_done
+    (Step(done=None), "returned a Step with done None; expected"),
     (Step(done=True, info={"termination": "my_reason"}), "info['termination'] 'my_reason' (one of answered, "),
     # before: `invalid literal for int()`, a traceback from the loop, or a string kept letter by letter
     (Step(info={"tool_calls": "many"}), "info['tool_calls'] 'many' (a count: an int of 0 or more)"),

@@ -82,6 +82,8 @@ def check_step(env, step) -> Step:
     if reward is not None and (isinstance(reward, bool) or not isinstance(reward, numbers.Real)
                                or not math.isfinite(reward)):
         problems.append(f"reward {reward!r}")
+    if not (isinstance(step.done, bool) or type(step.done).__name__ == "bool_"):  # numpy's bool too
+        problems.append(f"done {_short(step.done)}")  # done="no" ended the episode: a non-empty string is true
     if not isinstance(step.info, dict):
         problems.append(f"info {type(step.info).__name__}")
     else:
