@@ -3,8 +3,8 @@ or `step`, a task's grader, an in-process reward function); what that code does 
 then said with its name.
 
 - `os._exit()` called there raises `ProcessExit` in the calling thread instead, which the agent
-  loop records as the episode's `env_error` (`sys.exit()` raises SystemExit, recorded the same): before, the run ended in silence, with exit code 0
-  for `os._exit(0)`.
+  loop records as the episode's `env_error`, as it does `sys.exit()`'s SystemExit: before, the run
+  ended in silence, with exit code 0 for `os._exit(0)`.
 - A process that dies there anyway (the kernel's OOM killer, SIGKILL, native code calling
   `exit()`) cannot speak for itself: a small watcher process, started on first use, holds the
   other end of a pipe that names the call in progress and says it on stderr when the pipe closes
@@ -43,8 +43,9 @@ def _guarded_exit(code: int) -> None:
 
 @contextmanager
 def inside(describe: Callable[[], str], started: float | None = None) -> Iterator[None]:
-    """Run user code named by `describe()` (called only when it is said); `started`: when the call
-    began, where the caller waits on it from another thread."""
+    """Run user code named by `describe()` (on the main thread called at once, for the watcher;
+    on another only when said); `started`: when the call began, where the main thread waits on it
+    from another thread."""
     if os._exit is _real_exit:  # not where a user's code set its own
         os._exit = _guarded_exit
     main = threading.current_thread() is threading.main_thread()
