@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 CLIP_MARKER = "...[clipped {n} chars]"
 MAX_OBSERVATION_CHARS = 512  # a task's `max_observation_chars` when it declares none
-MAX_CRASHES_KEPT = 3
-USER_ERRORS = (Exception, SystemExit)  # sys.exit() in an environment ended the run with exit code 0, in silence  # tool crashes kept in a trajectory's info: enough to show, not one per turn
+MAX_CRASHES_KEPT = 3  # tool crashes kept in a trajectory's info: enough to show, not one per turn
+USER_ERRORS = (Exception, SystemExit)  # sys.exit() in an environment ended the run with exit code 0, in silence
 
 
 @dataclass(frozen=True)
