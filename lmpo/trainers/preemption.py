@@ -10,7 +10,8 @@ A second SIGTERM kills at once, as without this. A run whose step cannot end bec
 code never returns (an environment without `env_timeout`, a task's grader: `lmpo.envs.user_calls`)
 is stopped without finishing it, `STUCK_GRACE_S` after the signal: one line names the call, and
 the run unwinds as after Ctrl-C (its newest complete checkpoint is where `--resume` goes on), exit
-143; a call that swallows that too is killed another `STUCK_GRACE_S` later. Under torchrun the processes would have to
+143; a call that does not give way to that either (it swallows the exception) ends the process
+another `STUCK_GRACE_S` later. Under torchrun the processes would have to
 agree on the step first, so there SIGTERM keeps its default meaning.
 
 `lmpo pipeline` runs stages that checkpoint and parts that do not (a stage with `save_every` 0,
@@ -81,10 +82,12 @@ def _stop_if_stuck(main: int, asked: float, grace_s: float | None = None) -> Non
                   f"without finishing its step", file=sys.stderr, flush=True)
             signal.pthread_kill(main, signal.SIGTERM)
             time.sleep(grace_s)
-            if user_calls.current() is call:  # it caught the interruption and goes on: the default, now
-                print(f"lmpo: SIGTERM: {call[0]()} caught the interruption; killed", file=sys.stderr, flush=True)
+            if user_calls.current() is call:  # it swallowed the interruption (or waits in C code that lets
+                # no Python handler run): SIGTERM, whose handler is Python's, would not end it
+                print(f"lmpo: SIGTERM: {call[0]()} did not give way to the interruption either; the process "
+                      f"ends (exit 143)", file=sys.stderr, flush=True)
                 user_calls.unwatched()
-                os.kill(os.getpid(), signal.SIGTERM)
+                os._exit(143)  # this thread runs no user code: the real one
             return
         time.sleep(min(0.25, grace_s / 4))
 
