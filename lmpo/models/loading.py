@@ -339,6 +339,16 @@ def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_d
     return out
 
 
+def saved_state_dict(model: PreTrainedModel, directory: str | Path) -> dict[str, torch.Tensor]:
+    """The weights `save_pretrained` wrote to `directory` from a model like `model`, named as in
+    `model.state_dict()`. transformers renames some architectures' weights on the way to disk and
+    back when it loads them (GPT-NeoX's `lm_head` is saved as `embed_out`, fused mixture-of-experts
+    weights are split per expert): only its own loading undoes that, so the directory is loaded with it."""
+    dtype = next(model.parameters()).dtype
+    with no_progress_bars():
+        return type(model).from_pretrained(directory, dtype=dtype).state_dict()
+
+
 def count_parameters(model: torch.nn.Module) -> int:
     """The number of parameters of `model`, trainable or not (see `parameter_counts`)."""
     return sum(p.numel() for p in model.parameters())

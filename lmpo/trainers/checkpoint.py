@@ -22,8 +22,9 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, load_model, save_model as save_module
+from transformers import PreTrainedModel
 
-from lmpo.models import save_model
+from lmpo.models import save_model, saved_state_dict
 
 from lmpo.trainers.faults import fault_point
 from lmpo.trainers.inputs import check_same_inputs, input_fingerprints
@@ -229,6 +230,8 @@ def load_weights(path: Path, model) -> None:
     for file in sorted(path.glob("model*.safetensors")):  # the policy; extra modules have their own files
         weights.update(_read(file, load_file))
     missing, unexpected = model.load_state_dict(weights, strict=False)
+    if (missing or unexpected) and isinstance(model, PreTrainedModel):  # saved under transformers' other names
+        missing, unexpected = model.load_state_dict(saved_state_dict(model, path), strict=False)
     # tied weights are stored once; anything else missing means a different model
     missing = [k for k in missing if k not in _tied_keys(model)]
     if missing or unexpected:

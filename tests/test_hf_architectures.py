@@ -1,0 +1,39 @@
+"""A user's own Hugging Face models of architectures whose weights transformers renames between
+the module and the saved file: a run trained from one resumes from its checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+from lmpo.cli.main import main
+
+from hardening_common import SFT_RUN
+
+
+@pytest.fixture(scope="module")
+def neox_model(tmp_path_factory, char_tokenizer) -> str:
+    """A tiny GPT-NeoX: its output head is `lm_head` in the module, `embed_out` in the saved file."""
+    torch.manual_seed(0)
+    config = GPTNeoXConfig(vocab_size=len(char_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=2, max_position_embeddings=128, rotary_pct=0.25,
+                           bos_token_id=char_tokenizer.bos_token_id, eos_token_id=char_tokenizer.eos_token_id,
+                           pad_token_id=char_tokenizer.pad_token_id)
+    path = tmp_path_factory.mktemp("neox")
+    GPTNeoXForCausalLM(config).save_pretrained(path)
+    char_tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def test_a_gpt_neox_run_resumes_from_its_checkpoint(neox_model, tmp_path):
+    """The checkpoint's `embed_out.weight` was refused: "does not match the model: missing
+    ['lm_head.weight'], unexpected ['embed_out.weight']"."""
+    out = tmp_path / "sft"
+    assert main(["train", "sft", "--model", neox_model, "--out", str(out), *SFT_RUN]) == 0
+    final = (out / "model" / "model.safetensors").read_bytes()
+    (out / "result.json").unlink()  # as if killed after its last checkpoint (a finished run is not resumed)
+    assert main(["train", "sft", "--resume", str(out)]) == 0
+    assert (out / "model" / "model.safetensors").read_bytes() == final
