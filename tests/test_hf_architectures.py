@@ -1,9 +1,10 @@
-"""A user's own Hugging Face models of architectures whose weights transformers renames between
-the module and the saved file: a run trained from one resumes from its checkpoints."""
+"""What a user's own Hugging Face models meet: an architecture whose weights transformers renames
+between the module and the saved file (a run trained from one resumes from its checkpoints), and a
+chat template that refuses a system turn (agent tasks, whose conversations have none, still run)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import copy
 
 import pytest
 import torch
@@ -37,3 +38,19 @@ def test_a_gpt_neox_run_resumes_from_its_checkpoint(neox_model, tmp_path):
     (out / "result.json").unlink()  # as if killed after its last checkpoint (a finished run is not resumed)
     assert main(["train", "sft", "--resume", str(out)]) == 0
     assert (out / "model" / "model.safetensors").read_bytes() == final
+
+
+def test_a_template_that_refuses_a_system_turn_may_run_agent_tasks(char_tokenizer):
+    """Gemma's template raises on a system message; the tasks' conversations have none, yet the
+    template check rendered its canned conversation with one and refused the model for
+    `--task calculator`: "the chat template cannot render a tool-use conversation: System role not
+    supported"."""
+    from lmpo.models.tokenizer import CHAT_TEMPLATE
+    from lmpo.rollout.render import ChatRenderer, check_prefix_preserving
+
+    tok = copy.deepcopy(char_tokenizer)
+    tok.chat_template = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+                         "{% endif %}" + CHAT_TEMPLATE)
+    renderer = ChatRenderer(tok)
+    check_prefix_preserving(renderer, "<eos>")
+    assert renderer.turn_end == "<eos>"

@@ -221,15 +221,16 @@ def check_prefix_preserving(renderer: ChatRenderer, eos_text: str | Sequence[str
     tokens generation stops at; the one the template closes assistant turns with becomes
     `renderer.turn_end`."""
     candidates = [eos_text] if isinstance(eos_text, str) else list(eos_text)
-    eos_text = renderer.turn_end = _closing_stop(renderer, candidates)
-    for i, message in enumerate(CANNED):
+    canned = _canned_for(renderer)
+    eos_text = renderer.turn_end = _closing_stop(renderer, candidates, canned)
+    for i, message in enumerate(canned):
         if message["role"] != "assistant" or i == 0:
             continue
-        before = CANNED[:i]
+        before = canned[:i]
         try:
             held = renderer.render(before, True) + message["content"] + eos_text
-            after = renderer.render(CANNED[:i + 1], False)
-            nxt = renderer.render(CANNED[:i + 2], True) if i + 1 < len(CANNED) else after
+            after = renderer.render(canned[:i + 1], False)
+            nxt = renderer.render(canned[:i + 2], True) if i + 1 < len(canned) else after
         except Exception as err:  # a template that refuses the tool role or the canned turns
             raise TemplateError(f"the chat template cannot render a tool-use conversation: {err}") from err
         for name, text in (("the reply", after), ("the next turn", nxt)):
@@ -243,7 +244,7 @@ def check_prefix_preserving(renderer: ChatRenderer, eos_text: str | Sequence[str
                     f"{cause} Multi-turn rollouts append "
                     "the model's own tokens to the text held so far, so they cannot use this template; pass "
                     "--chat_template FILE with one that renders each turn as the generation prompt began it")
-        following = CANNED[i + 1] if i + 1 < len(CANNED) else None
+        following = canned[i + 1] if i + 1 < len(canned) else None
         if following is not None and following["content"] not in nxt[len(held):]:
             raise TemplateError(f"the chat template drops {following['role']} messages: rendered after an assistant "
                                 f"turn, a {following['role']} message's text ({following['content']!r}) does not "
@@ -251,13 +252,23 @@ def check_prefix_preserving(renderer: ChatRenderer, eos_text: str | Sequence[str
                                 f"renders the {following['role']} role")
 
 
-def _closing_stop(renderer: ChatRenderer, candidates: list[str]) -> str:
+def _canned_for(renderer: ChatRenderer) -> list[dict]:
+    """`CANNED`, without its system turn for a template that refuses one (Gemma's): the tasks'
+    conversations need none, so such a template is judged on the turns they have."""
+    try:
+        renderer.render(CANNED[:2], True)
+    except Exception:  # a template raises what it likes: jinja's TemplateError, its own exceptions
+        return CANNED[1:]
+    return CANNED
+
+
+def _closing_stop(renderer: ChatRenderer, candidates: list[str], canned: list[dict] = CANNED) -> str:
     """Which stop token the template writes after an assistant turn's text (the first candidate
     when it writes none of them: the prefix check then says what differs)."""
-    i = next(k for k, m in enumerate(CANNED) if m["role"] == "assistant")
+    i = next(k for k, m in enumerate(canned) if m["role"] == "assistant")
     try:
-        head = renderer.render(CANNED[:i], True) + CANNED[i]["content"]
-        after = renderer.render(CANNED[:i + 1], False)
+        head = renderer.render(canned[:i], True) + canned[i]["content"]
+        after = renderer.render(canned[:i + 1], False)
     except Exception as err:  # a template that refuses the canned turns
         raise TemplateError(f"the chat template cannot render a tool-use conversation: {err}") from err
     written = after[len(head):] if after.startswith(head) else ""
