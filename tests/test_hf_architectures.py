@@ -1,6 +1,7 @@
 """What a user's own Hugging Face models meet: an architecture whose weights transformers renames
 between the module and the saved file (a run trained from one resumes from its checkpoints), and a
-chat template that refuses a system turn (agent tasks, whose conversations have none, still run)."""
+chat template that refuses a system turn (agent tasks, whose conversations have none, still run),
+and no chat template at all (an agent task's refusal names the option that gives one)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,20 @@ def test_a_template_that_refuses_a_system_turn_may_run_agent_tasks(char_tokenize
     renderer = ChatRenderer(tok)
     check_prefix_preserving(renderer, "<eos>")
     assert renderer.turn_end == "<eos>"
+
+
+def test_an_agent_task_on_a_model_without_a_chat_template_names_the_option_that_gives_one(tmp_path, char_tokenizer,
+                                                                                           capsys):
+    """GPT-2 and Phi ship no chat template: the refusal said to "set tokenizer.chat_template", which
+    a user of the command cannot do; `--chat_template FILE` is how."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = copy.deepcopy(char_tokenizer)
+    tok.chat_template = None
+    config = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=1, n_head=2,
+                        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    GPT2LMHeadModel(config).save_pretrained(tmp_path / "gpt2")
+    tok.save_pretrained(tmp_path / "gpt2")
+    assert main(["eval", "--model", str(tmp_path / "gpt2"), "--task", "calculator", "--eval_problems", "1",
+                 "--threads", "1"]) == 2
+    assert "give one with --chat_template FILE" in capsys.readouterr().err

@@ -63,8 +63,8 @@ class ChatRenderer:
 
     def __init__(self, tokenizer, tools: Sequence[dict] | None = None):
         if not getattr(tokenizer, "chat_template", None):
-            raise TemplateError("this task is a conversation, but the tokenizer has no chat template; "
-                                "set tokenizer.chat_template (or use a model whose tokenizer has one)")
+            raise TemplateError("this task is a conversation, but the tokenizer has no chat template; give one "
+                                "with --chat_template FILE (a Jinja template), or use a model whose tokenizer has one")
         self.tokenizer, self.tools = tokenizer, list(tools) if tools else None
         self.turn_end: str | None = None
         """The stop token's text the template closes an assistant turn with (`check_prefix_preserving`)."""
