@@ -1,7 +1,8 @@
 """What a user's own Hugging Face models meet: an architecture whose weights transformers renames
 between the module and the saved file (a run trained from one resumes from its checkpoints), and a
 chat template that refuses a system turn (agent tasks, whose conversations have none, still run),
-and no chat template at all (an agent task's refusal names the option that gives one)."""
+one that refuses tool turns, and no chat template at all (an agent task's refusal names the option
+that gives one)."""
 
 from __future__ import annotations
 
@@ -72,3 +73,16 @@ def test_an_agent_task_on_a_model_without_a_chat_template_names_the_option_that_
     assert main(["eval", "--model", str(tmp_path / "gpt2"), "--task", "calculator", "--eval_problems", "1",
                  "--threads", "1"]) == 2
     assert "give one with --chat_template FILE" in capsys.readouterr().err
+
+
+def test_a_template_that_refuses_tool_turns_is_refused_with_the_option_that_replaces_it(char_tokenizer):
+    """Gemma's template raises unless user and assistant turns alternate, so a tool turn fails it:
+    the refusal quoted the template's own message and stopped there."""
+    from lmpo.models.tokenizer import CHAT_TEMPLATE
+    from lmpo.rollout.render import ChatRenderer, TemplateError, check_prefix_preserving
+
+    tok = copy.deepcopy(char_tokenizer)
+    tok.chat_template = ("{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('Conversation roles "
+                         "must alternate user/assistant') }}{% endif %}{% endfor %}" + CHAT_TEMPLATE)
+    with pytest.raises(TemplateError, match="must alternate user/assistant; .* give one with --chat_template FILE"):
+        check_prefix_preserving(ChatRenderer(tok), "<eos>")

@@ -232,7 +232,7 @@ def check_prefix_preserving(renderer: ChatRenderer, eos_text: str | Sequence[str
             after = renderer.render(canned[:i + 1], False)
             nxt = renderer.render(canned[:i + 2], True) if i + 1 < len(canned) else after
         except Exception as err:  # a template that refuses the tool role or the canned turns
-            raise TemplateError(f"the chat template cannot render a tool-use conversation: {err}") from err
+            raise TemplateError(_unrenderable(err)) from err
         for name, text in (("the reply", after), ("the next turn", nxt)):
             if not text.startswith(held):
                 at = _first_difference(held, text)
@@ -250,6 +250,12 @@ def check_prefix_preserving(renderer: ChatRenderer, eos_text: str | Sequence[str
                                 f"turn, a {following['role']} message's text ({following['content']!r}) does not "
                                 "appear, so a tool's output would never reach the model; use a template that "
                                 f"renders the {following['role']} role")
+
+
+def _unrenderable(err: Exception) -> str:
+    return (f"the chat template cannot render a tool-use conversation: {err}; agent tasks need a template that "
+            "renders user, assistant and tool turns (a tool turn after an assistant turn): give one with "
+            "--chat_template FILE (a Jinja template)")
 
 
 def _canned_for(renderer: ChatRenderer) -> list[dict]:
@@ -270,7 +276,7 @@ def _closing_stop(renderer: ChatRenderer, candidates: list[str], canned: list[di
         head = renderer.render(canned[:i], True) + canned[i]["content"]
         after = renderer.render(canned[:i + 1], False)
     except Exception as err:  # a template that refuses the canned turns
-        raise TemplateError(f"the chat template cannot render a tool-use conversation: {err}") from err
+        raise TemplateError(_unrenderable(err)) from err
     written = after[len(head):] if after.startswith(head) else ""
     closing = next((text for text in candidates if text and written.startswith(text)), None)
     if closing is None and after.startswith(head) and written:
