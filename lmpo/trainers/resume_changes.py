@@ -11,6 +11,8 @@
   schedule (`extension_problem`). A finished run is extended from its newest checkpoint
   (`extends_finished`): its last checkpoint comes before its last step, so the steps since are
   trained again, to the same result, and its model, metrics and result.json are rewritten.
+  A run stopped before its first checkpoint trained nothing it keeps: it starts again, with any
+  length (`untrained_length`), which its run.json then records (`record_lengths`).
 """
 
 from __future__ import annotations
@@ -194,6 +196,12 @@ def _stopped_by_rule(run_dir: Path) -> dict | None:
     return None
 
 
+def going_on_with(run_dir: Path, name: str, current: dict) -> None:
+    """After the checks of `--resume`, what the run directory says of the run that goes on."""
+    record_lengths(run_dir, current)
+    reopen_finished(run_dir, name)
+
+
 def reopen_finished(run_dir: Path, name: str) -> None:
     """A finished run that `--resume` goes on with (checked before) is no longer finished: a kill now
     leaves an interrupted run, not one whose result.json speaks of fewer steps."""
@@ -226,3 +234,48 @@ def _newest(run_dir) -> str:
 
     done = complete_checkpoints(run_dir)
     return done[-1].name if done else "the start"
+
+
+def _nothing_trained(run_dir) -> bool:
+    """An interrupted run with no complete checkpoint (or a stage not begun): it starts from the beginning."""
+    from lmpo.trainers.run_dir import complete_checkpoints
+
+    return not (Path(run_dir) / "result.json").is_file() and not complete_checkpoints(run_dir)
+
+
+def untrained_length(run_dir, saved: dict, current: dict) -> dict:
+    """`saved` with the length (`length_option`) of `current` where it may change: the run kept
+    nothing trained (it starts over, so no step computed under the old length is kept, whatever the
+    schedule)."""
+    key = length_option(saved)
+    if key is None or key not in current or not _nothing_trained(run_dir):
+        return saved
+    return {**saved, key: current[key]}
+
+
+def record_lengths(run_dir, current: dict) -> None:
+    """After the checks of `--resume`: run.json takes the lengths of the run that goes on (the run's
+    own, a pipeline's stages'), which those checks allowed, so that a later `--resume` (or the
+    options it reuses) is of the run now being trained."""
+    from lmpo.trainers.run_dir import RUN_RECORD, write_text
+
+    record = Path(run_dir) / RUN_RECORD
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return
+    config = data.get("config") if isinstance(data, dict) else None
+    if not isinstance(config, dict):
+        return
+    updated = _with_lengths(config, current)
+    for section, options in config.items():
+        if isinstance(options, dict) and isinstance(current.get(section), dict):
+            updated[section] = _with_lengths(options, current[section])
+    if updated != config:
+        data["config"] = updated
+        write_text(record, json.dumps(data, indent=2, default=str))
+
+
+def _with_lengths(options: dict, current: dict) -> dict:
+    key = length_option(options)
+    return {**options, key: current[key]} if key is not None and key in current else dict(options)

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from lmpo.trainers.fs_faults import fault_cause, fs_error
-from lmpo.trainers.resume_changes import check_finished_goes_on, reopen_finished
+from lmpo.trainers.resume_changes import check_finished_goes_on, going_on_with, untrained_length
 
 LOCK_NAME = ".lock"
 RUN_RECORD = "run.json"
@@ -135,7 +135,7 @@ def open_run_dir(out: str | Path, cfg, name: str) -> RunDir:
         record = path / RUN_RECORD
         if resume:
             _check_resumed(path, cfg, name)
-            reopen_finished(path, name)
+            going_on_with(path, name, dataclasses.asdict(cfg))
         else:
             _clear_earlier_run(path, name, bool(getattr(cfg, "overwrite", False)))
             write_text(record, json.dumps({"trainer": name, "command": _COMMAND[-1] if _COMMAND else None,
@@ -390,7 +390,7 @@ def compare_options(saved: dict, cfg, run_dir: str | Path) -> None:
     current = json.loads(json.dumps(dataclasses.asdict(cfg)))
     defaults = json.loads(json.dumps(dataclasses.asdict(type(cfg)())))
     saved = {**{k: v for k, v in defaults.items() if k not in saved}, **saved}
-    check_same_config(saved, current, run_dir)
+    check_same_config(untrained_length(run_dir, saved, current), current, run_dir)
 
 
 def write_text(path: Path, text: str) -> None:
