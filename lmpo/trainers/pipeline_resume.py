@@ -7,7 +7,9 @@ trains, may differ). Its stages are then taken in order:
   long as every stage before it was kept: its model is the next stage's input;
 - the first stage that was not kept resumes from its newest complete checkpoint, as `lmpo train
   STAGE --resume` would (it starts afresh when it has none, or when the run there is an earlier
-  pipeline's, with other options);
+  pipeline's, with other options); a stage's length (`--sft.epochs`, `--rl_stage.steps`) may
+  change on resume by that command's rule (lmpo/trainers/resume_changes.py), and a finished stage
+  given a length it may grow to goes on from its newest checkpoint;
 - every stage after it runs afresh.
 """
 
@@ -19,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from lmpo.trainers.checkpoint import check_same_config
+from lmpo.trainers.resume_changes import extends_finished
 from lmpo.trainers.result import StageResult
 from lmpo.trainers.run_dir import (RUN_RECORD, RunDirError, check_resumable, complete_checkpoints, earlier_trainer,
                                   saved_config)
@@ -86,11 +89,15 @@ def finished_stage(stage_cfg) -> StageResult | None:
 
 def continued_stage(stage_cfg):
     """`stage_cfg` set to resume the run interrupted in its directory, when that run has a complete
-    checkpoint and was started with these options; else `stage_cfg` as it is (a fresh start)."""
+    checkpoint and was started with these options, or to go on with the run that finished there
+    when it is given a length it may grow to (as `lmpo train STAGE --resume` does: `extends_finished`);
+    else `stage_cfg` as it is (a fresh start)."""
     path = Path(stage_cfg.out)
-    if (path / "result.json").is_file() or not complete_checkpoints(path):
+    saved = saved_config(path)
+    if not complete_checkpoints(path) or not _same_options(saved, stage_cfg):
         return stage_cfg
-    if not _same_options(saved_config(path), stage_cfg):
+    current = json.loads(json.dumps(dataclasses.asdict(stage_cfg), default=str))
+    if (path / "result.json").is_file() and not extends_finished(path, saved, current):
         return stage_cfg
     return replace(stage_cfg, resume=str(path), overwrite=False)
 

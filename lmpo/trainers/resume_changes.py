@@ -12,7 +12,8 @@
   (`extends_finished`): its last checkpoint comes before its last step, so the steps since are
   trained again, to the same result, and its model, metrics and result.json are rewritten.
   A run stopped before its first checkpoint trained nothing it keeps: it starts again, with any
-  length (`untrained_length`), which its run.json then records (`record_lengths`).
+  length (`untrained_length`), which its run.json then records (`record_lengths`). A pipeline's
+  stage's length changes by the same rule, applied to that stage's directory.
 """
 
 from __future__ import annotations
@@ -246,11 +247,34 @@ def _nothing_trained(run_dir) -> bool:
 def untrained_length(run_dir, saved: dict, current: dict) -> dict:
     """`saved` with the length (`length_option`) of `current` where it may change: the run kept
     nothing trained (it starts over, so no step computed under the old length is kept, whatever the
-    schedule)."""
+    schedule); for a pipeline, each stage's by the rule of `lmpo train STAGE --resume` (`_stage_lengths`)."""
+    if any(isinstance(v, dict) for v in saved.values()):
+        return _stage_lengths(Path(run_dir), saved, current)
     key = length_option(saved)
     if key is None or key not in current or not _nothing_trained(run_dir):
         return saved
     return {**saved, key: current[key]}
+
+
+def _stage_lengths(run_dir: Path, saved: dict, current: dict) -> dict:
+    """A pipeline's stage sections with their new lengths where the stage may take them: it has
+    trained nothing yet, or its schedule lets it grow (`extension_problem`); ValueError naming the
+    stage and option where it has trained and the schedule decays."""
+    out = dict(saved)
+    for section, options in saved.items():
+        now = current.get(section)
+        key = length_option(options) if isinstance(options, dict) and isinstance(now, dict) else None
+        if key is None or options.get(key) == now.get(key):
+            continue
+        stage = run_dir / (str(saved.get("rl")) if section == "rl_stage" else section)
+        why = None if _nothing_trained(stage) else extension_problem(options, now)
+        if why:
+            raise ValueError(f"--resume {run_dir}: {section}.{why.replace('--lr_schedule', f'--{section}.lr_schedule')}"
+                             f", and its {stage.name} stage has trained ({stage}); resume with the pipeline's own "
+                             f"--{section}.{key} {options.get(key)}, then train {stage / 'model'} further in a new run")
+        if why is None:
+            out[section] = {**options, key: now[key]}
+    return out
 
 
 def record_lengths(run_dir, current: dict) -> None:
