@@ -244,19 +244,19 @@ def replace_directory(fresh: Path, target: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def tidy_interrupted_swaps(path: Path, name: str = "model") -> None:
-    """What a run killed while writing its final `name/` left beside it (run under the run's lock,
-    so no other process is writing them): a half-written `.name-new-PID` is deleted, and the old
-    `name/` moved aside as `.name-old-PID` is deleted once `name/` is there again, or put back
-    when the kill fell between the two renames of `replace_directory`."""
-    target = path / name
-    for old in sorted(path.glob(f".{name}-old-*")):
-        if not target.exists() and old.is_dir():
-            old.rename(target)
-        else:
-            shutil.rmtree(old, ignore_errors=True)
-    for fresh in path.glob(f".{name}-new-*"):
-        shutil.rmtree(fresh, ignore_errors=True)
+def tidy_interrupted_swaps(path: Path, names: tuple[str, ...] = ("model", "best")) -> None:
+    """What a run killed while replacing its `model/` or `best/` left (under the run's lock): a half-written
+    `.name-new-PID` is deleted, and the old `name/` moved aside as `.name-old-PID` is deleted once `name/`
+    is there again, or put back when the kill fell between the two renames of `replace_directory`."""
+    for name in names:
+        target = path / name
+        for old in sorted(path.glob(f".{name}-old-*")):
+            if not target.exists() and old.is_dir():
+                old.rename(target)
+            else:
+                shutil.rmtree(old, ignore_errors=True)
+        for fresh in path.glob(f".{name}-new-*"):
+            shutil.rmtree(fresh, ignore_errors=True)
 
 
 def lock_directory(path: str | Path, flag: str = "--out") -> None:

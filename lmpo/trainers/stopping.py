@@ -11,7 +11,6 @@ and ends with them, so the next stage starts from the best model.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,11 +107,13 @@ class BestWeights:
         self.directory = directory
 
     def keep(self, model: torch.nn.Module, tokenizer) -> None:
-        tmp = self.directory.with_name(self.directory.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        save_model(model, tokenizer, tmp)
-        shutil.rmtree(self.directory, ignore_errors=True)
-        tmp.rename(self.directory)
+        # the old copy is moved aside, not deleted, until the new one is in place: a kill at any
+        # point leaves one of them, which the next start puts back (`tidy_interrupted_swaps`)
+        from lmpo.trainers.run_dir import replace_directory, staging_directory
+
+        fresh = staging_directory(self.directory)
+        save_model(model, tokenizer, fresh)
+        replace_directory(fresh, self.directory)
 
     def restore(self, model: torch.nn.Module) -> bool:
         """Load the kept weights into `model`; False when none were kept."""
