@@ -142,14 +142,16 @@ def test_a_decaying_schedule_refuses_more_rounds(start_model, tmp_path, capsys):
 
 def test_only_the_option_that_says_how_long_a_run_is_may_grow():
     """Online DPO's --epochs are passes over each round's pairs (what a round computes), and RFT's
-    rounds are not checked for growth: both stay refused; fewer epochs are refused too."""
+    --sft_steps_per_round a round's steps: both stay refused, as fewer epochs are; RFT's rounds grow
+    as online DPO's do (tests/test_rft_rounds_extension.py)."""
     online = {"rounds": 4, "epochs": 1, "lr_schedule": "constant"}
     with pytest.raises(ValueError, match=r"options differ from the interrupted run: epochs=2 \(was 1\)"):
         check_same_config(online, {**online, "epochs": 2}, "")
     check_same_config(online, {**online, "rounds": 8}, "")
     rft = {"rounds": 4, "sft_steps_per_round": 2, "lr_schedule": "constant"}
-    with pytest.raises(ValueError, match=r"rounds=8 \(was 4\)"):
-        check_same_config(rft, {**rft, "rounds": 8}, "")
+    check_same_config(rft, {**rft, "rounds": 8}, "")
+    with pytest.raises(ValueError, match=r"options differ from the interrupted run: sft_steps_per_round=4 \(was 2\)"):
+        check_same_config(rft, {**rft, "sft_steps_per_round": 4}, "")
     cosine = {**online, "lr_schedule": "cosine"}  # the refusal of more rounds names the other change too
     with pytest.raises(ValueError, match=r"rounds=8 \(was 4\): the cosine .*; other options differ too: epochs=2 "
                                          r"\(was 1\)$"):

@@ -7,7 +7,7 @@
   writes a checkpoint at the step it stopped at, noted in result.json (`cap_record`); `--resume
   RUN --max_minutes M` goes on from it as if the run had never stopped (`continued_cap`).
 - The option that says how long a run is (`length_option`: `--steps`, `--epochs`, online DPO's
-  `--rounds`) may grow where nothing computed so far depends on it: with a constant learning-rate
+  and RFT's `--rounds`) may grow where nothing computed so far depends on it: with a constant learning-rate
   schedule (`extension_problem`). A finished run is extended from its newest checkpoint
   (`extends_finished`): its last checkpoint comes before its last step, so the steps since are
   trained again, to the same result, and its model, metrics and result.json are rewritten.
@@ -42,17 +42,17 @@ def cap_switch_problem(saved: dict, current: dict) -> str | None:
 
 
 def length_option(options: dict) -> str | None:
-    """The option that says how long a run is: CPT's and RL's `steps`; online DPO's `rounds` (its
-    `epochs` are passes over each round's pairs, what a round computes); the `epochs` of SFT, the
-    reward model and the offline preference trainers. None where none may grow: RFT (rounds, no
-    epochs), whose rounds' growth is not checked, and a pipeline (its stages' options are sections).
+    """The option that says how long a run is: CPT's and RL's `steps`; online DPO's and RFT's
+    `rounds` (online DPO's `epochs` are passes over each round's pairs, RFT's `sft_steps_per_round`
+    its steps: what a round computes); the `epochs` of SFT, the reward model and the offline
+    preference trainers. None for a pipeline (its stages' options are sections: `_stage_lengths`).
     The data order of an epoch, round or step never depends on the total (seeded passes drawn one
     after another: `EpochOrder`, `ordered_batches`, `CPTBatches`, `PromptStream`), nor do the
     checkpoint and evaluation cadences before the last step; only the schedule's decay does."""
     if "steps" in options:
         return "steps"
     if "rounds" in options:
-        return "rounds" if "epochs" in options else None
+        return "rounds" if "epochs" in options or "sft_steps_per_round" in options else None
     return "epochs" if "epochs" in options else None
 
 
