@@ -297,7 +297,9 @@ def record_lengths(run_dir, current: dict) -> None:
             updated[section] = _with_lengths(options, current[section])
     if updated != config:
         data["config"] = updated
-        write_text(record, json.dumps(data, indent=2, default=str))
+        tmp = record.with_name(record.name + ".tmp")  # a kill while writing keeps the old record whole
+        write_text(tmp, json.dumps(data, indent=2, default=str))
+        tmp.replace(record)
 
 
 def _with_lengths(options: dict, current: dict) -> dict:
