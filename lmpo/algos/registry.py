@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, TypeVar
 
+from lmpo.names import did_you_mean
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -49,7 +51,8 @@ class Registry:
             return self._entries[name]
         except (KeyError, TypeError):
             raise UnknownNameError(
-                f"unknown {self.kind} {name!r}; choose one of: {', '.join(self.names())}"
+                f"unknown {self.kind} {name!r}{did_you_mean(str(name), self.names())}; "
+                f"choose one of: {', '.join(self.names())}"
             ) from None
 
     def names(self) -> list[str]:

@@ -12,6 +12,7 @@ import difflib
 import sys
 
 from lmpo.cli.usage_zh import in_chinese, wants_chinese
+from lmpo.names import did_you_mean
 
 _INNERMOST = "_lmpo_innermost_parser"
 _ARGV: contextvars.ContextVar[list[str]] = contextvars.ContextVar("lmpo_argv", default=[])
@@ -34,10 +35,19 @@ class Parser(argparse.ArgumentParser):
             self.exit(2, f"{usage}{self.prog}：错误：{in_chinese(message)}\n")
         self.exit(2, f"{usage}{self.prog}: error: {message}\n")
 
+    def _check_value(self, action, value):
+        """argparse's `invalid choice` of a command, stage, action or option value, with the
+        closest choice (`lmpo trian`: did you mean 'train'?)."""
+        if action.choices is None or value in action.choices:
+            return
+        choices = ", ".join(map(repr, action.choices))
+        hint = did_you_mean(str(value), [str(c) for c in action.choices])
+        raise argparse.ArgumentError(action, f"invalid choice: {value!r}{hint} (choose from {choices})")
+
     def _speaks_chinese(self) -> bool:
         """Given `--lang zh`, and a command that takes it (a teaching command, or one whose
-        actions do: `lmpo exercise chek F --lang zh`)."""
-        return wants_chinese(_ARGV.get()) and (_takes_lang(self) or any(
+        actions do: `lmpo exercise chek F --lang zh`), or `lmpo` itself (`lmpo explian --lang zh`)."""
+        return wants_chinese(_ARGV.get()) and (self.prog == "lmpo" or _takes_lang(self) or any(
             _takes_lang(sub) for action in self._actions if isinstance(action, argparse._SubParsersAction)
             for sub in action.choices.values()))
 

@@ -9,8 +9,8 @@ import re
 PATTERNS: list[tuple[re.Pattern[str], str]] = [(re.compile(pattern), zh) for pattern, zh in [
     (r"^unrecognized arguments: (?P<args>.*?)(?: \((?P<hints>.*)\))?$", "无法识别的参数：{args}{hints}"),
     (r"^the following arguments are required: (?P<names>.*)$", "缺少必需的参数：{names}"),
-    (r"^argument (?P<arg>\S+): invalid choice: (?P<value>.*) \(choose from (?P<choices>.*)\)$",
-     "参数 {arg}：{value} 不是可选的值；可选：{choices}"),
+    (r"^argument (?P<arg>\S+): invalid choice: (?P<value>.*?)(?: \(did you mean (?P<near>.*)\?\))? "
+     r"\(choose from (?P<choices>.*)\)$", "参数 {arg}：{value} 不是可选的值{near}；可选：{choices}"),
     (r"^argument (?P<arg>\S+): expected one argument$", "参数 {arg} 后面要给一个值"),
     (r"^argument (?P<arg>\S+): expected at most one argument$", "参数 {arg} 后面最多给一个值"),
     (r"^argument (?P<arg>\S+): expected at least one argument$", "参数 {arg} 后面至少要给一个值"),
@@ -37,6 +37,10 @@ def in_chinese(message: str) -> str:
         found = pattern.match(message)
         if found:
             fields = {k: v or "" for k, v in found.groupdict().items()}
+            if fields.get("near"):  # the same words as the teaching commands' refusals
+                from lmpo.teach.refusals import refusal
+
+                fields["near"] = refusal("did_you_mean", "zh", near=fields["near"])
             if "hints" in fields:
                 fields["hints"] = f"（{'；'.join(_hint(h) for h in fields['hints'].split('; '))}）" if fields["hints"] else ""
             return zh.format(**fields)

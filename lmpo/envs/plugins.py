@@ -33,6 +33,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable
 
+from lmpo.names import did_you_mean
+
 ENTRY_POINT_GROUP = "lmpo.tasks"
 HOW_TO_PLUG_IN = ("plug your own in with --task path/to/file.py:Class or --task module:Class "
                   "(options: 'module:Class?key=value,key=value'), or install a package that declares it "
@@ -182,6 +184,8 @@ def unknown_task_message(target: str, builtins: dict, installed: dict) -> str:
     head, dot, tail = target.rpartition(".")
     if dot and head and tail[:1].isupper():
         hint = f" (did you mean {head + ':' + tail!r}? module and class are separated by a colon)"
+    else:
+        hint = did_you_mean(target, [*builtins, *installed])
     return f"unknown task {target!r}{hint}; choose one of: {names}; or {HOW_TO_PLUG_IN}"
 
 

@@ -19,6 +19,7 @@ import huggingface_hub
 from huggingface_hub import constants
 
 from lmpo.models.presets import PRESETS
+from lmpo.names import did_you_mean
 
 PROBE_TIMEOUT_S = 3.0
 
@@ -70,6 +71,6 @@ def check_hub_id(name: str) -> None:
     if not is_cached(name):
         why = f"the Hub cannot be reached ({went_offline})" if went_offline else "HF_HUB_OFFLINE is set"
         raise FileNotFoundError(
-            f"model {name!r} is not a local directory or a preset ({', '.join(PRESETS)}), and as a Hugging Face Hub "
+            f"model {name!r}{did_you_mean(name, PRESETS)} is not a local directory or a preset ({', '.join(PRESETS)}), and as a Hugging Face Hub "
             f"id it is not in this machine's cache ({constants.HF_HUB_CACHE}) while {why}. Check the name, or "
             f"give a directory saved with save_pretrained")

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from transformers import LlamaConfig
 
+from lmpo.names import did_you_mean
+
 
 @dataclass(frozen=True)
 class ModelPreset:
@@ -61,7 +63,7 @@ def _say_which(name: str, directory: bool) -> None:
 def preset_config(name: str, vocab_size: int, pad_id: int, eos_id: int, bos_id: int) -> LlamaConfig:
     """A `LlamaConfig` for preset `name` with the tokenizer's vocabulary and special ids."""
     if name not in PRESETS:
-        raise ValueError(f"unknown model preset {name!r}; choose one of: {', '.join(PRESETS)}")
+        raise ValueError(f"unknown model preset {name!r}{did_you_mean(name, PRESETS)}; choose one of: {', '.join(PRESETS)}")
     p = PRESETS[name]
     return LlamaConfig(
         vocab_size=vocab_size,

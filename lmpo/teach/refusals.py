@@ -15,7 +15,7 @@ from pathlib import Path
 from lmpo.trainers.fs_faults import DISK_FULL_ERRNOS, OUT_WORDS, ready_dir
 
 REFUSALS: dict[str, dict[str, str]] = {
-    "did_you_mean": {"en": " (did you mean {near!r}?)", "zh": "（是不是 {near!r}？）"},
+    "did_you_mean": {"en": " (did you mean {near}?)", "zh": "（是不是 {near}？）"},
     "unknown_method": {"en": "unknown method {name!r}{hint}; choose one of: {names}",
                        "zh": "没有名为 {name!r} 的方法{hint}；可选：{names}"},
     "unknown_language": {"en": "unknown language {name!r}; choose one of: {names}",

@@ -10,6 +10,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from lmpo.names import did_you_mean
 from lmpo.models import check_model_source, load_tokenizer
 from lmpo.rollout.engine_select import check_engine
 from lmpo.trainers.distributed import launched_rank
@@ -119,7 +120,8 @@ def run_pipeline(cfg: PipelineConfig, explicit: Iterable[str] | None = None,
     out = Path(cfg.out)
     main = launched_rank() == 0  # under torchrun each stage runs on every process; rank 0 writes and prints
     if cfg.rl not in LAST_STAGES:
-        raise ValueError(f"unknown last stage --rl {cfg.rl!r}; choose one of: {', '.join(LAST_STAGES)}")
+        raise ValueError(f"unknown last stage --rl {cfg.rl!r}{did_you_mean(cfg.rl, LAST_STAGES)}; choose one of: "
+                         f"{', '.join(LAST_STAGES)}")
     validate_stages(cfg, given)  # every stage's arithmetic, before anything is written
     created = not out.exists()
     if main:

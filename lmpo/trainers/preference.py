@@ -13,6 +13,7 @@ import torch
 
 from lmpo.algos import PREFERENCE_LOSSES
 from lmpo.algos.preference_mix import is_mix
+from lmpo.names import did_you_mean
 from lmpo.envs import make_task
 from lmpo.envs.data import PreferencePair
 from lmpo.models import completion_outputs, load_tokenizer
@@ -58,7 +59,8 @@ def preference_problems(cfg: PreferenceLoss) -> list[str]:
         except ValueError as err:
             problems.append(str(err))
     elif cfg.loss not in PREFERENCE_LOSSES:
-        problems.append(f"loss={cfg.loss!r} is not one of {PREFERENCE_LOSSES.names()}")
+        hint = did_you_mean(cfg.loss, PREFERENCE_LOSSES.names())
+        problems.append(f"loss={cfg.loss!r}{hint} is not one of {', '.join(PREFERENCE_LOSSES.names())}")
     if not 0 <= cfg.label_smoothing < 0.5:
         problems.append(f"label_smoothing={cfg.label_smoothing} must be in [0, 0.5)")
     return problems + preference_option_problems(cfg)

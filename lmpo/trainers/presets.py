@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lmpo.names import did_you_mean
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -65,7 +67,8 @@ RL_PRESETS: dict[str, Preset] = {
 
 def rl_preset(name: str) -> Preset:
     if name not in RL_PRESETS:
-        raise ValueError(f"unknown RL preset {name!r}; choose one of: {', '.join(RL_PRESETS)}")
+        raise ValueError(f"unknown RL preset {name!r}{did_you_mean(name, RL_PRESETS)}; choose one of: "
+                         f"{', '.join(RL_PRESETS)}")
     return RL_PRESETS[name]
 
 

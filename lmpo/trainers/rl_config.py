@@ -240,9 +240,8 @@ ENGINES = ("auto", "local", "vllm")
 def name_problems(cfg: RLConfig) -> list[str]:
     """`advantage`, `loss`, `aggregation` and `kl_estimator` that name no registered function: said
     here, so that a pipeline refuses a misspelt one before its first stage runs, not when RL starts."""
-    import difflib
-
     from lmpo.algos import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, TOKEN_ADVANTAGES
+    from lmpo.names import did_you_mean
 
     known = {"advantage": ADVANTAGES.names() + TOKEN_ADVANTAGES.names(), "loss": POLICY_LOSSES.names(),
              "aggregation": AGGREGATIONS.names(), "kl_estimator": KL_ESTIMATORS.names()}
@@ -250,9 +249,7 @@ def name_problems(cfg: RLConfig) -> list[str]:
     for option, names in known.items():
         value = getattr(cfg, option)
         if value not in names:
-            close = difflib.get_close_matches(str(value), names, n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            problems.append(f"{option}={value!r} is not one of {', '.join(names)}{hint}")
+            problems.append(f"{option}={value!r}{did_you_mean(str(value), names)} is not one of {', '.join(names)}")
     return problems
 
 

@@ -15,7 +15,7 @@ ZH = [
     (["factcheck", "--out"], "lmpo factcheck：错误：参数 --out 后面要给一个值"),
     (["factcheck", "--fast=1"], "lmpo factcheck：错误：参数 --fast 不带值（给出的是 '1'）"),
     (["exercise", "chek", "mine.py"],  # its actions take --lang: it is a teaching command
-     "lmpo exercise：错误：参数 ACTION：'chek' 不是可选的值；可选：'list', 'start', 'check', 'train'"),
+     "lmpo exercise：错误：参数 ACTION：'chek' 不是可选的值（是不是 'check'？）；可选：'list', 'start', 'check', 'train'"),
 ]
 
 

@@ -152,7 +152,8 @@ class Method:
         if loss and stage not in PREFERENCE_STAGES:
             raise ValueError(tx("loss_not_rl", lang, name=name))
         if loss and loss not in PREFERENCE_LOSSES:
-            raise ValueError(tx("loss_unknown", lang, name=name, loss=loss, losses=PREFERENCE_LOSSES.names()))
+            raise ValueError(tx("loss_unknown", lang, name=name, loss=loss, hint=did_you_mean(loss, PREFERENCE_LOSSES.names(), lang),
+                                losses=", ".join(PREFERENCE_LOSSES.names())))
         return cls(name, stage, loss)
 
     @property

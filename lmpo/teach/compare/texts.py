@@ -66,8 +66,8 @@ TEXTS: dict[str, dict[str, str]] = {
                        "zh": "没有名为 {name!r} 的方法{hint}；可选 RL 预设（{presets}）、dpo 或 online_dpo"},
     "loss_not_rl": {"en": "method {name!r}: a loss after ':' is for dpo and online_dpo only",
                     "zh": "方法 {name!r}：':' 后面的损失只用于 dpo 和 online_dpo"},
-    "loss_unknown": {"en": "method {name!r}: loss {loss!r} is not one of {losses}",
-                     "zh": "方法 {name!r}：损失 {loss!r} 不在 {losses} 之中"},
+    "loss_unknown": {"en": "method {name!r}: loss {loss!r}{hint} is not one of {losses}",
+                     "zh": "方法 {name!r}：损失 {loss!r}{hint} 不在可选的损失之中；可选：{losses}"},
     "below_one_unit": {"en": "compare: a budget of {samples} samples is less than one {unit} of {method}, which uses "
                              "{per_unit} ({what}); a run never uses more than the budget, so give --samples {per_unit} "
                              "or more, or leave {method} out",
