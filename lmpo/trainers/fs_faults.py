@@ -39,9 +39,9 @@ def fault_cause(err: BaseException) -> str:
     return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
-def fs_error(path: str | Path, err: BaseException) -> str:
-    """One line for a failed write of `path`."""
-    return f"cannot write {path}: {fault_cause(err)}"
+def fs_error(path: str | Path, err: BaseException, action: str = "write") -> str:
+    """One line for a failed `action` (a write, by default) of `path`."""
+    return f"cannot {action} {path}: {fault_cause(err)}"
 
 
 # --out paths checked before any work: a bad one is refused in one line (exit 2), not after the work
