@@ -325,3 +325,17 @@ def test_a_method_that_trained_no_step_on_some_seeds_is_marked_and_still_ranked(
                                "--minutes 2") for line in rec.lines)
     every = summary("dpo", [0.9, 0.9], none=[0, 1])  # trained nothing anywhere: not ranked above one that trained
     assert recommend([every, grpo], Spread.of([0.2, 0.2]), "time", minutes=2).best == "grpo"
+
+
+def test_methods_as_quick_as_shown_are_said_to_tie():
+    """Two methods at the same rounded seconds: one was called "the quickest" by a fraction of a
+    second the table does not show."""
+    a, b = _method("a", [0.60, 0.62, 0.64], 40.4, 900), _method("b", [0.59, 0.61, 0.63], 40.2, 700)
+    rec = recommend([a, b], Spread.of([0.3, 0.3, 0.3]))
+    assert "least wall time: b, a, tied (40 s)" in rec.lines[-2]
+    assert rec.lines[-1] == ("Recommendation: b — as accurate as a within noise, and tied with a for the quickest "
+                             "of those.")  # the leaner of the two
+    zh = recommend([a, b], Spread.of([0.3, 0.3, 0.3]), lang="zh")
+    assert "耗时最少：b、a 并列（40 秒）" in zh.lines[-2] and "与 a 并列最快的" in zh.lines[-1]
+    c = _method("c", [0.59, 0.61, 0.63], 39.4, 950)  # a whole second quicker as shown: the quickest alone
+    assert recommend([a, c], Spread.of([0.3, 0.3, 0.3])).lines[-1].endswith("and the quickest of those.")

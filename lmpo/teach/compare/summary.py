@@ -127,7 +127,9 @@ def recommend(methods: list[MethodSummary], start: Spread, budget: str = "sample
         else:
             lines.append(tx("rec.gained", lang, best=best.method, label=label, gain=100 * gain))
     tied = [m for m in scored if m.method in within]
-    fastest = min(tied, key=lambda m: (m.seconds.mean, m.peak_rss_mb.mean or math.inf))
+    # on the seconds as shown: two methods at "12 s" are equally quick, and the leaner of them goes first
+    fastest = min(tied, key=lambda m: (round(m.seconds.mean), m.peak_rss_mb.mean or math.inf))
+    as_quick = [m.method for m in tied if m is not fastest and round(m.seconds.mean) == round(fastest.seconds.mean)]
     with_memory = [m for m in tied if m.peak_rss_mb.mean is not None]
     leanest = min(with_memory, key=lambda m: m.peak_rss_mb.mean).method if with_memory else None
     choice = best.method
@@ -135,10 +137,12 @@ def recommend(methods: list[MethodSummary], start: Spread, budget: str = "sample
     if len(tied) > 1:
         together = tx("rec.within_best" if spread_known else "rec.level_best", lang)
         lines.append(tx("rec.tied", lang, together=together, names=joined((m.method for m in tied), lang),
-                        fastest=fastest.method, seconds=fastest.seconds.mean, leanest=leanest,
+                        fastest=(tx("rec.time_tie", lang, names=joined([fastest.method, *as_quick], lang))
+                                 if as_quick else fastest.method), seconds=fastest.seconds.mean, leanest=leanest,
                         mb=_mb(tied, leanest)))
         choice, why = ((leanest, tx("rec.why_lean", lang)) if budget == "time" and leanest
-                       else (fastest.method, tx("rec.why_quick", lang)))
+                       else (fastest.method, tx("rec.why_quick_tie", lang, others=joined(as_quick, lang)) if as_quick
+                             else tx("rec.why_quick", lang)))
         if choice == best.method and spread_known:
             lines.append(tx("rec.best_of_noise", lang, choice=choice, why=why))
         elif choice == best.method:

@@ -30,6 +30,8 @@ RECOMMEND: dict[str, dict[str, str]] = {
                  "zh": "{together}：{names}；耗时最少：{fastest}（{seconds:.0f} 秒），峰值内存最小：{leanest}（{mb}）。"},
     "rec.why_lean": {"en": "the leanest in memory", "zh": "内存占用最小的"},
     "rec.why_quick": {"en": "the quickest", "zh": "最快的"},
+    "rec.time_tie": {"en": "{names}, tied", "zh": "{names} 并列"},
+    "rec.why_quick_tie": {"en": "tied with {others} for the quickest", "zh": "与 {others} 并列最快的"},
     "rec.best_of_noise": {"en": "Recommendation: {choice} — the most accurate, and {why} of the methods within noise "
                                 "of it.",
                           "zh": "推荐：{choice} —— 准确率最高，也是与它相差在波动之内的方法中{why}。"},
