@@ -8,6 +8,7 @@ import shlex
 import sys
 
 from lmpo.cli.config import ConfigError, add_arguments, build
+from lmpo.teach.refusals import refusal
 
 HELP = "compare PPO, GRPO, DPO, online DPO (or any presets) from the same SFT start at a matched budget"
 DESCRIPTION = """Run each method from the task's SFT checkpoint of each seed, at the same number of samples
@@ -27,8 +28,9 @@ def cmd_compare(args: argparse.Namespace, flags: dict) -> int:
     try:
         cfg = build(CompareConfig, yaml_file=args.config, flags=flags)
     except ConfigError as err:  # a value of the wrong kind, refused before --lang is read into cfg
-        if flags.get("lang") != "zh":
+        if (flags.get("lang") or _config_lang(args.config)) != "zh":
             raise
+        args.lang = "zh"  # the prefix too (`main._lang`)
         raise ConfigError(value_error_zh(str(err))) from None
     args.lang = cfg.lang  # `lang: zh` in --config: its error lines in Chinese as well (`main._lang`)
     try:
@@ -43,11 +45,25 @@ def cmd_compare(args: argparse.Namespace, flags: dict) -> int:
     return 0
 
 
+def _config_lang(path: str | None) -> str | None:
+    """The `lang:` of a --config file, for its own errors: a file that says `lang: zh` is refused in
+    Chinese, as the runs it configures report."""
+    from lmpo.cli.config import read_yaml
+
+    try:
+        lang = read_yaml(path)[0].get("lang") if path else None
+    except (ConfigError, OSError, ValueError, AttributeError):
+        return None
+    return lang if isinstance(lang, str) else None
+
+
 VALUE_ERRORS_ZH = [(re.compile(pattern), zh) for pattern, zh in [
     (r"^(?P<where>.+?): expected one of (?P<choices>.*), got (?P<value>.*)$", "{where}：{value} 不是可选的值；可选：{choices}"),
     (r"^(?P<where>.+?): expected an integer, got (?P<value>.*)$", "{where}：{value} 不是整数"),
     (r"^(?P<where>.+?): expected a number, got (?P<value>.*)$", "{where}：{value} 不是数"),
     (r"^(?P<where>.+?): expected true or false, got (?P<value>.*)$", "{where}：{value} 不是 true 或 false"),
+    (r"^(?P<where>.+?): unknown option(?: \(did you mean (?P<near>.*)\?\))?; valid options: (?P<names>.*)$",
+     "{where}：没有这个选项{near}；可用的选项：{names}"),
 ]]
 """`lmpo.cli.config.coerce`'s refusals of an option's value, in Chinese (as `usage_zh` says argparse's)."""
 
@@ -56,7 +72,10 @@ def value_error_zh(message: str) -> str:
     """`--threads: expected an integer, got 'abc'` in Chinese; another message stays as it is."""
     for pattern, zh in VALUE_ERRORS_ZH:
         if found := pattern.match(message):
-            return zh.format(**found.groupdict())
+            fields = {k: v or "" for k, v in found.groupdict().items()}
+            if fields.get("near"):  # the teaching refusals' words for it
+                fields["near"] = refusal("did_you_mean", "zh", near=fields["near"])
+            return zh.format(**fields)
     return message
 
 

@@ -37,9 +37,11 @@ def error_line(err: BaseException, lang: str, text: str) -> str:
     Chinese the prefix is Chinese and an operating-system error (a missing file, a permission
     refused) is said in Chinese with its path, the system's English words kept in parentheses;
     lmpo's own refusals are already in the command's language."""
-    from lmpo.teach.refusals import error_prefix, os_error_zh
+    from lmpo.teach.refusals import error_prefix, os_error_zh, said
 
-    if lang == "zh" and isinstance(err, OSError) and not isinstance(err, RunDirError) and err.errno is not None:
+    if (in_lang := said(err, lang)) is not None:
+        text = in_lang
+    elif lang == "zh" and isinstance(err, OSError) and not isinstance(err, RunDirError) and err.errno is not None:
         text = os_error_zh(err)
     return f"{error_prefix(lang)}{text}"
 

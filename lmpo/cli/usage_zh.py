@@ -27,8 +27,20 @@ HINTS: list[tuple[re.Pattern[str], str]] = [
 
 
 def wants_chinese(argv: list[str]) -> bool:
-    """Whether the command line asks for Chinese (`--lang zh` or `--lang=zh`)."""
-    return any(arg == "--lang=zh" or (arg == "--lang" and nxt == "zh") for arg, nxt in zip(argv, [*argv[1:], ""]))
+    """Whether the command line asks for Chinese (`--lang zh` or `--lang=zh`), or, with no --lang,
+    names an exercise file whose `# lang: zh` line makes its check and train answer in Chinese."""
+    if any(arg == "--lang" or arg.startswith("--lang=") for arg in argv):
+        return any(arg == "--lang=zh" or (arg == "--lang" and nxt == "zh") for arg, nxt in zip(argv, [*argv[1:], ""]))
+    return argv[:1] == ["exercise"] and any(_starter_in_chinese(arg) for arg in argv[2:] if arg.endswith(".py"))
+
+
+def _starter_in_chinese(file: str) -> bool:
+    from lmpo.teach.exercise.lang import language_of_file
+
+    try:
+        return language_of_file(file) == "zh"
+    except ValueError:  # a language lmpo lacks: its own refusal says so, after the usage error
+        return False
 
 
 def in_chinese(message: str) -> str:

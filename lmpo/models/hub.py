@@ -18,8 +18,9 @@ from urllib.parse import urlparse
 import huggingface_hub
 from huggingface_hub import constants
 
+from lmpo.keyed import keyed
 from lmpo.models.presets import PRESETS
-from lmpo.names import did_you_mean
+from lmpo.names import closest, did_you_mean
 
 PROBE_TIMEOUT_S = 3.0
 
@@ -70,7 +71,9 @@ def check_hub_id(name: str) -> None:
         go_offline(reason)
     if not is_cached(name):
         why = f"the Hub cannot be reached ({went_offline})" if went_offline else "HF_HUB_OFFLINE is set"
-        raise FileNotFoundError(
-            f"model {name!r}{did_you_mean(name, PRESETS)} is not a local directory or a preset ({', '.join(PRESETS)}), and as a Hugging Face Hub "
-            f"id it is not in this machine's cache ({constants.HF_HUB_CACHE}) while {why}. Check the name, or "
-            f"give a directory saved with save_pretrained")
+        raise keyed(FileNotFoundError(
+            f"model {name!r}{did_you_mean(name, PRESETS)} is not a local directory or a preset ({', '.join(PRESETS)}), "
+            f"and as a Hugging Face Hub id it is not in this machine's cache ({constants.HF_HUB_CACHE}) while {why}. "
+            f"Check the name, or give a directory saved with save_pretrained"),
+            "model.not_cached", name=name, near=closest(name, PRESETS),
+            presets=", ".join(PRESETS), cache=constants.HF_HUB_CACHE, unreachable=went_offline)

@@ -13,6 +13,7 @@ import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel,
                           PreTrainedTokenizerBase)
 
+from lmpo.keyed import keyed
 from lmpo.models.chat_templates import set_chat_template, set_template_variables
 from lmpo.models.hub import check_hub_id
 from lmpo.models.lora import (ADAPTER_CONFIG, LoraOptions, adapter_base_name, apply_lora, attach_adapter,
@@ -230,19 +231,24 @@ def _check_local_path(name_or_path: str, trust_remote_code: bool = False) -> Non
     path = Path(name_or_path)
     looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") >= 2
     if path.is_file():  # `--model DIR/config.json`, `--model model.safetensors`
-        raise FileNotFoundError(f"{path} is a file; a model is given as its directory{_directory_of(path)}")
+        model_dir, run = _model_dir_of(path)
+        raise keyed(FileNotFoundError(f"{path} is a file; a model is given as its directory{_directory_of(path)}"),
+                    "model.is_file", path=path, model_dir=model_dir, run=run)
     run_dir = (path / "run.json").is_file() and (path / "config.json").is_file()  # an RL run's: its options
     if path.exists() and (run_dir or not (path / "config.json").exists()) and not is_adapter_dir(path):
         inside = _models_inside(path)
         hint = (f"; it holds a model: {inside[0]}; give {inside[0]} instead" if len(inside) == 1 else
                 f"; it holds models: {', '.join(map(str, inside))}" if inside else "")
         why = "a run directory (its config.json holds the run's options)" if run_dir else "it has no config.json"
-        raise FileNotFoundError(f"{path} is not a Hugging Face model directory: {why}{hint}")
+        raise keyed(FileNotFoundError(f"{path} is not a Hugging Face model directory: {why}{hint}"),
+                    "model.not_model_dir", path=path, run_dir=run_dir, inside=inside)
     if not path.exists() and looks_local:
-        raise FileNotFoundError(f"model directory {path} does not exist (presets: {', '.join(PRESETS)})")
+        raise keyed(FileNotFoundError(f"model directory {path} does not exist (presets: {', '.join(PRESETS)})"),
+                    "model.no_dir", path=path, presets=", ".join(PRESETS))
     if not trust_remote_code and (code := remote_code(path)):
-        raise ValueError(f"{path} is a model with its own Python code ({', '.join(code)}); loading it runs that "
-                         f"code, which lmpo does only with --trust_remote_code true")
+        raise keyed(ValueError(f"{path} is a model with its own Python code ({', '.join(code)}); loading it runs "
+                               f"that code, which lmpo does only with --trust_remote_code true"),
+                    "model.remote_code", path=path, code=", ".join(code))
     if not path.exists():
         check_hub_id(name_or_path)
     elif is_adapter_dir(path):
@@ -252,11 +258,19 @@ def _check_local_path(name_or_path: str, trust_remote_code: bool = False) -> Non
 def _directory_of(file: Path) -> str:
     """` (DIR)`, the model directory a file given as --model stands for: its own directory, or
     the model a run directory holds (its config.json is the run's options, refused next)."""
+    model_dir, run = _model_dir_of(file)
+    if run:
+        return f" ({model_dir}: {run} is a run directory, and its model is there)"
+    return f" ({model_dir})" if model_dir else ""
+
+
+def _model_dir_of(file: Path) -> tuple[Path | None, Path | None]:
+    """(The model directory a file given as --model stands for, the run directory that holds it)."""
     parent = file.parent
     if (parent / "run.json").is_file():
         inside = _models_inside(parent)
-        return f" ({inside[0]}: {parent} is a run directory, and its model is there)" if inside else ""
-    return f" ({parent})" if (parent / "config.json").is_file() or is_adapter_dir(parent) else ""
+        return (inside[0], parent) if inside else (None, None)
+    return (parent, None) if (parent / "config.json").is_file() or is_adapter_dir(parent) else (None, None)
 
 
 def _check_adapter_base(adapter: Path, trust_remote_code: bool) -> None:

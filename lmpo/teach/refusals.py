@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
+from typing import Callable
+
+from lmpo.keyed import key_of
 
 from lmpo.trainers.fs_faults import DISK_FULL_ERRNOS, OUT_WORDS, ready_dir
 
@@ -70,6 +73,49 @@ REFUSALS: dict[str, dict[str, str]] = {
                               "zh": "--out {out}：其中的 {found} 不是 factcheck 写的（旁边没有 factcheck.json），"
                                     "factcheck 会替换掉它们；请换一个新目录"},
 }
+
+def _model_is_file(path, model_dir, run) -> str:
+    where = f"（{model_dir}：{run} 是运行目录，模型在那里）" if run else f"（{model_dir}）" if model_dir else ""
+    return f"{path} 是文件；模型要以它所在的目录给出{where}"
+
+
+def _not_model_dir(path, run_dir, inside) -> str:
+    why = "这是运行目录（它的 config.json 存的是运行的选项）" if run_dir else "里面没有 config.json"
+    hint = (f"；里面有一个模型：{inside[0]}；请改给 {inside[0]}" if len(inside) == 1 else
+            f"；里面有这些模型：{', '.join(map(str, inside))}" if inside else "")
+    return f"{path} 不是 Hugging Face 模型目录：{why}{hint}"
+
+
+def _not_cached(name, near, presets, cache, unreachable) -> str:
+    hint = REFUSALS["did_you_mean"]["zh"].format(near=repr(near)) if near else ""
+    why = f"连不上 Hub（{unreachable}）" if unreachable else "设置了 HF_HUB_OFFLINE"
+    return (f"模型 {name!r}{hint} 既不是本地目录也不是预设（{presets}），作为 Hugging Face Hub 的名字它又不在本机的缓存"
+            f"（{cache}）里，而{why}。请检查名字，或者给出用 save_pretrained 保存的目录")
+
+
+KEYED_ZH: dict[str, str | Callable[..., str]] = {
+    "run_dir.in_use": "{flag} {path}：这个运行目录正被 {holder} 使用；请等它结束，或者换一个 --out",
+    "model.is_file": _model_is_file,
+    "model.not_model_dir": _not_model_dir,
+    "model.no_dir": "模型目录 {path} 不存在（预设：{presets}）",
+    "model.remote_code": "{path} 是带有自己 Python 代码的模型（{code}）；加载它就会运行这些代码，lmpo 只在给出 "
+                         "--trust_remote_code true 时才这样做",
+    "model.not_cached": _not_cached,
+}
+"""The Chinese of the errors lower layers raise through `lmpo.keyed.keyed` (their English is where
+they are raised): a template, or a function of the error's fields."""
+
+
+def said(err: BaseException, lang: str = "en") -> str | None:
+    """`err` in `lang` when it was raised with a key this table says in `lang`; None otherwise
+    (its own English text is what is said)."""
+    found = key_of(err)
+    if lang != "zh" or not found or found[0] not in KEYED_ZH:
+        return None
+    key, fields = found
+    text = KEYED_ZH[key]
+    return text.format(**fields) if isinstance(text, str) else text(**fields)
+
 
 OUT_WORDS_ZH = {
     "is_file": "{flag} {out}：这是一个文件；请给出目录",

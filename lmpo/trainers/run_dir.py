@@ -35,6 +35,7 @@ import sys
 import time
 from pathlib import Path
 
+from lmpo.keyed import keyed
 from lmpo.trainers.fs_faults import fault_cause, fs_error
 from lmpo.trainers.resume_changes import check_finished_goes_on, going_on_with, untrained_length
 
@@ -286,8 +287,8 @@ def _lock(path: Path, flag: str) -> int:
     except BlockingIOError:
         holder = _read_holder(fd)
         os.close(fd)
-        raise RunDirError(f"{flag} {path}: the run directory is in use by {holder}; wait for it to end, "
-                          f"or choose another --out") from None
+        raise keyed(RunDirError(f"{flag} {path}: the run directory is in use by {holder}; wait for it to end, "
+                                f"or choose another --out"), "run_dir.in_use", flag=flag, path=path, holder=holder) from None
     except OSError as err:
         os.close(fd)
         raise RunDirError(f"{flag} {path}: cannot lock {lock}: {fault_cause(err)}") from None

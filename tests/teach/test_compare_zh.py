@@ -237,4 +237,4 @@ def test_a_start_that_holds_no_model_is_refused_with_chinese_punctuation(tmp_pat
     (tmp_path / "notes").mkdir()
     argv = ["compare", "--start", str(tmp_path / "notes"), "--out", str(tmp_path / "cmp"), "--lang", "zh"]
     assert main(argv) == 2
-    assert capsys.readouterr().err.startswith(f"lmpo：错误：--start：{tmp_path / 'notes'} is not a Hugging Face")
+    assert capsys.readouterr().err.startswith(f"lmpo：错误：--start：{tmp_path / 'notes'} 不是 Hugging Face 模型目录")

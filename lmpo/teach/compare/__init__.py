@@ -21,7 +21,7 @@ from lmpo.teach.compare.records import RunRecord, read_run
 from lmpo.teach.compare.render import Comparison, print_table, write_all
 from lmpo.teach.compare.summary import Spread, recommend, summarise
 from lmpo.teach.compare.texts import tx
-from lmpo.teach.refusals import ready_out
+from lmpo.teach.refusals import ready_out, said
 from lmpo.trainers.run_dir import lock_directory
 
 __all__ = ["CompareConfig", "Comparison", "DEFAULT_METHODS", "run_compare", "collect", "RunRecord"]
@@ -57,7 +57,8 @@ def run_compare(cfg: CompareConfig, command: str = "", quiet: bool = False) -> C
     try:  # what loading would refuse, before the first run is launched
         check_model_source(cfg.start or cfg.model)
     except FileNotFoundError as err:
-        raise FileNotFoundError(tx("bad_start", lang, error=err) if cfg.start else str(err)) from None
+        text = said(err, lang) or str(err)
+        raise FileNotFoundError(tx("bad_start", lang, error=text) if cfg.start else text) from None
     ready_out(cfg.out, lang)  # in explain's and factcheck's words, before any model is trained
     refuse_changed_runs(cfg, methods)
     lock_directory(cfg.out)  # a second compare over this --out would delete the runs in progress as "killed"
