@@ -78,8 +78,19 @@ def test_yaml_errors_are_one_line_and_name_the_file(tmp_path):
         build(Outer, yaml_file=str(f))
     assert "\n" not in str(info.value) and "<unicode string>" not in str(info.value)
     f.write_bytes(b"\xff\xfelr: 1\n")
-    with pytest.raises(ConfigError, match="c.yaml: not valid UTF-8"):
+    with pytest.raises(ConfigError, match=r"c.yaml: line 1: not valid UTF-8: byte 0xff at offset 0 \(a UTF-16 "
+                                          r"byte-order mark: the file is UTF-16\); a config file is UTF-8 text"):
         build(Outer, yaml_file=str(f))
+
+
+def test_a_config_that_is_not_utf8_names_the_line_and_byte(tmp_path):
+    """It said `not valid UTF-8 (byte 17)`: neither which byte, nor on which line, nor that 17 was an offset."""
+    f = tmp_path / "c.yaml"
+    f.write_bytes(b"lr: 1\nout: caf\xe9\n")  # Latin-1, as an old editor saves it
+    with pytest.raises(ConfigError) as info:
+        build(Outer, yaml_file=str(f))
+    assert str(info.value) == (f"{f}: line 2: not valid UTF-8: byte 0xe9 at offset 14; a config file is UTF-8 text: "
+                               f"save it as UTF-8")
 
 
 def test_missing_config_file():

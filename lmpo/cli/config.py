@@ -197,6 +197,15 @@ class _YamlDoc:
 _NULL_TAG = "tag:yaml.org,2002:null"
 
 
+def _not_utf8(err: UnicodeDecodeError) -> str:
+    """Where a config file stops being UTF-8, and the byte there: "byte 0" said neither which byte
+    nor that it was an offset (a UTF-16 file, as some Windows editors save, fails at its first)."""
+    line = err.object[:err.start].count(b"\n") + 1
+    utf16 = " (a UTF-16 byte-order mark: the file is UTF-16)" if err.object[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+    return (f"line {line}: not valid UTF-8: byte 0x{err.object[err.start]:02x} at offset {err.start}{utf16}; "
+            f"a config file is UTF-8 text: save it as UTF-8")
+
+
 def _read_yaml(path: str | Path) -> _YamlDoc:
     path = Path(path)
     if path.is_dir():
@@ -216,7 +225,7 @@ def _read_yaml(path: str | Path) -> _YamlDoc:
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: {_yaml_problem(err)}") from None
     except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not valid UTF-8 (byte {err.start})") from None
+        raise ConfigError(f"{path}: {_not_utf8(err)}") from None
     except OSError as err:
         raise ConfigError(f"config file {path}: cannot be read ({err.strerror or err})") from None
     doc = _YamlDoc({}, {}, {}, {})
