@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .doctor import Finding, diagnose
 from .doctor_faults import check_abandoned_nonfinite
-from .metrics import kept_rows, read_metrics
+from .metrics import kept_rows, read_metrics, refuse_non_file
 from .run_records import unfinished_pipeline_stages
 
 
@@ -54,6 +54,7 @@ def labelled_runs(path: Path) -> dict[str, Path]:
     if (path / "summary.json").is_file() or not (path / "metrics.jsonl").is_file():
         runs = run_dirs(path)
         if not runs:
+            refuse_non_file(path / "metrics.jsonl")
             raise ValueError(f"{path}: no metrics.jsonl here nor in the run directories under it")
         return {d.relative_to(path).as_posix(): d for d in runs}
     return {path.name: path}

@@ -12,6 +12,14 @@ Row = dict[str, Any]
 Series = tuple[list[float], list[float]]  # (steps, values), sorted by step
 
 
+def refuse_non_file(path: Path) -> None:
+    """A ValueError for a run's file that exists as something else (a directory, say): the report
+    and the doctor said the run had no metrics.jsonl, or skipped its stage without a word."""
+    if path.exists() and not path.is_file():
+        kind = "a directory" if path.is_dir() else "not a regular file"
+        raise ValueError(f"{path} is {kind}, where the run's {path.name} file belongs; move it aside")
+
+
 def read_metrics(path: str | Path) -> list[Row]:
     """Read one JSON object per line from ``path``.
 

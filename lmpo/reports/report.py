@@ -13,7 +13,7 @@ from typing import Any
 from lmpo.trainers.run_dir import complete_checkpoints, saved_config
 
 from . import page
-from .metrics import Row, Series, all_series, as_float, kept_rows, nonfinite_points, read_metrics
+from .metrics import Row, Series, all_series, as_float, kept_rows, nonfinite_points, read_metrics, refuse_non_file
 from .panels import MAIN_KEYS, REWARD_MODEL_KEYS, REWARD_MODEL_TRAINER, Panel, panels_for
 from .plots import render_panel
 from .rollbacks import read_rollbacks, rollback_section, without_rollbacks
@@ -53,6 +53,8 @@ def _write(run_dir: Path, seen: frozenset[Path]) -> Report:
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory does not exist: {run_dir}")
     if not metrics.is_file() and not summary.is_file():
+        refuse_non_file(metrics)
+        refuse_non_file(summary)
         stages = [stage.name for stage in unfinished_pipeline_stages(run_dir) if (stage / METRICS_FILE).is_file()]
         if stages:
             raise FileNotFoundError(f"{run_dir} is a pipeline that has not finished (no {SUMMARY_FILE}); report "
@@ -240,7 +242,14 @@ def _stage_report(
 ) -> Report | str | None:
     """The stage's own report, an error message, or None if it has no metrics."""
     stage_dir = _stage_dir(run_dir, stage)
-    if stage_dir is None or not (stage_dir / METRICS_FILE).is_file():
+    if stage_dir is None:
+        return None
+    if not (stage_dir / METRICS_FILE).is_file():
+        try:
+            refuse_non_file(stage_dir / METRICS_FILE)
+        except ValueError as exc:  # said, as a stage whose report fails is, not skipped without a word
+            warnings.warn(f"stage {stage.name!r}: {exc}", RuntimeWarning, stacklevel=2)
+            return f"stage {stage.name!r}: {exc}"
         return None
     if stage_dir.resolve() in seen:
         return None  # a stage pointing back at the pipeline dir: no recursion
