@@ -255,3 +255,12 @@ def test_a_task_with_no_training_problems_is_named_with_the_method(tmp_path):
     with pytest.raises(ValueError, match=f"\\(EmptyProblems in {path}\\): EmptyProblems.train_problems"
                                          "\\(n=8, seed=3\\) returned 0 problems"):
         training_prompts(task, {}, "", 8, 3, "rl")
+
+
+def test_a_task_file_that_is_a_directory_is_said_as_one(tmp_path, monkeypatch):
+    """`--task tasks.py:X` where tasks.py is a directory said 'file tasks.py does not exist'."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tasks.py").mkdir()
+    with pytest.raises(ValueError, match=r"^task 'tasks.py:X': tasks.py is a directory; give the Python file in it "
+                                         r"that defines the task$"):
+        make_task("tasks.py:X")

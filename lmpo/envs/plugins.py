@@ -219,6 +219,9 @@ def _import_module(name: str, target: str):
 def load_file(where: str, target: str, what: str = "task"):
     """The module of a `path/to/file.py` a task (or a reward function, `what`) is taken from."""
     path = Path(where).expanduser().resolve()
+    if path.is_dir():  # "does not exist" sent the user looking for a file that is there
+        raise ValueError(f"{what} {target!r}: {where} is a directory; give the Python file in it that defines "
+                         f"the {what}")
     if not path.is_file():
         raise ValueError(f"{what} {target!r}: file {where} does not exist (relative paths start at the "
                          f"current directory, {Path.cwd()})")
