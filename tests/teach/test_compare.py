@@ -339,3 +339,15 @@ def test_methods_as_quick_as_shown_are_said_to_tie():
     assert "耗时最少：b、a 并列（40 秒）" in zh.lines[-2] and "与 a 并列最快的" in zh.lines[-1]
     c = _method("c", [0.59, 0.61, 0.63], 39.4, 950)  # a whole second quicker as shown: the quickest alone
     assert recommend([a, c], Spread.of([0.3, 0.3, 0.3])).lines[-1].endswith("and the quickest of those.")
+
+
+def test_a_yaml_list_in_the_config_is_a_list(tmp_path):
+    """`methods: [grpo, dpo]` in --config was refused as "unknown method '["grpo"'" (the list reached
+    the option as JSON text and was split at its commas)."""
+    from lmpo.cli.config import build
+
+    config = tmp_path / "c.yaml"
+    config.write_text("methods: [grpo, 'dpo:ipo']\nseeds: [0, 1]\n")
+    cfg = build(CompareConfig, yaml_file=str(config), flags={})
+    assert (cfg.method_names(), cfg.seed_list()) == (["grpo", "dpo:ipo"], [0, 1])
+    assert CompareConfig(methods="grpo, dpo").method_names() == ["grpo", "dpo"]  # the flag's form as it was

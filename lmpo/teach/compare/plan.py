@@ -18,6 +18,7 @@ What counts as a sample: one completion the method trains on.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Literal
 
@@ -122,8 +123,21 @@ def _literal_problem(text: str, lang: str) -> str:
     return tx("literal", lang, given=given, choices=choices) if sep else text
 
 
+def _as_json_list(text: str) -> list[str]:
+    """The items of a YAML list in --config (`methods: [grpo, dpo]`), which reaches a text option as
+    JSON: split at its commas it was refused as "unknown method '["grpo"'"."""
+    if not text.lstrip().startswith("["):
+        return []
+    try:
+        items = json.loads(text)
+    except ValueError:
+        return []
+    plain = isinstance(items, list) and all(isinstance(i, (str, int)) and not isinstance(i, bool) for i in items)
+    return [str(i).strip() for i in items] if plain else []
+
+
 def parse_list(text: str, name: str, kind: type, lang: str = "en") -> list:
-    items = [part.strip() for part in text.split(",") if part.strip()]
+    items = _as_json_list(text) or [part.strip() for part in text.split(",") if part.strip()]
     if not items:
         raise ValueError(tx("list_empty", lang, name=name, text=text))
     try:
