@@ -21,7 +21,7 @@ from lmpo.envs.base import Problem
 from lmpo.envs.env import (ANSWERED, CONTEXT_OVERFLOW, ENV_DONE, ENV_ERROR, MAX_TURNS, PARSE_ERROR_LIMIT,
                            TERMINATIONS, TOKEN_BUDGET, TOOL_TIMEOUT, TURN_LENGTH, EnvFactory, Step, check_opening,
                            check_step, env_raised)
-from lmpo.envs.user_calls import inside
+from lmpo.envs.user_calls import inside_unless_lmpo
 from lmpo.rollout.budget_warnings import warn_if_calls_overrun, warn_if_demonstrations_overrun
 from lmpo.rollout.engines import Engine
 from lmpo.rollout.env_workers import EnvWorkers, env_timeout_of, env_workers_of
@@ -67,7 +67,7 @@ def _open(make_env: EnvFactory, problem: Problem, episode: int) -> tuple:
     what went wrong). A factory that raises (an environment whose `__init__` cannot open its
     database) ends the episode as a reset that raised does, not the run with lmpo's traceback."""
     try:
-        with inside(lambda: f"{_name(make_env)}() of episode {episode}{_of(problem)}"):
+        with inside_unless_lmpo(make_env, lambda: f"{_name(make_env)}() of episode {episode}{_of(problem)}"):
             env = make_env()
     except USER_ERRORS as err:  # as in `step`: the episode ends as env_error, the batch goes on
         return None, None, env_raised(_name(make_env), err)
@@ -75,7 +75,7 @@ def _open(make_env: EnvFactory, problem: Problem, episode: int) -> tuple:
         return None, None, (f"{_name(make_env)} returned {type(env).__name__}, not an environment (an object "
                             f"with reset(problem) and step(text)); a make_env without `return`?")
     try:
-        with inside(lambda: f"{type(env).__name__}.reset of episode {episode}{_of(problem)}"):
+        with inside_unless_lmpo(make_env, lambda: f"{type(env).__name__}.reset of episode {episode}{_of(problem)}"):
             messages = env.reset(problem)
     except USER_ERRORS as err:
         return env, None, env_raised(f"{type(env).__name__}.reset", err)
@@ -104,10 +104,10 @@ def _of(problem: Problem) -> str:
     return f" (prompt {problem.prompt[:60]!r})"
 
 
-def _step(env, text: str, episode: int, problem: Problem) -> tuple[Step | None, str | None]:
+def _step(env, text: str, episode: int, problem: Problem, make_env: EnvFactory) -> tuple[Step | None, str | None]:
     """The environment's answer to the model's turn: (step, None) or (None, what went wrong)."""
     try:
-        with inside(lambda: f"{type(env).__name__}.step of episode {episode}{_of(problem)}"):
+        with inside_unless_lmpo(make_env, lambda: f"{type(env).__name__}.step of episode {episode}{_of(problem)}"):
             step = env.step(text)
     except USER_ERRORS as err:  # an environment bug must not take the batch down; it is excluded from training
         return None, env_raised(f"{type(env).__name__}.step", err)
@@ -190,8 +190,8 @@ def _run(engine: Engine, make_env: EnvFactory, problems: Sequence[Problem], para
         acting = [(ep, text) for ep, sample, (_, cap_reason) in zip(live, samples, caps)
                   if (text := _take_turn(ep, sample, cap_reason, eos_ids, tokenizer)) is not None]
         workers.on_timeout = _overran("the environment's step")
-        answers = workers.run([(ep.slot, lambda ep=ep, text=text: _step(ep.env, text, ep.slot, ep.traj.problem))
-                               for ep, text in acting])
+        answers = workers.run([(ep.slot, lambda ep=ep, text=text: _step(ep.env, text, ep.slot, ep.traj.problem,
+                                                                         make_env)) for ep, text in acting])
         still = []
         for (ep, _), answer in zip(acting, answers):
             if _answer(ep, *answer, tokenizer, last=turn + 1 == limits.max_turns):

@@ -11,7 +11,7 @@ import torch
 
 from lmpo.envs.base import Grade, Problem, Task
 from lmpo.envs.env import env_raised
-from lmpo.envs.user_calls import inside
+from lmpo.envs.user_calls import inside_unless_lmpo
 from lmpo.rollout.agent_loop import EpisodeRunner
 from lmpo.rollout.trajectory import Trajectory
 from lmpo.rollout.types import SamplingParams
@@ -76,7 +76,7 @@ def _checked(task: Task, method: str, grader: Callable, episode: Trajectory, *ar
     where = (f"task {getattr(task, 'name', type(task).__name__)!r}: {type(task).__name__}.{method}() on the "
              f"completion {episode.final_text[:200]!r} of the prompt {episode.problem.prompt[:200]!r}")
     try:
-        with inside(lambda: where):
+        with inside_unless_lmpo(grader, lambda: where):
             grade = grader(*args)
     except (Exception, SystemExit) as err:  # noqa: BLE001 -- the user's grader: any bug is named with its episode
         raise GraderError(f"{env_raised(where, err)}; a grader marks malformed output incorrect and never "
