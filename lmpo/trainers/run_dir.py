@@ -177,8 +177,7 @@ def _clear_earlier_run(path: Path, name: str, overwrite: bool) -> None:
     """A fresh start in a directory an earlier run used: its checkpoints must not outlive it, or a
     later `--resume` of this run would load the earlier run's weights (newer step numbers win)."""
     root, result = checkpoint_dir(path), path / "result.json"
-    done = complete_checkpoints(path)
-    finished = result.is_file()
+    done, finished = complete_checkpoints(path), result.is_file()
     if done and not finished and not overwrite:
         raise RunDirError(f"--out {path}: holds an interrupted run (its newest complete checkpoint: {done[-1].name}); "
                           f"continue it with --resume {path} and that run's options, start afresh there with "

@@ -18,6 +18,7 @@ import torch
 
 from lmpo.models import save_model
 from lmpo.trainers.run_clock import RunClock
+from lmpo.trainers.run_dir import replace_directory, staging_directory
 
 
 @dataclass
@@ -109,8 +110,6 @@ class BestWeights:
     def keep(self, model: torch.nn.Module, tokenizer) -> None:
         # the old copy is moved aside, not deleted, until the new one is in place: a kill at any
         # point leaves one of them, which the next start puts back (`tidy_interrupted_swaps`)
-        from lmpo.trainers.run_dir import replace_directory, staging_directory
-
         fresh = staging_directory(self.directory)
         save_model(model, tokenizer, fresh)
         replace_directory(fresh, self.directory)
